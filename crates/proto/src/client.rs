@@ -1,0 +1,532 @@
+//! A blocking client connection to a memnode: connect, authenticate, and issue requests.
+//!
+//! One [`Connection`] carries one request at a time. The pager opens several (one per handler
+//! thread for demand reads, one for write-back) that all attach to the same session.
+
+use std::fmt;
+use std::io::{self, Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use crate::auth::{client_proof, proofs_equal, random_bytes, server_proof, Token};
+use crate::frame::read_frame;
+use crate::message::{ErrorCode, Message, MessageKind, PageBatch, PageIds, PageRanges, SessionKey};
+use crate::ProtoError;
+
+/// Where a memnode listens: `HOST:PORT` / `tcp:HOST:PORT`, or `unix:PATH` / an absolute path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    /// A TCP address, resolved at connect time.
+    Tcp(String),
+    /// A Unix stream socket path.
+    Unix(PathBuf),
+}
+
+impl FromStr for Endpoint {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if let Some(p) = s.strip_prefix("unix:") {
+            return Ok(Endpoint::Unix(PathBuf::from(p)));
+        }
+        if s.starts_with('/') || s.starts_with("./") {
+            return Ok(Endpoint::Unix(PathBuf::from(s)));
+        }
+        let addr = s.strip_prefix("tcp:").unwrap_or(s);
+        match addr.rsplit_once(':') {
+            Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {
+                Ok(Endpoint::Tcp(addr.to_string()))
+            }
+            _ => Err(format!(
+                "`{s}` is not a memnode address: use HOST:PORT (TCP) or unix:PATH (Unix socket)"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Endpoint::Tcp(a) => write!(f, "{a}"),
+            Endpoint::Unix(p) => write!(f, "unix:{}", p.display()),
+        }
+    }
+}
+
+/// A connected byte stream of either family.
+#[derive(Debug)]
+pub enum Stream {
+    /// TCP, with Nagle disabled.
+    Tcp(TcpStream),
+    /// A Unix stream socket.
+    Unix(UnixStream),
+}
+
+impl Stream {
+    /// Connects to `endpoint`, waiting at most `timeout` for a TCP connection to be established.
+    pub fn connect(endpoint: &Endpoint, timeout: Duration) -> io::Result<Stream> {
+        match endpoint {
+            Endpoint::Tcp(addr) => {
+                let mut last = io::Error::new(io::ErrorKind::NotFound, "address resolved to nothing");
+                for sa in addr.to_socket_addrs()? {
+                    match TcpStream::connect_timeout(&sa, timeout) {
+                        Ok(s) => {
+                            s.set_nodelay(true)?;
+                            return Ok(Stream::Tcp(s));
+                        }
+                        Err(e) => last = e,
+                    }
+                }
+                Err(last)
+            }
+            Endpoint::Unix(path) => Ok(Stream::Unix(UnixStream::connect(path)?)),
+        }
+    }
+
+    /// Sets the read timeout (None waits forever).
+    pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.set_read_timeout(t),
+            Stream::Unix(s) => s.set_read_timeout(t),
+        }
+    }
+
+    /// Shuts down both directions, unblocking any thread reading from a clone of this stream.
+    pub fn shutdown(&self) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.shutdown(std::net::Shutdown::Both),
+            Stream::Unix(s) => s.shutdown(std::net::Shutdown::Both),
+        }
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.read(buf),
+            Stream::Unix(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.write(buf),
+            Stream::Unix(s) => s.write(buf),
+        }
+    }
+
+    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.write_vectored(bufs),
+            Stream::Unix(s) => s.write_vectored(bufs),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Why a client request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The memnode could not be reached at all.
+    #[error("cannot connect to memnode at {endpoint}: {source}")]
+    Connect {
+        /// The address tried.
+        endpoint: Endpoint,
+        /// The operating system's reason.
+        source: io::Error,
+    },
+    /// The memnode refused our token.
+    #[error("memnode at {endpoint} rejected authentication: {message} (is the token file the one the memnode uses?)")]
+    AuthRejected {
+        /// The address.
+        endpoint: Endpoint,
+        /// What the memnode said.
+        message: String,
+    },
+    /// The peer could not prove it holds the token: it is not the memnode we meant to reach.
+    #[error("memnode at {endpoint} failed to prove it holds the token; refusing to use it")]
+    ServerNotAuthentic {
+        /// The address.
+        endpoint: Endpoint,
+    },
+    /// The connection broke or the peer sent something undecodable.
+    #[error("connection to memnode at {endpoint} failed: {source}")]
+    Transport {
+        /// The address.
+        endpoint: Endpoint,
+        /// The framing or I/O error.
+        source: ProtoError,
+    },
+    /// The memnode answered with an error.
+    #[error("memnode at {endpoint} refused the request ({code:?}): {message}")]
+    Server {
+        /// The address.
+        endpoint: Endpoint,
+        /// The memnode's error code.
+        code: ErrorCode,
+        /// The memnode's explanation.
+        message: String,
+    },
+    /// The memnode answered with a message that does not fit the request.
+    #[error("memnode at {endpoint} sent an unexpected {got:?} reply")]
+    Unexpected {
+        /// The address.
+        endpoint: Endpoint,
+        /// The kind it sent.
+        got: MessageKind,
+    },
+}
+
+impl ClientError {
+    /// The memnode's error code, if the memnode itself refused the request.
+    pub fn server_code(&self) -> Option<ErrorCode> {
+        match self {
+            ClientError::Server { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+}
+
+/// What the server told us at the end of the handshake.
+#[derive(Debug, Clone, Copy)]
+pub struct SessionInfo {
+    /// The session this connection belongs to.
+    pub session_id: u64,
+    /// The key for attaching further connections.
+    pub session_key: SessionKey,
+    /// The memnode's total capacity in pages.
+    pub capacity_pages: u64,
+    /// How long the session survives without connections, in milliseconds.
+    pub lease_ms: u64,
+}
+
+/// Options for [`Connection::connect`].
+#[derive(Debug, Clone)]
+pub struct ConnectOptions {
+    /// How long to wait for the TCP connection and the handshake.
+    pub connect_timeout: Duration,
+    /// How long to wait for any reply before declaring the memnode unresponsive.
+    pub reply_timeout: Duration,
+    /// A name for the memnode's logs.
+    pub client_name: String,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> Self {
+        ConnectOptions {
+            connect_timeout: Duration::from_secs(5),
+            reply_timeout: Duration::from_secs(30),
+            client_name: format!("pid {}", std::process::id()),
+        }
+    }
+}
+
+/// One authenticated connection to a memnode session.
+pub struct Connection {
+    stream: Stream,
+    endpoint: Endpoint,
+    info: SessionInfo,
+    next_req: u32,
+    tx: Vec<u8>,
+    rx: Vec<u8>,
+}
+
+impl fmt::Debug for Connection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Connection")
+            .field("endpoint", &self.endpoint)
+            .field("session_id", &self.info.session_id)
+            .finish()
+    }
+}
+
+impl Connection {
+    /// Connects and authenticates. `attach` names an existing session (id and key) to join;
+    /// `None` creates a new session.
+    pub fn connect(
+        endpoint: &Endpoint,
+        token: &Token,
+        attach: Option<(u64, SessionKey)>,
+        opts: &ConnectOptions,
+    ) -> Result<Connection, ClientError> {
+        let stream =
+            Stream::connect(endpoint, opts.connect_timeout).map_err(|source| ClientError::Connect {
+                endpoint: endpoint.clone(),
+                source,
+            })?;
+        let transport = |source: ProtoError| ClientError::Transport {
+            endpoint: endpoint.clone(),
+            source,
+        };
+        stream
+            .set_read_timeout(Some(opts.connect_timeout))
+            .map_err(|e| transport(e.into()))?;
+        let mut conn = Connection {
+            stream,
+            endpoint: endpoint.clone(),
+            info: SessionInfo {
+                session_id: 0,
+                session_key: [0; 16],
+                capacity_pages: 0,
+                lease_ms: 0,
+            },
+            next_req: 1,
+            tx: Vec::new(),
+            rx: Vec::new(),
+        };
+        let header = read_frame(&mut conn.stream, &mut conn.rx).map_err(transport)?;
+        let server_nonce = match Message::decode(header.kind, &conn.rx).map_err(transport)? {
+            Message::Challenge { nonce } => nonce,
+            other => {
+                return Err(ClientError::Unexpected {
+                    endpoint: endpoint.clone(),
+                    got: other.kind(),
+                })
+            }
+        };
+        let client_nonce = random_bytes();
+        let (session_id, session_key) = attach.unwrap_or((0, [0; 16]));
+        let auth = Message::Auth {
+            client_nonce,
+            session_id,
+            session_key,
+            proof: client_proof(token, &server_nonce, &client_nonce, session_id, &session_key),
+            client_name: &opts.client_name,
+        };
+        auth.send(&mut conn.stream, 0, &mut conn.tx)
+            .map_err(transport)?;
+        let header = read_frame(&mut conn.stream, &mut conn.rx).map_err(transport)?;
+        match Message::decode(header.kind, &conn.rx).map_err(transport)? {
+            Message::Welcome {
+                session_id,
+                session_key,
+                proof,
+                capacity_pages,
+                lease_ms,
+            } => {
+                let expected = server_proof(token, &server_nonce, &client_nonce, session_id);
+                if !proofs_equal(&expected, &proof) {
+                    return Err(ClientError::ServerNotAuthentic {
+                        endpoint: endpoint.clone(),
+                    });
+                }
+                conn.info = SessionInfo {
+                    session_id,
+                    session_key,
+                    capacity_pages,
+                    lease_ms,
+                };
+            }
+            Message::Error { message, .. } => {
+                return Err(ClientError::AuthRejected {
+                    endpoint: endpoint.clone(),
+                    message: message.to_string(),
+                })
+            }
+            other => {
+                return Err(ClientError::Unexpected {
+                    endpoint: endpoint.clone(),
+                    got: other.kind(),
+                })
+            }
+        }
+        conn.stream
+            .set_read_timeout(Some(opts.reply_timeout))
+            .map_err(|e| transport(e.into()))?;
+        Ok(conn)
+    }
+
+    /// The session this connection belongs to.
+    pub fn session(&self) -> SessionInfo {
+        self.info
+    }
+
+    /// The memnode's address.
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
+    fn transport_error(&self, source: ProtoError) -> ClientError {
+        ClientError::Transport {
+            endpoint: self.endpoint.clone(),
+            source,
+        }
+    }
+
+    fn unexpected(&self, got: MessageKind) -> ClientError {
+        ClientError::Unexpected {
+            endpoint: self.endpoint.clone(),
+            got,
+        }
+    }
+
+    /// Sends the request payload already encoded in `self.tx` as a frame of `kind`, waits for the
+    /// reply into `self.rx`, and returns the reply's kind. A memnode `Error` reply becomes
+    /// [`ClientError::Server`].
+    fn round_trip(&mut self, kind: MessageKind) -> Result<MessageKind, ClientError> {
+        let req_id = self.next_req;
+        self.next_req = self.next_req.wrapping_add(1);
+        crate::frame::write_frame(&mut self.stream, kind, req_id, &self.tx)
+            .map_err(|e| self.transport_error(e))?;
+        let header =
+            read_frame(&mut self.stream, &mut self.rx).map_err(|e| self.transport_error(e))?;
+        if header.req_id != req_id {
+            return Err(self.transport_error(ProtoError::Malformed {
+                kind: header.kind,
+                why: format!(
+                    "reply carries request id {} but request {req_id} was outstanding",
+                    header.req_id
+                ),
+            }));
+        }
+        let decoded = Message::decode(header.kind, &self.rx);
+        match decoded {
+            Ok(Message::Error { code, message }) => Err(ClientError::Server {
+                endpoint: self.endpoint.clone(),
+                code,
+                message: message.to_string(),
+            }),
+            Ok(_) => Ok(header.kind),
+            Err(e) => Err(self.transport_error(e)),
+        }
+    }
+
+    /// Reads `ids` (at most [`crate::MAX_BATCH_PAGES`]). The returned batch borrows this
+    /// connection's receive buffer and holds the pages in request order.
+    pub fn read_pages(&mut self, ids: &[u64]) -> Result<PageBatch<'_>, ClientError> {
+        self.tx.clear();
+        PageIds::encode_into(&mut self.tx, ids);
+        let kind = self.round_trip(MessageKind::Read)?;
+        if kind != MessageKind::Pages {
+            return Err(self.unexpected(kind));
+        }
+        let batch = match Message::decode(kind, &self.rx) {
+            Ok(Message::Pages { batch }) => batch,
+            _ => unreachable!("validated by round_trip"),
+        };
+        if batch.len() != ids.len() || batch.iter().zip(ids).any(|((got, _), want)| got != *want) {
+            return Err(ClientError::Transport {
+                endpoint: self.endpoint.clone(),
+                source: ProtoError::Malformed {
+                    kind,
+                    why: "reply pages do not match the pages requested".into(),
+                },
+            });
+        }
+        Ok(batch)
+    }
+
+    /// Gives access to the send buffer to build a write batch in place with
+    /// [`PageBatch::begin`] and [`PageBatch::push`]/[`PageBatch::push_slot`], avoiding a copy.
+    pub fn write_buffer(&mut self) -> &mut Vec<u8> {
+        &mut self.tx
+    }
+
+    /// Sends the write batch built in [`Connection::write_buffer`]. All or nothing: on
+    /// [`ErrorCode::Full`] the memnode stored none of it.
+    pub fn write_built_batch(&mut self) -> Result<(), ClientError> {
+        let kind = self.round_trip(MessageKind::Write)?;
+        self.expect_ack(kind)
+    }
+
+    /// Stores `pages` (`(id, 4096-byte data)` pairs, at most [`crate::MAX_BATCH_PAGES`]).
+    pub fn write_pages<'p>(
+        &mut self,
+        pages: impl IntoIterator<Item = (u64, &'p [u8])>,
+    ) -> Result<(), ClientError> {
+        PageBatch::begin(&mut self.tx);
+        for (id, data) in pages {
+            PageBatch::push(&mut self.tx, id, data);
+        }
+        self.write_built_batch()
+    }
+
+    /// Releases page ranges `(first, count)` on the memnode.
+    pub fn free(&mut self, ranges: &[(u64, u32)]) -> Result<(), ClientError> {
+        self.tx.clear();
+        PageRanges::encode_into(&mut self.tx, ranges);
+        let kind = self.round_trip(MessageKind::Free)?;
+        self.expect_ack(kind)
+    }
+
+    /// A liveness round trip.
+    pub fn ping(&mut self) -> Result<(), ClientError> {
+        self.tx.clear();
+        match self.round_trip(MessageKind::Ping)? {
+            MessageKind::Pong => Ok(()),
+            k => Err(self.unexpected(k)),
+        }
+    }
+
+    /// The memnode's metrics as JSON text.
+    pub fn stats(&mut self) -> Result<String, ClientError> {
+        self.tx.clear();
+        let kind = self.round_trip(MessageKind::StatsRequest)?;
+        match Message::decode(kind, &self.rx) {
+            Ok(Message::Stats { json }) => Ok(json.to_string()),
+            _ => Err(self.unexpected(kind)),
+        }
+    }
+
+    /// Ends the whole session: the memnode releases every page it holds for it.
+    pub fn goodbye(mut self) -> Result<(), ClientError> {
+        self.tx.clear();
+        let kind = self.round_trip(MessageKind::Goodbye)?;
+        self.expect_ack(kind)
+    }
+
+    fn expect_ack(&self, kind: MessageKind) -> Result<(), ClientError> {
+        if kind == MessageKind::Ack {
+            Ok(())
+        } else {
+            Err(self.unexpected(kind))
+        }
+    }
+
+    /// A handle that can shut this connection down from another thread.
+    pub fn shutdown_handle(&self) -> io::Result<Stream> {
+        Ok(match &self.stream {
+            Stream::Tcp(s) => Stream::Tcp(s.try_clone()?),
+            Stream::Unix(s) => Stream::Unix(s.try_clone()?),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_parse() {
+        assert_eq!(
+            "127.0.0.1:7000".parse::<Endpoint>().unwrap(),
+            Endpoint::Tcp("127.0.0.1:7000".into())
+        );
+        assert_eq!(
+            "tcp:localhost:1".parse::<Endpoint>().unwrap(),
+            Endpoint::Tcp("localhost:1".into())
+        );
+        assert_eq!(
+            "unix:/tmp/m.sock".parse::<Endpoint>().unwrap(),
+            Endpoint::Unix("/tmp/m.sock".into())
+        );
+        assert_eq!(
+            "/run/m.sock".parse::<Endpoint>().unwrap(),
+            Endpoint::Unix("/run/m.sock".into())
+        );
+        assert!("nonsense".parse::<Endpoint>().is_err());
+        assert!("host:notaport".parse::<Endpoint>().is_err());
+        assert_eq!(
+            "unix:/x".parse::<Endpoint>().unwrap().to_string(),
+            "unix:/x"
+        );
+    }
+}

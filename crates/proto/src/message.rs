@@ -1,0 +1,700 @@
+//! Message kinds and their payload encodings.
+//!
+//! Decoding borrows from the payload buffer: page data is never copied on the way in, so a handler
+//! can install a page straight from the receive buffer.
+
+use std::io::Write;
+
+use crate::auth::{Nonce, Proof, NONCE_LEN, PROOF_LEN};
+use crate::frame::write_frame;
+use crate::{ProtoError, MAX_BATCH_PAGES, MAX_FREE_RANGES, MAX_TEXT_LEN, PAGE_SIZE};
+
+/// Length of the per-session attach key handed out in `Welcome`.
+pub const SESSION_KEY_LEN: usize = 16;
+/// A random key that, with the session id, lets further connections attach to a session.
+pub type SessionKey = [u8; SESSION_KEY_LEN];
+
+/// The kind byte of a frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum MessageKind {
+    /// Server → client, first frame on every connection: the server's nonce.
+    Challenge = 1,
+    /// Client → server: the client's nonce, the session to create or attach to, and its proof.
+    Auth = 2,
+    /// Server → client: the session id and key, and the server's own proof.
+    Welcome = 3,
+    /// Client → server: read a batch of pages.
+    Read = 4,
+    /// Server → client: the pages asked for, in request order.
+    Pages = 5,
+    /// Client → server: store a batch of pages (all or nothing).
+    Write = 6,
+    /// Server → client: a write, free or goodbye succeeded for `count` items.
+    Ack = 7,
+    /// Client → server: forget page ranges and release their space.
+    Free = 8,
+    /// Client → server: liveness probe.
+    Ping = 9,
+    /// Server → client: answer to `Ping`.
+    Pong = 10,
+    /// Client → server: ask for the server's metrics.
+    StatsRequest = 11,
+    /// Server → client: metrics as JSON text.
+    Stats = 12,
+    /// Client → server: end the session now and release all its pages.
+    Goodbye = 13,
+    /// Server → client: the request failed.
+    Error = 14,
+}
+
+impl MessageKind {
+    /// Maps a wire byte to a kind, if it is one this version knows.
+    pub fn from_u8(b: u8) -> Option<Self> {
+        use MessageKind::*;
+        Some(match b {
+            1 => Challenge,
+            2 => Auth,
+            3 => Welcome,
+            4 => Read,
+            5 => Pages,
+            6 => Write,
+            7 => Ack,
+            8 => Free,
+            9 => Ping,
+            10 => Pong,
+            11 => StatsRequest,
+            12 => Stats,
+            13 => Goodbye,
+            14 => Error,
+            _ => return None,
+        })
+    }
+}
+
+/// Why the server refused a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u16)]
+pub enum ErrorCode {
+    /// The client's proof did not match the shared token (or it named an unknown session).
+    AuthFailed = 1,
+    /// A page asked for is not stored in this session.
+    NotFound = 2,
+    /// The write does not fit in the server's remaining capacity; nothing was stored.
+    Full = 3,
+    /// The request was malformed or not allowed in this state.
+    BadRequest = 4,
+    /// The server is shutting down.
+    ShuttingDown = 5,
+    /// Any other server-side failure.
+    Internal = 6,
+}
+
+impl ErrorCode {
+    fn from_u16(v: u16) -> Option<Self> {
+        use ErrorCode::*;
+        Some(match v {
+            1 => AuthFailed,
+            2 => NotFound,
+            3 => Full,
+            4 => BadRequest,
+            5 => ShuttingDown,
+            6 => Internal,
+            _ => return None,
+        })
+    }
+}
+
+/// One decoded message. Variable-length parts borrow from the payload buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Message<'a> {
+    /// See [`MessageKind::Challenge`].
+    Challenge {
+        /// The server's fresh random nonce.
+        nonce: Nonce,
+    },
+    /// See [`MessageKind::Auth`].
+    Auth {
+        /// The client's fresh random nonce.
+        client_nonce: Nonce,
+        /// Zero to create a new session, else the session to attach this connection to.
+        session_id: u64,
+        /// The session's attach key (zero when creating a session).
+        session_key: SessionKey,
+        /// HMAC proof that the client holds the token, see [`crate::client_proof`].
+        proof: Proof,
+        /// A human-readable client name for logs and stats.
+        client_name: &'a str,
+    },
+    /// See [`MessageKind::Welcome`].
+    Welcome {
+        /// The session this connection belongs to.
+        session_id: u64,
+        /// The key further connections present to attach to it.
+        session_key: SessionKey,
+        /// HMAC proof that the server holds the token, see [`crate::server_proof`].
+        proof: Proof,
+        /// The server's total capacity in pages.
+        capacity_pages: u64,
+        /// How long the session outlives its last connection, in milliseconds.
+        lease_ms: u64,
+    },
+    /// See [`MessageKind::Read`].
+    Read {
+        /// The page ids to read.
+        pages: PageIds<'a>,
+    },
+    /// See [`MessageKind::Pages`].
+    Pages {
+        /// The pages read, in request order.
+        batch: PageBatch<'a>,
+    },
+    /// See [`MessageKind::Write`].
+    Write {
+        /// The pages to store.
+        batch: PageBatch<'a>,
+    },
+    /// See [`MessageKind::Ack`].
+    Ack {
+        /// How many items the acknowledged request covered.
+        count: u32,
+    },
+    /// See [`MessageKind::Free`].
+    Free {
+        /// The page ranges to release.
+        ranges: PageRanges<'a>,
+    },
+    /// See [`MessageKind::Ping`].
+    Ping,
+    /// See [`MessageKind::Pong`].
+    Pong,
+    /// See [`MessageKind::StatsRequest`].
+    StatsRequest,
+    /// See [`MessageKind::Stats`].
+    Stats {
+        /// The server's metrics as a JSON document.
+        json: &'a str,
+    },
+    /// See [`MessageKind::Goodbye`].
+    Goodbye,
+    /// See [`MessageKind::Error`].
+    Error {
+        /// The machine-readable reason.
+        code: ErrorCode,
+        /// A human-readable explanation.
+        message: &'a str,
+    },
+}
+
+impl<'a> Message<'a> {
+    /// The frame kind this message travels as.
+    pub fn kind(&self) -> MessageKind {
+        match self {
+            Message::Challenge { .. } => MessageKind::Challenge,
+            Message::Auth { .. } => MessageKind::Auth,
+            Message::Welcome { .. } => MessageKind::Welcome,
+            Message::Read { .. } => MessageKind::Read,
+            Message::Pages { .. } => MessageKind::Pages,
+            Message::Write { .. } => MessageKind::Write,
+            Message::Ack { .. } => MessageKind::Ack,
+            Message::Free { .. } => MessageKind::Free,
+            Message::Ping => MessageKind::Ping,
+            Message::Pong => MessageKind::Pong,
+            Message::StatsRequest => MessageKind::StatsRequest,
+            Message::Stats { .. } => MessageKind::Stats,
+            Message::Goodbye => MessageKind::Goodbye,
+            Message::Error { .. } => MessageKind::Error,
+        }
+    }
+
+    /// Appends this message's payload encoding to `out`.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        match *self {
+            Message::Challenge { nonce } => out.extend_from_slice(&nonce),
+            Message::Auth {
+                client_nonce,
+                session_id,
+                session_key,
+                proof,
+                client_name,
+            } => {
+                out.extend_from_slice(&client_nonce);
+                out.extend_from_slice(&session_id.to_le_bytes());
+                out.extend_from_slice(&session_key);
+                out.extend_from_slice(&proof);
+                put_text(out, client_name);
+            }
+            Message::Welcome {
+                session_id,
+                session_key,
+                proof,
+                capacity_pages,
+                lease_ms,
+            } => {
+                out.extend_from_slice(&session_id.to_le_bytes());
+                out.extend_from_slice(&session_key);
+                out.extend_from_slice(&proof);
+                out.extend_from_slice(&capacity_pages.to_le_bytes());
+                out.extend_from_slice(&lease_ms.to_le_bytes());
+            }
+            Message::Read { pages } => out.extend_from_slice(pages.raw),
+            Message::Pages { batch } | Message::Write { batch } => out.extend_from_slice(batch.raw),
+            Message::Ack { count } => out.extend_from_slice(&count.to_le_bytes()),
+            Message::Free { ranges } => out.extend_from_slice(ranges.raw),
+            Message::Ping | Message::Pong | Message::StatsRequest | Message::Goodbye => {}
+            Message::Stats { json } => put_text(out, json),
+            Message::Error { code, message } => {
+                out.extend_from_slice(&(code as u16).to_le_bytes());
+                put_text(out, message);
+            }
+        }
+    }
+
+    /// Decodes a payload of the given kind, checking every count and length.
+    pub fn decode(kind: MessageKind, payload: &'a [u8]) -> Result<Self, ProtoError> {
+        let mut c = Cursor {
+            kind,
+            buf: payload,
+            pos: 0,
+        };
+        let msg = match kind {
+            MessageKind::Challenge => Message::Challenge {
+                nonce: c.array::<NONCE_LEN>()?,
+            },
+            MessageKind::Auth => Message::Auth {
+                client_nonce: c.array::<NONCE_LEN>()?,
+                session_id: c.u64()?,
+                session_key: c.array::<SESSION_KEY_LEN>()?,
+                proof: c.array::<PROOF_LEN>()?,
+                client_name: c.text()?,
+            },
+            MessageKind::Welcome => Message::Welcome {
+                session_id: c.u64()?,
+                session_key: c.array::<SESSION_KEY_LEN>()?,
+                proof: c.array::<PROOF_LEN>()?,
+                capacity_pages: c.u64()?,
+                lease_ms: c.u64()?,
+            },
+            MessageKind::Read => Message::Read {
+                pages: PageIds {
+                    raw: c.counted(8, MAX_BATCH_PAGES)?,
+                },
+            },
+            MessageKind::Pages => Message::Pages {
+                batch: PageBatch {
+                    raw: c.counted(8 + PAGE_SIZE, MAX_BATCH_PAGES)?,
+                },
+            },
+            MessageKind::Write => Message::Write {
+                batch: PageBatch {
+                    raw: c.counted(8 + PAGE_SIZE, MAX_BATCH_PAGES)?,
+                },
+            },
+            MessageKind::Ack => Message::Ack { count: c.u32()? },
+            MessageKind::Free => Message::Free {
+                ranges: PageRanges {
+                    raw: c.counted(12, MAX_FREE_RANGES)?,
+                },
+            },
+            MessageKind::Ping => Message::Ping,
+            MessageKind::Pong => Message::Pong,
+            MessageKind::StatsRequest => Message::StatsRequest,
+            MessageKind::Stats => Message::Stats { json: c.text()? },
+            MessageKind::Goodbye => Message::Goodbye,
+            MessageKind::Error => {
+                let raw = c.u16()?;
+                let code = ErrorCode::from_u16(raw)
+                    .ok_or_else(|| c.malformed(format!("unknown error code {raw}")))?;
+                Message::Error {
+                    code,
+                    message: c.text()?,
+                }
+            }
+        };
+        c.finish()?;
+        Ok(msg)
+    }
+
+    /// Encodes this message into `scratch` and writes it as one frame.
+    pub fn send(
+        &self,
+        w: &mut impl Write,
+        req_id: u32,
+        scratch: &mut Vec<u8>,
+    ) -> Result<(), ProtoError> {
+        scratch.clear();
+        self.encode(scratch);
+        write_frame(w, self.kind(), req_id, scratch)
+    }
+}
+
+fn put_text(out: &mut Vec<u8>, s: &str) {
+    // Texts longer than the bound are cut at a character boundary rather than refused: they are
+    // only ever diagnostics, and a reply must never become undecodable because of its message.
+    let mut end = s.len().min(MAX_TEXT_LEN);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    out.extend_from_slice(&(end as u32).to_le_bytes());
+    out.extend_from_slice(&s.as_bytes()[..end]);
+}
+
+/// A list of page ids as it lies in a payload: `u32 count` then `count` little-endian `u64`s.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PageIds<'a> {
+    raw: &'a [u8],
+}
+
+impl<'a> PageIds<'a> {
+    /// Appends the encoding of `ids` to `out`. Panics if there are more than [`MAX_BATCH_PAGES`].
+    pub fn encode_into(out: &mut Vec<u8>, ids: &[u64]) {
+        assert!(ids.len() <= MAX_BATCH_PAGES, "read batch too large");
+        out.extend_from_slice(&(ids.len() as u32).to_le_bytes());
+        for id in ids {
+            out.extend_from_slice(&id.to_le_bytes());
+        }
+    }
+
+    /// Wraps an encoding produced by [`PageIds::encode_into`] (for building a `Message::Read`).
+    pub fn from_encoded(raw: &'a [u8]) -> Self {
+        PageIds { raw }
+    }
+
+    /// Number of ids.
+    pub fn len(&self) -> usize {
+        (self.raw.len() - 4) / 8
+    }
+
+    /// Whether the list is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The ids in order.
+    pub fn iter(&self) -> impl Iterator<Item = u64> + 'a {
+        self.raw[4..]
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+    }
+}
+
+/// A batch of `(page id, page data)` pairs: `u32 count` then `count` × (`u64` id, 4096 bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PageBatch<'a> {
+    raw: &'a [u8],
+}
+
+impl<'a> PageBatch<'a> {
+    /// Starts a batch encoding in `out` (clearing it); add pages with [`PageBatch::push`].
+    pub fn begin(out: &mut Vec<u8>) {
+        out.clear();
+        out.extend_from_slice(&0u32.to_le_bytes());
+    }
+
+    /// Appends one page to a batch started with [`PageBatch::begin`].
+    /// Panics if `data` is not one page or the batch is already full.
+    pub fn push(out: &mut Vec<u8>, id: u64, data: &[u8]) {
+        assert_eq!(data.len(), PAGE_SIZE, "a batch entry must be exactly one page");
+        let count = u32::from_le_bytes(out[0..4].try_into().expect("begun batch")) as usize;
+        assert!(count < MAX_BATCH_PAGES, "page batch too large");
+        out[0..4].copy_from_slice(&(count as u32 + 1).to_le_bytes());
+        out.extend_from_slice(&id.to_le_bytes());
+        out.extend_from_slice(data);
+    }
+
+    /// Appends one page to a begun batch and returns its (zeroed) data slot to fill in place.
+    pub fn push_slot(out: &mut Vec<u8>, id: u64) -> &mut [u8] {
+        let count = u32::from_le_bytes(out[0..4].try_into().expect("begun batch")) as usize;
+        assert!(count < MAX_BATCH_PAGES, "page batch too large");
+        out[0..4].copy_from_slice(&(count as u32 + 1).to_le_bytes());
+        out.extend_from_slice(&id.to_le_bytes());
+        let start = out.len();
+        out.resize(start + PAGE_SIZE, 0);
+        &mut out[start..]
+    }
+
+    /// Wraps an encoding produced by [`PageBatch::begin`]/[`PageBatch::push`].
+    pub fn from_encoded(raw: &'a [u8]) -> Self {
+        PageBatch { raw }
+    }
+
+    /// Number of pages.
+    pub fn len(&self) -> usize {
+        (self.raw.len() - 4) / (8 + PAGE_SIZE)
+    }
+
+    /// Whether the batch is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The `i`-th entry.
+    pub fn get(&self, i: usize) -> (u64, &'a [u8]) {
+        let off = 4 + i * (8 + PAGE_SIZE);
+        let id = u64::from_le_bytes(self.raw[off..off + 8].try_into().expect("8 bytes"));
+        (id, &self.raw[off + 8..off + 8 + PAGE_SIZE])
+    }
+
+    /// The entries in order.
+    pub fn iter(&self) -> impl Iterator<Item = (u64, &'a [u8])> + 'a {
+        self.raw[4..].chunks_exact(8 + PAGE_SIZE).map(|c| {
+            (
+                u64::from_le_bytes(c[..8].try_into().expect("8 bytes")),
+                &c[8..],
+            )
+        })
+    }
+}
+
+/// Page ranges to free: `u32 count` then `count` × (`u64` first page, `u32` page count).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PageRanges<'a> {
+    raw: &'a [u8],
+}
+
+impl<'a> PageRanges<'a> {
+    /// Appends the encoding of `ranges` to `out`. Panics if there are more than [`MAX_FREE_RANGES`].
+    pub fn encode_into(out: &mut Vec<u8>, ranges: &[(u64, u32)]) {
+        assert!(ranges.len() <= MAX_FREE_RANGES, "too many free ranges");
+        out.extend_from_slice(&(ranges.len() as u32).to_le_bytes());
+        for (start, count) in ranges {
+            out.extend_from_slice(&start.to_le_bytes());
+            out.extend_from_slice(&count.to_le_bytes());
+        }
+    }
+
+    /// Wraps an encoding produced by [`PageRanges::encode_into`].
+    pub fn from_encoded(raw: &'a [u8]) -> Self {
+        PageRanges { raw }
+    }
+
+    /// Number of ranges.
+    pub fn len(&self) -> usize {
+        (self.raw.len() - 4) / 12
+    }
+
+    /// Whether there are no ranges.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The `(first page, page count)` ranges in order.
+    pub fn iter(&self) -> impl Iterator<Item = (u64, u32)> + 'a {
+        self.raw[4..].chunks_exact(12).map(|c| {
+            (
+                u64::from_le_bytes(c[..8].try_into().expect("8 bytes")),
+                u32::from_le_bytes(c[8..].try_into().expect("4 bytes")),
+            )
+        })
+    }
+}
+
+/// A bounds-checked reader over one payload.
+struct Cursor<'a> {
+    kind: MessageKind,
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn malformed(&self, why: String) -> ProtoError {
+        ProtoError::Malformed {
+            kind: self.kind,
+            why,
+        }
+    }
+
+    fn take(&mut self, n: usize) -> Result<&'a [u8], ProtoError> {
+        let remaining = self.buf.len() - self.pos;
+        if n > remaining {
+            return Err(self.malformed(format!(
+                "needs {n} more bytes at offset {} but only {remaining} remain",
+                self.pos
+            )));
+        }
+        let s = &self.buf[self.pos..self.pos + n];
+        self.pos += n;
+        Ok(s)
+    }
+
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], ProtoError> {
+        Ok(self.take(N)?.try_into().expect("length checked"))
+    }
+
+    fn u16(&mut self) -> Result<u16, ProtoError> {
+        Ok(u16::from_le_bytes(self.array()?))
+    }
+
+    fn u32(&mut self) -> Result<u32, ProtoError> {
+        Ok(u32::from_le_bytes(self.array()?))
+    }
+
+    fn u64(&mut self) -> Result<u64, ProtoError> {
+        Ok(u64::from_le_bytes(self.array()?))
+    }
+
+    fn text(&mut self) -> Result<&'a str, ProtoError> {
+        let len = self.u32()? as usize;
+        if len > MAX_TEXT_LEN {
+            return Err(self.malformed(format!("text of {len} bytes exceeds {MAX_TEXT_LEN}")));
+        }
+        let bytes = self.take(len)?;
+        std::str::from_utf8(bytes).map_err(|e| self.malformed(format!("text is not UTF-8: {e}")))
+    }
+
+    /// A `u32` count followed by `count` fixed-size items; returns the whole encoding (count
+    /// included) after checking the count against `max` and the bytes actually present.
+    fn counted(&mut self, item: usize, max: usize) -> Result<&'a [u8], ProtoError> {
+        let start = self.pos;
+        let count = self.u32()? as usize;
+        if count > max {
+            return Err(self.malformed(format!("count {count} exceeds the limit of {max}")));
+        }
+        self.take(count * item)?;
+        Ok(&self.buf[start..self.pos])
+    }
+
+    fn finish(&self) -> Result<(), ProtoError> {
+        if self.pos != self.buf.len() {
+            return Err(self.malformed(format!(
+                "{} trailing bytes after the message",
+                self.buf.len() - self.pos
+            )));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round_trip(msg: Message<'_>) {
+        let mut buf = Vec::new();
+        msg.encode(&mut buf);
+        let back = Message::decode(msg.kind(), &buf).unwrap();
+        assert_eq!(back, msg);
+    }
+
+    #[test]
+    fn every_kind_round_trips() {
+        let mut ids = Vec::new();
+        PageIds::encode_into(&mut ids, &[1, 2, u64::MAX]);
+        let mut batch = Vec::new();
+        PageBatch::begin(&mut batch);
+        PageBatch::push(&mut batch, 5, &[7u8; PAGE_SIZE]);
+        PageBatch::push_slot(&mut batch, 6).fill(9);
+        let mut ranges = Vec::new();
+        PageRanges::encode_into(&mut ranges, &[(0, 10), (100, 1)]);
+        for msg in [
+            Message::Challenge { nonce: [3; 32] },
+            Message::Auth {
+                client_nonce: [1; 32],
+                session_id: 42,
+                session_key: [2; 16],
+                proof: [4; 32],
+                client_name: "pager@host",
+            },
+            Message::Welcome {
+                session_id: 42,
+                session_key: [2; 16],
+                proof: [5; 32],
+                capacity_pages: 1 << 20,
+                lease_ms: 30_000,
+            },
+            Message::Read {
+                pages: PageIds::from_encoded(&ids),
+            },
+            Message::Pages {
+                batch: PageBatch::from_encoded(&batch),
+            },
+            Message::Write {
+                batch: PageBatch::from_encoded(&batch),
+            },
+            Message::Ack { count: 3 },
+            Message::Free {
+                ranges: PageRanges::from_encoded(&ranges),
+            },
+            Message::Ping,
+            Message::Pong,
+            Message::StatsRequest,
+            Message::Stats { json: "{\"a\":1}" },
+            Message::Goodbye,
+            Message::Error {
+                code: ErrorCode::Full,
+                message: "memnode full",
+            },
+        ] {
+            round_trip(msg);
+        }
+        let b = PageBatch::from_encoded(&batch);
+        assert_eq!(b.len(), 2);
+        assert_eq!(b.get(1).0, 6);
+        assert!(b.get(1).1.iter().all(|&x| x == 9));
+        let ids = PageIds::from_encoded(&ids);
+        assert_eq!(ids.iter().collect::<Vec<_>>(), vec![1, 2, u64::MAX]);
+    }
+
+    #[test]
+    fn counts_beyond_bounds_are_rejected_before_reading() {
+        let mut p = Vec::new();
+        p.extend_from_slice(&(MAX_BATCH_PAGES as u32 + 1).to_le_bytes());
+        let err = Message::decode(MessageKind::Read, &p).unwrap_err();
+        assert!(err.to_string().contains("exceeds the limit"), "{err}");
+        let err = Message::decode(MessageKind::Write, &p).unwrap_err();
+        assert!(err.to_string().contains("exceeds the limit"), "{err}");
+    }
+
+    #[test]
+    fn counts_larger_than_payload_are_rejected() {
+        let mut p = Vec::new();
+        p.extend_from_slice(&3u32.to_le_bytes());
+        p.extend_from_slice(&1u64.to_le_bytes());
+        let err = Message::decode(MessageKind::Read, &p).unwrap_err();
+        assert!(err.to_string().contains("more bytes"), "{err}");
+    }
+
+    #[test]
+    fn trailing_bytes_and_bad_text_are_rejected() {
+        let err = Message::decode(MessageKind::Ping, &[0]).unwrap_err();
+        assert!(err.to_string().contains("trailing"), "{err}");
+        let mut p = Vec::new();
+        p.extend_from_slice(&2u32.to_le_bytes());
+        p.extend_from_slice(&[0xff, 0xfe]);
+        let err = Message::decode(MessageKind::Stats, &p).unwrap_err();
+        assert!(err.to_string().contains("UTF-8"), "{err}");
+        let mut p = Vec::new();
+        p.extend_from_slice(&(MAX_TEXT_LEN as u32 + 1).to_le_bytes());
+        let err = Message::decode(MessageKind::Stats, &p).unwrap_err();
+        assert!(err.to_string().contains("exceeds"), "{err}");
+        let err = Message::decode(MessageKind::Error, &[99, 0, 0, 0, 0, 0]).unwrap_err();
+        assert!(err.to_string().contains("unknown error code"), "{err}");
+    }
+
+    /// Deterministic garbage and mutations of valid frames must never panic the decoder.
+    #[test]
+    fn decoder_survives_garbage() {
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let mut valid = Vec::new();
+        PageBatch::begin(&mut valid);
+        PageBatch::push(&mut valid, 1, &[1u8; PAGE_SIZE]);
+        for _ in 0..20_000 {
+            let kind = MessageKind::from_u8((next() % 14 + 1) as u8).unwrap();
+            let len = (next() % 64) as usize;
+            let mut payload: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+            if next() % 2 == 0 {
+                payload = valid.clone();
+                let i = (next() as usize) % payload.len();
+                payload[i] ^= next() as u8 | 1;
+                payload.truncate((next() as usize) % (payload.len() + 1));
+            }
+            let _ = Message::decode(kind, &payload);
+        }
+    }
+}
