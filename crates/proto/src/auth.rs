@@ -79,7 +79,10 @@ pub fn server_proof(
 
 /// Compares two proofs in constant time.
 pub fn proofs_equal(a: &Proof, b: &Proof) -> bool {
-    a.iter().zip(b.iter()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    a.iter()
+        .zip(b.iter())
+        .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+        == 0
 }
 
 /// Fills `N` bytes from the operating system's random source.
@@ -160,7 +163,10 @@ mod tests {
     fn proofs_depend_on_every_input() {
         let t = [1u8; 32];
         let base = client_proof(&t, &[2; 32], &[3; 32], 4, &[5; 16]);
-        assert_ne!(base, client_proof(&[9; 32], &[2; 32], &[3; 32], 4, &[5; 16]));
+        assert_ne!(
+            base,
+            client_proof(&[9; 32], &[2; 32], &[3; 32], 4, &[5; 16])
+        );
         assert_ne!(base, client_proof(&t, &[9; 32], &[3; 32], 4, &[5; 16]));
         assert_ne!(base, client_proof(&t, &[2; 32], &[9; 32], 4, &[5; 16]));
         assert_ne!(base, client_proof(&t, &[2; 32], &[3; 32], 9, &[5; 16]));

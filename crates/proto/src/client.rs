@@ -70,7 +70,8 @@ impl Stream {
     pub fn connect(endpoint: &Endpoint, timeout: Duration) -> io::Result<Stream> {
         match endpoint {
             Endpoint::Tcp(addr) => {
-                let mut last = io::Error::new(io::ErrorKind::NotFound, "address resolved to nothing");
+                let mut last =
+                    io::Error::new(io::ErrorKind::NotFound, "address resolved to nothing");
                 for sa in addr.to_socket_addrs()? {
                     match TcpStream::connect_timeout(&sa, timeout) {
                         Ok(s) => {
@@ -257,11 +258,12 @@ impl Connection {
         attach: Option<(u64, SessionKey)>,
         opts: &ConnectOptions,
     ) -> Result<Connection, ClientError> {
-        let stream =
-            Stream::connect(endpoint, opts.connect_timeout).map_err(|source| ClientError::Connect {
+        let stream = Stream::connect(endpoint, opts.connect_timeout).map_err(|source| {
+            ClientError::Connect {
                 endpoint: endpoint.clone(),
                 source,
-            })?;
+            }
+        })?;
         let transport = |source: ProtoError| ClientError::Transport {
             endpoint: endpoint.clone(),
             source,
@@ -298,7 +300,13 @@ impl Connection {
             client_nonce,
             session_id,
             session_key,
-            proof: client_proof(token, &server_nonce, &client_nonce, session_id, &session_key),
+            proof: client_proof(
+                token,
+                &server_nonce,
+                &client_nonce,
+                session_id,
+                &session_key,
+            ),
             client_name: &opts.client_name,
         };
         auth.send(&mut conn.stream, 0, &mut conn.tx)

@@ -144,16 +144,28 @@ mod tests {
         .encode();
         let mut b = good;
         b[0] = 0;
-        assert!(matches!(FrameHeader::decode(&b), Err(ProtoError::BadMagic(_))));
+        assert!(matches!(
+            FrameHeader::decode(&b),
+            Err(ProtoError::BadMagic(_))
+        ));
         let mut b = good;
         b[2] = 99;
-        assert!(matches!(FrameHeader::decode(&b), Err(ProtoError::BadVersion(99))));
+        assert!(matches!(
+            FrameHeader::decode(&b),
+            Err(ProtoError::BadVersion(99))
+        ));
         let mut b = good;
         b[3] = 250;
-        assert!(matches!(FrameHeader::decode(&b), Err(ProtoError::UnknownKind(250))));
+        assert!(matches!(
+            FrameHeader::decode(&b),
+            Err(ProtoError::UnknownKind(250))
+        ));
         let mut b = good;
         b[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
-        assert!(matches!(FrameHeader::decode(&b), Err(ProtoError::Oversized(_))));
+        assert!(matches!(
+            FrameHeader::decode(&b),
+            Err(ProtoError::Oversized(_))
+        ));
     }
 
     #[test]

@@ -394,7 +394,11 @@ impl<'a> PageBatch<'a> {
     /// Appends one page to a batch started with [`PageBatch::begin`].
     /// Panics if `data` is not one page or the batch is already full.
     pub fn push(out: &mut Vec<u8>, id: u64, data: &[u8]) {
-        assert_eq!(data.len(), PAGE_SIZE, "a batch entry must be exactly one page");
+        assert_eq!(
+            data.len(),
+            PAGE_SIZE,
+            "a batch entry must be exactly one page"
+        );
         let count = u32::from_le_bytes(out[0..4].try_into().expect("begun batch")) as usize;
         assert!(count < MAX_BATCH_PAGES, "page batch too large");
         out[0..4].copy_from_slice(&(count as u32 + 1).to_le_bytes());

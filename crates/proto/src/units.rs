@@ -17,7 +17,11 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         "m" | "mb" | "mib" => 1 << 20,
         "g" | "gb" | "gib" => 1 << 30,
         "t" | "tb" | "tib" => 1 << 40,
-        other => return Err(format!("`{s}`: unknown size unit `{other}` (use K, M, G or T)")),
+        other => {
+            return Err(format!(
+                "`{s}`: unknown size unit `{other}` (use K, M, G or T)"
+            ))
+        }
     };
     let value: f64 = num
         .parse()
