@@ -1,0 +1,63 @@
+//! gleaner's paging engine.
+//!
+//! A [`Region`] is a range of virtual memory of any size whose pages live partly in local RAM
+//! (at most the *local budget*) and partly on a memory node. Pages are brought in on fault through
+//! userfaultfd, by handler threads that never touch the region's memory themselves, and pushed out
+//! by an evictor thread when the budget fills. See `docs/architecture.md` for the design and the
+//! page state machine in `state.rs` for the concurrency rules.
+//!
+//! ```no_run
+//! use gleaner_pager::{Region, RegionConfig};
+//! let region = Region::new(RegionConfig::new(1 << 30, 64 << 20)).unwrap();
+//! let p = region.as_ptr();
+//! // SAFETY: the region is 1 GiB of readable, writable memory for as long as `region` lives.
+//! unsafe { p.add(12345).write(7) };
+//! println!("{}", region.stats_json());
+//! ```
+#![deny(missing_docs)]
+
+mod config;
+mod embedded;
+mod evict;
+mod fatal;
+mod fault;
+mod link;
+mod mapping;
+pub mod policy;
+mod region;
+mod state;
+mod stats;
+
+pub use config::{MemnodeTarget, RegionConfig, MIN_BUDGET_BATCHES};
+pub use embedded::EmbeddedMemnode;
+pub use fatal::FATAL_EXIT_CODE;
+pub use region::Region;
+pub use stats::{EvictionStats, FaultStats, LatencySummary, RegionStats};
+
+/// The page size gleaner manages (the base page size of x86-64 and most arm64 kernels).
+pub const PAGE_SIZE: usize = gleaner_proto::PAGE_SIZE;
+
+/// Why a region could not be created.
+#[derive(Debug, thiserror::Error)]
+pub enum PagerError {
+    /// The configuration cannot work (for example a budget too small to make progress).
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// userfaultfd is unavailable or not permitted.
+    #[error(transparent)]
+    Uffd(#[from] gleaner_uffd::UffdError),
+    /// The memnode could not be reached or refused us.
+    #[error(transparent)]
+    Memnode(#[from] gleaner_proto::ClientError),
+    /// The embedded memnode could not be started.
+    #[error("cannot start the embedded memnode: {0}")]
+    Embedded(String),
+    /// A system call failed.
+    #[error("{op} failed: {source}")]
+    Os {
+        /// What was attempted.
+        op: &'static str,
+        /// The operating system's reason.
+        source: std::io::Error,
+    },
+}

@@ -528,7 +528,7 @@ impl Uffd {
     }
 
     /// Sets (`protect`) or clears write protection on `[start, start+len)`. Clearing wakes the
-    /// threads blocked on write-protect faults there unless `wake` is false.
+    /// threads blocked on write-protect faults there unless `wake` is false; setting never wakes.
     pub fn write_protect(
         &self,
         start: usize,
@@ -542,14 +542,12 @@ impl Uffd {
                     start: start as u64,
                     len: len as u64,
                 },
-                mode: if protect {
-                    sys::UFFDIO_WRITEPROTECT_MODE_WP
-                } else {
-                    0
-                } | if wake {
-                    0
-                } else {
-                    sys::UFFDIO_WRITEPROTECT_MODE_DONTWAKE
+                // The kernel refuses WP together with DONTWAKE (EINVAL); setting protection
+                // wakes nobody anyway, so `wake` only matters when lifting it.
+                mode: match (protect, wake) {
+                    (true, _) => sys::UFFDIO_WRITEPROTECT_MODE_WP,
+                    (false, true) => 0,
+                    (false, false) => sys::UFFDIO_WRITEPROTECT_MODE_DONTWAKE,
                 },
             };
             match self.ioctl(sys::UFFDIO_WRITEPROTECT, &mut w) {

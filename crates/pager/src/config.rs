@@ -1,0 +1,141 @@
+//! Region configuration: every knob has a name and a default.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use gleaner_proto::Endpoint;
+
+use crate::{PagerError, PAGE_SIZE};
+
+/// The smallest budget, in eviction batches, with which the engine can always make progress:
+/// one batch being evicted, one batch of headroom being refilled, and room for in-flight faults.
+pub const MIN_BUDGET_BATCHES: usize = 4;
+
+/// Which memnode a region keeps its evicted pages on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MemnodeTarget {
+    /// Start a private memnode child process on a Unix socket (stopped when the region drops).
+    Embedded,
+    /// Start a private memnode child process on TCP loopback.
+    EmbeddedTcp,
+    /// Use a running memnode.
+    Remote {
+        /// Its address.
+        endpoint: Endpoint,
+        /// The token file (default: `gleaner_proto::units::default_token_path()`).
+        token_file: Option<PathBuf>,
+    },
+}
+
+/// How to build a [`crate::Region`].
+#[derive(Debug, Clone)]
+pub struct RegionConfig {
+    /// Region size in bytes (rounded up to whole pages).
+    pub size: usize,
+    /// Local budget in bytes: at most this much of the region is resident at once.
+    pub local_budget: usize,
+    /// Where evicted pages go.
+    pub memnode: MemnodeTarget,
+    /// Fault-handler threads (each with its own memnode connection). Default 2.
+    pub handler_threads: usize,
+    /// Pages per eviction batch. Default 32.
+    pub evict_batch: usize,
+    /// Accept a user-mode-only userfaultfd (kernel-mode accesses such as `read(2)` into the region
+    /// then fail with `EFAULT`). Default false: such a setup is refused with an error naming the fixes.
+    pub allow_user_mode_only: bool,
+    /// If set, the region's stats are written here as JSON when it is dropped.
+    pub stats_path: Option<PathBuf>,
+    /// How long to wait for a memnode reply before declaring it dead. Default 30 s.
+    pub reply_timeout: Duration,
+    /// When the memnode is full, how far past the budget (in bytes) the region may grow, keeping
+    /// pages locally, before it stops the program. Default: a quarter of the budget.
+    pub full_overflow: Option<usize>,
+}
+
+impl RegionConfig {
+    /// A region of `size` bytes with `local_budget` bytes resident at most, on an embedded memnode.
+    pub fn new(size: usize, local_budget: usize) -> RegionConfig {
+        RegionConfig {
+            size,
+            local_budget,
+            memnode: MemnodeTarget::Embedded,
+            handler_threads: 2,
+            evict_batch: 32,
+            allow_user_mode_only: false,
+            stats_path: None,
+            reply_timeout: Duration::from_secs(30),
+            full_overflow: None,
+        }
+    }
+
+    /// Uses the memnode at `endpoint` with the token in `token_file` (None: the default file).
+    pub fn with_memnode(mut self, endpoint: Endpoint, token_file: Option<PathBuf>) -> Self {
+        self.memnode = MemnodeTarget::Remote {
+            endpoint,
+            token_file,
+        };
+        self
+    }
+
+    /// Checks the configuration without creating anything.
+    pub fn validate_only(&self) -> Result<(), PagerError> {
+        self.validate().map(|_| ())
+    }
+
+    /// Checks the configuration and returns `(pages, budget_pages)`.
+    pub(crate) fn validate(&self) -> Result<(usize, usize), PagerError> {
+        if self.size == 0 {
+            return Err(PagerError::Config("region size must be above zero".into()));
+        }
+        if self.handler_threads == 0 || self.handler_threads > 64 {
+            return Err(PagerError::Config(format!(
+                "handler_threads must be between 1 and 64, not {}",
+                self.handler_threads
+            )));
+        }
+        if self.evict_batch == 0 || self.evict_batch > gleaner_proto::MAX_BATCH_PAGES {
+            return Err(PagerError::Config(format!(
+                "evict_batch must be between 1 and {} pages, not {}",
+                gleaner_proto::MAX_BATCH_PAGES,
+                self.evict_batch
+            )));
+        }
+        let pages = self.size.div_ceil(PAGE_SIZE);
+        let budget = self.local_budget / PAGE_SIZE;
+        let min = self.min_budget_pages();
+        if budget < min {
+            return Err(PagerError::Config(format!(
+                "local budget of {} is too small to make progress: at least {} ({} pages: {} \
+                 eviction batches of {} pages, plus one page per handler thread) is needed",
+                gleaner_proto::units::format_size(self.local_budget as u64),
+                gleaner_proto::units::format_size((min * PAGE_SIZE) as u64),
+                min,
+                MIN_BUDGET_BATCHES,
+                self.evict_batch
+            )));
+        }
+        Ok((pages, budget.min(pages.max(min))))
+    }
+
+    /// The smallest workable budget in pages.
+    pub fn min_budget_pages(&self) -> usize {
+        MIN_BUDGET_BATCHES * self.evict_batch + self.handler_threads
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn too_small_budget_is_refused_with_the_minimum_named() {
+        let err = RegionConfig::new(1 << 30, 64 * 1024)
+            .validate()
+            .unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("too small"), "{msg}");
+        assert!(msg.contains("130 pages"), "{msg}");
+        assert!(RegionConfig::new(1 << 30, 1 << 20).validate().is_ok());
+        assert!(RegionConfig::new(0, 1 << 20).validate().is_err());
+    }
+}

@@ -1,0 +1,226 @@
+//! The evictor thread: keeps resident pages under the budget, one batch at a time.
+//!
+//! A batch is made race-free by its order of steps:
+//! 1. claim victims (CLEAN or DIRTY → EVICTING by compare-and-swap);
+//! 2. write-protect the dirty ones (clean ones already are): from here on a write to any victim
+//!    blocks in a write-protect fault instead of changing the page;
+//! 3. copy the dirty ones out through `/proc/self/mem` (never by dereferencing the region, so this
+//!    thread cannot fault on memory it is responsible for) and send them in one batched write;
+//! 4. only after the memnode acknowledges: drop every victim with one `MADV_DONTNEED` per
+//!    contiguous run, mark them REMOTE, and wake the faults that waited.
+//!
+//! If the memnode refuses the write (full), the batch is undone: pages go back to their
+//! resident states, nothing is dropped, and the region keeps them locally while it can.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use gleaner_proto::{Connection, ErrorCode, PageBatch};
+
+use crate::fatal::fatal;
+use crate::region::Shared;
+use crate::state::PageState;
+use crate::stats::Counters;
+use crate::PAGE_SIZE;
+
+/// The evictor's loop: sleep until the budget runs low, then evict down to the target.
+pub(crate) fn run(shared: Arc<Shared>, mut conn: Connection) {
+    let mem = match File::open("/proc/self/mem") {
+        Ok(f) => f,
+        Err(e) => fatal(&format!("opening /proc/self/mem for the evictor: {e}")),
+    };
+    let mut ev = Evictor {
+        shared: &shared,
+        conn: &mut conn,
+        mem,
+        candidates: Vec::new(),
+        victims: Vec::new(),
+    };
+    while shared.wait_for_eviction_need() {
+        while shared.needs_eviction() && !shared.stopping() {
+            if !ev.evict_batch() {
+                // Nothing could be claimed right now (all candidates busy, or memnode full):
+                // let the other threads move, then look again.
+                shared.wait_evict_progress_or_timeout(std::time::Duration::from_millis(2));
+            }
+        }
+    }
+}
+
+struct Evictor<'a> {
+    shared: &'a Shared,
+    conn: &'a mut Connection,
+    mem: File,
+    candidates: Vec<usize>,
+    /// Claimed victims, sorted by page: (page, was dirty).
+    victims: Vec<(usize, bool)>,
+}
+
+impl Evictor<'_> {
+    /// Evicts one batch. Returns whether any page was evicted.
+    fn evict_batch(&mut self) -> bool {
+        let s = self.shared;
+        let c = &s.counters;
+        self.claim();
+        if self.victims.is_empty() {
+            return false;
+        }
+        let t0 = Instant::now();
+        for (start, len) in runs(self.victims.iter().filter(|v| v.1).map(|v| v.0)) {
+            if let Err(e) = s
+                .uffd
+                .write_protect(s.addr_of(start), len * PAGE_SIZE, true, false)
+            {
+                fatal(&format!("write-protecting pages for eviction: {e}"));
+            }
+        }
+        let t1 = Instant::now();
+        let dirty = self.victims.iter().filter(|v| v.1).count();
+        if dirty > 0 {
+            let buf = self.conn.write_buffer();
+            PageBatch::begin(buf);
+            for &(page, _) in self.victims.iter().filter(|v| v.1) {
+                let slot = PageBatch::push_slot(buf, page as u64);
+                if let Err(e) = self.mem.read_exact_at(slot, s.addr_of(page) as u64) {
+                    fatal(&format!(
+                        "reading page {page} for write-back failed ({e}); it should be resident"
+                    ));
+                }
+            }
+        }
+        let t2 = Instant::now();
+        if dirty > 0 {
+            match self.conn.write_built_batch() {
+                Ok(()) => s.memnode_full.store(false, Ordering::Relaxed),
+                Err(e) if e.server_code() == Some(ErrorCode::Full) => {
+                    self.undo(&e.to_string());
+                    return false;
+                }
+                Err(e) => fatal(&format!(
+                    "writing back {dirty} pages failed: {e}; {} pages held only on the memnode \
+                     are lost",
+                    s.table.census()[PageState::Remote as usize]
+                )),
+            }
+        }
+        let t3 = Instant::now();
+        for (start, len) in runs(self.victims.iter().map(|v| v.0)) {
+            if let Err(e) =
+                s.mapping
+                    .madvise(start * PAGE_SIZE, len * PAGE_SIZE, libc::MADV_DONTNEED)
+            {
+                fatal(&format!("dropping evicted pages: {e}"));
+            }
+        }
+        for &(page, _) in &self.victims {
+            s.table.release(page, PageState::Remote);
+        }
+        s.resident.fetch_sub(self.victims.len(), Ordering::AcqRel);
+        let t4 = Instant::now();
+        s.notify_evict_progress();
+        Counters::add(&c.evicted_dirty, dirty as u64);
+        Counters::add(&c.evicted_clean, (self.victims.len() - dirty) as u64);
+        Counters::add(&c.evict_batches, 1);
+        Counters::add(&c.bytes_out, (dirty * PAGE_SIZE) as u64);
+        Counters::add(&c.evict_protect_ns, (t1 - t0).as_nanos() as u64);
+        Counters::add(&c.evict_read_ns, (t2 - t1).as_nanos() as u64);
+        Counters::add(&c.evict_send_ns, (t3 - t2).as_nanos() as u64);
+        Counters::add(&c.evict_drop_ns, (t4 - t3).as_nanos() as u64);
+        true
+    }
+
+    /// Takes candidates from the policy and claims those that are resident and idle.
+    fn claim(&mut self) {
+        let s = self.shared;
+        self.candidates.clear();
+        self.victims.clear();
+        let mut policy = s.policy.lock().expect("policy lock");
+        policy.pick(s.evict_batch, &mut self.candidates);
+        for &page in &self.candidates {
+            match s.table.get(page) {
+                PageState::Clean
+                    if s.table
+                        .transition(page, PageState::Clean, PageState::Evicting) =>
+                {
+                    self.victims.push((page, false))
+                }
+                PageState::Dirty
+                    if s.table
+                        .transition(page, PageState::Dirty, PageState::Evicting) =>
+                {
+                    self.victims.push((page, true))
+                }
+                // Resident but busy (a write is being let through, or the state just changed):
+                // try it again later.
+                PageState::Clean | PageState::Dirty | PageState::Marking => policy.on_reject(page),
+                // Not resident: a stale candidate.
+                _ => {}
+            }
+        }
+        drop(policy);
+        self.victims.sort_unstable();
+    }
+
+    /// The memnode refused the write: put every victim back as it was.
+    fn undo(&mut self, why: &str) {
+        let s = self.shared;
+        for (start, len) in runs(self.victims.iter().filter(|v| v.1).map(|v| v.0)) {
+            if let Err(e) = s
+                .uffd
+                .write_protect(s.addr_of(start), len * PAGE_SIZE, false, true)
+            {
+                fatal(&format!(
+                    "undoing write protection after a refused write-back: {e}"
+                ));
+            }
+        }
+        let mut policy = s.policy.lock().expect("policy lock");
+        for &(page, dirty) in &self.victims {
+            s.table.release(
+                page,
+                if dirty {
+                    PageState::Dirty
+                } else {
+                    PageState::Clean
+                },
+            );
+            policy.on_reject(page);
+        }
+        drop(policy);
+        Counters::add(&s.counters.evict_aborted, 1);
+        if !s.memnode_full.swap(true, Ordering::Relaxed) {
+            log::warn!(
+                "memnode full ({why}); keeping pages locally beyond the budget while the \
+                 overflow allowance lasts"
+            );
+        }
+        s.notify_evict_progress();
+    }
+}
+
+/// Groups ascending page numbers into `(first, count)` runs of consecutive pages.
+pub(crate) fn runs(pages: impl Iterator<Item = usize>) -> Vec<(usize, usize)> {
+    let mut out: Vec<(usize, usize)> = Vec::new();
+    for p in pages {
+        match out.last_mut() {
+            Some((start, len)) if *start + *len == p => *len += 1,
+            _ => out.push((p, 1)),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn runs_group_consecutive_pages() {
+        assert_eq!(
+            super::runs([1, 2, 3, 7, 9, 10].into_iter()),
+            vec![(1, 3), (7, 1), (9, 2)]
+        );
+        assert!(super::runs(std::iter::empty()).is_empty());
+    }
+}

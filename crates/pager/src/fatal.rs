@@ -1,0 +1,28 @@
+//! Stopping the program when its data can no longer be served.
+//!
+//! A fault on a page whose only copy is unreachable cannot be answered with anything but the data:
+//! handing the thread a zero page would silently corrupt the program. So the process stops with a
+//! message saying what was lost and [`FATAL_EXIT_CODE`].
+
+use std::io::Write;
+
+/// The exit status of a process stopped because far memory failed (memnode lost, memnode full
+/// beyond what can be kept locally, or a page missing on the memnode).
+pub const FATAL_EXIT_CODE: i32 = 86;
+
+/// Prints `message` to stderr and ends the process at once with [`FATAL_EXIT_CODE`].
+///
+/// `_exit` rather than `exit`: atexit handlers and destructors could touch far memory that no
+/// thread will ever serve again, and would then hang instead of exiting.
+pub(crate) fn fatal(message: &str) -> ! {
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(err, "gleaner: FATAL: {message}");
+    let _ = writeln!(
+        err,
+        "gleaner: stopping the program (exit status {FATAL_EXIT_CODE}) rather than letting it \
+         continue on zero-filled pages in place of its data"
+    );
+    let _ = err.flush();
+    // SAFETY: _exit has no preconditions; it ends the process without running any user code.
+    unsafe { libc::_exit(FATAL_EXIT_CODE) }
+}

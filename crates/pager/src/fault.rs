@@ -1,0 +1,211 @@
+//! Fault-handler threads: read userfaultfd events and resolve them.
+//!
+//! A handler never dereferences the region: it installs pages with `UFFDIO_COPY` from its own
+//! buffers (the zero page below, or the connection's receive buffer) and changes protection with
+//! ioctls. So it can never fault on memory that it is itself responsible for serving.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use gleaner_proto::{Connection, ErrorCode};
+use gleaner_uffd::{Event, FaultKind, Installed};
+
+use crate::fatal::fatal;
+use crate::region::Shared;
+use crate::state::PageState;
+use crate::stats::Counters;
+use crate::PAGE_SIZE;
+
+/// The source for zero-filling a page that is written on first touch.
+static ZERO_PAGE: [u8; PAGE_SIZE] = [0; PAGE_SIZE];
+
+/// One handler thread's loop: wait for events (or the stop signal), resolve each.
+pub(crate) fn run(shared: Arc<Shared>, mut conn: Connection) {
+    let mut events = Vec::with_capacity(16);
+    while shared.wait_for_events() {
+        match shared.uffd.read_events(&mut events, 16) {
+            Ok(_) => {}
+            Err(e) => fatal(&format!("reading userfaultfd events failed: {e}")),
+        }
+        for ev in events.drain(..) {
+            match ev {
+                Event::Fault { kind, addr, .. } => {
+                    let Some(page) = shared.page_of(addr) else {
+                        log::warn!("fault at {addr:#x} outside the region; ignored");
+                        continue;
+                    };
+                    match kind {
+                        FaultKind::WriteProtect => on_write_protect(&shared, page),
+                        FaultKind::MissingRead => on_missing(&shared, &mut conn, page, false),
+                        FaultKind::MissingWrite => on_missing(&shared, &mut conn, page, true),
+                        FaultKind::Minor => log::warn!("unexpected minor fault at {addr:#x}"),
+                    }
+                }
+                other => log::warn!("unexpected userfaultfd event {other:?}; ignored"),
+            }
+        }
+    }
+}
+
+/// A missing page was touched.
+fn on_missing(shared: &Shared, conn: &mut Connection, page: usize, write: bool) {
+    let started = Instant::now();
+    let c = &shared.counters;
+    loop {
+        match shared.table.get(page) {
+            PageState::Absent => {
+                if !shared
+                    .table
+                    .transition(page, PageState::Absent, PageState::Fetching)
+                {
+                    continue;
+                }
+                shared.reserve_slot();
+                // First touch never goes to the network. A read maps the shared zero page (no
+                // memory used until written); a write gets a private zeroed page at once, which
+                // saves the copy-on-write fault that would follow the zero page.
+                let addr = shared.addr_of(page);
+                let r = if write {
+                    // SAFETY: ZERO_PAGE is static memory outside every registered range; `addr`
+                    // is a page-aligned address inside this region's registered range.
+                    unsafe {
+                        shared
+                            .uffd
+                            .copy(addr, ZERO_PAGE.as_ptr(), PAGE_SIZE, false, true)
+                    }
+                } else {
+                    shared.uffd.zeropage(addr, PAGE_SIZE, true)
+                };
+                install_outcome(shared, page, r);
+                shared.installed(page, PageState::Dirty);
+                Counters::add(&c.zero_fills, 1);
+                return;
+            }
+            PageState::Remote => {
+                if !shared
+                    .table
+                    .transition(page, PageState::Remote, PageState::Fetching)
+                {
+                    continue;
+                }
+                shared.reserve_slot();
+                let data = match conn.read_pages(&[page as u64]) {
+                    Ok(batch) => batch.get(0).1,
+                    Err(e) => {
+                        let what = if e.server_code() == Some(ErrorCode::NotFound) {
+                            "the memnode no longer holds it"
+                        } else {
+                            "the memnode could not be reached"
+                        };
+                        fatal(&format!(
+                            "page {page} of the region at {:#x} is needed but {what} ({e}); {} \
+                             pages held only on the memnode are lost",
+                            shared.mapping.addr(),
+                            shared.table.census()[PageState::Remote as usize] + 1
+                        ))
+                    }
+                };
+                // A read installs the page write-protected (clean: its memnode copy is valid, so
+                // it can later be dropped with no write); a write installs it writable and dirty,
+                // saving the write-protect fault that would follow at once.
+                // SAFETY: `data` is one page in the connection's receive buffer (heap memory
+                // outside every registered range); the destination is an aligned region page.
+                let r = unsafe {
+                    shared
+                        .uffd
+                        .copy(shared.addr_of(page), data.as_ptr(), PAGE_SIZE, !write, true)
+                };
+                install_outcome(shared, page, r);
+                shared.installed(
+                    page,
+                    if write {
+                        PageState::Dirty
+                    } else {
+                        PageState::Clean
+                    },
+                );
+                Counters::add(&c.remote_faults, 1);
+                Counters::add(&c.bytes_in, PAGE_SIZE as u64);
+                shared.remote_latency.record(started.elapsed());
+                return;
+            }
+            PageState::Fetching | PageState::Marking => {
+                // Another handler owns this page; its install (or unprotect) wakes our thread.
+                Counters::add(&c.duplicate_faults, 1);
+                return;
+            }
+            PageState::Clean | PageState::Dirty => {
+                // Installed since this message was queued; the installer's wake may have raced
+                // with the thread going to sleep, so wake again (idempotent).
+                Counters::add(&c.duplicate_faults, 1);
+                shared.wake(page);
+                return;
+            }
+            PageState::Evicting => {
+                Counters::add(&c.waited_on_eviction, 1);
+                shared.wait_while_evicting(page);
+            }
+        }
+    }
+}
+
+/// A write hit a write-protected (clean) page.
+fn on_write_protect(shared: &Shared, page: usize) {
+    let c = &shared.counters;
+    loop {
+        match shared.table.get(page) {
+            PageState::Clean => {
+                if !shared
+                    .table
+                    .transition(page, PageState::Clean, PageState::Marking)
+                {
+                    continue;
+                }
+                // Unprotect (and wake the writer) *before* publishing DIRTY: the evictor claims
+                // only CLEAN or DIRTY pages, so it can never write-protect this page in between
+                // and then see its protection lifted underneath it.
+                if let Err(e) =
+                    shared
+                        .uffd
+                        .write_protect(shared.addr_of(page), PAGE_SIZE, false, true)
+                {
+                    fatal(&format!("lifting write protection on page {page}: {e}"));
+                }
+                shared.table.release(page, PageState::Dirty);
+                Counters::add(&c.wp_faults, 1);
+                return;
+            }
+            PageState::Evicting => {
+                // The page is being written back or dropped. Wait, then let the thread retry:
+                // it will find the page either back (eviction undone) or missing (refetch).
+                Counters::add(&c.waited_on_eviction, 1);
+                shared.wait_while_evicting(page);
+                shared.wake(page);
+                return;
+            }
+            PageState::Marking | PageState::Fetching => {
+                Counters::add(&c.duplicate_faults, 1);
+                return;
+            }
+            PageState::Dirty | PageState::Remote | PageState::Absent => {
+                // Stale message: already writable, or gone (the retry will fault as missing).
+                Counters::add(&c.duplicate_faults, 1);
+                shared.wake(page);
+                return;
+            }
+        }
+    }
+}
+
+fn install_outcome(shared: &Shared, page: usize, r: Result<Installed, gleaner_uffd::UffdError>) {
+    match r {
+        Ok(Installed::Done) => {}
+        // We own the page in FETCHING, so nothing else installs it; a present page here means
+        // the program itself populated it behind the pager's back. Keep what is there.
+        Ok(Installed::AlreadyPresent) => {
+            log::warn!("page {page} was already present at install; kept");
+            shared.wake(page);
+        }
+        Err(e) => fatal(&format!("installing page {page} failed: {e}")),
+    }
+}

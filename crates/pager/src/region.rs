@@ -1,0 +1,469 @@
+//! [`Region`]: the public handle, and the state its threads share.
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use gleaner_proto::{ConnectOptions, Connection};
+use gleaner_uffd::{features, Mode, Uffd, UffdOptions};
+
+use crate::config::{MemnodeTarget, RegionConfig};
+use crate::embedded::EmbeddedMemnode;
+use crate::fatal::fatal;
+use crate::link::{load_token, SessionTarget};
+use crate::mapping::Mapping;
+use crate::policy::{EvictionPolicy, Fifo};
+use crate::state::{PageState, PageTable};
+use crate::stats::{Counters, EvictionStats, FaultStats, LatencyHistogram, RegionStats};
+use crate::{PagerError, PAGE_SIZE};
+
+/// State shared by a region's handler threads, its evictor and its handle.
+pub(crate) struct Shared {
+    pub(crate) mapping: Mapping,
+    pub(crate) uffd: Uffd,
+    pub(crate) table: PageTable,
+    pub(crate) policy: Mutex<Box<dyn EvictionPolicy>>,
+    pub(crate) counters: Counters,
+    pub(crate) remote_latency: LatencyHistogram,
+    /// Resident pages plus installs in flight; never above the budget (unless the memnode is full).
+    pub(crate) resident: AtomicUsize,
+    pub(crate) budget: usize,
+    pub(crate) evict_batch: usize,
+    /// Start evicting when fewer than this many budget slots are free.
+    low_free: usize,
+    /// Stop evicting once this many slots are free.
+    high_free: usize,
+    /// How far past the budget the region may grow while the memnode refuses writes.
+    full_overflow: usize,
+    pub(crate) memnode_full: AtomicBool,
+    stop: AtomicBool,
+    stop_fd: OwnedFd,
+    /// Bumped after every eviction batch (or undo); waiters re-check their condition.
+    evict_progress: (Mutex<u64>, Condvar),
+    /// Signalled when eviction is needed.
+    evict_kick: (Mutex<bool>, Condvar),
+}
+
+impl Shared {
+    pub(crate) fn page_of(&self, addr: usize) -> Option<usize> {
+        let base = self.mapping.addr();
+        (addr >= base && addr < base + self.mapping.len()).then(|| (addr - base) / PAGE_SIZE)
+    }
+
+    pub(crate) fn addr_of(&self, page: usize) -> usize {
+        self.mapping.addr() + page * PAGE_SIZE
+    }
+
+    pub(crate) fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+
+    /// Blocks until the userfaultfd has events (true) or the region is stopping (false).
+    pub(crate) fn wait_for_events(&self) -> bool {
+        loop {
+            if self.stopping() {
+                return false;
+            }
+            let mut fds = [
+                libc::pollfd {
+                    fd: self.uffd.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: self.stop_fd.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            // SAFETY: poll on two valid descriptors in an array that lives across the call.
+            let r = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+            if r > 0 && fds[0].revents & libc::POLLIN != 0 {
+                return !self.stopping();
+            }
+            if r < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+                fatal(&format!(
+                    "poll on the userfaultfd failed: {}",
+                    std::io::Error::last_os_error()
+                ));
+            }
+        }
+    }
+
+    /// Wakes threads blocked on faults in `page`.
+    pub(crate) fn wake(&self, page: usize) {
+        if let Err(e) = self.uffd.wake(self.addr_of(page), PAGE_SIZE) {
+            fatal(&format!("waking faulting threads on page {page}: {e}"));
+        }
+    }
+
+    /// Takes one budget slot for a page about to be installed, waiting for the evictor if the
+    /// budget is full. While the memnode refuses writes, the region may overflow the budget by
+    /// the configured allowance; past that the program is stopped rather than lose data.
+    pub(crate) fn reserve_slot(&self) {
+        let mut waited = false;
+        loop {
+            let r = self.resident.load(Ordering::Acquire);
+            let limit = if self.memnode_full.load(Ordering::Relaxed) {
+                self.budget + self.full_overflow
+            } else {
+                self.budget
+            };
+            if r < limit {
+                if self
+                    .resident
+                    .compare_exchange(r, r + 1, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    if self.budget - self.low_free.min(self.budget) <= r + 1 {
+                        self.kick_evictor();
+                    }
+                    return;
+                }
+                continue;
+            }
+            if self.memnode_full.load(Ordering::Relaxed) {
+                fatal(&format!(
+                    "the memnode is full and the region has used its local budget ({} pages) \
+                     plus the overflow allowance ({} pages); there is nowhere left to keep the \
+                     program's data",
+                    self.budget, self.full_overflow
+                ));
+            }
+            if !waited {
+                waited = true;
+                Counters::add(&self.counters.waited_on_budget, 1);
+            }
+            self.kick_evictor();
+            self.wait_evict_progress_or_timeout(Duration::from_millis(10));
+            if self.stopping() {
+                return;
+            }
+        }
+    }
+
+    /// Records a completed install: publishes the page state and hands the page to the policy.
+    pub(crate) fn installed(&self, page: usize, state: PageState) {
+        let mut policy = self.policy.lock().expect("policy lock");
+        self.table.release(page, state);
+        policy.on_install(page);
+    }
+
+    pub(crate) fn needs_eviction(&self) -> bool {
+        let r = self.resident.load(Ordering::Acquire);
+        r + self.high_free > self.budget
+    }
+
+    fn should_start_eviction(&self) -> bool {
+        let r = self.resident.load(Ordering::Acquire);
+        r + self.low_free > self.budget
+    }
+
+    pub(crate) fn kick_evictor(&self) {
+        let (m, cv) = &self.evict_kick;
+        *m.lock().expect("kick lock") = true;
+        cv.notify_one();
+    }
+
+    /// The evictor sleeps here until eviction is needed (true) or the region stops (false).
+    pub(crate) fn wait_for_eviction_need(&self) -> bool {
+        let (m, cv) = &self.evict_kick;
+        let mut kicked = m.lock().expect("kick lock");
+        loop {
+            if self.stopping() {
+                return false;
+            }
+            if *kicked || self.should_start_eviction() {
+                *kicked = false;
+                return true;
+            }
+            kicked = cv
+                .wait_timeout(kicked, Duration::from_millis(50))
+                .expect("kick lock")
+                .0;
+        }
+    }
+
+    pub(crate) fn notify_evict_progress(&self) {
+        let (m, cv) = &self.evict_progress;
+        *m.lock().expect("progress lock") += 1;
+        cv.notify_all();
+    }
+
+    pub(crate) fn wait_evict_progress_or_timeout(&self, t: Duration) {
+        let (m, cv) = &self.evict_progress;
+        let g = m.lock().expect("progress lock");
+        let _ = cv.wait_timeout(g, t).expect("progress lock");
+    }
+
+    /// Blocks until `page` leaves EVICTING.
+    pub(crate) fn wait_while_evicting(&self, page: usize) {
+        let (m, cv) = &self.evict_progress;
+        let mut g = m.lock().expect("progress lock");
+        while self.table.get(page) == PageState::Evicting && !self.stopping() {
+            g = cv
+                .wait_timeout(g, Duration::from_millis(10))
+                .expect("progress lock")
+                .0;
+        }
+    }
+
+    fn snapshot(&self, policy: &'static str, memnode: String) -> RegionStats {
+        let c = &self.counters;
+        let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        RegionStats {
+            size_bytes: self.mapping.len() as u64,
+            budget_pages: self.budget as u64,
+            resident_pages: self.resident.load(Ordering::Relaxed) as u64,
+            remote_pages: self.table.census()[PageState::Remote as usize] as u64,
+            faults: FaultStats {
+                zero_fill: get(&c.zero_fills),
+                remote: get(&c.remote_faults),
+                concurrent_duplicate: get(&c.duplicate_faults),
+                write_protect: get(&c.wp_faults),
+                waited_on_eviction: get(&c.waited_on_eviction),
+                waited_on_budget: get(&c.waited_on_budget),
+            },
+            evictions: EvictionStats {
+                clean: get(&c.evicted_clean),
+                dirty: get(&c.evicted_dirty),
+                batches: get(&c.evict_batches),
+                aborted: get(&c.evict_aborted),
+                protect_ns: get(&c.evict_protect_ns),
+                read_ns: get(&c.evict_read_ns),
+                send_ns: get(&c.evict_send_ns),
+                drop_ns: get(&c.evict_drop_ns),
+            },
+            bytes_in: get(&c.bytes_in),
+            bytes_out: get(&c.bytes_out),
+            remote_fault_latency: self.remote_latency.summary(),
+            policy,
+            memnode,
+            uffd_mode: match self.uffd.mode() {
+                Mode::Full => "full",
+                Mode::UserOnly => "user-only",
+            },
+        }
+    }
+}
+
+/// A far-memory region: `size` bytes of address space of which at most the local budget is
+/// resident; the rest lives on a memnode. Dropping it stops its threads, ends the memnode session
+/// (releasing the pages there) and unmaps the memory.
+pub struct Region {
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
+    /// The session's first connection, kept to end the session on drop.
+    session_conn: Option<Connection>,
+    memnode_desc: String,
+    policy_name: &'static str,
+    stats_path: Option<PathBuf>,
+    // Declared last: dropped after the threads are joined and the session has ended.
+    _embedded: Option<EmbeddedMemnode>,
+}
+
+impl Region {
+    /// Creates a region: reserves the address space, registers it with userfaultfd, connects to
+    /// (or starts) the memnode, and starts the handler and evictor threads.
+    pub fn new(cfg: RegionConfig) -> Result<Region, PagerError> {
+        let (pages, budget) = cfg.validate()?;
+        // Open userfaultfd first: it is the likeliest thing to be refused, and the cheapest.
+        let uffd = Uffd::open(UffdOptions {
+            features: features::PAGEFAULT_FLAG_WP | features::THREAD_ID,
+            allow_user_mode_only: cfg.allow_user_mode_only,
+        })?;
+        let size = pages * PAGE_SIZE;
+        let (embedded, endpoint, token) = match &cfg.memnode {
+            MemnodeTarget::Embedded | MemnodeTarget::EmbeddedTcp => {
+                let node =
+                    EmbeddedMemnode::start(size as u64, cfg.memnode == MemnodeTarget::EmbeddedTcp)?;
+                let (e, t) = (node.endpoint().clone(), node.token());
+                (Some(node), e, t)
+            }
+            MemnodeTarget::Remote {
+                endpoint,
+                token_file,
+            } => {
+                let path = token_file
+                    .clone()
+                    .unwrap_or_else(gleaner_proto::units::default_token_path);
+                (None, endpoint.clone(), load_token(&path)?)
+            }
+        };
+        let opts = ConnectOptions {
+            reply_timeout: cfg.reply_timeout,
+            client_name: format!("pager pid {} region {}", std::process::id(), size),
+            ..ConnectOptions::default()
+        };
+        let (target, first) = SessionTarget::open(endpoint, token, opts)?;
+        if target.capacity_pages() < (pages.saturating_sub(budget)) as u64 {
+            log::warn!(
+                "memnode {} holds at most {} pages but this region may need {}; the program \
+                 stops with a clear error if it ever runs out",
+                target.endpoint(),
+                target.capacity_pages(),
+                pages - budget
+            );
+        }
+        let mut conns = Vec::new();
+        for _ in 0..cfg.handler_threads + 1 {
+            conns.push(target.attach()?);
+        }
+
+        let mapping = Mapping::reserve(size).map_err(|source| PagerError::Os {
+            op: "mmap of the region",
+            source,
+        })?;
+        // A child process would not inherit the registration and would read evicted pages as
+        // zeros; without fork support in the pager it must not see the region at all.
+        mapping
+            .madvise(0, size, libc::MADV_DONTFORK)
+            .map_err(|source| PagerError::Os {
+                op: "madvise(MADV_DONTFORK)",
+                source,
+            })?;
+        uffd.register(mapping.addr(), size, true)?;
+        // SAFETY: eventfd(2) returns a new descriptor or -1; checked before taking ownership.
+        let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if efd < 0 {
+            return Err(PagerError::Os {
+                op: "eventfd",
+                source: std::io::Error::last_os_error(),
+            });
+        }
+        // SAFETY: `efd` was just returned by the kernel and is owned by nothing else.
+        let stop_fd = unsafe { OwnedFd::from_raw_fd(efd) };
+        let low_free = cfg.evict_batch.max(budget / 64).min(budget / 4);
+        let policy: Box<dyn EvictionPolicy> = Box::new(Fifo::default());
+        let policy_name = policy.name();
+        let shared = Arc::new(Shared {
+            mapping,
+            uffd,
+            table: PageTable::new(pages),
+            policy: Mutex::new(policy),
+            counters: Counters::default(),
+            remote_latency: LatencyHistogram::default(),
+            resident: AtomicUsize::new(0),
+            budget,
+            evict_batch: cfg.evict_batch,
+            low_free,
+            high_free: (2 * low_free).min(budget / 2),
+            full_overflow: cfg.full_overflow.unwrap_or(cfg.local_budget / 4) / PAGE_SIZE,
+            memnode_full: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+            stop_fd,
+            evict_progress: (Mutex::new(0), Condvar::new()),
+            evict_kick: (Mutex::new(false), Condvar::new()),
+        });
+        let memnode_desc = target.endpoint().to_string();
+        let mut threads = Vec::new();
+        let evict_conn = conns.pop().expect("one connection per thread");
+        let s = shared.clone();
+        threads.push(spawn("gleaner-evict", move || {
+            crate::evict::run(s, evict_conn)
+        })?);
+        for (i, conn) in conns.into_iter().enumerate() {
+            let s = shared.clone();
+            threads.push(spawn(&format!("gleaner-fault{i}"), move || {
+                crate::fault::run(s, conn)
+            })?);
+        }
+        Ok(Region {
+            shared,
+            threads,
+            session_conn: Some(first),
+            memnode_desc,
+            policy_name,
+            stats_path: cfg.stats_path,
+            _embedded: embedded,
+        })
+    }
+
+    /// The first byte of the region.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.shared.mapping.addr() as *mut u8
+    }
+
+    /// The region's length in bytes (the requested size rounded up to whole pages).
+    pub fn len(&self) -> usize {
+        self.shared.mapping.len()
+    }
+
+    /// Whether the region is empty (never: sizes are validated to be above zero).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The local budget in pages.
+    pub fn budget_pages(&self) -> usize {
+        self.shared.budget
+    }
+
+    /// Whether kernel-mode accesses (e.g. `read(2)` into the region) are served.
+    pub fn serves_kernel_faults(&self) -> bool {
+        self.shared.uffd.mode() == Mode::Full
+    }
+
+    /// A snapshot of the region's statistics.
+    pub fn stats(&self) -> RegionStats {
+        self.shared
+            .snapshot(self.policy_name, self.memnode_desc.clone())
+    }
+
+    /// The statistics as pretty-printed JSON.
+    pub fn stats_json(&self) -> String {
+        serde_json::to_string_pretty(&self.stats()).expect("stats serialise")
+    }
+
+    /// Forgets the remote-fault latency samples so far (e.g. after a warm-up phase).
+    pub fn reset_latency(&self) {
+        self.shared.remote_latency.reset();
+    }
+}
+
+fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>, PagerError> {
+    std::thread::Builder::new()
+        .name(name.to_string())
+        .spawn(f)
+        .map_err(|source| PagerError::Os {
+            op: "spawning a pager thread",
+            source,
+        })
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        if let Some(path) = &self.stats_path {
+            if let Err(e) = std::fs::write(path, self.stats_json()) {
+                log::warn!("writing region stats to {}: {e}", path.display());
+            }
+        }
+        self.shared.stop.store(true, Ordering::Release);
+        let one: u64 = 1;
+        // SAFETY: writing 8 bytes from a live u64 to our own eventfd.
+        unsafe {
+            libc::write(
+                self.shared.stop_fd.as_raw_fd(),
+                (&one as *const u64).cast(),
+                8,
+            )
+        };
+        self.shared.kick_evictor();
+        self.shared.notify_evict_progress();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        if let Some(conn) = self.session_conn.take() {
+            if let Err(e) = conn.goodbye() {
+                log::warn!("ending the memnode session: {e}");
+            }
+        }
+        let _ = self
+            .shared
+            .uffd
+            .unregister(self.shared.mapping.addr(), self.shared.mapping.len());
+    }
+}

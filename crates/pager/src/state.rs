@@ -1,0 +1,113 @@
+//! The per-page state table: one atomic byte per page, changed only by compare-and-swap.
+//!
+//! ```text
+//!            fault (first touch)                         fault (evicted page)
+//!  ABSENT ───────────────► FETCHING ◄──────────────────────────────── REMOTE
+//!                             │ install (zero-fill, or copy from the memnode)   ▲
+//!                             ▼                                                 │
+//!           write-protect  CLEAN ──WP fault──► MARKING ──► DIRTY               │
+//!           fault ends ───────────┐                          │                  │
+//!                                 └─────────► EVICTING ◄─────┘                  │
+//!                                                 └── written back / dropped ───┘
+//! ```
+//!
+//! The three middle states (FETCHING, MARKING, EVICTING) are *owned*: exactly one thread moved the
+//! page into them and only that thread moves it out. Everyone else either treats the fault as a
+//! duplicate or waits for the owner. The kernel's "one `UFFDIO_COPY` wins, the rest get `EEXIST`"
+//! backs this up for installs.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// The state of one page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum PageState {
+    /// Never touched (or freed): no data anywhere; a fault zero-fills it locally.
+    Absent = 0,
+    /// Not resident; the only copy is on the memnode.
+    Remote = 1,
+    /// Resident, write-protected, identical to its memnode copy: evicted without a write.
+    Clean = 2,
+    /// Resident and writable; must be written back before it is dropped.
+    Dirty = 3,
+    /// A fault handler is installing it.
+    Fetching = 4,
+    /// A fault handler is lifting write protection to let a write through.
+    Marking = 5,
+    /// The evictor is writing it back or dropping it.
+    Evicting = 6,
+}
+
+impl PageState {
+    fn from_u8(v: u8) -> PageState {
+        match v {
+            0 => PageState::Absent,
+            1 => PageState::Remote,
+            2 => PageState::Clean,
+            3 => PageState::Dirty,
+            4 => PageState::Fetching,
+            5 => PageState::Marking,
+            6 => PageState::Evicting,
+            _ => unreachable!("page state byte {v} is never stored"),
+        }
+    }
+}
+
+/// A flat array of page states.
+pub(crate) struct PageTable {
+    states: Box<[AtomicU8]>,
+}
+
+impl PageTable {
+    /// A table of `pages` pages, all [`PageState::Absent`].
+    pub(crate) fn new(pages: usize) -> PageTable {
+        PageTable {
+            states: (0..pages)
+                .map(|_| AtomicU8::new(PageState::Absent as u8))
+                .collect(),
+        }
+    }
+
+    /// The current state of `page`.
+    pub(crate) fn get(&self, page: usize) -> PageState {
+        PageState::from_u8(self.states[page].load(Ordering::Acquire))
+    }
+
+    /// Moves `page` from `from` to `to`; false if it was not in `from`.
+    pub(crate) fn transition(&self, page: usize, from: PageState, to: PageState) -> bool {
+        self.states[page]
+            .compare_exchange(from as u8, to as u8, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// Sets the state of a page the caller owns (it holds it in an owned state).
+    pub(crate) fn release(&self, page: usize, to: PageState) {
+        self.states[page].store(to as u8, Ordering::Release);
+    }
+
+    /// Counts pages per state (for stats and tests; not atomic across pages).
+    pub(crate) fn census(&self) -> [usize; 7] {
+        let mut c = [0usize; 7];
+        for s in self.states.iter() {
+            c[s.load(Ordering::Relaxed) as usize] += 1;
+        }
+        c
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transitions_are_exclusive() {
+        let t = PageTable::new(4);
+        assert_eq!(t.get(2), PageState::Absent);
+        assert!(t.transition(2, PageState::Absent, PageState::Fetching));
+        assert!(!t.transition(2, PageState::Absent, PageState::Fetching));
+        t.release(2, PageState::Dirty);
+        assert_eq!(t.get(2), PageState::Dirty);
+        assert_eq!(t.census()[PageState::Dirty as usize], 1);
+        assert_eq!(t.census()[PageState::Absent as usize], 3);
+    }
+}

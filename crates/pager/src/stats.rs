@@ -1,0 +1,164 @@
+//! Per-region counters and the remote-fault latency histogram, snapshotted as JSON.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+/// Live counters, updated with relaxed atomics from handler and evictor threads.
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub zero_fills: AtomicU64,
+    pub remote_faults: AtomicU64,
+    pub duplicate_faults: AtomicU64,
+    pub wp_faults: AtomicU64,
+    pub waited_on_eviction: AtomicU64,
+    pub waited_on_budget: AtomicU64,
+    pub evicted_clean: AtomicU64,
+    pub evicted_dirty: AtomicU64,
+    pub evict_batches: AtomicU64,
+    pub evict_aborted: AtomicU64,
+    pub bytes_in: AtomicU64,
+    pub bytes_out: AtomicU64,
+    pub evict_protect_ns: AtomicU64,
+    pub evict_read_ns: AtomicU64,
+    pub evict_send_ns: AtomicU64,
+    pub evict_drop_ns: AtomicU64,
+}
+
+impl Counters {
+    pub(crate) fn add(counter: &AtomicU64, v: u64) {
+        counter.fetch_add(v, Ordering::Relaxed);
+    }
+}
+
+/// A latency histogram in nanoseconds (1 µs .. 60 s, 3 significant digits).
+pub(crate) struct LatencyHistogram(Mutex<Histogram<u64>>);
+
+impl Default for LatencyHistogram {
+    fn default() -> Self {
+        LatencyHistogram(Mutex::new(
+            Histogram::new_with_bounds(1_000, 60_000_000_000, 3).expect("valid bounds"),
+        ))
+    }
+}
+
+impl LatencyHistogram {
+    pub(crate) fn record(&self, d: Duration) {
+        let ns = (d.as_nanos() as u64).clamp(1_000, 60_000_000_000);
+        self.0.lock().expect("histogram lock").saturating_record(ns);
+    }
+
+    pub(crate) fn summary(&self) -> LatencySummary {
+        let h = self.0.lock().expect("histogram lock");
+        LatencySummary::of(&h)
+    }
+
+    pub(crate) fn reset(&self) {
+        self.0.lock().expect("histogram lock").reset();
+    }
+}
+
+/// Percentiles of a latency distribution, in microseconds.
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
+pub struct LatencySummary {
+    /// Number of samples.
+    pub count: u64,
+    /// Median.
+    pub p50_us: f64,
+    /// 99th percentile.
+    pub p99_us: f64,
+    /// 99.9th percentile.
+    pub p999_us: f64,
+    /// Largest sample.
+    pub max_us: f64,
+    /// Mean.
+    pub mean_us: f64,
+}
+
+impl LatencySummary {
+    /// Summarises a nanosecond histogram.
+    pub fn of(h: &Histogram<u64>) -> LatencySummary {
+        if h.is_empty() {
+            return LatencySummary::default();
+        }
+        let us = |ns: u64| ns as f64 / 1000.0;
+        LatencySummary {
+            count: h.len(),
+            p50_us: us(h.value_at_quantile(0.50)),
+            p99_us: us(h.value_at_quantile(0.99)),
+            p999_us: us(h.value_at_quantile(0.999)),
+            max_us: us(h.max()),
+            mean_us: h.mean() / 1000.0,
+        }
+    }
+}
+
+/// Faults by kind.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct FaultStats {
+    /// First touches served by zero-filling locally (no network).
+    pub zero_fill: u64,
+    /// Faults served by fetching the page from the memnode.
+    pub remote: u64,
+    /// Fault messages for a page another thread was already serving.
+    pub concurrent_duplicate: u64,
+    /// Write-protect faults that marked a clean page dirty.
+    pub write_protect: u64,
+    /// Faults that had to wait for an in-flight eviction of their page.
+    pub waited_on_eviction: u64,
+    /// Faults that had to wait for the evictor to free budget.
+    pub waited_on_budget: u64,
+}
+
+/// Eviction counts and the time spent in each step of a batch.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct EvictionStats {
+    /// Clean pages dropped without any network write.
+    pub clean: u64,
+    /// Dirty pages written back, then dropped.
+    pub dirty: u64,
+    /// Batches run.
+    pub batches: u64,
+    /// Batches undone because the memnode refused the write (pages kept resident).
+    pub aborted: u64,
+    /// Nanoseconds spent write-protecting victims.
+    pub protect_ns: u64,
+    /// Nanoseconds spent copying dirty victims out of the region.
+    pub read_ns: u64,
+    /// Nanoseconds spent sending write-backs and waiting for the memnode's acknowledgement.
+    pub send_ns: u64,
+    /// Nanoseconds spent dropping victims with `madvise(MADV_DONTNEED)`.
+    pub drop_ns: u64,
+}
+
+/// A snapshot of one region's statistics (the JSON that `stats_json` and the exit dump print).
+#[derive(Debug, Clone, Serialize)]
+pub struct RegionStats {
+    /// Region size in bytes.
+    pub size_bytes: u64,
+    /// Local budget in pages.
+    pub budget_pages: u64,
+    /// Pages resident now (including installs in flight).
+    pub resident_pages: u64,
+    /// Pages whose only copy is on the memnode now.
+    pub remote_pages: u64,
+    /// Faults by kind.
+    pub faults: FaultStats,
+    /// Evictions.
+    pub evictions: EvictionStats,
+    /// Bytes received from the memnode.
+    pub bytes_in: u64,
+    /// Bytes sent to the memnode.
+    pub bytes_out: u64,
+    /// Service time of remote faults, from reading the fault message to waking the thread.
+    pub remote_fault_latency: LatencySummary,
+    /// Eviction policy name.
+    pub policy: &'static str,
+    /// The memnode this region uses.
+    pub memnode: String,
+    /// Whether kernel-mode faults are served (`full`) or fail with EFAULT (`user-only`).
+    pub uffd_mode: &'static str,
+}
