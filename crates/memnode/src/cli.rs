@@ -1,0 +1,428 @@
+//! The `gleaner memnode` command line: serve (the default), or `stats` to query a running memnode.
+//!
+//! ```text
+//! gleaner memnode [--listen ADDR] [--capacity SIZE] [--token-file F] [--lease SECS] [--exit-on-stdin-eof]
+//! gleaner memnode stats [--addr ADDR] [--token-file F]
+//! ```
+//!
+//! When serving, exactly one line goes to stdout once the socket is bound:
+//! `listening on <ENDPOINT>` (the real port when port 0 was asked for, `unix:/path` for Unix
+//! sockets). Launchers parse it; everything else is logged to stderr through the `log` crate.
+
+use std::fs;
+use std::io::{self, Read, Write};
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::thread;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use gleaner_proto::units::{default_token_path, format_size, parse_size};
+use gleaner_proto::{
+    generate_token, read_token_file, write_token_file, ClientError, ConnectOptions, Connection,
+    Endpoint, Token, PAGE_SIZE,
+};
+use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
+
+use crate::{Server, ServerConfig, ServerError, StatsSnapshot};
+
+/// Default listening address of `gleaner memnode` and default target of `gleaner memnode stats`.
+pub const DEFAULT_ADDR: &str = "127.0.0.1:7070";
+
+/// Run a memory node (pages for far-memory clients), or query one with `memnode stats`.
+#[derive(Args, Debug)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct MemnodeCommand {
+    /// Query a running memnode instead of serving.
+    #[command(subcommand)]
+    pub command: Option<MemnodeSubcommand>,
+    /// Options for serving (used when no subcommand is given).
+    #[command(flatten)]
+    pub serve: ServeArgs,
+}
+
+/// Subcommands of `gleaner memnode`.
+#[derive(Subcommand, Debug)]
+pub enum MemnodeSubcommand {
+    /// Print a running memnode's stats as pretty-printed JSON.
+    Stats(StatsArgs),
+}
+
+/// Options of `gleaner memnode` (serving).
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// Where to listen: HOST:PORT (port 0 picks a free port) or unix:PATH.
+    #[arg(long, value_name = "ADDR", default_value = DEFAULT_ADDR)]
+    pub listen: Endpoint,
+    /// Total memory for pages, e.g. 512M or 4G [default: half of MemAvailable].
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub capacity: Option<u64>,
+    /// The shared token; generated (mode 0600) if missing [default: $GLEANER_TOKEN_FILE, else
+    /// ~/.gleaner/token].
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Seconds a session outlives its last connection (for re-attach) before its pages are freed.
+    #[arg(long, value_name = "SECS", default_value = "10", value_parser = parse_lease)]
+    pub lease: Duration,
+    /// Shut down when standard input reaches end of file (for launchers holding the pipe).
+    #[arg(long)]
+    pub exit_on_stdin_eof: bool,
+}
+
+/// Options of `gleaner memnode stats`.
+#[derive(Args, Debug)]
+pub struct StatsArgs {
+    /// The memnode to query: HOST:PORT or unix:PATH.
+    #[arg(long, value_name = "ADDR", default_value = DEFAULT_ADDR)]
+    pub addr: Endpoint,
+    /// The shared token [default: $GLEANER_TOKEN_FILE, else ~/.gleaner/token].
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+}
+
+/// Why a `gleaner memnode` command failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// The token file exists but cannot be used (unreadable, too permissive, malformed).
+    #[error("cannot use token file {}: {source}", path.display())]
+    TokenRead {
+        /// The token file.
+        path: PathBuf,
+        /// What went wrong.
+        source: io::Error,
+    },
+    /// A new token file could not be created.
+    #[error("cannot create token file {}: {source}", path.display())]
+    TokenCreate {
+        /// The token file.
+        path: PathBuf,
+        /// What went wrong.
+        source: io::Error,
+    },
+    /// The capacity cannot be determined or is too small.
+    #[error("{0}")]
+    Capacity(String),
+    /// Signal handlers could not be installed.
+    #[error("cannot install SIGTERM/SIGINT handlers: {0}")]
+    Signals(io::Error),
+    /// The server failed to start or run.
+    #[error(transparent)]
+    Server(#[from] ServerError),
+    /// Talking to a memnode failed.
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    /// `stats` could not get its token.
+    #[error("cannot query memnode at {addr}: {source}")]
+    StatsToken {
+        /// The memnode asked.
+        addr: Endpoint,
+        /// The token error.
+        source: Box<CliError>,
+    },
+    /// The memnode's stats reply is not JSON.
+    #[error("memnode at {addr} sent stats that are not valid JSON: {source}")]
+    BadStats {
+        /// The memnode asked.
+        addr: Endpoint,
+        /// The parse error.
+        source: serde_json::Error,
+    },
+    /// Writing to stdout failed.
+    #[error("cannot write to stdout: {0}")]
+    Stdout(io::Error),
+}
+
+/// Runs `gleaner memnode ...`; errors are printed to stderr and give a non-zero exit status.
+pub fn main(cmd: MemnodeCommand) -> ExitCode {
+    let result = match cmd.command {
+        Some(MemnodeSubcommand::Stats(args)) => stats(args),
+        None => serve(cmd.serve),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("gleaner memnode: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Serves until SIGTERM, SIGINT or (with `--exit-on-stdin-eof`) the end of stdin.
+fn serve(args: ServeArgs) -> Result<(), CliError> {
+    let token_path = args.token_file.clone().unwrap_or_else(default_token_path);
+    let token = load_or_create_token(&token_path)?;
+    let capacity_bytes = match args.capacity {
+        Some(b) => b,
+        None => {
+            let avail = mem_available().map_err(|e| {
+                CliError::Capacity(format!(
+                    "cannot read MemAvailable from /proc/meminfo ({e}); pass --capacity"
+                ))
+            })?;
+            log::info!(
+                "no --capacity given: using half of MemAvailable ({})",
+                format_size(avail)
+            );
+            avail / 2
+        }
+    };
+    let capacity_pages = capacity_bytes / PAGE_SIZE as u64;
+    if capacity_pages == 0 {
+        return Err(CliError::Capacity(format!(
+            "capacity of {capacity_bytes} bytes is less than one {PAGE_SIZE}-byte page"
+        )));
+    }
+    // Registered before binding, so a signal that arrives early is queued, not fatal.
+    let mut signals = Signals::new([SIGTERM, SIGINT]).map_err(CliError::Signals)?;
+    let mut config = ServerConfig::new(args.listen.clone(), capacity_pages, token);
+    config.lease = args.lease;
+    let server = Server::bind(config)?;
+    log::info!(
+        "memnode: capacity {} ({capacity_pages} pages), lease {:?}, token file {}",
+        format_size(capacity_pages * PAGE_SIZE as u64),
+        args.lease,
+        token_path.display()
+    );
+    {
+        let mut out = io::stdout().lock();
+        writeln!(out, "listening on {}", server.local_endpoint())
+            .and_then(|()| out.flush())
+            .map_err(CliError::Stdout)?;
+    }
+    let signal_handle = signals.handle();
+    let stop = server.shutdown_handle();
+    let signal_thread = thread::Builder::new()
+        .name("memnode-signals".into())
+        .spawn(move || {
+            let mut seen = 0;
+            for sig in signals.forever() {
+                seen += 1;
+                let name = if sig == SIGTERM { "SIGTERM" } else { "SIGINT" };
+                if seen > 1 {
+                    log::warn!("received {name} again during shutdown; exiting now");
+                    std::process::exit(1);
+                }
+                log::info!("received {name}; shutting down");
+                stop.shutdown();
+            }
+        })
+        .map_err(CliError::Signals)?;
+    if args.exit_on_stdin_eof {
+        let stop = server.shutdown_handle();
+        // Not joined: it may stay blocked on stdin after a signal-initiated shutdown, and the
+        // process exits right after anyway.
+        thread::Builder::new()
+            .name("memnode-stdin".into())
+            .spawn(move || {
+                wait_for_stdin_eof();
+                log::info!("stdin closed; shutting down");
+                stop.shutdown();
+            })
+            .map_err(|e| {
+                CliError::Server(ServerError::Thread {
+                    name: "memnode-stdin".into(),
+                    source: e,
+                })
+            })?;
+    }
+    let result = server.run();
+    signal_handle.close();
+    let _ = signal_thread.join();
+    let summary = result?;
+    log::info!("{summary}");
+    Ok(())
+}
+
+/// Prints a running memnode's stats as pretty JSON.
+fn stats(args: StatsArgs) -> Result<(), CliError> {
+    let token_path = args.token_file.clone().unwrap_or_else(default_token_path);
+    let token = read_token_file(&token_path).map_err(|source| CliError::StatsToken {
+        addr: args.addr.clone(),
+        source: Box::new(CliError::TokenRead {
+            path: token_path.clone(),
+            source,
+        }),
+    })?;
+    let opts = ConnectOptions {
+        reply_timeout: Duration::from_secs(10),
+        client_name: format!("gleaner memnode stats (pid {})", std::process::id()),
+        ..ConnectOptions::default()
+    };
+    let mut conn = Connection::connect(&args.addr, &token, None, &opts)?;
+    let json = conn.stats()?;
+    if let Err(e) = conn.goodbye() {
+        log::warn!("ending the stats session failed: {e}");
+    }
+    let bad = |source| CliError::BadStats {
+        addr: args.addr.clone(),
+        source,
+    };
+    // Through the typed document when it matches, to keep its field order; as a plain JSON
+    // value otherwise (a memnode of another version).
+    let pretty = match serde_json::from_str::<StatsSnapshot>(&json) {
+        Ok(typed) => serde_json::to_string_pretty(&typed),
+        Err(_) => serde_json::from_str::<serde_json::Value>(&json)
+            .map_err(bad)
+            .map(|v| serde_json::to_string_pretty(&v))?,
+    }
+    .map_err(bad)?;
+    let mut out = io::stdout().lock();
+    writeln!(out, "{pretty}")
+        .and_then(|()| out.flush())
+        .map_err(CliError::Stdout)
+}
+
+/// Reads the token at `path`, or creates one there (mode 0600, parent directory 0700) if the
+/// file does not exist. Creation is atomic: a concurrent memnode creating the same file ends up
+/// with the same token.
+pub fn load_or_create_token(path: &Path) -> Result<Token, CliError> {
+    let read = |path: &Path| {
+        read_token_file(path).map_err(|source| CliError::TokenRead {
+            path: path.to_path_buf(),
+            source,
+        })
+    };
+    match fs::metadata(path) {
+        Ok(_) => return read(path),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(source) => {
+            return Err(CliError::TokenRead {
+                path: path.to_path_buf(),
+                source,
+            })
+        }
+    }
+    let create_err = |source| CliError::TokenCreate {
+        path: path.to_path_buf(),
+        source,
+    };
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(parent)
+            .map_err(create_err)?;
+    }
+    // Write a private temporary file, then hard-link it into place: the link fails if someone
+    // else created the token meanwhile, and nobody ever reads a half-written token.
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".tmp-{}", std::process::id()));
+    let tmp = PathBuf::from(tmp);
+    let token = generate_token();
+    write_token_file(&tmp, &token).map_err(create_err)?;
+    let linked = fs::hard_link(&tmp, path);
+    let _ = fs::remove_file(&tmp);
+    match linked {
+        Ok(()) => {
+            log::info!(
+                "generated a new token in {} (mode 0600); clients need this file",
+                path.display()
+            );
+            Ok(token)
+        }
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => read(path),
+        Err(e) => Err(create_err(e)),
+    }
+}
+
+/// Blocks until standard input reaches end of file (or fails).
+fn wait_for_stdin_eof() {
+    let mut stdin = io::stdin().lock();
+    let mut buf = [0u8; 512];
+    loop {
+        match stdin.read(&mut buf) {
+            Ok(0) => return,
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                log::warn!("reading stdin failed ({e}); treating it as closed");
+                return;
+            }
+        }
+    }
+}
+
+/// `MemAvailable` from `/proc/meminfo`, in bytes.
+fn mem_available() -> io::Result<u64> {
+    let text = fs::read_to_string("/proc/meminfo")?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))
+        .and_then(|rest| rest.trim().strip_suffix("kB"))
+        .and_then(|kb| kb.trim().parse::<u64>().ok())
+        .map(|kb| kb * 1024)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no MemAvailable line"))
+}
+
+/// Parses `--lease`: seconds, fractions allowed.
+fn parse_lease(s: &str) -> Result<Duration, String> {
+    let secs: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number of seconds"))?;
+    Duration::try_from_secs_f64(secs).map_err(|_| format!("`{s}` is not a valid lease"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::{CommandFactory, Parser};
+
+    #[derive(Parser, Debug)]
+    struct Top {
+        #[command(subcommand)]
+        cmd: TopCmd,
+    }
+
+    #[derive(Subcommand, Debug)]
+    enum TopCmd {
+        Memnode(MemnodeCommand),
+    }
+
+    fn parse(args: &[&str]) -> Result<MemnodeCommand, clap::Error> {
+        let mut v = vec!["gleaner", "memnode"];
+        v.extend_from_slice(args);
+        Top::try_parse_from(v).map(|t| match t.cmd {
+            TopCmd::Memnode(m) => m,
+        })
+    }
+
+    #[test]
+    fn both_forms_parse() {
+        Top::command().debug_assert();
+        let m = parse(&[
+            "--listen",
+            "unix:/tmp/x.sock",
+            "--capacity",
+            "1G",
+            "--lease",
+            "1.5",
+        ])
+        .unwrap();
+        assert!(m.command.is_none());
+        assert_eq!(m.serve.listen, Endpoint::Unix("/tmp/x.sock".into()));
+        assert_eq!(m.serve.capacity, Some(1 << 30));
+        assert_eq!(m.serve.lease, Duration::from_millis(1500));
+        assert!(!m.serve.exit_on_stdin_eof);
+        let m = parse(&[]).unwrap();
+        assert_eq!(m.serve.listen, Endpoint::Tcp(DEFAULT_ADDR.into()));
+        assert_eq!(m.serve.lease, Duration::from_secs(10));
+        assert_eq!(m.serve.capacity, None);
+        let m = parse(&["stats", "--addr", "10.0.0.1:9"]).unwrap();
+        match m.command {
+            Some(MemnodeSubcommand::Stats(s)) => {
+                assert_eq!(s.addr, Endpoint::Tcp("10.0.0.1:9".into()))
+            }
+            None => panic!("stats subcommand not parsed"),
+        }
+        assert!(parse(&["--listen", "nonsense"]).is_err());
+        assert!(parse(&["--lease", "-1"]).is_err());
+        assert!(parse(&["--capacity", "12Q"]).is_err());
+    }
+
+    #[test]
+    fn meminfo_is_readable() {
+        assert!(mem_available().unwrap() > 0);
+    }
+}

@@ -1,0 +1,57 @@
+//! What a memnode server needs to run.
+
+use std::time::Duration;
+
+use gleaner_proto::{Endpoint, Token};
+
+/// How long a new connection may take to authenticate before it is dropped.
+pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a session outlives its last connection unless configured otherwise.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(10);
+/// Most connections (authenticated or not) served at once unless configured otherwise.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
+
+/// Configuration of one [`crate::Server`].
+#[derive(Clone)]
+pub struct ServerConfig {
+    /// Where to listen. A TCP port of 0 picks a free port; see [`crate::Server::local_endpoint`].
+    pub listen: Endpoint,
+    /// Total pages (of [`gleaner_proto::PAGE_SIZE`] bytes) all sessions together may store.
+    pub capacity_pages: u64,
+    /// The shared secret clients must prove they hold.
+    pub token: Token,
+    /// How long a session whose connections all closed without `Goodbye` is kept for re-attach.
+    pub lease: Duration,
+    /// Read timeout while a new connection authenticates.
+    pub handshake_timeout: Duration,
+    /// Connections beyond this many are refused right after accept.
+    pub max_connections: usize,
+}
+
+impl ServerConfig {
+    /// A configuration with the default lease, handshake timeout and connection limit.
+    pub fn new(listen: Endpoint, capacity_pages: u64, token: Token) -> Self {
+        ServerConfig {
+            listen,
+            capacity_pages,
+            token,
+            lease: DEFAULT_LEASE,
+            handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+        }
+    }
+}
+
+impl std::fmt::Debug for ServerConfig {
+    // Hand-written so the token never reaches a log line.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerConfig")
+            .field("listen", &self.listen)
+            .field("capacity_pages", &self.capacity_pages)
+            .field("token", &"<redacted>")
+            .field("lease", &self.lease)
+            .field("handshake_timeout", &self.handshake_timeout)
+            .field("max_connections", &self.max_connections)
+            .finish()
+    }
+}

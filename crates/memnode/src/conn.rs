@@ -1,0 +1,555 @@
+//! One client connection: the handshake, then one request at a time until the peer leaves.
+//!
+//! Each connection runs on its own thread with blocking I/O and keeps its buffers (receive,
+//! send, staged pages) across requests. Locks (session table, a session's pages) are taken only
+//! around in-memory work, never across a socket read or write.
+//!
+//! Before authentication the only acceptable frame is `Auth`, bounded to [`MAX_AUTH_PAYLOAD`]
+//! bytes and required to arrive whole within the handshake timeout (a total deadline, not a
+//! per-read one), so unauthenticated peers can hold neither much memory nor a thread for long.
+//!
+//! Anything malformed (a bad header, an oversized length, a truncated frame, an undecodable
+//! payload, a request before authentication, a server-to-client message) ends the connection: it
+//! is logged with the peer's address, counted in `malformed_frames`, answered with a best-effort
+//! `Error{BadRequest}`, and the socket is shut down. Other connections are unaffected.
+
+use std::io::{self, Read};
+use std::sync::Arc;
+use std::time::Instant;
+
+use gleaner_proto::{
+    client_proof, proofs_equal, random_bytes, read_frame, server_proof, write_frame, ErrorCode,
+    FrameHeader, Message, MessageKind, Nonce, ProtoError, Stream, HEADER_LEN, NONCE_LEN, PROOF_LEN,
+    SESSION_KEY_LEN,
+};
+
+use crate::server::Shared;
+use crate::session::{AttachError, Session};
+use crate::stats::bump;
+use crate::store::{stage, Page};
+
+/// Longest `Auth` payload accepted: its fixed fields plus a client name of up to 4 KiB. Before
+/// authentication nothing larger is legitimate, so nothing larger is allocated.
+pub(crate) const MAX_AUTH_PAYLOAD: usize =
+    NONCE_LEN + 8 + SESSION_KEY_LEN + PROOF_LEN + 4 + MAX_AUTH_CLIENT_NAME;
+/// Longest client name accepted in `Auth` (names are cut to 128 bytes when stored).
+pub(crate) const MAX_AUTH_CLIENT_NAME: usize = 4096;
+
+/// Serves one accepted connection until it ends, then shuts the socket down.
+pub(crate) fn handle(shared: &Shared, stream: Stream, peer: &str) {
+    let mut conn = Conn {
+        shared,
+        peer,
+        stream,
+        rx: Vec::new(),
+        tx: Vec::new(),
+        staged: Vec::new(),
+        new_ids: Vec::new(),
+        replaced: Vec::new(),
+    };
+    let end = match conn.handshake() {
+        Ok(session) => {
+            let end = conn.serve(&session);
+            if !matches!(end, End::Goodbye) {
+                shared.sessions.detach(&session);
+            }
+            end
+        }
+        Err(end) => end,
+    };
+    conn.finish(end);
+    // Other handles to this socket exist (the server's shutdown registry): shut it down rather
+    // than rely on the drop, so the peer sees the end now.
+    let _ = conn.stream.shutdown();
+}
+
+/// Why a connection ended.
+enum End {
+    /// The peer closed the connection between frames.
+    Closed,
+    /// The session ended with `Goodbye`.
+    Goodbye,
+    /// The socket failed (reset, broken pipe, ...).
+    Disconnected(io::Error),
+    /// The peer sent something that is not a valid request in this state.
+    Malformed {
+        /// What was wrong.
+        reason: String,
+        /// The request id of the offending frame, if its header was readable.
+        req_id: u32,
+    },
+    /// No `Auth` arrived within the handshake timeout.
+    TimedOut,
+    /// The handshake was refused (already logged, counted and answered).
+    Refused,
+}
+
+/// What to answer a request with.
+enum Reply {
+    /// The payload of this kind is already encoded in `Conn::tx`.
+    Encoded(MessageKind),
+    Ack(u32),
+    Pong,
+    Stats(String),
+    Error(ErrorCode, String),
+}
+
+struct Conn<'a> {
+    shared: &'a Shared,
+    peer: &'a str,
+    stream: Stream,
+    /// Receive buffer (one frame payload), reused.
+    rx: Vec<u8>,
+    /// Send buffer (one reply payload), reused.
+    tx: Vec<u8>,
+    /// Pages of a write, copied out of `rx` before the session lock is taken.
+    staged: Vec<(u64, Page)>,
+    /// Scratch for counting the pages a write adds.
+    new_ids: Vec<u64>,
+    /// Pages replaced by a write, freed after the session lock is released.
+    replaced: Vec<Page>,
+}
+
+impl Conn<'_> {
+    /// Challenge, verify the client's proof, create or attach the session, answer `Welcome`.
+    fn handshake(&mut self) -> Result<Arc<Session>, End> {
+        let cfg = &self.shared.config;
+        let server_nonce: Nonce = random_bytes();
+        self.send(
+            0,
+            &Message::Challenge {
+                nonce: server_nonce,
+            },
+        )?;
+        let header = self.read_auth()?;
+        let (client_nonce, session_id, session_key, proof, client_name) =
+            match Message::decode(header.kind, &self.rx) {
+                Ok(Message::Auth {
+                    client_nonce,
+                    session_id,
+                    session_key,
+                    proof,
+                    client_name,
+                }) => (
+                    client_nonce,
+                    session_id,
+                    session_key,
+                    proof,
+                    client_name.to_string(),
+                ),
+                Ok(_) => unreachable!("an Auth header decodes to an Auth message"),
+                Err(e) => return Err(malformed(&e, header.req_id)),
+            };
+        let expected = client_proof(
+            &cfg.token,
+            &server_nonce,
+            &client_nonce,
+            session_id,
+            &session_key,
+        );
+        if !proofs_equal(&expected, &proof) {
+            bump(&self.shared.counters.auth_failures, 1);
+            log::warn!(
+                "{}: authentication failed: wrong token (client {client_name:?})",
+                self.peer
+            );
+            self.send_error(header.req_id, ErrorCode::AuthFailed, "wrong token");
+            return Err(End::Refused);
+        }
+        let session = if session_id == 0 {
+            let s = self.shared.sessions.create(&client_name);
+            bump(&self.shared.counters.sessions_created, 1);
+            log::info!(
+                "{}: new session {} for client {:?}",
+                self.peer,
+                s.id(),
+                s.client()
+            );
+            s
+        } else {
+            match self.shared.sessions.attach(session_id, &session_key) {
+                Ok(s) => {
+                    log::debug!("{}: attached to session {}", self.peer, s.id());
+                    s
+                }
+                Err(why) => {
+                    bump(&self.shared.counters.auth_failures, 1);
+                    bump(&self.shared.counters.session_attach_failures, 1);
+                    let detail = match why {
+                        AttachError::Unknown => "no such session",
+                        AttachError::WrongKey => "wrong session key",
+                    };
+                    log::warn!(
+                        "{}: authentication failed: unknown session or wrong session key \
+                         (session {session_id}: {detail}; client {client_name:?})",
+                        self.peer
+                    );
+                    self.send_error(
+                        header.req_id,
+                        ErrorCode::AuthFailed,
+                        "unknown session or wrong session key",
+                    );
+                    return Err(End::Refused);
+                }
+            }
+        };
+        let welcome = Message::Welcome {
+            session_id: session.id(),
+            session_key: session.key(),
+            proof: server_proof(&cfg.token, &server_nonce, &client_nonce, session.id()),
+            capacity_pages: self.shared.capacity.total(),
+            lease_ms: cfg.lease.as_millis().try_into().unwrap_or(u64::MAX),
+        };
+        let sent = self.send(header.req_id, &welcome).and_then(|_| {
+            self.stream
+                .set_read_timeout(None)
+                .map_err(End::Disconnected)
+        });
+        if let Err(end) = sent {
+            self.shared.sessions.detach(&session);
+            return Err(end);
+        }
+        Ok(session)
+    }
+
+    /// Serves requests on an authenticated connection until it ends.
+    fn serve(&mut self, session: &Arc<Session>) -> End {
+        loop {
+            let header = match self.read() {
+                Ok(h) => h,
+                Err(end) => return end,
+            };
+            session
+                .bytes_in
+                .fetch_add(frame_len(&header), std::sync::atomic::Ordering::Relaxed);
+            let (reply, goodbye) = match self.request(session, &header) {
+                Ok(r) => r,
+                Err(end) => return end,
+            };
+            bump(&session.requests, 1);
+            match self.send_reply(header.req_id, reply) {
+                Ok(n) => bump(&session.bytes_out, n),
+                Err(end) => return end,
+            }
+            if goodbye {
+                return End::Goodbye;
+            }
+        }
+    }
+
+    /// Executes one request; returns the reply and whether the session just ended by `Goodbye`.
+    fn request(
+        &mut self,
+        session: &Arc<Session>,
+        header: &FrameHeader,
+    ) -> Result<(Reply, bool), End> {
+        use MessageKind as K;
+        match header.kind {
+            K::Read | K::Write | K::Free | K::Ping | K::StatsRequest | K::Goodbye => {}
+            K::Auth => {
+                return Err(End::Malformed {
+                    reason: "Auth frame on an already authenticated connection".into(),
+                    req_id: header.req_id,
+                })
+            }
+            K::Challenge | K::Welcome | K::Pages | K::Ack | K::Pong | K::Stats | K::Error => {
+                return Err(End::Malformed {
+                    reason: format!("{:?} is a server-to-client message", header.kind),
+                    req_id: header.req_id,
+                })
+            }
+        }
+        let msg =
+            Message::decode(header.kind, &self.rx).map_err(|e| malformed(&e, header.req_id))?;
+        let shared = self.shared;
+        let counters = &shared.counters;
+        let reply = match msg {
+            Message::Read { pages } => {
+                bump(&counters.req_read, 1);
+                let store = session.store();
+                if store.is_ended() {
+                    ended(session)
+                } else {
+                    match store.read_into(&pages, &mut self.tx) {
+                        Ok(()) => {
+                            bump(&counters.pages_read, pages.len() as u64);
+                            Reply::Encoded(K::Pages)
+                        }
+                        Err(missing) => {
+                            bump(&counters.errors_not_found, 1);
+                            Reply::Error(ErrorCode::NotFound, missing.to_string())
+                        }
+                    }
+                }
+            }
+            Message::Write { batch } => {
+                bump(&counters.req_write, 1);
+                // Copy the pages out of the receive buffer before taking the lock.
+                stage(&batch, &mut self.staged);
+                let result = {
+                    let mut store = session.store_mut();
+                    if store.is_ended() {
+                        None
+                    } else {
+                        Some(store.write(
+                            &mut self.staged,
+                            &shared.capacity,
+                            &mut self.new_ids,
+                            &mut self.replaced,
+                        ))
+                    }
+                };
+                // Free replaced (or refused) pages outside the lock.
+                self.staged.clear();
+                self.replaced.clear();
+                match result {
+                    None => ended(session),
+                    Some(Ok(_new)) => {
+                        bump(&counters.pages_written, batch.len() as u64);
+                        Reply::Ack(batch.len() as u32)
+                    }
+                    Some(Err(full)) => {
+                        bump(&counters.errors_full, 1);
+                        log::debug!("session {}: {full}", session.id());
+                        Reply::Error(ErrorCode::Full, full.to_string())
+                    }
+                }
+            }
+            Message::Free { ranges } => {
+                bump(&counters.req_free, 1);
+                let removed = {
+                    let mut store = session.store_mut();
+                    if store.is_ended() {
+                        None
+                    } else {
+                        Some(store.free(&ranges, &shared.capacity))
+                    }
+                };
+                match removed {
+                    None => ended(session),
+                    Some(n) => {
+                        bump(&counters.pages_freed, n);
+                        Reply::Ack(u32::try_from(n).unwrap_or(u32::MAX))
+                    }
+                }
+            }
+            Message::Ping => {
+                bump(&counters.req_ping, 1);
+                Reply::Pong
+            }
+            Message::StatsRequest => {
+                bump(&counters.req_stats, 1);
+                Reply::Stats(shared.stats_json())
+            }
+            Message::Goodbye => {
+                bump(&counters.req_goodbye, 1);
+                let removed = shared.sessions.remove(session);
+                let released = session.end(&shared.capacity);
+                if removed {
+                    bump(&counters.sessions_ended_by_goodbye, 1);
+                    log::info!(
+                        "{}: session {} ({:?}) ended by goodbye; released {released} pages",
+                        self.peer,
+                        session.id(),
+                        session.client()
+                    );
+                }
+                return Ok((
+                    Reply::Ack(u32::try_from(released).unwrap_or(u32::MAX)),
+                    true,
+                ));
+            }
+            _ => unreachable!("server-to-client kinds were rejected above"),
+        };
+        Ok((reply, false))
+    }
+
+    /// Reads one request frame into `rx`.
+    fn read(&mut self) -> Result<FrameHeader, End> {
+        let r = read_frame(&mut self.stream, &mut self.rx);
+        self.frame_read(r)
+    }
+
+    /// Reads the client's `Auth` frame into `rx`: the whole frame must arrive within the
+    /// handshake timeout, and its length is checked against [`MAX_AUTH_PAYLOAD`] before anything
+    /// is allocated, so unauthenticated peers cost little memory and time.
+    fn read_auth(&mut self) -> Result<FrameHeader, End> {
+        let deadline = Instant::now() + self.shared.config.handshake_timeout;
+        let mut reader = Deadline {
+            stream: &mut self.stream,
+            deadline,
+        };
+        let mut hdr = [0u8; HEADER_LEN];
+        let r = match read_full(&mut reader, &mut hdr) {
+            Ok(0) => Err(ProtoError::Closed),
+            Ok(n) if n < HEADER_LEN => Err(io::Error::from(io::ErrorKind::UnexpectedEof).into()),
+            Ok(_) => {
+                let header = FrameHeader::decode(&hdr).map_err(|e| malformed(&e, 0))?;
+                if header.kind != MessageKind::Auth {
+                    return Err(End::Malformed {
+                        reason: format!("{:?} frame before authentication", header.kind),
+                        req_id: header.req_id,
+                    });
+                }
+                if header.len as usize > MAX_AUTH_PAYLOAD {
+                    return Err(End::Malformed {
+                        reason: format!(
+                            "Auth payload of {} bytes exceeds the limit of {MAX_AUTH_PAYLOAD}",
+                            header.len
+                        ),
+                        req_id: header.req_id,
+                    });
+                }
+                // Let the protocol's own reader decode the header again and read the payload.
+                read_frame(&mut (&hdr[..]).chain(&mut reader), &mut self.rx)
+            }
+            Err(e) => Err(e.into()),
+        };
+        self.frame_read(r)
+    }
+
+    /// Maps the outcome of reading a frame to how the connection ends, counting bytes.
+    fn frame_read(&self, r: Result<FrameHeader, ProtoError>) -> Result<FrameHeader, End> {
+        match r {
+            Ok(h) => {
+                bump(&self.shared.counters.bytes_in, frame_len(&h));
+                Ok(h)
+            }
+            Err(ProtoError::Closed) => Err(End::Closed),
+            Err(ProtoError::Io(e)) => Err(match e.kind() {
+                io::ErrorKind::UnexpectedEof => End::Malformed {
+                    reason: "truncated frame (the connection closed mid-frame)".into(),
+                    req_id: 0,
+                },
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => End::TimedOut,
+                _ => End::Disconnected(e),
+            }),
+            Err(e) => Err(malformed(&e, 0)),
+        }
+    }
+
+    /// Sends one message; returns the frame bytes sent.
+    fn send(&mut self, req_id: u32, msg: &Message<'_>) -> Result<u64, End> {
+        msg.send(&mut self.stream, req_id, &mut self.tx)
+            .map_err(send_failed)?;
+        let n = (HEADER_LEN + self.tx.len()) as u64;
+        bump(&self.shared.counters.bytes_out, n);
+        Ok(n)
+    }
+
+    fn send_reply(&mut self, req_id: u32, reply: Reply) -> Result<u64, End> {
+        match reply {
+            Reply::Encoded(kind) => {
+                write_frame(&mut self.stream, kind, req_id, &self.tx).map_err(send_failed)?;
+                let n = (HEADER_LEN + self.tx.len()) as u64;
+                bump(&self.shared.counters.bytes_out, n);
+                Ok(n)
+            }
+            Reply::Ack(count) => self.send(req_id, &Message::Ack { count }),
+            Reply::Pong => self.send(req_id, &Message::Pong),
+            Reply::Stats(json) => self.send(req_id, &Message::Stats { json: &json }),
+            Reply::Error(code, message) => self.send(
+                req_id,
+                &Message::Error {
+                    code,
+                    message: &message,
+                },
+            ),
+        }
+    }
+
+    /// Sends an error reply, ignoring failure (the connection is about to close anyway).
+    fn send_error(&mut self, req_id: u32, code: ErrorCode, message: &str) {
+        let _ = self.send(req_id, &Message::Error { code, message });
+    }
+
+    /// Logs and counts how the connection ended.
+    fn finish(&mut self, end: End) {
+        let stopping = self.shared.is_stopping();
+        let peer = self.peer;
+        match end {
+            End::Closed | End::Goodbye | End::Refused => {
+                log::debug!("{peer}: connection closed");
+            }
+            End::Disconnected(e) if stopping => log::debug!("{peer}: closed at shutdown: {e}"),
+            End::Disconnected(e) => log::info!("{peer}: connection lost: {e}"),
+            End::Malformed { reason, .. } if stopping => {
+                log::debug!("{peer}: closed at shutdown: {reason}");
+            }
+            End::Malformed { reason, req_id } => {
+                bump(&self.shared.counters.malformed_frames, 1);
+                log::warn!("{peer}: malformed input, dropping the connection: {reason}");
+                self.send_error(req_id, ErrorCode::BadRequest, &reason);
+            }
+            End::TimedOut => {
+                bump(&self.shared.counters.handshake_timeouts, 1);
+                log::warn!(
+                    "{peer}: did not authenticate within {:?}; dropping the connection",
+                    self.shared.config.handshake_timeout
+                );
+            }
+        }
+    }
+}
+
+/// A reader whose reads all end by one deadline (the handshake's), however slowly the peer
+/// sends.
+struct Deadline<'a> {
+    stream: &'a mut Stream,
+    deadline: Instant,
+}
+
+impl Read for Deadline<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        self.stream.set_read_timeout(Some(left))?;
+        self.stream.read(buf)
+    }
+}
+
+/// Reads until `buf` is full or the peer closes; returns the bytes read.
+fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match r.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(filled)
+}
+
+/// The reply to any page request on a session that another connection ended with `Goodbye`.
+fn ended(session: &Session) -> Reply {
+    Reply::Error(
+        ErrorCode::BadRequest,
+        format!(
+            "session {} has ended (Goodbye on another connection)",
+            session.id()
+        ),
+    )
+}
+
+fn malformed(e: &ProtoError, req_id: u32) -> End {
+    End::Malformed {
+        reason: e.to_string(),
+        req_id,
+    }
+}
+
+fn send_failed(e: ProtoError) -> End {
+    match e {
+        ProtoError::Io(e) => End::Disconnected(e),
+        // Only an oversized payload, which the server never builds.
+        other => End::Disconnected(io::Error::other(other.to_string())),
+    }
+}
+
+fn frame_len(h: &FrameHeader) -> u64 {
+    HEADER_LEN as u64 + u64::from(h.len)
+}

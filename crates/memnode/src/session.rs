@@ -1,0 +1,284 @@
+//! The session table: sessions are created at a handshake, attached to by further connections,
+//! ended by `Goodbye`, or released by the reaper once their lease after the last connection runs
+//! out.
+//!
+//! The table lock guards only the map and each session's live-connection count; page data lives
+//! behind each session's own `RwLock` (see `store.rs`), so no table-wide lock is held while pages
+//! are copied, and never during socket I/O.
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::{Duration, Instant};
+
+use gleaner_proto::{random_bytes, SessionKey};
+
+use crate::store::{Capacity, PageStore};
+
+/// Longest client name kept (longer names are cut at a character boundary): names end up in
+/// logs and in the stats document, whose size is bounded by the protocol.
+const MAX_CLIENT_NAME: usize = 128;
+
+/// One session: a namespace of pages plus its counters.
+#[derive(Debug)]
+pub(crate) struct Session {
+    id: u64,
+    key: SessionKey,
+    client: String,
+    created: Instant,
+    store: RwLock<PageStore>,
+    /// Frame bytes received on the session's connections (after the handshake).
+    pub(crate) bytes_in: AtomicU64,
+    /// Frame bytes sent on the session's connections (after the handshake).
+    pub(crate) bytes_out: AtomicU64,
+    /// Requests served.
+    pub(crate) requests: AtomicU64,
+}
+
+impl Session {
+    /// The session id (never 0).
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The attach key.
+    pub(crate) fn key(&self) -> SessionKey {
+        self.key
+    }
+
+    /// The name the creating client gave.
+    pub(crate) fn client(&self) -> &str {
+        &self.client
+    }
+
+    /// How long ago the session was created.
+    pub(crate) fn age(&self) -> Duration {
+        self.created.elapsed()
+    }
+
+    /// Shared access to the pages (reads, stats).
+    pub(crate) fn store(&self) -> RwLockReadGuard<'_, PageStore> {
+        // A panic while holding the lock aborts in release builds (panic = "abort"); in tests,
+        // every store operation leaves the store consistent before it can panic.
+        self.store.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Exclusive access to the pages (writes, frees).
+    pub(crate) fn store_mut(&self) -> RwLockWriteGuard<'_, PageStore> {
+        self.store.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Drops all pages and marks the session ended; returns the pages released.
+    pub(crate) fn end(&self, capacity: &Capacity) -> u64 {
+        self.store_mut().end(capacity)
+    }
+}
+
+/// Why a connection could not attach to a session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AttachError {
+    /// No session with that id (never existed, ended, or released by its lease).
+    Unknown,
+    /// The session exists but the key is wrong.
+    WrongKey,
+}
+
+struct Entry {
+    session: Arc<Session>,
+    /// Connections attached now.
+    live: u32,
+    /// When `live` last dropped to 0.
+    idle_since: Option<Instant>,
+}
+
+/// A point-in-time view of one session for the stats document.
+pub(crate) struct SessionView {
+    /// The session.
+    pub session: Arc<Session>,
+    /// Connections attached now.
+    pub live: u32,
+    /// How long it has had no connection, if it has none.
+    pub idle_for: Option<Duration>,
+}
+
+/// All live sessions.
+pub(crate) struct SessionTable {
+    entries: Mutex<HashMap<u64, Entry>>,
+    hash_seed: u64,
+}
+
+impl SessionTable {
+    /// An empty table.
+    pub(crate) fn new() -> Self {
+        SessionTable {
+            entries: Mutex::new(HashMap::new()),
+            hash_seed: u64::from_le_bytes(random_bytes()),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<u64, Entry>> {
+        self.entries.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Creates a session with a random id and key, with one connection attached.
+    pub(crate) fn create(&self, client: &str) -> Arc<Session> {
+        let mut entries = self.lock();
+        let id = loop {
+            let id = u64::from_le_bytes(random_bytes());
+            if id != 0 && !entries.contains_key(&id) {
+                break id;
+            }
+        };
+        let session = Arc::new(Session {
+            id,
+            key: random_bytes(),
+            client: truncate(client, MAX_CLIENT_NAME).to_string(),
+            created: Instant::now(),
+            store: RwLock::new(PageStore::new(self.hash_seed ^ id)),
+            bytes_in: AtomicU64::new(0),
+            bytes_out: AtomicU64::new(0),
+            requests: AtomicU64::new(0),
+        });
+        entries.insert(
+            id,
+            Entry {
+                session: Arc::clone(&session),
+                live: 1,
+                idle_since: None,
+            },
+        );
+        session
+    }
+
+    /// Attaches one more connection to session `id` if `key` is its key (compared in constant
+    /// time).
+    pub(crate) fn attach(&self, id: u64, key: &SessionKey) -> Result<Arc<Session>, AttachError> {
+        let mut entries = self.lock();
+        let entry = entries.get_mut(&id).ok_or(AttachError::Unknown)?;
+        if !keys_equal(&entry.session.key, key) {
+            return Err(AttachError::WrongKey);
+        }
+        entry.live += 1;
+        entry.idle_since = None;
+        Ok(Arc::clone(&entry.session))
+    }
+
+    /// A connection of `session` closed without `Goodbye`: when it was the last, the lease starts.
+    pub(crate) fn detach(&self, session: &Arc<Session>) {
+        let mut entries = self.lock();
+        if let Some(entry) = entries.get_mut(&session.id) {
+            if Arc::ptr_eq(&entry.session, session) {
+                entry.live = entry.live.saturating_sub(1);
+                if entry.live == 0 {
+                    entry.idle_since = Some(Instant::now());
+                }
+            }
+        }
+    }
+
+    /// Removes `session` from the table (for `Goodbye`); false if it was already gone. The caller
+    /// releases its pages with [`Session::end`].
+    pub(crate) fn remove(&self, session: &Arc<Session>) -> bool {
+        let mut entries = self.lock();
+        match entries.get(&session.id) {
+            Some(e) if Arc::ptr_eq(&e.session, session) => {
+                entries.remove(&session.id);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Removes and returns every session that has had no connection for at least `lease`.
+    pub(crate) fn take_expired(&self, lease: Duration) -> Vec<Arc<Session>> {
+        let now = Instant::now();
+        let mut expired = Vec::new();
+        self.lock().retain(|_, e| {
+            let due = e.live == 0
+                && e.idle_since
+                    .is_some_and(|t| now.saturating_duration_since(t) >= lease);
+            if due {
+                expired.push(Arc::clone(&e.session));
+            }
+            !due
+        });
+        expired
+    }
+
+    /// Removes and returns every session (at shutdown).
+    pub(crate) fn take_all(&self) -> Vec<Arc<Session>> {
+        self.lock().drain().map(|(_, e)| e.session).collect()
+    }
+
+    /// A view of every session, for stats.
+    pub(crate) fn snapshot(&self) -> Vec<SessionView> {
+        let now = Instant::now();
+        self.lock()
+            .values()
+            .map(|e| SessionView {
+                session: Arc::clone(&e.session),
+                live: e.live,
+                idle_for: e.idle_since.map(|t| now.saturating_duration_since(t)),
+            })
+            .collect()
+    }
+}
+
+/// Compares two session keys in constant time.
+fn keys_equal(a: &SessionKey, b: &SessionKey) -> bool {
+    a.iter()
+        .zip(b.iter())
+        .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+        == 0
+}
+
+/// `s` cut to at most `max` bytes at a character boundary.
+fn truncate(s: &str, max: usize) -> &str {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attach_detach_and_lease_expiry() {
+        let t = SessionTable::new();
+        let s = t.create("test");
+        assert_ne!(s.id(), 0);
+        assert_eq!(
+            t.attach(s.id(), &[0; 16]).unwrap_err(),
+            AttachError::WrongKey
+        );
+        assert_eq!(
+            t.attach(s.id() ^ 1, &s.key()).unwrap_err(),
+            AttachError::Unknown
+        );
+        let again = t.attach(s.id(), &s.key()).unwrap();
+        assert!(Arc::ptr_eq(&s, &again));
+        t.detach(&s);
+        assert!(t.take_expired(Duration::ZERO).is_empty(), "one still live");
+        t.detach(&s);
+        assert!(t.take_expired(Duration::from_secs(60)).is_empty());
+        let gone = t.take_expired(Duration::ZERO);
+        assert_eq!(gone.len(), 1);
+        assert_eq!(
+            t.attach(s.id(), &s.key()).unwrap_err(),
+            AttachError::Unknown
+        );
+    }
+
+    #[test]
+    fn long_client_names_are_cut_at_a_char_boundary() {
+        let t = SessionTable::new();
+        let s = t.create(&"é".repeat(200));
+        assert!(s.client().len() <= MAX_CLIENT_NAME);
+        assert!(s.client().chars().all(|c| c == 'é'));
+        assert!(t.remove(&s));
+        assert!(!t.remove(&s));
+    }
+}

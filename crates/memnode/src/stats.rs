@@ -1,0 +1,259 @@
+//! Server counters and the JSON stats document (`StatsRequest` → `Stats`).
+//!
+//! Counters are relaxed atomics bumped on the request path; the document is assembled on demand.
+//! The types below are public so tools can deserialize what `gleaner memnode stats` prints.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::session::SessionView;
+use crate::store::Capacity;
+
+/// Most sessions listed individually in one stats document; the rest are only counted (in
+/// `sessions_omitted`). Keeps the document under the protocol's text bound.
+pub const MAX_SESSIONS_LISTED: usize = 256;
+
+/// Server-wide counters.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub bytes_in: AtomicU64,
+    pub bytes_out: AtomicU64,
+    pub req_read: AtomicU64,
+    pub req_write: AtomicU64,
+    pub req_free: AtomicU64,
+    pub req_ping: AtomicU64,
+    pub req_stats: AtomicU64,
+    pub req_goodbye: AtomicU64,
+    pub pages_read: AtomicU64,
+    pub pages_written: AtomicU64,
+    pub pages_freed: AtomicU64,
+    pub errors_not_found: AtomicU64,
+    pub errors_full: AtomicU64,
+    pub connections_accepted: AtomicU64,
+    pub connections_refused: AtomicU64,
+    pub auth_failures: AtomicU64,
+    pub session_attach_failures: AtomicU64,
+    pub malformed_frames: AtomicU64,
+    pub handshake_timeouts: AtomicU64,
+    pub sessions_created: AtomicU64,
+    pub sessions_ended_by_goodbye: AtomicU64,
+    pub sessions_released_by_lease: AtomicU64,
+}
+
+/// Adds `n` to a counter.
+pub(crate) fn bump(c: &AtomicU64, n: u64) {
+    c.fetch_add(n, Ordering::Relaxed);
+}
+
+fn get(c: &AtomicU64) -> u64 {
+    c.load(Ordering::Relaxed)
+}
+
+/// The whole stats document.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StatsSnapshot {
+    /// Total capacity in pages.
+    pub capacity_pages: u64,
+    /// Pages stored by all sessions together.
+    pub used_pages: u64,
+    /// `capacity_pages - used_pages`.
+    pub free_pages: u64,
+    /// Bytes per page.
+    pub page_size: u64,
+    /// Seconds since the server started.
+    pub uptime_s: f64,
+    /// How long a session outlives its last connection, in milliseconds.
+    pub lease_ms: u64,
+    /// Connections open now (including ones still authenticating).
+    pub live_connections: u64,
+    /// Counters since start.
+    pub totals: Totals,
+    /// Sessions alive now.
+    pub sessions_total: u64,
+    /// Sessions alive now but not listed in `sessions` (beyond [`MAX_SESSIONS_LISTED`]).
+    pub sessions_omitted: u64,
+    /// Per-session details, largest first.
+    pub sessions: Vec<SessionStats>,
+}
+
+/// Server-wide counters since start.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Totals {
+    /// Frame bytes received (headers included).
+    pub bytes_in: u64,
+    /// Frame bytes sent (headers included).
+    pub bytes_out: u64,
+    /// Requests served, by kind.
+    pub requests: RequestCounts,
+    /// Pages returned by reads.
+    pub pages_read: u64,
+    /// Pages stored by writes (overwrites included).
+    pub pages_written: u64,
+    /// Pages removed by `Free` requests.
+    pub pages_freed: u64,
+    /// Reads refused because a page was not stored.
+    pub errors_not_found: u64,
+    /// Writes refused because they did not fit.
+    pub errors_full: u64,
+    /// Connections accepted.
+    pub connections_accepted: u64,
+    /// Connections refused because of the connection limit.
+    pub connections_refused: u64,
+    /// Handshakes refused: wrong token, or an unknown session / wrong session key.
+    pub auth_failures: u64,
+    /// The part of `auth_failures` due to an unknown session or a wrong session key.
+    pub session_attach_failures: u64,
+    /// Connections dropped for malformed input.
+    pub malformed_frames: u64,
+    /// Connections dropped because they did not authenticate in time.
+    pub handshake_timeouts: u64,
+    /// Sessions created.
+    pub sessions_created: u64,
+    /// Sessions ended by `Goodbye`.
+    pub sessions_ended_by_goodbye: u64,
+    /// Sessions released because their lease ran out with no connection attached.
+    pub sessions_released_by_lease: u64,
+}
+
+/// Requests served, by kind.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RequestCounts {
+    /// `Read`.
+    pub read: u64,
+    /// `Write`.
+    pub write: u64,
+    /// `Free`.
+    pub free: u64,
+    /// `Ping`.
+    pub ping: u64,
+    /// `StatsRequest`.
+    pub stats: u64,
+    /// `Goodbye`.
+    pub goodbye: u64,
+}
+
+/// One session.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SessionStats {
+    /// Session id.
+    pub id: u64,
+    /// The client name given by the connection that created it.
+    pub client: String,
+    /// Pages stored.
+    pub pages: u64,
+    /// Frame bytes received on its connections after their handshakes.
+    pub bytes_in: u64,
+    /// Frame bytes sent on its connections after their handshakes.
+    pub bytes_out: u64,
+    /// Requests served.
+    pub requests: u64,
+    /// Connections attached now.
+    pub live_connections: u32,
+    /// Seconds since it was created.
+    pub age_s: f64,
+    /// Seconds since its last connection closed, if none is attached (its lease is running).
+    pub idle_s: Option<f64>,
+}
+
+impl Counters {
+    fn totals(&self) -> Totals {
+        Totals {
+            bytes_in: get(&self.bytes_in),
+            bytes_out: get(&self.bytes_out),
+            requests: RequestCounts {
+                read: get(&self.req_read),
+                write: get(&self.req_write),
+                free: get(&self.req_free),
+                ping: get(&self.req_ping),
+                stats: get(&self.req_stats),
+                goodbye: get(&self.req_goodbye),
+            },
+            pages_read: get(&self.pages_read),
+            pages_written: get(&self.pages_written),
+            pages_freed: get(&self.pages_freed),
+            errors_not_found: get(&self.errors_not_found),
+            errors_full: get(&self.errors_full),
+            connections_accepted: get(&self.connections_accepted),
+            connections_refused: get(&self.connections_refused),
+            auth_failures: get(&self.auth_failures),
+            session_attach_failures: get(&self.session_attach_failures),
+            malformed_frames: get(&self.malformed_frames),
+            handshake_timeouts: get(&self.handshake_timeouts),
+            sessions_created: get(&self.sessions_created),
+            sessions_ended_by_goodbye: get(&self.sessions_ended_by_goodbye),
+            sessions_released_by_lease: get(&self.sessions_released_by_lease),
+        }
+    }
+
+    /// Total requests of every kind.
+    pub(crate) fn requests(&self) -> u64 {
+        let r = self.totals().requests;
+        r.read + r.write + r.free + r.ping + r.stats + r.goodbye
+    }
+}
+
+/// What the stats document is built from.
+pub(crate) struct Inputs<'a> {
+    pub counters: &'a Counters,
+    pub capacity: &'a Capacity,
+    pub sessions: Vec<SessionView>,
+    pub uptime: Duration,
+    pub lease: Duration,
+    pub live_connections: u64,
+}
+
+/// Builds the stats document.
+pub(crate) fn snapshot(inputs: Inputs<'_>) -> StatsSnapshot {
+    let mut sessions: Vec<SessionStats> = inputs
+        .sessions
+        .iter()
+        .map(|v| SessionStats {
+            id: v.session.id(),
+            client: v.session.client().to_string(),
+            pages: v.session.store().len() as u64,
+            bytes_in: get(&v.session.bytes_in),
+            bytes_out: get(&v.session.bytes_out),
+            requests: get(&v.session.requests),
+            live_connections: v.live,
+            age_s: v.session.age().as_secs_f64(),
+            idle_s: v.idle_for.map(|d| d.as_secs_f64()),
+        })
+        .collect();
+    let total = sessions.len();
+    sessions.sort_unstable_by(|a, b| b.pages.cmp(&a.pages).then(a.id.cmp(&b.id)));
+    sessions.truncate(MAX_SESSIONS_LISTED);
+    let capacity = inputs.capacity.total();
+    let used = inputs.capacity.used();
+    StatsSnapshot {
+        capacity_pages: capacity,
+        used_pages: used,
+        free_pages: capacity.saturating_sub(used),
+        page_size: gleaner_proto::PAGE_SIZE as u64,
+        uptime_s: inputs.uptime.as_secs_f64(),
+        lease_ms: inputs.lease.as_millis().try_into().unwrap_or(u64::MAX),
+        live_connections: inputs.live_connections,
+        totals: inputs.counters.totals(),
+        sessions_total: total as u64,
+        sessions_omitted: (total - sessions.len()) as u64,
+        sessions,
+    }
+}
+
+/// Serializes `snap` as compact JSON no longer than the protocol's text bound, dropping listed
+/// sessions (counted in `sessions_omitted`) until it fits.
+pub(crate) fn to_bounded_json(mut snap: StatsSnapshot) -> String {
+    loop {
+        let json = serde_json::to_string(&snap).unwrap_or_else(|e| {
+            // Serializing plain numbers and strings cannot fail; keep the reply well-formed anyway.
+            serde_json::json!({ "error": format!("cannot serialize stats: {e}") }).to_string()
+        });
+        if json.len() <= gleaner_proto::MAX_TEXT_LEN || snap.sessions.is_empty() {
+            return json;
+        }
+        let keep = snap.sessions.len() / 2;
+        snap.sessions_omitted += (snap.sessions.len() - keep) as u64;
+        snap.sessions.truncate(keep);
+    }
+}

@@ -1,0 +1,265 @@
+//! Malformed input on one connection closes that connection only; everyone else keeps working.
+
+mod common;
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::time::Duration;
+
+use gleaner_memnode::ServerConfig;
+use gleaner_proto::{
+    client_proof, generate_token, random_bytes, read_frame, ErrorCode, FrameHeader, Message,
+    MessageKind, PageIds, Token, MAX_BATCH_PAGES, MAX_PAYLOAD,
+};
+
+use common::{assert_pages, write, TestServer};
+
+/// A raw connection that has read the server's challenge.
+struct Raw {
+    s: TcpStream,
+    nonce: [u8; 32],
+}
+
+impl Raw {
+    fn open(server: &TestServer) -> Raw {
+        let addr = server.endpoint.to_string();
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut rx = Vec::new();
+        let h = read_frame(&mut s, &mut rx).unwrap();
+        let nonce = match Message::decode(h.kind, &rx).unwrap() {
+            Message::Challenge { nonce } => nonce,
+            other => panic!("expected a challenge, got {other:?}"),
+        };
+        Raw { s, nonce }
+    }
+
+    /// Opens and authenticates as a new session, without the client library.
+    fn authenticated(server: &TestServer, token: &Token) -> Raw {
+        let mut raw = Raw::open(server);
+        let client_nonce = random_bytes();
+        let auth = Message::Auth {
+            client_nonce,
+            session_id: 0,
+            session_key: [0; 16],
+            proof: client_proof(token, &raw.nonce, &client_nonce, 0, &[0; 16]),
+            client_name: "raw",
+        };
+        auth.send(&mut raw.s, 1, &mut Vec::new()).unwrap();
+        let mut rx = Vec::new();
+        let h = read_frame(&mut raw.s, &mut rx).unwrap();
+        assert_eq!(h.kind, MessageKind::Welcome);
+        raw
+    }
+
+    fn send(&mut self, bytes: &[u8]) {
+        self.s.write_all(bytes).unwrap();
+    }
+
+    /// Reads until the server closes; panics if it does not within the read timeout. If a frame
+    /// came before the close, it must be `Error{BadRequest}`.
+    fn expect_closed(mut self, case: &str) {
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            match self.s.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == ErrorKind::ConnectionReset => break,
+                Err(e) => panic!("{case}: server did not close the connection: {e}"),
+            }
+        }
+        if !got.is_empty() {
+            let mut rx = Vec::new();
+            let h = read_frame(&mut &got[..], &mut rx)
+                .unwrap_or_else(|e| panic!("{case}: undecodable reply: {e}"));
+            match Message::decode(h.kind, &rx).unwrap() {
+                Message::Error { code, .. } => assert_eq!(code, ErrorCode::BadRequest, "{case}"),
+                other => panic!("{case}: unexpected reply {other:?}"),
+            }
+        }
+    }
+}
+
+fn header(kind: MessageKind, len: u32) -> [u8; 12] {
+    FrameHeader {
+        kind,
+        req_id: 9,
+        len,
+    }
+    .encode()
+}
+
+#[test]
+fn malformed_connections_are_dropped_and_others_keep_working() {
+    let server = TestServer::tcp(256);
+    let token = server.token;
+    let mut before = server.connect();
+    write(&mut before, &[(1, 11), (2, 22)]).unwrap();
+
+    let mut cases = 0;
+    let mut case = |name: &str, f: &dyn Fn(&mut Raw), authenticated: bool| {
+        let mut raw = if authenticated {
+            Raw::authenticated(&server, &token)
+        } else {
+            Raw::open(&server)
+        };
+        f(&mut raw);
+        raw.expect_closed(name);
+        cases += 1;
+    };
+
+    case(
+        "bad magic",
+        &|r| r.send(&[0xde, 0xad, 1, 2, 0, 0, 0, 0, 0, 0, 0, 0]),
+        false,
+    );
+    case(
+        "bad version",
+        &|r| {
+            let mut h = header(MessageKind::Auth, 0);
+            h[2] = 77;
+            r.send(&h)
+        },
+        false,
+    );
+    case(
+        "unknown kind",
+        &|r| {
+            let mut h = header(MessageKind::Auth, 0);
+            h[3] = 200;
+            r.send(&h)
+        },
+        false,
+    );
+    case(
+        "oversized length",
+        &|r| r.send(&header(MessageKind::Write, MAX_PAYLOAD as u32 + 1)),
+        true,
+    );
+    case(
+        "truncated frame then close",
+        &|r| {
+            r.send(&header(MessageKind::Auth, 100));
+            r.send(&[0u8; 10]);
+            r.s.shutdown(Shutdown::Write).unwrap();
+        },
+        false,
+    );
+    case(
+        "undecodable Auth payload",
+        &|r| {
+            r.send(&header(MessageKind::Auth, 5));
+            r.send(&[1, 2, 3, 4, 5]);
+        },
+        false,
+    );
+    case(
+        "Auth longer than the pre-authentication limit",
+        &|r| r.send(&header(MessageKind::Auth, 100_000)),
+        false,
+    );
+    case(
+        "Read before auth",
+        &|r| {
+            let mut p = Vec::new();
+            PageIds::encode_into(&mut p, &[1]);
+            r.send(&header(MessageKind::Read, p.len() as u32));
+            r.send(&p);
+        },
+        false,
+    );
+    case(
+        "undecodable Read after auth",
+        &|r| {
+            let mut p = Vec::new();
+            p.extend_from_slice(&(MAX_BATCH_PAGES as u32 + 1).to_le_bytes());
+            r.send(&header(MessageKind::Read, p.len() as u32));
+            r.send(&p);
+        },
+        true,
+    );
+    case(
+        "server-to-client kind from a client",
+        &|r| r.send(&header(MessageKind::Pong, 0)),
+        true,
+    );
+    case(
+        "second Auth on an authenticated connection",
+        &|r| {
+            let mut p = Vec::new();
+            Message::Auth {
+                client_nonce: [0; 32],
+                session_id: 0,
+                session_key: [0; 16],
+                proof: [0; 32],
+                client_name: "again",
+            }
+            .encode(&mut p);
+            r.send(&header(MessageKind::Auth, p.len() as u32));
+            r.send(&p);
+        },
+        true,
+    );
+
+    // The connection opened before still works, and so does a new one.
+    before.ping().unwrap();
+    assert_pages(&mut before, &[(1, 11), (2, 22)]);
+    let mut after = server.connect();
+    write(&mut after, &[(1, 33)]).unwrap();
+    assert_pages(&mut after, &[(1, 33)]);
+    assert_pages(&mut before, &[(1, 11)]);
+
+    let s = server.stats();
+    assert_eq!(s.totals.malformed_frames, cases);
+    assert_eq!(s.totals.auth_failures, 0);
+}
+
+#[test]
+fn silent_connections_time_out_in_the_handshake() {
+    let mut config = ServerConfig::new("127.0.0.1:0".parse().unwrap(), 16, generate_token());
+    config.handshake_timeout = Duration::from_millis(200);
+    let server = TestServer::start_with(config);
+    let raw = Raw::open(&server);
+    raw.expect_closed("silent client");
+    let s = server.local_stats();
+    assert_eq!(s.totals.handshake_timeouts, 1);
+    assert_eq!(s.totals.malformed_frames, 0);
+    server.connect().ping().unwrap();
+}
+
+#[test]
+fn connections_beyond_the_limit_are_refused() {
+    let mut config = ServerConfig::new("127.0.0.1:0".parse().unwrap(), 16, generate_token());
+    config.max_connections = 1;
+    let server = TestServer::start_with(config);
+    let mut first = server.connect();
+    let err = gleaner_proto::Connection::connect(
+        &server.endpoint,
+        &server.token,
+        None,
+        &TestServer::opts("second"),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            gleaner_proto::ClientError::Unexpected {
+                got: MessageKind::Error,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    first.ping().unwrap();
+    let s = server.local_stats();
+    assert_eq!(s.totals.connections_refused, 1);
+    assert_eq!(s.live_connections, 1);
+    // Once the first leaves, there is room again.
+    drop(first);
+    assert!(common::wait_until(Duration::from_secs(5), || server
+        .local_stats()
+        .live_connections
+        == 0));
+    server.connect().ping().unwrap();
+}

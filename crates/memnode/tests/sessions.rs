@@ -1,0 +1,108 @@
+//! Session life: Goodbye releases at once; a dropped connection keeps the session for the lease,
+//! during which the client can re-attach; several connections share one session safely.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{assert_pages, wait_until, write, TestServer};
+
+const LEASE: Duration = Duration::from_secs(1);
+
+#[test]
+fn goodbye_releases_at_once() {
+    let server = TestServer::start("127.0.0.1:0", 100, LEASE);
+    let mut c = server.connect();
+    write(&mut c, &(0..50).map(|i| (i, i)).collect::<Vec<_>>()).unwrap();
+    assert_eq!(server.local_stats().used_pages, 50);
+    let info = c.session();
+    c.goodbye().unwrap();
+    let s = server.local_stats();
+    assert_eq!(s.used_pages, 0);
+    assert_eq!(s.totals.sessions_ended_by_goodbye, 1);
+    assert!(s.sessions.iter().all(|e| e.id != info.session_id));
+    // The session is gone: attaching to it fails.
+    assert!(server.attach(info.session_id, info.session_key).is_err());
+}
+
+#[test]
+fn dropped_connection_keeps_pages_for_the_lease() {
+    let server = TestServer::start("127.0.0.1:0", 100, LEASE);
+    let mut c = server.connect();
+    assert_eq!(c.session().lease_ms, 1000);
+    write(&mut c, &(0..20).map(|i| (i, i)).collect::<Vec<_>>()).unwrap();
+    let id = c.session().session_id;
+    drop(c);
+    let dropped = Instant::now();
+    // The server notices the close, starts the lease, but keeps the pages.
+    assert!(wait_until(Duration::from_secs(2), || {
+        let s = server.local_stats();
+        s.sessions
+            .iter()
+            .any(|e| e.id == id && e.live_connections == 0 && e.idle_s.is_some())
+    }));
+    assert_eq!(server.local_stats().used_pages, 20);
+    assert!(
+        wait_until(Duration::from_secs(5), || server.local_stats().used_pages
+            == 0),
+        "pages not released after the lease"
+    );
+    let waited = dropped.elapsed();
+    assert!(
+        waited >= Duration::from_millis(900),
+        "released after only {waited:?}"
+    );
+    let s = server.stats();
+    assert_eq!(s.totals.sessions_released_by_lease, 1);
+    assert!(s.sessions.iter().all(|e| e.id != id));
+}
+
+#[test]
+fn reattach_within_the_lease_sees_the_data() {
+    let server = TestServer::start("127.0.0.1:0", 100, LEASE);
+    let mut c = server.connect();
+    let pages: Vec<(u64, u64)> = (0..10).map(|i| (i * 3, 70 + i)).collect();
+    write(&mut c, &pages).unwrap();
+    let info = c.session();
+    drop(c);
+    std::thread::sleep(Duration::from_millis(300));
+    let mut again = server.attach(info.session_id, info.session_key).unwrap();
+    assert_pages(&mut again, &pages);
+    // Attached again, the session survives well past the lease.
+    std::thread::sleep(LEASE * 2);
+    assert_pages(&mut again, &pages);
+    assert_eq!(server.local_stats().used_pages, 10);
+    assert_eq!(server.local_stats().totals.sessions_released_by_lease, 0);
+}
+
+#[test]
+fn connections_attached_to_one_session_work_concurrently() {
+    let server = TestServer::tcp(10_000);
+    let mut first = server.connect();
+    let info = first.session();
+    let threads: Vec<_> = (0..6u64)
+        .map(|t| {
+            let mut c = server.attach(info.session_id, info.session_key).unwrap();
+            std::thread::spawn(move || {
+                for round in 0..20u64 {
+                    let pages: Vec<(u64, u64)> = (0..32)
+                        .map(|i| (t * 1_000_000 + round * 32 + i, t * 7919 + round * 31 + i))
+                        .collect();
+                    write(&mut c, &pages).unwrap();
+                    assert_pages(&mut c, &pages);
+                }
+                // Free half of what this thread wrote.
+                c.free(&[(t * 1_000_000, 320)]).unwrap();
+            })
+        })
+        .collect();
+    for t in threads {
+        common::join_within(t, Duration::from_secs(30));
+    }
+    let s = server.local_stats();
+    assert_eq!(s.used_pages, 6 * 320);
+    let entry = s.sessions.iter().find(|e| e.id == info.session_id).unwrap();
+    assert_eq!(entry.pages, 6 * 320);
+    // Everything written by every thread is visible on the first connection.
+    assert_pages(&mut first, &[(5_000_000 + 639, 5 * 7919 + 19 * 31 + 31)]);
+}
