@@ -6,6 +6,7 @@
 //! with a `#[repr(C)]` argument that lives across the call; none dereferences user memory itself.
 #![deny(missing_docs)]
 
+pub mod pagemap;
 pub mod sys;
 
 use std::fs::OpenOptions;
