@@ -1,12 +1,405 @@
-//! `gleaner bench`: micro-benchmarks (filled in by the pager work).
+//! `gleaner bench micro`: an access pattern over a far-memory region, verified on every access,
+//! beside the same pattern all-local and the floors measured in the same run.
 
+mod dirty;
+mod floor;
+mod pattern;
+
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use gleaner_pager::{
+    EmbeddedMemnode, LatencySummary, Region, RegionConfig, RegionStats, PAGE_SIZE,
+};
+use gleaner_proto::units::{format_size, parse_size};
+use gleaner_proto::Endpoint;
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+use pattern::{expected_word, fill_page, Pattern};
 
 /// Benchmark subcommands.
 #[derive(clap::Subcommand, Debug)]
-pub enum BenchCommand {}
+pub enum BenchCommand {
+    /// Run an access pattern over a far-memory region and report ns/op, remote-fault latency
+    /// and eviction throughput, beside the all-local run and the raw userfaultfd and transport
+    /// floors measured in the same run.
+    Micro(MicroArgs),
+    /// Measure the two ways of tracking dirty pages on this kernel: synchronous write-protect
+    /// faults, and WP_ASYNC with PAGEMAP_SCAN.
+    DirtyTracking(dirty::DirtyArgs),
+}
+
+/// Arguments of `gleaner bench micro`.
+#[derive(clap::Args, Debug)]
+pub struct MicroArgs {
+    /// Access pattern: `seq`, `stride:N` (every N-th page, wrapping), or `random`.
+    #[arg(long, default_value = "seq")]
+    pattern: Pattern,
+    /// Region size (e.g. 256M, 1G).
+    #[arg(long, default_value = "256M", value_parser = parse_size)]
+    size: u64,
+    /// Local memory: a size (64M) or a percentage of --size (25%).
+    #[arg(long, default_value = "25%")]
+    local: String,
+    /// Measured passes over the region after the initialising write pass.
+    #[arg(long, default_value_t = 2)]
+    passes: u32,
+    /// Memnode: `embedded` (a private child on a Unix socket), `embedded-tcp`, or an address.
+    #[arg(long, default_value = "embedded")]
+    memnode: String,
+    /// Token file for an external memnode (default: ~/.gleaner/token).
+    #[arg(long)]
+    token_file: Option<PathBuf>,
+    /// Fault-handler threads.
+    #[arg(long, default_value_t = 2)]
+    handlers: usize,
+    /// Samples for each floor measurement (0 skips the floors).
+    #[arg(long, default_value_t = 4000)]
+    floor_samples: usize,
+    /// Print one JSON document instead of the human-readable report.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Everything one run measured.
+#[derive(Serialize)]
+struct MicroReport {
+    pattern: String,
+    size_bytes: u64,
+    local_bytes: u64,
+    local_ratio: f64,
+    passes: u32,
+    memnode: String,
+    checksum: u64,
+    checksum_ok: bool,
+    accesses: u64,
+    /// ns per access in the measured passes, far memory.
+    ns_per_op: f64,
+    /// ns per access of the same passes over ordinary local memory.
+    ns_per_op_all_local: f64,
+    slowdown_vs_all_local: f64,
+    /// Latency of accesses that faulted (> 1 µs), as the program saw them.
+    remote_fault_app_visible: LatencySummary,
+    floor: Option<floor::FloorReport>,
+    /// remote-fault p50 / (uffd p50 + transport p50); p99 likewise.
+    p50_vs_floor: Option<f64>,
+    p99_vs_floor: Option<f64>,
+    /// Same, against the raw combined floor (bare handler: transport read + UFFDIO_COPY).
+    p50_vs_raw_remote_fault: Option<f64>,
+    p99_vs_raw_remote_fault: Option<f64>,
+    init_pass_s: f64,
+    dirty_evictions_per_s: Option<f64>,
+    clean_evictions_per_s: Option<f64>,
+    region: RegionStats,
+}
 
 /// Runs a benchmark subcommand.
 pub fn main(cmd: BenchCommand) -> ExitCode {
-    match cmd {}
+    match cmd {
+        BenchCommand::Micro(args) => {
+            match micro(&args) {
+                Ok(report) => {
+                    if args.json {
+                        println!(
+                            "{}",
+                            serde_json::to_string_pretty(&report).expect("report serialises")
+                        );
+                    } else {
+                        print_human(&report);
+                    }
+                    if report.checksum_ok {
+                        ExitCode::SUCCESS
+                    } else {
+                        eprintln!("gleaner bench micro: CHECKSUM MISMATCH: far memory returned wrong data");
+                        ExitCode::from(2)
+                    }
+                }
+                Err(e) => {
+                    eprintln!("gleaner bench micro: error: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        BenchCommand::DirtyTracking(args) => match dirty::run(&args) {
+            Ok(r) => {
+                if args.json {
+                    println!("{}", serde_json::to_string_pretty(&r).expect("serialises"));
+                } else {
+                    dirty::print_human(&r);
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("gleaner bench dirty-tracking: error: {e}");
+                ExitCode::FAILURE
+            }
+        },
+    }
+}
+
+fn parse_local(local: &str, size: u64) -> Result<u64, String> {
+    if let Some(pct) = local.trim().strip_suffix('%') {
+        let p: f64 = pct
+            .trim()
+            .parse()
+            .map_err(|_| format!("`{local}` is not a percentage"))?;
+        if !(0.0..=100.0).contains(&p) || p == 0.0 {
+            return Err(format!(
+                "--local {local}: the percentage must be in (0, 100]"
+            ));
+        }
+        return Ok((size as f64 * p / 100.0) as u64);
+    }
+    parse_size(local)
+}
+
+/// The memnode the run uses: a private one started here (kept alive by the returned guard, so
+/// the region and the floors measure the same memnode), or an external one.
+fn resolve_memnode(
+    spec: &str,
+    token_file: &Option<PathBuf>,
+    capacity: u64,
+) -> Result<(Endpoint, PathBuf, Option<EmbeddedMemnode>), String> {
+    match spec {
+        "embedded" | "embedded-tcp" => {
+            let node = EmbeddedMemnode::start(capacity, spec == "embedded-tcp")
+                .map_err(|e| e.to_string())?;
+            Ok((node.endpoint().clone(), node.token_file(), Some(node)))
+        }
+        addr => Ok((
+            addr.parse::<Endpoint>()?,
+            token_file
+                .clone()
+                .unwrap_or_else(gleaner_proto::units::default_token_path),
+            None,
+        )),
+    }
+}
+
+fn micro(args: &MicroArgs) -> Result<MicroReport, String> {
+    let local = parse_local(&args.local, args.size)?;
+    let mut cfg = RegionConfig::new(args.size as usize, local as usize);
+    // Validate before starting anything, so a bad budget is reported first and alone.
+    cfg.validate_only().map_err(|e| e.to_string())?;
+    let floor_bytes = (args.floor_samples * PAGE_SIZE) as u64;
+    let (endpoint, token_file, _node) =
+        resolve_memnode(&args.memnode, &args.token_file, args.size + floor_bytes)?;
+    cfg = cfg.with_memnode(endpoint.clone(), Some(token_file.clone()));
+    cfg.handler_threads = args.handlers;
+    let region = Region::new(cfg).map_err(|e| e.to_string())?;
+    let pages = region.len() / PAGE_SIZE;
+    let base = region.as_ptr();
+    let progress = !args.json;
+    if progress {
+        eprintln!(
+            "bench micro: {} region, {} local ({:.0}%), pattern {}, memnode {}",
+            format_size(region.len() as u64),
+            format_size(local),
+            100.0 * local as f64 / args.size as f64,
+            args.pattern,
+            region.stats().memnode
+        );
+    }
+
+    // Initialising pass: every page written once (zero-fill faults, then dirty evictions).
+    let before_init = region.stats();
+    let t = Instant::now();
+    for p in 0..pages {
+        // SAFETY: page p lies inside the live region, which is readable and writable.
+        unsafe { fill_page(base.add(p * PAGE_SIZE), p) };
+    }
+    let init_s = t.elapsed().as_secs_f64();
+    let after_init = region.stats();
+    region.reset_latency();
+
+    // Measured passes: read one word per access, checked against what was written.
+    let mut hist = new_hist();
+    let mut checksum = 0u64;
+    let mut bad = 0u64;
+    let mut accesses = 0u64;
+    let t = Instant::now();
+    for pass in 0..args.passes {
+        for p in args.pattern.pages(pages, pass) {
+            let word = p % (PAGE_SIZE / 8);
+            let a = Instant::now();
+            // SAFETY: word `word` of page `p` lies inside the live region.
+            let v = unsafe {
+                std::ptr::read_volatile((base.add(p * PAGE_SIZE) as *const u64).add(word))
+            };
+            let d = a.elapsed();
+            if d > Duration::from_micros(1) {
+                hist.saturating_record(d.as_nanos() as u64);
+            }
+            bad += (v != expected_word(p, word)) as u64;
+            checksum = checksum.wrapping_add(v);
+            accesses += 1;
+        }
+        if progress {
+            eprintln!("  pass {}/{} done", pass + 1, args.passes);
+        }
+    }
+    let far_s = t.elapsed().as_secs_f64();
+    let after = region.stats();
+    let memnode_desc = after.memnode.clone();
+
+    // The same passes over ordinary memory.
+    let local_ns = all_local_ns_per_op(&args.pattern, pages, args.passes);
+
+    // Floors against the same memnode (a fresh session of its own).
+    drop(region);
+    let floor = if args.floor_samples > 0 {
+        let token = gleaner_proto::read_token_file(&token_file)
+            .map_err(|e| format!("reading token {}: {e}", token_file.display()))?;
+        Some(floor::measure(&endpoint, &token, args.floor_samples)?)
+    } else {
+        None
+    };
+    let app = LatencySummary::of(&hist);
+    let ratio = |num: f64, den: f64| (den > 0.0 && num > 0.0).then(|| num / den);
+    let expected_sum = args.pattern.expected_checksum(pages, args.passes);
+    let ns_per_op = far_s * 1e9 / accesses.max(1) as f64;
+    Ok(MicroReport {
+        pattern: args.pattern.to_string(),
+        size_bytes: args.size,
+        local_bytes: local,
+        local_ratio: local as f64 / args.size as f64,
+        passes: args.passes,
+        memnode: memnode_desc,
+        checksum,
+        checksum_ok: bad == 0 && checksum == expected_sum,
+        accesses,
+        ns_per_op,
+        ns_per_op_all_local: local_ns,
+        slowdown_vs_all_local: ns_per_op / local_ns,
+        remote_fault_app_visible: app,
+        p50_vs_floor: floor.as_ref().and_then(|f| {
+            ratio(
+                app.p50_us,
+                f.uffd_round_trip.p50_us + f.transport_round_trip.p50_us,
+            )
+        }),
+        p99_vs_floor: floor.as_ref().and_then(|f| {
+            ratio(
+                app.p99_us,
+                f.uffd_round_trip.p99_us + f.transport_round_trip.p99_us,
+            )
+        }),
+        p50_vs_raw_remote_fault: floor
+            .as_ref()
+            .and_then(|f| ratio(app.p50_us, f.raw_remote_fault.p50_us)),
+        p99_vs_raw_remote_fault: floor
+            .as_ref()
+            .and_then(|f| ratio(app.p99_us, f.raw_remote_fault.p99_us)),
+        floor,
+        init_pass_s: init_s,
+        dirty_evictions_per_s: per_second(
+            after_init.evictions.dirty - before_init.evictions.dirty,
+            eviction_ns(&after_init) - eviction_ns(&before_init),
+        ),
+        clean_evictions_per_s: per_second(
+            after.evictions.clean - after_init.evictions.clean,
+            eviction_ns(&after) - eviction_ns(&after_init),
+        ),
+        region: after,
+    })
+}
+
+fn eviction_ns(s: &RegionStats) -> u64 {
+    let e = &s.evictions;
+    e.protect_ns + e.read_ns + e.send_ns + e.drop_ns
+}
+
+fn per_second(pages: u64, ns: u64) -> Option<f64> {
+    (pages > 0 && ns > 0).then(|| pages as f64 * 1e9 / ns as f64)
+}
+
+pub(crate) fn new_hist() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("valid bounds")
+}
+
+fn all_local_ns_per_op(pattern: &Pattern, pages: usize, passes: u32) -> f64 {
+    let mut mem = vec![0u64; pages * PAGE_SIZE / 8];
+    let base = mem.as_mut_ptr() as *mut u8;
+    for p in 0..pages {
+        // SAFETY: page p lies inside `mem`, which is pages * PAGE_SIZE bytes.
+        unsafe { fill_page(base.add(p * PAGE_SIZE), p) };
+    }
+    let mut sink = 0u64;
+    let mut n = 0u64;
+    let t = Instant::now();
+    for pass in 0..passes {
+        for p in pattern.pages(pages, pass) {
+            let word = p % (PAGE_SIZE / 8);
+            let a = Instant::now();
+            // SAFETY: in bounds of `mem` as above.
+            sink = sink.wrapping_add(unsafe {
+                std::ptr::read_volatile((base.add(p * PAGE_SIZE) as *const u64).add(word))
+            });
+            std::hint::black_box(a.elapsed());
+            n += 1;
+        }
+    }
+    std::hint::black_box(sink);
+    t.elapsed().as_secs_f64() * 1e9 / n.max(1) as f64
+}
+
+fn print_human(r: &MicroReport) {
+    println!(
+        "pattern {}  size {}  local {} ({:.0}%)  passes {}  memnode {}",
+        r.pattern,
+        format_size(r.size_bytes),
+        format_size(r.local_bytes),
+        r.local_ratio * 100.0,
+        r.passes,
+        r.memnode
+    );
+    println!(
+        "checksum {:#018x} {}",
+        r.checksum,
+        if r.checksum_ok { "ok" } else { "MISMATCH" }
+    );
+    println!(
+        "far memory   {:>10.1} ns/op   all-local {:>8.1} ns/op   slowdown {:.1}x",
+        r.ns_per_op, r.ns_per_op_all_local, r.slowdown_vs_all_local
+    );
+    let a = &r.remote_fault_app_visible;
+    println!(
+        "remote fault (as the program sees it): n={} p50 {:.1} us  p99 {:.1} us  p99.9 {:.1} us",
+        a.count, a.p50_us, a.p99_us, a.p999_us
+    );
+    if let Some(f) = &r.floor {
+        println!(
+            "floor: uffd round trip p50 {:.1} us p99 {:.1} us; transport round trip p50 {:.1} us p99 {:.1} us; raw remote fault p50 {:.1} us p99 {:.1} us",
+            f.uffd_round_trip.p50_us,
+            f.uffd_round_trip.p99_us,
+            f.transport_round_trip.p50_us,
+            f.transport_round_trip.p99_us,
+            f.raw_remote_fault.p50_us,
+            f.raw_remote_fault.p99_us
+        );
+    }
+    if let (Some(a), Some(b)) = (r.p50_vs_floor, r.p99_vs_floor) {
+        println!("remote fault vs floor (uffd + transport): p50 {a:.2}x  p99 {b:.2}x");
+    }
+    if let (Some(a), Some(b)) = (r.p50_vs_raw_remote_fault, r.p99_vs_raw_remote_fault) {
+        println!("remote fault vs raw remote fault:         p50 {a:.2}x  p99 {b:.2}x");
+    }
+    let e = &r.region.evictions;
+    println!(
+        "evictions: {} dirty, {} clean, {} batches; throughput dirty {} pages/s, clean {} pages/s",
+        e.dirty,
+        e.clean,
+        e.batches,
+        r.dirty_evictions_per_s
+            .map_or("-".into(), |v| format!("{v:.0}")),
+        r.clean_evictions_per_s
+            .map_or("-".into(), |v| format!("{v:.0}")),
+    );
+    let f = &r.region.faults;
+    println!(
+        "faults: {} zero-fill, {} remote, {} write-protect, {} duplicate, {} waited on eviction, {} waited on budget",
+        f.zero_fill, f.remote, f.write_protect, f.concurrent_duplicate, f.waited_on_eviction, f.waited_on_budget
+    );
 }

@@ -1,0 +1,122 @@
+//! Access patterns and the deterministic page contents they verify.
+
+use std::fmt;
+use std::str::FromStr;
+
+use gleaner_pager::PAGE_SIZE;
+
+/// Which pages a pass visits, in which order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pattern {
+    /// 0, 1, 2, ...
+    Seq,
+    /// 0, N, 2N, ... then 1, N+1, ... so every page is visited once per pass.
+    Stride(usize),
+    /// Pages drawn uniformly at random (as many as there are pages), seeded per pass.
+    Random,
+}
+
+impl FromStr for Pattern {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "seq" => Ok(Pattern::Seq),
+            "random" => Ok(Pattern::Random),
+            _ => match s.strip_prefix("stride:").map(str::parse::<usize>) {
+                Some(Ok(n)) if n > 0 => Ok(Pattern::Stride(n)),
+                _ => Err(format!(
+                    "`{s}` is not a pattern: use seq, stride:N (N > 0) or random"
+                )),
+            },
+        }
+    }
+}
+
+impl fmt::Display for Pattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Pattern::Seq => write!(f, "seq"),
+            Pattern::Stride(n) => write!(f, "stride:{n}"),
+            Pattern::Random => write!(f, "random"),
+        }
+    }
+}
+
+impl Pattern {
+    /// The pages of pass `pass` over `pages` pages.
+    pub fn pages(&self, pages: usize, pass: u32) -> Box<dyn Iterator<Item = usize>> {
+        match *self {
+            Pattern::Seq => Box::new(0..pages),
+            Pattern::Stride(n) => {
+                let n = n.min(pages.max(1));
+                Box::new((0..n).flat_map(move |start| (start..pages).step_by(n)))
+            }
+            Pattern::Random => {
+                let mut state = splitmix(0xC0FFEE ^ pass as u64) | 1;
+                Box::new((0..pages).map(move |_| {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    (state % pages as u64) as usize
+                }))
+            }
+        }
+    }
+
+    /// The sum of the words `passes` passes read, for checking the run end to end.
+    pub fn expected_checksum(&self, pages: usize, passes: u32) -> u64 {
+        (0..passes)
+            .flat_map(|pass| self.pages(pages, pass))
+            .fold(0u64, |acc, p| {
+                acc.wrapping_add(expected_word(p, p % (PAGE_SIZE / 8)))
+            })
+    }
+}
+
+fn splitmix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+/// The value word `word` of page `page` holds after [`fill_page`].
+pub fn expected_word(page: usize, word: usize) -> u64 {
+    splitmix(page as u64).wrapping_add(word as u64)
+}
+
+/// Writes page `page`'s deterministic contents at `dst`.
+///
+/// # Safety
+/// `dst` must point to `PAGE_SIZE` writable bytes, 8-byte aligned.
+pub unsafe fn fill_page(dst: *mut u8, page: usize) {
+    let words = dst as *mut u64;
+    let seed = splitmix(page as u64);
+    for w in 0..PAGE_SIZE / 8 {
+        // SAFETY: w < PAGE_SIZE / 8, so the write stays inside the page the caller vouched for.
+        unsafe { words.add(w).write_volatile(seed.wrapping_add(w as u64)) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patterns_parse_and_cover_pages() {
+        assert_eq!("seq".parse::<Pattern>().unwrap(), Pattern::Seq);
+        assert_eq!("stride:10".parse::<Pattern>().unwrap(), Pattern::Stride(10));
+        assert!("stride:0".parse::<Pattern>().is_err());
+        assert!("zigzag".parse::<Pattern>().is_err());
+        let mut v: Vec<usize> = Pattern::Stride(10).pages(25, 0).collect();
+        assert_eq!(&v[..3], &[0, 10, 20]);
+        v.sort();
+        assert_eq!(v, (0..25).collect::<Vec<_>>());
+        assert!(Pattern::Random.pages(100, 0).all(|p| p < 100));
+        assert_ne!(
+            Pattern::Random.pages(100, 0).collect::<Vec<_>>(),
+            Pattern::Random.pages(100, 1).collect::<Vec<_>>()
+        );
+    }
+}

@@ -1,0 +1,216 @@
+//! What bad input gets: each case must produce a clear error (or a clear stop) and never hand the
+//! program zero-filled pages in place of its data.
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{gleaner_bin, run_gleaner, wait_output, MemnodeProc, TempDir};
+use gleaner_pager::{PagerError, Region, RegionConfig, FATAL_EXIT_CODE};
+use gleaner_proto::ClientError;
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+#[test]
+fn unreachable_memnode_is_named_in_the_error() {
+    let dir = TempDir::new("unreach");
+    let token = dir.path().join("token");
+    gleaner_proto::write_token_file(&token, &gleaner_proto::generate_token()).unwrap();
+    let cfg = RegionConfig::new(64 << 20, 8 << 20)
+        .with_memnode("127.0.0.1:1".parse().unwrap(), Some(token.clone()));
+    match Region::new(cfg) {
+        Err(PagerError::Memnode(ClientError::Connect { endpoint, .. })) => {
+            assert_eq!(endpoint.to_string(), "127.0.0.1:1")
+        }
+        Err(e) => panic!("wrong error: {e}"),
+        Ok(_) => panic!("a region was created without a memnode"),
+    }
+    let (code, _, err) = run_gleaner(
+        &[
+            "bench",
+            "micro",
+            "--size",
+            "16M",
+            "--memnode",
+            "127.0.0.1:1",
+            "--token-file",
+            token.to_str().unwrap(),
+        ],
+        LIMIT,
+    );
+    assert_ne!(code, Some(0));
+    assert!(
+        err.contains("cannot connect to memnode at 127.0.0.1:1"),
+        "{err}"
+    );
+}
+
+#[test]
+fn wrong_token_is_rejected_on_both_sides() {
+    let node = MemnodeProc::start("127.0.0.1:0", "64M");
+    let dir = TempDir::new("wrongtoken");
+    let other = dir.path().join("token");
+    gleaner_proto::write_token_file(&other, &gleaner_proto::generate_token()).unwrap();
+    let cfg = RegionConfig::new(64 << 20, 8 << 20).with_memnode(node.endpoint.clone(), Some(other));
+    match Region::new(cfg) {
+        Err(PagerError::Memnode(e @ ClientError::AuthRejected { .. })) => {
+            assert!(e.to_string().contains("rejected authentication"), "{e}");
+        }
+        Err(e) => panic!("wrong error: {e}"),
+        Ok(_) => panic!("a wrong token was accepted"),
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !node.stderr().contains("authentication failed") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        node.stderr().contains("authentication failed"),
+        "memnode log: {}",
+        node.stderr()
+    );
+}
+
+/// A program whose memnode dies must stop with a clear message, not continue on zeros.
+#[test]
+fn memnode_death_stops_the_program_with_a_clear_message() {
+    let mut node = MemnodeProc::start("127.0.0.1:0", "1G");
+    let addr = node.endpoint.to_string();
+    let mut child = Command::new(gleaner_bin())
+        .args([
+            "bench",
+            "micro",
+            "--size",
+            "64M",
+            "--local",
+            "25%",
+            "--passes",
+            "1000",
+            "--memnode",
+            &addr,
+            "--floor-samples",
+            "0",
+            "--token-file",
+        ])
+        .arg(&node.token_file)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Let it get well into the measured passes (pages live on the memnode), then kill the memnode.
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the benchmark ended too early"
+    );
+    node.kill();
+    let (code, out, err) = wait_output(&mut child, LIMIT);
+    assert_eq!(code, Some(FATAL_EXIT_CODE), "stdout: {out}\nstderr: {err}");
+    assert!(err.contains("gleaner: FATAL"), "{err}");
+    assert!(err.contains("lost"), "{err}");
+    assert!(
+        !out.contains("checksum"),
+        "it must not report results: {out}"
+    );
+}
+
+/// A memnode that runs out of space: the region keeps pages locally while its overflow
+/// allowance lasts, then stops the program with a clear message. Nothing is dropped.
+#[test]
+fn full_memnode_stops_the_program_clearly_and_drops_nothing() {
+    let node = MemnodeProc::start("127.0.0.1:0", "2M");
+    let (code, out, err) = run_gleaner(
+        &[
+            "bench",
+            "micro",
+            "--size",
+            "64M",
+            "--local",
+            "8M",
+            "--memnode",
+            &node.endpoint.to_string(),
+            "--floor-samples",
+            "0",
+            "--token-file",
+            node.token_file.to_str().unwrap(),
+        ],
+        LIMIT,
+    );
+    assert_eq!(code, Some(FATAL_EXIT_CODE), "stdout: {out}\nstderr: {err}");
+    assert!(err.contains("memnode full"), "{err}");
+    assert!(err.contains("the memnode is full"), "{err}");
+    assert!(!out.contains("checksum"), "{out}");
+}
+
+/// The control for the test above: the same run against a memnode with room for the spill
+/// completes and verifies its checksum.
+#[test]
+fn memnode_large_enough_for_the_spill_works() {
+    let node = MemnodeProc::start("127.0.0.1:0", "64M");
+    let (code, out, err) = run_gleaner(
+        &[
+            "bench",
+            "micro",
+            "--size",
+            "32M",
+            "--local",
+            "8M",
+            "--memnode",
+            &node.endpoint.to_string(),
+            "--floor-samples",
+            "0",
+            "--token-file",
+            node.token_file.to_str().unwrap(),
+        ],
+        LIMIT,
+    );
+    assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
+    assert!(out.contains("checksum") && out.contains(" ok"), "{out}");
+}
+
+#[test]
+fn budget_too_small_is_refused_at_start() {
+    let (code, _, err) = run_gleaner(
+        &["bench", "micro", "--size", "64M", "--local", "64K"],
+        LIMIT,
+    );
+    assert_eq!(code, Some(1));
+    assert!(err.contains("too small to make progress"), "{err}");
+}
+
+/// A non-root user with `vm.unprivileged_userfaultfd=0` and a root-only /dev/userfaultfd gets an
+/// error naming the fixes. The test sets the sysctl to 0 for its duration if it was not already.
+#[test]
+fn userfaultfd_not_permitted_names_the_fixes() {
+    let bin = gleaner_bin();
+    assert!(
+        nix_is_root(),
+        "this test needs root to switch to an unprivileged user (CI runs as root)"
+    );
+    let sysctl = "/proc/sys/vm/unprivileged_userfaultfd";
+    let before = std::fs::read_to_string(sysctl).unwrap();
+    if before.trim() != "0" {
+        std::fs::write(sysctl, "0").unwrap();
+    }
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(&bin)
+        .args(["bench", "micro", "--size", "16M", "--local", "50%"])
+        .env("HOME", "/nonexistent")
+        .output()
+        .expect("setpriv (util-linux) runs the binary as nobody");
+    if before.trim() != "0" {
+        std::fs::write(sysctl, before.trim()).unwrap();
+    }
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("userfaultfd is not permitted"), "{err}");
+    assert!(err.contains("vm.unprivileged_userfaultfd=1"), "{err}");
+    assert!(err.contains("/dev/userfaultfd"), "{err}");
+}
+
+fn nix_is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}

@@ -1,0 +1,166 @@
+//! Helpers shared by the end-to-end tests: real memnode processes, temp dirs, the binary.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use gleaner_proto::Endpoint;
+
+/// The `gleaner` binary under test; also exported as GLEANER_BIN for embedded memnodes.
+pub fn gleaner_bin() -> PathBuf {
+    let p = PathBuf::from(env!("CARGO_BIN_EXE_gleaner"));
+    std::env::set_var("GLEANER_BIN", &p);
+    p
+}
+
+/// A fresh private directory under the system temp dir, removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        let suffix: [u8; 4] = gleaner_proto::random_bytes();
+        let p = std::env::temp_dir().join(format!(
+            "gleaner-test-{tag}-{}-{:02x}{:02x}{:02x}{:02x}",
+            std::process::id(),
+            suffix[0],
+            suffix[1],
+            suffix[2],
+            suffix[3]
+        ));
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A `gleaner memnode` process with its own token, killed on drop.
+pub struct MemnodeProc {
+    pub child: Child,
+    pub endpoint: Endpoint,
+    pub token_file: PathBuf,
+    pub stderr_file: PathBuf,
+    pub dir: TempDir,
+}
+
+impl MemnodeProc {
+    /// Starts a memnode listening on `listen` (`127.0.0.1:0` or `unix` for a socket in its dir).
+    pub fn start(listen: &str, capacity: &str) -> MemnodeProc {
+        let dir = TempDir::new("memnode");
+        let token_file = dir.path().join("token");
+        gleaner_proto::write_token_file(&token_file, &gleaner_proto::generate_token()).unwrap();
+        Self::start_with_token(listen, capacity, dir, token_file)
+    }
+
+    pub fn start_with_token(
+        listen: &str,
+        capacity: &str,
+        dir: TempDir,
+        token_file: PathBuf,
+    ) -> MemnodeProc {
+        let listen = if listen == "unix" {
+            format!("unix:{}", dir.path().join("m.sock").display())
+        } else {
+            listen.to_string()
+        };
+        let stderr_file = dir.path().join("memnode.stderr");
+        let mut child = Command::new(gleaner_bin())
+            .args(["memnode", "--listen", &listen, "--capacity", capacity])
+            .arg("--token-file")
+            .arg(&token_file)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&stderr_file).unwrap())
+            .spawn()
+            .expect("spawn gleaner memnode");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let endpoint = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| {
+                panic!(
+                    "memnode printed {line:?}; stderr: {}",
+                    std::fs::read_to_string(&stderr_file).unwrap_or_default()
+                )
+            })
+            .parse()
+            .unwrap();
+        MemnodeProc {
+            child,
+            endpoint,
+            token_file,
+            stderr_file,
+            dir,
+        }
+    }
+
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr_file).unwrap_or_default()
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for MemnodeProc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Runs `gleaner` with `args`, waiting at most `limit`; returns (status code, stdout, stderr).
+pub fn run_gleaner(args: &[&str], limit: Duration) -> (Option<i32>, String, String) {
+    let mut child = Command::new(gleaner_bin())
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_output(&mut child, limit)
+}
+
+/// Waits for `child` at most `limit` (killing it after) and collects its output.
+pub fn wait_output(child: &mut Child, limit: Duration) -> (Option<i32>, String, String) {
+    let deadline = Instant::now() + limit;
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let t_out = std::thread::spawn(move || {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut out, &mut s).ok();
+        s
+    });
+    let t_err = std::thread::spawn(move || {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut err, &mut s).ok();
+        s
+    });
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let s = child.wait().unwrap();
+            let (o, e) = (t_out.join().unwrap(), t_err.join().unwrap());
+            panic!("command ran past {limit:?} (status {s:?})\nstdout:\n{o}\nstderr:\n{e}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    (status.code(), t_out.join().unwrap(), t_err.join().unwrap())
+}

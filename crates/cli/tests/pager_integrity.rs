@@ -1,0 +1,282 @@
+//! End-to-end data integrity of far-memory regions: real userfaultfd, a real memnode process over a
+//! real socket (Unix and TCP loopback), several application threads, every page verified.
+
+mod common;
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use common::{gleaner_bin, MemnodeProc};
+use gleaner_pager::{MemnodeTarget, Region, RegionConfig, PAGE_SIZE};
+
+const WORDS: usize = PAGE_SIZE / 8;
+
+fn mix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+/// The value of word `i` of `page` at `version` (version 0: never written, all zeros).
+fn word(page: usize, version: u32, i: usize) -> u64 {
+    if version == 0 {
+        0
+    } else {
+        mix((page as u64) << 20 ^ version as u64).wrapping_add(i as u64)
+    }
+}
+
+/// A raw pointer to a region's memory that threads may share.
+#[derive(Clone, Copy)]
+struct Base(usize);
+
+impl Base {
+    fn page(&self, p: usize) -> *mut u64 {
+        (self.0 + p * PAGE_SIZE) as *mut u64
+    }
+
+    fn write(&self, p: usize, version: u32) {
+        for i in 0..WORDS {
+            // SAFETY: page p is inside the live region; only its owning thread writes it.
+            unsafe { self.page(p).add(i).write_volatile(word(p, version, i)) };
+        }
+    }
+
+    /// The index of the first wrong word, if any.
+    fn check(&self, p: usize, version: u32) -> Option<(usize, u64, u64)> {
+        (0..WORDS).find_map(|i| {
+            // SAFETY: page p is inside the live region.
+            let got = unsafe { self.page(p).add(i).read_volatile() };
+            let want = word(p, version, i);
+            (got != want).then_some((i, got, want))
+        })
+    }
+}
+
+/// Random reads and writes from `threads` threads (each owning the pages p with p % threads ==
+/// its index), every read checked at once, then every page of the region checked at the end.
+fn random_ops_then_verify_all(region: &Region, threads: usize, ops_per_thread: usize) {
+    let pages = region.len() / PAGE_SIZE;
+    let base = Base(region.as_ptr() as usize);
+    let shadow: Arc<Vec<AtomicU32>> = Arc::new((0..pages).map(|_| AtomicU32::new(0)).collect());
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let shadow = shadow.clone();
+            std::thread::spawn(move || {
+                let mut rng = Rng(mix(t as u64 + 1) | 1);
+                let owned = pages.div_ceil(threads);
+                for _ in 0..ops_per_thread {
+                    let p = ((rng.next() as usize % owned) * threads + t).min(pages - 1);
+                    if p % threads != t {
+                        continue;
+                    }
+                    let v = shadow[p].load(Ordering::Relaxed);
+                    if rng.next() % 10 < 6 {
+                        base.write(p, v + 1);
+                        shadow[p].store(v + 1, Ordering::Relaxed);
+                    } else if let Some((i, got, want)) = base.check(p, v) {
+                        panic!("thread {t}: page {p} v{v} word {i}: got {got:#x}, want {want:#x}");
+                    }
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().expect("worker thread found wrong data");
+    }
+    let mut bad = 0;
+    for p in 0..pages {
+        if let Some((i, got, want)) = base.check(p, shadow[p].load(Ordering::Relaxed)) {
+            if bad < 5 {
+                eprintln!("page {p} word {i}: got {got:#x}, want {want:#x}");
+            }
+            bad += 1;
+        }
+    }
+    assert_eq!(bad, 0, "{bad} pages hold wrong data");
+    let s = region.stats();
+    eprintln!("{}", region.stats_json());
+    assert!(s.faults.remote > 0, "the test must exercise remote faults");
+    assert!(
+        s.evictions.dirty > 0,
+        "the test must exercise dirty write-back"
+    );
+    assert!(s.evictions.clean > 0, "the test must exercise clean drops");
+    assert!(
+        s.faults.write_protect > 0,
+        "the test must exercise dirty tracking"
+    );
+    assert!(
+        s.resident_pages <= s.budget_pages,
+        "resident {} exceeds budget {}",
+        s.resident_pages,
+        s.budget_pages
+    );
+}
+
+const GIB: usize = 1 << 30;
+
+#[test]
+fn one_gib_at_ten_percent_over_embedded_unix_socket_memnode() {
+    gleaner_bin();
+    let region = Region::new(RegionConfig::new(GIB, GIB / 10)).unwrap();
+    assert!(region.stats().memnode.starts_with("unix:"));
+    random_ops_then_verify_all(&region, 2, 60_000);
+}
+
+#[test]
+fn one_gib_at_ten_percent_over_tcp_loopback_memnode_process() {
+    let node = MemnodeProc::start("127.0.0.1:0", "2G");
+    let cfg = RegionConfig::new(GIB, GIB / 10)
+        .with_memnode(node.endpoint.clone(), Some(node.token_file.clone()));
+    let region = Region::new(cfg).unwrap();
+    assert!(region.stats().memnode.starts_with("127.0.0.1:"));
+    random_ops_then_verify_all(&region, 2, 60_000);
+}
+
+/// Atomic increments from several threads on a few hot pages while the budget is at its minimum,
+/// so pages are written while they are being evicted: not one increment may be lost.
+#[test]
+fn writes_racing_with_eviction_are_never_lost() {
+    gleaner_bin();
+    let mut cfg = RegionConfig::new(2048 * PAGE_SIZE, 0);
+    cfg.local_budget = cfg.min_budget_pages() * PAGE_SIZE;
+    let region = Region::new(cfg).unwrap();
+    let pages = region.len() / PAGE_SIZE;
+    let base = region.as_ptr() as usize;
+    let shadow: Arc<Vec<AtomicU64>> = Arc::new((0..pages).map(|_| AtomicU64::new(0)).collect());
+    let threads = 4;
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let shadow = shadow.clone();
+            std::thread::spawn(move || {
+                let mut rng = Rng(mix(t as u64 + 99) | 1);
+                for _ in 0..40_000 {
+                    let p = rng.next() as usize % pages;
+                    // SAFETY: word 0 of page p is inside the live region and 8-byte aligned;
+                    // AtomicU64 has the layout of u64.
+                    let counter = unsafe { &*((base + p * PAGE_SIZE) as *const AtomicU64) };
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    shadow[p].fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    for p in 0..pages {
+        // SAFETY: as above.
+        let got = unsafe { ((base + p * PAGE_SIZE) as *const u64).read_volatile() };
+        assert_eq!(
+            got,
+            shadow[p].load(Ordering::Relaxed),
+            "page {p} lost increments"
+        );
+    }
+    let s = region.stats();
+    eprintln!("{}", region.stats_json());
+    assert!(
+        s.evictions.dirty > 1000,
+        "too little eviction to test the race"
+    );
+    assert!(s.faults.remote > 1000);
+}
+
+/// Several threads fault on the same remote pages at the same time; each must see the data.
+#[test]
+fn concurrent_faults_on_the_same_pages_all_see_the_data() {
+    gleaner_bin();
+    let pages = 8192;
+    let region = Region::new(RegionConfig::new(pages * PAGE_SIZE, 1 << 20)).unwrap();
+    let base = Base(region.as_ptr() as usize);
+    for p in 0..pages {
+        base.write(p, 1);
+    }
+    let handles: Vec<_> = (0..4)
+        .map(|_| {
+            std::thread::spawn(move || {
+                for p in 0..pages {
+                    if let Some((i, got, want)) = base.check(p, 1) {
+                        panic!("page {p} word {i}: got {got:#x}, want {want:#x}");
+                    }
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().expect("a reader saw wrong data");
+    }
+    let s = region.stats();
+    eprintln!("{}", region.stats_json());
+    assert!(s.faults.remote > 0);
+}
+
+/// The kernel itself reads and writes far memory (`write(2)` from it, `read(2)` into it) while
+/// the pages are on the memnode: served, not failed with EFAULT.
+#[test]
+fn kernel_mode_accesses_to_remote_pages_are_served() {
+    gleaner_bin();
+    let pages = 4096;
+    let region = Region::new(RegionConfig::new(pages * PAGE_SIZE, 1 << 20)).unwrap();
+    assert!(region.serves_kernel_faults());
+    let base = Base(region.as_ptr() as usize);
+    for p in 0..pages {
+        base.write(p, 7);
+    }
+    // Page 0 is long evicted by now. Have the kernel read it into a pipe...
+    let mut fds = [0i32; 2];
+    // SAFETY: pipe(2) fills the two-element array.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    assert!(region.stats().remote_pages > 0);
+    // SAFETY: page 0 of the live region, PAGE_SIZE bytes.
+    let n = unsafe { libc::write(fds[1], base.page(0) as *const _, PAGE_SIZE) };
+    assert_eq!(n, PAGE_SIZE as isize, "{}", std::io::Error::last_os_error());
+    // ...and write it back into page 1 (also remote), replacing page 1's contents.
+    // SAFETY: page 1 of the live region, PAGE_SIZE bytes.
+    let n = unsafe { libc::read(fds[0], base.page(1) as *mut _, PAGE_SIZE) };
+    assert_eq!(n, PAGE_SIZE as isize, "{}", std::io::Error::last_os_error());
+    for i in 0..WORDS {
+        // SAFETY: page 1 of the live region.
+        let got = unsafe { base.page(1).add(i).read_volatile() };
+        assert_eq!(got, word(0, 7, i));
+    }
+    assert!(base.check(2, 7).is_none());
+    // SAFETY: closing the pipe we opened.
+    unsafe {
+        libc::close(fds[0]);
+        libc::close(fds[1]);
+    }
+}
+
+/// With no address given, the region starts its own memnode and stops it when dropped.
+#[test]
+fn embedded_memnode_is_started_and_stopped_with_the_region() {
+    gleaner_bin();
+    let cfg = RegionConfig::new(1024 * PAGE_SIZE, 1 << 20);
+    assert_eq!(cfg.memnode, MemnodeTarget::Embedded);
+    let region = Region::new(cfg).unwrap();
+    let sock = region
+        .stats()
+        .memnode
+        .strip_prefix("unix:")
+        .map(std::path::PathBuf::from)
+        .unwrap();
+    assert!(sock.exists());
+    drop(region);
+    assert!(
+        !sock.exists(),
+        "the embedded memnode's socket should be gone"
+    );
+}
