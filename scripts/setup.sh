@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs what gleaner's build and tests need on a fresh Debian machine (run as root, or with
+# sudo available). Idempotent: does nothing when everything is already there.
+set -euo pipefail
+
+need_apt=()
+command -v cc >/dev/null || need_apt+=(build-essential)
+command -v setpriv >/dev/null || need_apt+=(util-linux)
+command -v python3 >/dev/null || need_apt+=(python3)
+if [ ${#need_apt[@]} -gt 0 ]; then
+    echo "setup: installing ${need_apt[*]} with apt-get" >&2
+    SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}"
+fi
+
+if ! command -v cargo >/dev/null; then
+    [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
+fi
+if ! command -v cargo >/dev/null; then
+    echo "setup: Rust is not installed. gleaner needs Rust 1.80 or newer: install it with rustup" \
+         "(https://rustup.rs) and run this again." >&2
+    exit 1
+fi
+ver=$(rustc --version | awk '{print $2}')
+if [ "$(printf '%s\n1.80.0\n' "$ver" | sort -V | head -1)" != "1.80.0" ]; then
+    echo "setup: rustc $ver is too old; gleaner needs 1.80 or newer (rustup update)." >&2
+    exit 1
+fi

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it: formatting, lints, unit and end-to-end tests (real
+# userfaultfd, real memnode processes over real sockets, a real C program), and a short fuzz run
+# of the protocol decoder. Run as root (the userfaultfd-permission test switches to `nobody`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+[ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
+
+step() { printf '\n=== %s\n' "$*"; }
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy (warnings are errors)"
+cargo clippy --workspace --all-targets --release -- -D warnings
+
+step "cargo build --release"
+cargo build --workspace --release
+
+step "cargo test --release"
+cargo test --workspace --release -- --test-threads=2
+
+step "fuzz the protocol decoder (${GLEANER_FUZZ_SECONDS:-30} s)"
+if rustup toolchain list 2>/dev/null | grep -q nightly; then
+    command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
+    (cd fuzz && cargo +nightly fuzz run decode_frame -- \
+        -max_total_time="${GLEANER_FUZZ_SECONDS:-30}" -rss_limit_mb=1024)
+else
+    echo "WARNING: no nightly Rust toolchain: the cargo-fuzz run of the protocol decoder was NOT" \
+         "run (the decoder's garbage-input unit tests above did run)." >&2
+fi
+echo
+echo "all checks passed"
