@@ -24,8 +24,11 @@ cargo test --workspace --release -- --test-threads=2
 step "fuzz the protocol decoder (${GLEANER_FUZZ_SECONDS:-30} s)"
 if rustup toolchain list 2>/dev/null | grep -q nightly; then
     command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
-    (cd fuzz && cargo +nightly fuzz run decode_frame -- \
-        -max_total_time="${GLEANER_FUZZ_SECONDS:-30}" -rss_limit_mb=1024)
+    # Seeds (one valid frame of every kind) get the fuzzer past the header checks at once.
+    (cd fuzz && mkdir -p corpus/decode_frame && \
+        cargo +nightly fuzz run decode_frame corpus/decode_frame seeds/decode_frame -- \
+            -dict=decode_frame.dict -max_len=16384 -rss_limit_mb=2048 \
+            -max_total_time="${GLEANER_FUZZ_SECONDS:-30}")
 else
     echo "WARNING: no nightly Rust toolchain: the cargo-fuzz run of the protocol decoder was NOT" \
          "run (the decoder's garbage-input unit tests above did run)." >&2

@@ -1,0 +1,48 @@
+#!/usr/bin/env python3
+"""Writes one valid frame of every message kind to fuzz/seeds/decode_frame/, so the fuzzer starts
+from inputs that pass the header checks and reach each payload decoder (see crates/proto)."""
+import os
+import struct
+
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "seeds", "decode_frame")
+PAGE = 4096
+
+
+def frame(kind, payload, req=1):
+    return struct.pack("<HBBII", 0x4C47, 1, kind, req, len(payload)) + payload
+
+
+def text(s):
+    b = s.encode()
+    return struct.pack("<I", len(b)) + b
+
+
+def pages(n):
+    out = struct.pack("<I", n)
+    for i in range(n):
+        out += struct.pack("<Q", i) + bytes([i & 0xFF]) * PAGE
+    return out
+
+
+seeds = {
+    "challenge": frame(1, b"\x01" * 32),
+    "auth": frame(2, b"\x02" * 32 + struct.pack("<Q", 7) + b"\x03" * 16 + b"\x04" * 32 + text("pager")),
+    "welcome": frame(3, struct.pack("<Q", 7) + b"\x05" * 16 + b"\x06" * 32 + struct.pack("<QQ", 1 << 20, 10000)),
+    "read": frame(4, struct.pack("<I", 3) + struct.pack("<QQQ", 1, 2, 3)),
+    "pages": frame(5, pages(2)),
+    "write": frame(6, pages(1)),
+    "ack": frame(7, struct.pack("<I", 5)),
+    "free": frame(8, struct.pack("<I", 2) + struct.pack("<QI", 0, 10) + struct.pack("<QI", 99, 1)),
+    "ping": frame(9, b""),
+    "pong": frame(10, b""),
+    "stats_request": frame(11, b""),
+    "stats": frame(12, text('{"used_pages":1}')),
+    "goodbye": frame(13, b""),
+    "error": frame(14, struct.pack("<H", 3) + text("memnode full")),
+    "two_frames": frame(9, b"") + frame(4, struct.pack("<I", 1) + struct.pack("<Q", 9), req=2),
+}
+os.makedirs(OUT, exist_ok=True)
+for name, data in seeds.items():
+    with open(os.path.join(OUT, name + ".bin"), "wb") as f:
+        f.write(data)
+print(f"wrote {len(seeds)} seeds to {OUT}")
