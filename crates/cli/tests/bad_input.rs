@@ -193,9 +193,16 @@ fn userfaultfd_not_permitted_names_the_fixes() {
     if before.trim() != "0" {
         std::fs::write(sysctl, "0").unwrap();
     }
+    // Run a copy from a directory `nobody` can reach, wherever the checkout lives.
+    let dir = TempDir::new("nobody");
+    let copy = dir.path().join("gleaner");
+    std::fs::copy(&bin, &copy).unwrap();
+    for p in [dir.path(), copy.as_path()] {
+        std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    }
     let out = Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-        .arg(&bin)
+        .arg(&copy)
         .args(["bench", "micro", "--size", "16M", "--local", "50%"])
         .env("HOME", "/nonexistent")
         .output()

@@ -280,3 +280,30 @@ fn embedded_memnode_is_started_and_stopped_with_the_region() {
         "the embedded memnode's socket should be gone"
     );
 }
+
+/// Asked for, the region writes its statistics as JSON when it is dropped.
+#[test]
+fn stats_are_written_at_drop_when_asked() {
+    gleaner_bin();
+    let dir = common::TempDir::new("stats");
+    let path = dir.path().join("stats.json");
+    let pages = 2048;
+    let mut cfg = RegionConfig::new(pages * PAGE_SIZE, 1 << 20);
+    cfg.stats_path = Some(path.clone());
+    let region = Region::new(cfg).unwrap();
+    let base = Base(region.as_ptr() as usize);
+    for p in 0..pages {
+        base.write(p, 1);
+    }
+    for p in 0..pages {
+        assert!(base.check(p, 1).is_none());
+    }
+    drop(region);
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap())
+        .expect("the stats file is JSON");
+    assert_eq!(v["faults"]["zero_fill"], pages as u64);
+    assert!(v["faults"]["remote"].as_u64().unwrap() > 0);
+    assert!(v["evictions"]["dirty"].as_u64().unwrap() > 0);
+    assert!(v["remote_fault_latency"]["p99_us"].as_f64().unwrap() > 0.0);
+    assert_eq!(v["bytes_in"], v["faults"]["remote"].as_u64().unwrap() * PAGE_SIZE as u64);
+}

@@ -436,11 +436,6 @@ fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>
 
 impl Drop for Region {
     fn drop(&mut self) {
-        if let Some(path) = &self.stats_path {
-            if let Err(e) = std::fs::write(path, self.stats_json()) {
-                log::warn!("writing region stats to {}: {e}", path.display());
-            }
-        }
         self.shared.stop.store(true, Ordering::Release);
         let one: u64 = 1;
         // SAFETY: writing 8 bytes from a live u64 to our own eventfd.
@@ -455,6 +450,12 @@ impl Drop for Region {
         self.shared.notify_evict_progress();
         for t in self.threads.drain(..) {
             let _ = t.join();
+        }
+        // After the join, so every fault the program saw is counted.
+        if let Some(path) = &self.stats_path {
+            if let Err(e) = std::fs::write(path, self.stats_json()) {
+                log::warn!("writing region stats to {}: {e}", path.display());
+            }
         }
         if let Some(conn) = self.session_conn.take() {
             if let Err(e) = conn.goodbye() {
