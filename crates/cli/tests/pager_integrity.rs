@@ -305,5 +305,8 @@ fn stats_are_written_at_drop_when_asked() {
     assert!(v["faults"]["remote"].as_u64().unwrap() > 0);
     assert!(v["evictions"]["dirty"].as_u64().unwrap() > 0);
     assert!(v["remote_fault_latency"]["p99_us"].as_f64().unwrap() > 0.0);
-    assert_eq!(v["bytes_in"], v["faults"]["remote"].as_u64().unwrap() * PAGE_SIZE as u64);
+    assert_eq!(
+        v["bytes_in"],
+        v["faults"]["remote"].as_u64().unwrap() * PAGE_SIZE as u64
+    );
 }

@@ -50,6 +50,10 @@ pub struct RegionConfig {
     /// When the memnode is full, how far past the budget (in bytes) the region may grow, keeping
     /// pages locally, before it stops the program. Default: a quarter of the budget.
     pub full_overflow: Option<usize>,
+    /// Let fork children see the region (the caller then brackets `fork` with
+    /// [`crate::Region::prepare_fork`] and [`crate::Region::after_fork`]). Default false: the
+    /// region is `MADV_DONTFORK`, so a child cannot read evicted pages as zeros.
+    pub fork_visible: bool,
 }
 
 impl RegionConfig {
@@ -65,6 +69,7 @@ impl RegionConfig {
             stats_path: None,
             reply_timeout: Duration::from_secs(30),
             full_overflow: None,
+            fork_visible: false,
         }
     }
 

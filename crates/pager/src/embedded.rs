@@ -48,7 +48,11 @@ impl EmbeddedMemnode {
             .args(["--lease", "1", "--exit-on-stdin-eof"])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
+            .stderr(Stdio::inherit())
+            // The memnode must not itself run on far memory: a preloaded parent would otherwise
+            // start a pager in it, which would start a memnode, and so on.
+            .env_remove("LD_PRELOAD")
+            .env_remove("GLEANER_LOCAL_MEM");
         if std::env::var_os("GLEANER_MEMNODE_LOG").is_some() {
             cmd.env(
                 "RUST_LOG",

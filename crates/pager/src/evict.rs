@@ -41,7 +41,15 @@ pub(crate) fn run(shared: Arc<Shared>, mut conn: Connection) {
     };
     while shared.wait_for_eviction_need() {
         while shared.needs_eviction() && !shared.stopping() {
-            if !ev.evict_batch() {
+            shared.evict_in_batch.store(true, Ordering::SeqCst);
+            if shared.evict_paused.load(Ordering::SeqCst) {
+                shared.evict_in_batch.store(false, Ordering::SeqCst);
+                shared.wait_evict_progress_or_timeout(std::time::Duration::from_millis(2));
+                continue;
+            }
+            let progressed = ev.evict_batch();
+            shared.evict_in_batch.store(false, Ordering::SeqCst);
+            if !progressed {
                 // Nothing could be claimed right now (all candidates busy, or memnode full):
                 // let the other threads move, then look again.
                 shared.wait_evict_progress_or_timeout(std::time::Duration::from_millis(2));

@@ -141,9 +141,9 @@ fn on_missing(shared: &Shared, conn: &mut Connection, page: usize, write: bool) 
                 shared.wake(page);
                 return;
             }
-            PageState::Evicting => {
+            PageState::Evicting | PageState::Discarding => {
                 Counters::add(&c.waited_on_eviction, 1);
-                shared.wait_while_evicting(page);
+                shared.wait_while_busy(page);
             }
         }
     }
@@ -175,11 +175,12 @@ fn on_write_protect(shared: &Shared, page: usize) {
                 Counters::add(&c.wp_faults, 1);
                 return;
             }
-            PageState::Evicting => {
-                // The page is being written back or dropped. Wait, then let the thread retry:
-                // it will find the page either back (eviction undone) or missing (refetch).
+            PageState::Evicting | PageState::Discarding => {
+                // The page is being written back, dropped or discarded. Wait, then let the
+                // thread retry: it finds the page back (eviction undone) or missing (refetch or
+                // zero-fill).
                 Counters::add(&c.waited_on_eviction, 1);
-                shared.wait_while_evicting(page);
+                shared.wait_while_busy(page);
                 shared.wake(page);
                 return;
             }

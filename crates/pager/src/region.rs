@@ -39,12 +39,18 @@ pub(crate) struct Shared {
     /// How far past the budget the region may grow while the memnode refuses writes.
     full_overflow: usize,
     pub(crate) memnode_full: AtomicBool,
+    /// Set around `fork`: the evictor starts no new batch.
+    pub(crate) evict_paused: AtomicBool,
+    /// Whether the evictor is inside a batch.
+    pub(crate) evict_in_batch: AtomicBool,
     stop: AtomicBool,
     stop_fd: OwnedFd,
     /// Bumped after every eviction batch (or undo); waiters re-check their condition.
     evict_progress: (Mutex<u64>, Condvar),
     /// Signalled when eviction is needed.
     evict_kick: (Mutex<bool>, Condvar),
+    /// The session's first connection: session-wide requests (free, goodbye) from any thread.
+    control: Mutex<Option<Connection>>,
 }
 
 impl Shared {
@@ -104,6 +110,12 @@ impl Shared {
     /// budget is full. While the memnode refuses writes, the region may overflow the budget by
     /// the configured allowance; past that the program is stopped rather than lose data.
     pub(crate) fn reserve_slot(&self) {
+        if self.evict_paused.load(Ordering::SeqCst) {
+            // Around fork nothing is evicted, and prepare_fork waits for in-flight installs:
+            // they must not wait for budget in turn.
+            self.resident.fetch_add(1, Ordering::AcqRel);
+            return;
+        }
         let mut waited = false;
         loop {
             let r = self.resident.load(Ordering::Acquire);
@@ -199,11 +211,11 @@ impl Shared {
         let _ = cv.wait_timeout(g, t).expect("progress lock");
     }
 
-    /// Blocks until `page` leaves EVICTING.
-    pub(crate) fn wait_while_evicting(&self, page: usize) {
+    /// Blocks until `page` leaves the state another thread owns (EVICTING, DISCARDING, ...).
+    pub(crate) fn wait_while_busy(&self, page: usize) {
         let (m, cv) = &self.evict_progress;
         let mut g = m.lock().expect("progress lock");
-        while self.table.get(page) == PageState::Evicting && !self.stopping() {
+        while self.table.is_busy(page) && !self.stopping() {
             g = cv
                 .wait_timeout(g, Duration::from_millis(10))
                 .expect("progress lock")
@@ -237,6 +249,7 @@ impl Shared {
                 send_ns: get(&c.evict_send_ns),
                 drop_ns: get(&c.evict_drop_ns),
             },
+            discarded_pages: get(&c.discarded),
             bytes_in: get(&c.bytes_in),
             bytes_out: get(&c.bytes_out),
             remote_fault_latency: self.remote_latency.summary(),
@@ -256,8 +269,6 @@ impl Shared {
 pub struct Region {
     shared: Arc<Shared>,
     threads: Vec<JoinHandle<()>>,
-    /// The session's first connection, kept to end the session on drop.
-    session_conn: Option<Connection>,
     memnode_desc: String,
     policy_name: &'static str,
     stats_path: Option<PathBuf>,
@@ -317,14 +328,16 @@ impl Region {
             op: "mmap of the region",
             source,
         })?;
-        // A child process would not inherit the registration and would read evicted pages as
-        // zeros; without fork support in the pager it must not see the region at all.
-        mapping
-            .madvise(0, size, libc::MADV_DONTFORK)
-            .map_err(|source| PagerError::Os {
-                op: "madvise(MADV_DONTFORK)",
-                source,
-            })?;
+        // A child process does not inherit the registration and would read evicted pages as
+        // zeros: unless the caller brings pages home around fork, the child must not see it.
+        if !cfg.fork_visible {
+            mapping
+                .madvise(0, size, libc::MADV_DONTFORK)
+                .map_err(|source| PagerError::Os {
+                    op: "madvise(MADV_DONTFORK)",
+                    source,
+                })?;
+        }
         uffd.register(mapping.addr(), size, true)?;
         // SAFETY: eventfd(2) returns a new descriptor or -1; checked before taking ownership.
         let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
@@ -353,10 +366,13 @@ impl Region {
             high_free: (2 * low_free).min(budget / 2),
             full_overflow: cfg.full_overflow.unwrap_or(cfg.local_budget / 4) / PAGE_SIZE,
             memnode_full: AtomicBool::new(false),
+            evict_paused: AtomicBool::new(false),
+            evict_in_batch: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             stop_fd,
             evict_progress: (Mutex::new(0), Condvar::new()),
             evict_kick: (Mutex::new(false), Condvar::new()),
+            control: Mutex::new(Some(first)),
         });
         let memnode_desc = target.endpoint().to_string();
         let mut threads = Vec::new();
@@ -374,7 +390,6 @@ impl Region {
         Ok(Region {
             shared,
             threads,
-            session_conn: Some(first),
             memnode_desc,
             policy_name,
             stats_path: cfg.stats_path,
@@ -418,6 +433,140 @@ impl Region {
         serde_json::to_string_pretty(&self.stats()).expect("stats serialise")
     }
 
+    /// Forgets the contents of `len` bytes at `offset` (both page-aligned): the next touch of
+    /// each page sees zeros, as after `munmap` + `mmap` or `MADV_DONTNEED`. Local memory and the
+    /// memnode copies are released. Safe against concurrent faults and eviction on those pages
+    /// (it waits for them); the caller must not touch the range while this runs.
+    pub fn discard(&self, offset: usize, len: usize) {
+        assert!(
+            offset % PAGE_SIZE == 0 && len % PAGE_SIZE == 0 && offset + len <= self.len(),
+            "discard of [{offset:#x}, +{len:#x}) is not page-aligned inside the region"
+        );
+        let s = &self.shared;
+        let (first, count) = (offset / PAGE_SIZE, len / PAGE_SIZE);
+        let mut resident = 0;
+        for page in first..first + count {
+            loop {
+                let state = s.table.get(page);
+                let stable = matches!(
+                    state,
+                    PageState::Absent | PageState::Remote | PageState::Clean | PageState::Dirty
+                );
+                if stable && s.table.transition(page, state, PageState::Discarding) {
+                    resident += matches!(state, PageState::Clean | PageState::Dirty) as usize;
+                    break;
+                }
+                if !stable {
+                    s.wait_while_busy(page);
+                }
+            }
+        }
+        if let Err(e) = s.mapping.madvise(offset, len, libc::MADV_DONTNEED) {
+            fatal(&format!("discarding pages: {e}"));
+        }
+        // Pages that never left this machine have no memnode copy: skip the round trip then.
+        if s.counters.evicted_dirty.load(Ordering::Relaxed) > 0 {
+            let ranges: Vec<(u64, u32)> = (first..first + count)
+                .step_by(u32::MAX as usize)
+                .map(|start| {
+                    let n = (first + count - start).min(u32::MAX as usize);
+                    (start as u64, n as u32)
+                })
+                .collect();
+            let mut control = s.control.lock().expect("control lock");
+            if let Some(conn) = control.as_mut() {
+                for chunk in ranges.chunks(gleaner_proto::MAX_FREE_RANGES) {
+                    if let Err(e) = conn.free(chunk) {
+                        // Only memnode space is at stake; the data is meant to be gone.
+                        log::warn!("releasing discarded pages on the memnode: {e}");
+                    }
+                }
+            }
+        }
+        for page in first..first + count {
+            s.table.release(page, PageState::Absent);
+        }
+        s.resident.fetch_sub(resident, Ordering::AcqRel);
+        Counters::add(&s.counters.discarded, count as u64);
+        s.notify_evict_progress();
+    }
+
+    /// Makes the region safe to `fork`: pauses eviction and brings every page held only on the
+    /// memnode back into local memory (over the budget for a while), so that a child, which has
+    /// no pager, sees exactly this process's memory. Call [`Region::after_fork`] in the parent.
+    pub fn prepare_fork(&self) {
+        let s = &self.shared;
+        s.evict_paused.store(true, Ordering::SeqCst);
+        while s.evict_in_batch.load(Ordering::SeqCst) {
+            std::thread::yield_now();
+        }
+        let mut batch = Vec::with_capacity(gleaner_proto::MAX_BATCH_PAGES);
+        let pages = self.len() / PAGE_SIZE;
+        let mut page = 0;
+        while page < pages {
+            batch.clear();
+            while page < pages && batch.len() < gleaner_proto::MAX_BATCH_PAGES {
+                if s.table
+                    .transition(page, PageState::Remote, PageState::Fetching)
+                {
+                    batch.push(page as u64);
+                }
+                page += 1;
+            }
+            if !batch.is_empty() {
+                self.bring_home(&batch);
+            }
+        }
+        // Faults in flight on other threads finish their installs before the child is made.
+        for p in 0..pages {
+            while matches!(s.table.get(p), PageState::Fetching | PageState::Evicting) {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// Resumes eviction after `fork` (in the parent); the region returns under its budget.
+    pub fn after_fork(&self) {
+        self.shared.evict_paused.store(false, Ordering::SeqCst);
+        self.shared.kick_evictor();
+    }
+
+    /// Fetches `ids` (pages this thread holds in FETCHING) and installs them clean, over budget.
+    fn bring_home(&self, ids: &[u64]) {
+        let s = &self.shared;
+        let mut control = s.control.lock().expect("control lock");
+        let Some(conn) = control.as_mut() else {
+            fatal("the memnode session is closed while pages are still on it")
+        };
+        let batch = match conn.read_pages(ids) {
+            Ok(b) => b,
+            Err(e) => fatal(&format!(
+                "bringing pages home before fork failed: {e}; pages held only on the memnode \
+                 are lost"
+            )),
+        };
+        for (id, data) in batch.iter() {
+            let page = id as usize;
+            // SAFETY: `data` is one page in the connection's receive buffer (heap memory outside
+            // the region); the destination is an aligned page of the region this thread owns.
+            let r = unsafe {
+                s.uffd
+                    .copy(s.addr_of(page), data.as_ptr(), PAGE_SIZE, true, true)
+            };
+            if let Err(e) = r {
+                fatal(&format!("installing page {page} before fork: {e}"));
+            }
+            s.resident.fetch_add(1, Ordering::AcqRel);
+            s.installed(page, PageState::Clean);
+        }
+        Counters::add(&s.counters.bytes_in, (ids.len() * PAGE_SIZE) as u64);
+    }
+
+    /// Whether `addr` lies inside the region.
+    pub fn contains(&self, addr: usize) -> bool {
+        self.shared.page_of(addr).is_some()
+    }
+
     /// Forgets the remote-fault latency samples so far (e.g. after a warm-up phase).
     pub fn reset_latency(&self) {
         self.shared.remote_latency.reset();
@@ -457,7 +606,8 @@ impl Drop for Region {
                 log::warn!("writing region stats to {}: {e}", path.display());
             }
         }
-        if let Some(conn) = self.session_conn.take() {
+        let control = self.shared.control.lock().map(|mut c| c.take());
+        if let Ok(Some(conn)) = control {
             if let Err(e) = conn.goodbye() {
                 log::warn!("ending the memnode session: {e}");
             }

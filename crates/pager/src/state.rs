@@ -11,7 +11,10 @@
 //!                                                 └── written back / dropped ───┘
 //! ```
 //!
-//! The three middle states (FETCHING, MARKING, EVICTING) are *owned*: exactly one thread moved the
+//! A page in any state but the owned ones can also go to DISCARDING (the program unmapped or
+//! `MADV_DONTNEED`ed it) and from there to ABSENT.
+//!
+//! The four middle states (FETCHING, MARKING, EVICTING, DISCARDING) are *owned*: exactly one thread moved the
 //! page into them and only that thread moves it out. Everyone else either treats the fault as a
 //! duplicate or waits for the owner. The kernel's "one `UFFDIO_COPY` wins, the rest get `EEXIST`"
 //! backs this up for installs.
@@ -36,6 +39,8 @@ pub(crate) enum PageState {
     Marking = 5,
     /// The evictor is writing it back or dropping it.
     Evicting = 6,
+    /// The program unmapped or discarded it (`munmap`, `MADV_DONTNEED`); becoming ABSENT.
+    Discarding = 7,
 }
 
 impl PageState {
@@ -48,6 +53,7 @@ impl PageState {
             4 => PageState::Fetching,
             5 => PageState::Marking,
             6 => PageState::Evicting,
+            7 => PageState::Discarding,
             _ => unreachable!("page state byte {v} is never stored"),
         }
     }
@@ -59,13 +65,21 @@ pub(crate) struct PageTable {
 }
 
 impl PageTable {
-    /// A table of `pages` pages, all [`PageState::Absent`].
+    /// A table of `pages` pages, all [`PageState::Absent`]. The memory comes zeroed from the
+    /// allocator without being touched, so a large, sparsely used region costs little.
     pub(crate) fn new(pages: usize) -> PageTable {
-        PageTable {
-            states: (0..pages)
-                .map(|_| AtomicU8::new(PageState::Absent as u8))
-                .collect(),
-        }
+        let states = Box::<[AtomicU8]>::new_zeroed_slice(pages);
+        // SAFETY: an all-zero byte is a valid AtomicU8 holding 0, which is PageState::Absent.
+        let states = unsafe { states.assume_init() };
+        PageTable { states }
+    }
+
+    /// Whether the page is in a state owned by another thread that will soon leave it.
+    pub(crate) fn is_busy(&self, page: usize) -> bool {
+        matches!(
+            self.get(page),
+            PageState::Fetching | PageState::Marking | PageState::Evicting | PageState::Discarding
+        )
     }
 
     /// The current state of `page`.
@@ -86,8 +100,8 @@ impl PageTable {
     }
 
     /// Counts pages per state (for stats and tests; not atomic across pages).
-    pub(crate) fn census(&self) -> [usize; 7] {
-        let mut c = [0usize; 7];
+    pub(crate) fn census(&self) -> [usize; 8] {
+        let mut c = [0usize; 8];
         for s in self.states.iter() {
             c[s.load(Ordering::Relaxed) as usize] += 1;
         }

@@ -26,6 +26,7 @@ pub(crate) struct Counters {
     pub evict_read_ns: AtomicU64,
     pub evict_send_ns: AtomicU64,
     pub evict_drop_ns: AtomicU64,
+    pub discarded: AtomicU64,
 }
 
 impl Counters {
@@ -149,6 +150,8 @@ pub struct RegionStats {
     pub faults: FaultStats,
     /// Evictions.
     pub evictions: EvictionStats,
+    /// Pages the program discarded (`munmap`, `MADV_DONTNEED`, large `free`).
+    pub discarded_pages: u64,
     /// Bytes received from the memnode.
     pub bytes_in: u64,
     /// Bytes sent to the memnode.
