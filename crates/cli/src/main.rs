@@ -1,7 +1,7 @@
 //! `gleaner`: far memory for unmodified programs.
 //!
 //! Subcommands: `memnode` (the memory node daemon and its stats), `bench` (micro-benchmarks with
-//! their same-run floors). `run` (unmodified programs under LD_PRELOAD) comes with the preload crate.
+//! their same-run floors), `trace` (offline replay of fault traces under every policy). `run` (unmodified programs under LD_PRELOAD) comes with the preload crate.
 #![deny(missing_docs)]
 
 mod bench;
@@ -25,6 +25,9 @@ enum Command {
     /// Benchmarks that report numbers beside their same-run floors.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// Fault traces: replay one offline under every prefetcher and eviction policy (with exact
+    /// LRU and Belady's optimum as references), or synthesise one.
+    Trace(gleaner_policy::cli::TraceCommand),
 }
 
 fn main() -> ExitCode {
@@ -35,5 +38,6 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Memnode(cmd) => gleaner_memnode::cli::main(cmd),
         Command::Bench(cmd) => bench::main(cmd),
+        Command::Trace(cmd) => gleaner_policy::cli::main(cmd),
     }
 }

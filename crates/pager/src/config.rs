@@ -54,6 +54,10 @@ pub struct RegionConfig {
     /// [`crate::Region::prepare_fork`] and [`crate::Region::after_fork`]). Default false: the
     /// region is `MADV_DONTFORK`, so a child cannot read evicted pages as zeros.
     pub fork_visible: bool,
+    /// Called first thing on every thread the region starts (fault handlers, evictor). The
+    /// LD_PRELOAD library uses it to mark those threads as runtime threads, so that allocations
+    /// the C library makes on their behalf never land in managed memory.
+    pub thread_start_hook: Option<fn()>,
 }
 
 impl RegionConfig {
@@ -70,6 +74,7 @@ impl RegionConfig {
             reply_timeout: Duration::from_secs(30),
             full_overflow: None,
             fork_visible: false,
+            thread_start_hook: None,
         }
     }
 

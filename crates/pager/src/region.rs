@@ -377,13 +377,14 @@ impl Region {
         let memnode_desc = target.endpoint().to_string();
         let mut threads = Vec::new();
         let evict_conn = conns.pop().expect("one connection per thread");
+        let hook = cfg.thread_start_hook;
         let s = shared.clone();
-        threads.push(spawn("gleaner-evict", move || {
+        threads.push(spawn("gleaner-evict", hook, move || {
             crate::evict::run(s, evict_conn)
         })?);
         for (i, conn) in conns.into_iter().enumerate() {
             let s = shared.clone();
-            threads.push(spawn(&format!("gleaner-fault{i}"), move || {
+            threads.push(spawn(&format!("gleaner-fault{i}"), hook, move || {
                 crate::fault::run(s, conn)
             })?);
         }
@@ -439,7 +440,9 @@ impl Region {
     /// (it waits for them); the caller must not touch the range while this runs.
     pub fn discard(&self, offset: usize, len: usize) {
         assert!(
-            offset % PAGE_SIZE == 0 && len % PAGE_SIZE == 0 && offset + len <= self.len(),
+            offset.is_multiple_of(PAGE_SIZE)
+                && len.is_multiple_of(PAGE_SIZE)
+                && offset + len <= self.len(),
             "discard of [{offset:#x}, +{len:#x}) is not page-aligned inside the region"
         );
         let s = &self.shared;
@@ -573,10 +576,19 @@ impl Region {
     }
 }
 
-fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>, PagerError> {
+fn spawn(
+    name: &str,
+    hook: Option<fn()>,
+    f: impl FnOnce() + Send + 'static,
+) -> Result<JoinHandle<()>, PagerError> {
     std::thread::Builder::new()
         .name(name.to_string())
-        .spawn(f)
+        .spawn(move || {
+            if let Some(h) = hook {
+                h();
+            }
+            f()
+        })
         .map_err(|source| PagerError::Os {
             op: "spawning a pager thread",
             source,
