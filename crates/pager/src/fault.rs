@@ -34,6 +34,10 @@ pub(crate) fn run(shared: Arc<Shared>, mut conn: Connection) {
                         log::warn!("fault at {addr:#x} outside the region; ignored");
                         continue;
                     };
+                    log::trace!(
+                        "fault {kind:?} at {addr:#x} (page {page}, {:?})",
+                        shared.table.get(page)
+                    );
                     match kind {
                         FaultKind::WriteProtect => on_write_protect(&shared, page),
                         FaultKind::MissingRead => on_missing(&shared, &mut conn, page, false),
@@ -184,9 +188,19 @@ fn on_write_protect(shared: &Shared, page: usize) {
                 shared.wake(page);
                 return;
             }
-            PageState::Marking | PageState::Fetching => {
+            PageState::Marking => {
+                // Another handler is lifting the protection; that ioctl wakes our thread.
                 Counters::add(&c.duplicate_faults, 1);
                 return;
+            }
+            PageState::Fetching => {
+                // A read fault's install maps the page write-protected and wakes the thread
+                // *before* its handler publishes CLEAN; a write that follows at once lands here.
+                // Nobody else will wake this thread: wait for CLEAN (a few instructions away on
+                // the other handler), then lift the protection like any other WP fault.
+                while shared.table.get(page) == PageState::Fetching {
+                    std::thread::yield_now();
+                }
             }
             PageState::Dirty | PageState::Remote | PageState::Absent => {
                 // Stale message: already writable, or gone (the retry will fault as missing).

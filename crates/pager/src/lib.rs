@@ -27,6 +27,7 @@ pub mod policy;
 mod region;
 mod state;
 mod stats;
+mod thread;
 
 pub use config::{MemnodeTarget, RegionConfig, MIN_BUDGET_BATCHES};
 pub use embedded::EmbeddedMemnode;

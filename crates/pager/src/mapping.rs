@@ -1,5 +1,9 @@
 //! The reserved virtual range behind a region: one anonymous private mapping, never backed by
 //! transparent huge pages, unmapped on drop.
+//!
+//! Every call here is a raw system call, not the C library's wrapper: under `LD_PRELOAD` the
+//! `mmap`/`munmap`/`madvise` symbols are gleaner's own interposers, which call back into the
+//! pager (a `madvise` from the evictor would re-enter `Region::discard`).
 
 use std::io;
 
@@ -19,15 +23,16 @@ impl Mapping {
         // SAFETY: a fresh anonymous private mapping with no address hint; the kernel picks a free
         // range, so no existing memory is affected. Checked for MAP_FAILED below.
         let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
+            libc::syscall(
+                libc::SYS_mmap,
+                std::ptr::null_mut::<libc::c_void>(),
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
                 -1,
                 0,
             )
-        };
+        } as *mut libc::c_void;
         if p == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
@@ -56,7 +61,7 @@ impl Mapping {
         // SAFETY: the range lies inside a mapping this struct owns. The advice values used
         // (NOHUGEPAGE, DONTNEED) never touch memory outside the range; DONTNEED discards the
         // contents, which callers only do for pages whose data is safe elsewhere.
-        let r = unsafe { libc::madvise((self.addr + offset) as *mut _, len, advice) };
+        let r = unsafe { libc::syscall(libc::SYS_madvise, self.addr + offset, len, advice) };
         if r < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -67,6 +72,6 @@ impl Mapping {
 impl Drop for Mapping {
     fn drop(&mut self) {
         // SAFETY: unmapping exactly the range mapped in `reserve`, once.
-        unsafe { libc::munmap(self.addr as *mut _, self.len) };
+        unsafe { libc::syscall(libc::SYS_munmap, self.addr, self.len) };
     }
 }

@@ -4,7 +4,6 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use gleaner_proto::{ConnectOptions, Connection};
@@ -18,6 +17,7 @@ use crate::mapping::Mapping;
 use crate::policy::{EvictionPolicy, Fifo};
 use crate::state::{PageState, PageTable};
 use crate::stats::{Counters, EvictionStats, FaultStats, LatencyHistogram, RegionStats};
+use crate::thread::PagerThread;
 use crate::{PagerError, PAGE_SIZE};
 
 /// State shared by a region's handler threads, its evictor and its handle.
@@ -268,7 +268,7 @@ impl Shared {
 /// (releasing the pages there) and unmaps the memory.
 pub struct Region {
     shared: Arc<Shared>,
-    threads: Vec<JoinHandle<()>>,
+    threads: Vec<PagerThread>,
     memnode_desc: String,
     policy_name: &'static str,
     stats_path: Option<PathBuf>,
@@ -580,19 +580,11 @@ fn spawn(
     name: &str,
     hook: Option<fn()>,
     f: impl FnOnce() + Send + 'static,
-) -> Result<JoinHandle<()>, PagerError> {
-    std::thread::Builder::new()
-        .name(name.to_string())
-        .spawn(move || {
-            if let Some(h) = hook {
-                h();
-            }
-            f()
-        })
-        .map_err(|source| PagerError::Os {
-            op: "spawning a pager thread",
-            source,
-        })
+) -> Result<PagerThread, PagerError> {
+    crate::thread::spawn(name, hook, f).map_err(|source| PagerError::Os {
+        op: "starting a pager thread",
+        source,
+    })
 }
 
 impl Drop for Region {
@@ -610,7 +602,7 @@ impl Drop for Region {
         self.shared.kick_evictor();
         self.shared.notify_evict_progress();
         for t in self.threads.drain(..) {
-            let _ = t.join();
+            t.join();
         }
         // After the join, so every fault the program saw is counted.
         if let Some(path) = &self.stats_path {
