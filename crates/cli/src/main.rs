@@ -1,10 +1,12 @@
 //! `gleaner`: far memory for unmodified programs.
 //!
 //! Subcommands: `memnode` (the memory node daemon and its stats), `bench` (micro-benchmarks with
-//! their same-run floors), `trace` (offline replay of fault traces under every policy). `run` (unmodified programs under LD_PRELOAD) comes with the preload crate.
+//! their same-run floors), `trace` (offline replay of fault traces under every policy), `run` (an
+//! unmodified program with its heap on far memory, through the LD_PRELOAD library).
 #![deny(missing_docs)]
 
 mod bench;
+mod run;
 
 use std::process::ExitCode;
 
@@ -20,6 +22,22 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Run an unmodified program with its heap on far memory.
+    ///
+    /// Runs CMD with libgleaner_preload.so, which puts its heap (malloc and friends, C++ new) and
+    /// its private anonymous mappings in far memory: at most the local budget stays in RAM, the
+    /// rest lives on a memnode. With no --memnode, a private memnode is started on a Unix socket
+    /// and stopped at the end.
+    ///
+    /// Each process of the run (the program and any program it execs or spawns) gets its own
+    /// budget. A fork child sees the parent's memory as it was at the fork, as plain memory.
+    /// Static binaries and Go programs do not use the C library's allocator and so are not
+    /// affected (see docs/compatibility.md).
+    ///
+    /// Exit status: the program's own; 128+N if it was killed by signal N; 127 if CMD was not
+    /// found; 126 if it cannot be executed; 2 if gleaner could not set the run up; 86 if far
+    /// memory failed during the run (e.g. the memnode died).
+    Run(run::RunArgs),
     /// Run a memory node (pages for far-memory clients), or query one with `memnode stats`.
     Memnode(gleaner_memnode::cli::MemnodeCommand),
     /// Benchmarks that report numbers beside their same-run floors.
@@ -36,6 +54,7 @@ fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     match cli.command {
+        Command::Run(args) => run::main(args),
         Command::Memnode(cmd) => gleaner_memnode::cli::main(cmd),
         Command::Bench(cmd) => bench::main(cmd),
         Command::Trace(cmd) => gleaner_policy::cli::main(cmd),

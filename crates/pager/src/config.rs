@@ -58,6 +58,10 @@ pub struct RegionConfig {
     /// LD_PRELOAD library uses it to mark those threads as runtime threads, so that allocations
     /// the C library makes on their behalf never land in managed memory.
     pub thread_start_hook: Option<fn()>,
+    /// The region is a reservation of address space of which only a part will ever be used
+    /// (the LD_PRELOAD arena): no warning when the memnode could not hold all of it. Default
+    /// false.
+    pub sparse: bool,
 }
 
 impl RegionConfig {
@@ -75,6 +79,7 @@ impl RegionConfig {
             full_overflow: None,
             fork_visible: false,
             thread_start_hook: None,
+            sparse: false,
         }
     }
 

@@ -310,7 +310,7 @@ impl Region {
             ..ConnectOptions::default()
         };
         let (target, first) = SessionTarget::open(endpoint, token, opts)?;
-        if target.capacity_pages() < (pages.saturating_sub(budget)) as u64 {
+        if !cfg.sparse && target.capacity_pages() < (pages.saturating_sub(budget)) as u64 {
             log::warn!(
                 "memnode {} holds at most {} pages but this region may need {}; the program \
                  stops with a clear error if it ever runs out",

@@ -1,0 +1,590 @@
+//! `gleaner run`: launch an unmodified program with its heap on far memory.
+//!
+//! The launcher checks everything it can before the program starts (the budget, the preload
+//! library, the command, userfaultfd permission, the memnode and its token), so that a mistake
+//! is a clear message and not a half-started program. It then starts an embedded memnode unless
+//! one was given, runs the command with `libgleaner_preload.so`, forwards signals to it, waits,
+//! stops the memnode, and reports the run's stats (summed over every process of the run that
+//! used far memory: a program that `exec`s or spawns children has one region per process).
+
+use std::ffi::{OsStr, OsString};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use gleaner_pager::{EmbeddedMemnode, RegionConfig};
+use gleaner_proto::units::{default_token_path, format_size, parse_size};
+use gleaner_proto::{ConnectOptions, Connection, Endpoint};
+use serde_json::{json, Map, Value};
+
+/// Exit status when the command cannot be found (as in a shell).
+const EXIT_NOT_FOUND: u8 = 127;
+/// Exit status when the command exists but cannot be executed (as in a shell).
+const EXIT_NOT_EXECUTABLE: u8 = 126;
+/// Exit status for gleaner's own set-up errors (bad flags, no memnode, no userfaultfd).
+const EXIT_SETUP: u8 = 2;
+
+/// Options of `gleaner run`.
+#[derive(Args, Debug)]
+#[command(
+    after_help = "Examples:\n  gleaner run --local-mem 1G -- memcached -m 4096\n  \
+                  gleaner run --local-ratio 25 --footprint 2G --stats run.json -- python3 job.py\n  \
+                  gleaner run --memnode 10.0.0.7:7070 --token-file ~/.gleaner/token --local-mem 512M -- redis-server"
+)]
+pub struct RunArgs {
+    /// Local memory budget for the program's heap and anonymous mappings (e.g. 512M, 2G).
+    #[arg(long, value_name = "SIZE", required_unless_present = "local_ratio")]
+    local_mem: Option<String>,
+    /// Local budget as a percentage of --footprint (or, without it, of this machine's RAM).
+    #[arg(long, value_name = "PCT", conflicts_with = "local_mem")]
+    local_ratio: Option<f64>,
+    /// The program's expected peak memory, the base of --local-ratio.
+    #[arg(long, value_name = "SIZE", requires = "local_ratio")]
+    footprint: Option<String>,
+    /// Memnode address (HOST:PORT or unix:PATH). Default: start a private one for this run.
+    #[arg(long, value_name = "ADDR")]
+    memnode: Option<String>,
+    /// The memnode's token file (with --memnode). Default: ~/.gleaner/token.
+    #[arg(long, value_name = "FILE", requires = "memnode")]
+    token_file: Option<PathBuf>,
+    /// Capacity of the private memnode. Default: half of this machine's available memory.
+    #[arg(long, value_name = "SIZE", conflicts_with = "memnode")]
+    memnode_capacity: Option<String>,
+    /// Write the run's stats (per process and summed) here as JSON.
+    #[arg(long, value_name = "FILE")]
+    stats: Option<PathBuf>,
+    /// Fault-handler threads per process.
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    handlers: usize,
+    /// Address space reserved per process for managed memory.
+    #[arg(long, value_name = "SIZE", default_value = "64G")]
+    arena: String,
+    /// Do not print the stats summary at the end.
+    #[arg(long, short)]
+    quiet: bool,
+    /// The command and its arguments (after `--`).
+    #[arg(last = true, required = true, value_name = "CMD")]
+    command: Vec<OsString>,
+}
+
+/// A set-up error: a message and the exit status it deserves.
+struct SetupError(String, u8);
+
+impl SetupError {
+    fn new(msg: impl Into<String>) -> SetupError {
+        SetupError(msg.into(), EXIT_SETUP)
+    }
+}
+
+/// Entry point of `gleaner run`.
+pub fn main(args: RunArgs) -> ExitCode {
+    match run(args) {
+        Ok(code) => code,
+        Err(SetupError(msg, code)) => {
+            eprintln!("gleaner run: {msg}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+/// Memory settings the launcher hands to the preload library.
+struct Budget {
+    local: u64,
+    arena: u64,
+}
+
+fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
+    let budget = budget(&args)?;
+    let preload = find_preload_library()?;
+    let program = resolve_command(&args.command[0])?;
+    check_userfaultfd()?;
+    let self_exe = std::env::current_exe()
+        .map_err(|e| SetupError::new(format!("cannot find the gleaner executable: {e}")))?;
+
+    // The memnode: given (checked now, so a typo is not a failure inside the program), or ours.
+    let (embedded, endpoint, token_file) = match &args.memnode {
+        Some(addr) => {
+            let endpoint: Endpoint = addr
+                .parse()
+                .map_err(|e| SetupError::new(format!("--memnode {addr}: {e}")))?;
+            let token_file = args.token_file.clone().unwrap_or_else(default_token_path);
+            check_memnode(&endpoint, &token_file)?;
+            (None, endpoint, token_file)
+        }
+        None => {
+            let capacity = match &args.memnode_capacity {
+                Some(s) => parse_size(s)
+                    .map_err(|e| SetupError::new(format!("--memnode-capacity: {e}")))?,
+                None => half_of_available_memory()?,
+            };
+            let node = EmbeddedMemnode::start(capacity, false)
+                .map_err(|e| SetupError::new(format!("cannot start the private memnode: {e}")))?;
+            let (e, t) = (node.endpoint().clone(), node.token_file());
+            (Some(node), e, t)
+        }
+    };
+
+    let stats_dir = StatsDir::create()?;
+    let mut cmd = Command::new(&program);
+    cmd.arg0(&args.command[0])
+        .args(&args.command[1..])
+        .env("LD_PRELOAD", preload_list(&preload))
+        .env("GLEANER_LOCAL_MEM", budget.local.to_string())
+        .env("GLEANER_ARENA_SIZE", budget.arena.to_string())
+        .env("GLEANER_HANDLERS", args.handlers.to_string())
+        .env("GLEANER_MEMNODE", endpoint.to_string())
+        .env("GLEANER_TOKEN_FILE", &token_file)
+        .env("GLEANER_STATS", stats_dir.0.join("stats-%p.json"))
+        .env("GLEANER_BIN", &self_exe);
+
+    let signals = SignalForwarder::install()?;
+    let started = Instant::now();
+    let mut child = cmd.spawn().map_err(|e| {
+        SetupError(
+            format!("cannot execute {}: {e}", program.display()),
+            EXIT_NOT_EXECUTABLE,
+        )
+    })?;
+    CHILD_PID.store(child.id() as i32, Ordering::SeqCst);
+    let status = child.wait();
+    CHILD_PID.store(0, Ordering::SeqCst);
+    signals.stop();
+    let wall = started.elapsed();
+    drop(embedded); // stop the private memnode (and free everything it held)
+
+    let status = status.map_err(|e| SetupError::new(format!("waiting for the program: {e}")))?;
+    let name = args.command[0].to_string_lossy().into_owned();
+    let (exit, outcome) = match (status.code(), status.signal()) {
+        (Some(c), _) => (c as u8, format!("exited with status {c}")),
+        (None, Some(s)) => {
+            let outcome = format!("was killed by signal {s} ({})", signal_name(s));
+            eprintln!("gleaner run: {name} {outcome}");
+            ((128 + s) as u8, outcome)
+        }
+        _ => (1, "ended in an unknown way".into()),
+    };
+    if i32::from(exit) == gleaner_pager::FATAL_EXIT_CODE {
+        eprintln!(
+            "gleaner run: {name} was stopped because its far memory failed (see the message above)"
+        );
+    }
+
+    let processes = stats_dir.collect();
+    let report = json!({
+        "command": args.command.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>(),
+        "outcome": outcome,
+        "exit_status": exit,
+        "wall_seconds": wall.as_secs_f64(),
+        "local_mem_bytes": budget.local,
+        "memnode": endpoint.to_string(),
+        "memnode_embedded": args.memnode.is_none(),
+        "processes": processes,
+        "total": sum_stats(&processes),
+    });
+    if let Some(path) = &args.stats {
+        let text = serde_json::to_string_pretty(&report).expect("JSON values serialise");
+        if let Err(e) = std::fs::write(path, text + "\n") {
+            eprintln!("gleaner run: writing stats to {}: {e}", path.display());
+        }
+    }
+    if !args.quiet {
+        eprintln!("{}", summary(&report, wall));
+    }
+    Ok(ExitCode::from(exit))
+}
+
+fn budget(args: &RunArgs) -> Result<Budget, SetupError> {
+    let arena = parse_size(&args.arena).map_err(|e| SetupError::new(format!("--arena: {e}")))?;
+    let local = match (&args.local_mem, args.local_ratio) {
+        (Some(s), _) => parse_size(s).map_err(|e| SetupError::new(format!("--local-mem: {e}")))?,
+        (None, Some(pct)) => {
+            if !(pct > 0.0 && pct <= 100.0) {
+                return Err(SetupError::new(format!(
+                    "--local-ratio must be a percentage in (0, 100], not {pct}"
+                )));
+            }
+            let base = match &args.footprint {
+                Some(s) => {
+                    parse_size(s).map_err(|e| SetupError::new(format!("--footprint: {e}")))?
+                }
+                None => meminfo("MemTotal")?,
+            };
+            (base as f64 * pct / 100.0) as u64
+        }
+        (None, None) => unreachable!("clap requires one of them"),
+    };
+    let mut cfg = RegionConfig::new(arena as usize, local as usize);
+    cfg.handler_threads = args.handlers;
+    cfg.validate_only()
+        .map_err(|e| SetupError::new(e.to_string()))?;
+    Ok(Budget { local, arena })
+}
+
+/// `libgleaner_preload.so`: `$GLEANER_PRELOAD`, beside this executable, or in `../lib/`.
+fn find_preload_library() -> Result<PathBuf, SetupError> {
+    const NAME: &str = "libgleaner_preload.so";
+    if let Some(p) = std::env::var_os("GLEANER_PRELOAD") {
+        let p = PathBuf::from(p);
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(SetupError::new(format!(
+                "GLEANER_PRELOAD names {}, which does not exist",
+                p.display()
+            )))
+        };
+    }
+    let exe = std::env::current_exe()
+        .map_err(|e| SetupError::new(format!("cannot find the gleaner executable: {e}")))?;
+    let dir = exe.parent().unwrap_or(Path::new("/"));
+    let candidates = [dir.join(NAME), dir.join("../lib").join(NAME)];
+    candidates
+        .iter()
+        .find(|p| p.is_file())
+        .cloned()
+        .ok_or_else(|| {
+            SetupError::new(format!(
+                "{NAME} was not found (looked in {} and {}); build it with `cargo build --release` \
+                 or set GLEANER_PRELOAD to its path",
+                candidates[0].display(),
+                candidates[1].display()
+            ))
+        })
+}
+
+/// The program to execute: a path as given, or the first match on `PATH`.
+fn resolve_command(cmd: &OsStr) -> Result<PathBuf, SetupError> {
+    let executable = |p: &Path| {
+        p.metadata()
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    let p = Path::new(cmd);
+    if p.as_os_str().is_empty() {
+        return Err(SetupError("the command is empty".into(), EXIT_NOT_FOUND));
+    }
+    if cmd.to_string_lossy().contains('/') {
+        if !p.exists() {
+            return Err(SetupError(
+                format!("{}: no such file", p.display()),
+                EXIT_NOT_FOUND,
+            ));
+        }
+        if !executable(p) {
+            return Err(SetupError(
+                format!("{}: not an executable file", p.display()),
+                EXIT_NOT_EXECUTABLE,
+            ));
+        }
+        return Ok(p.to_path_buf());
+    }
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
+    std::env::split_paths(&path)
+        .map(|d| d.join(p))
+        .find(|c| executable(c))
+        .ok_or_else(|| {
+            SetupError(
+                format!("command not found: {} (searched PATH)", p.display()),
+                EXIT_NOT_FOUND,
+            )
+        })
+}
+
+/// Fails early, with the fixes named, if this user may not handle kernel-mode faults.
+fn check_userfaultfd() -> Result<(), SetupError> {
+    gleaner_uffd::Uffd::open(gleaner_uffd::UffdOptions {
+        features: gleaner_uffd::features::PAGEFAULT_FLAG_WP,
+        allow_user_mode_only: false,
+    })
+    .map(drop)
+    .map_err(|e| SetupError::new(e.to_string()))
+}
+
+/// Connects to a given memnode and authenticates, so that a wrong address or token is reported
+/// before the program starts.
+fn check_memnode(endpoint: &Endpoint, token_file: &Path) -> Result<(), SetupError> {
+    let timeout = Duration::from_secs(5);
+    gleaner_proto::Stream::connect(endpoint, timeout)
+        .map_err(|e| SetupError::new(format!("cannot reach the memnode at {endpoint}: {e}")))?;
+    let token = gleaner_proto::read_token_file(token_file).map_err(|e| {
+        SetupError::new(format!(
+            "cannot read the memnode token from {}: {e}",
+            token_file.display()
+        ))
+    })?;
+    let opts = ConnectOptions {
+        connect_timeout: timeout,
+        client_name: format!("gleaner run check (pid {})", std::process::id()),
+        ..ConnectOptions::default()
+    };
+    let conn = Connection::connect(endpoint, &token, None, &opts)
+        .map_err(|e| SetupError::new(format!("cannot use the memnode at {endpoint}: {e}")))?;
+    let _ = conn.goodbye();
+    Ok(())
+}
+
+fn meminfo(field: &str) -> Result<u64, SetupError> {
+    let text = std::fs::read_to_string("/proc/meminfo")
+        .map_err(|e| SetupError::new(format!("reading /proc/meminfo: {e}")))?;
+    text.lines()
+        .find_map(|l| {
+            let rest = l.strip_prefix(field)?.strip_prefix(':')?;
+            rest.trim().trim_end_matches(" kB").parse::<u64>().ok()
+        })
+        .map(|kb| kb * 1024)
+        .ok_or_else(|| SetupError::new(format!("no {field} in /proc/meminfo")))
+}
+
+fn half_of_available_memory() -> Result<u64, SetupError> {
+    Ok(meminfo("MemAvailable")? / 2)
+}
+
+/// The preload library first, then whatever the caller had in `LD_PRELOAD`.
+fn preload_list(lib: &Path) -> OsString {
+    let mut v = lib.as_os_str().to_os_string();
+    if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|o| !o.is_empty()) {
+        v.push(":");
+        v.push(old);
+    }
+    v
+}
+
+/// A private directory where every process of the run writes its stats at exit.
+struct StatsDir(PathBuf);
+
+impl StatsDir {
+    fn create() -> Result<StatsDir, SetupError> {
+        let suffix: [u8; 6] = gleaner_proto::random_bytes();
+        let hex: String = suffix.iter().map(|b| format!("{b:02x}")).collect();
+        let dir = std::env::temp_dir().join(format!("gleaner-run-{}-{hex}", std::process::id()));
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| SetupError::new(format!("creating {}: {e}", dir.display())))?;
+        Ok(StatsDir(dir))
+    }
+
+    /// Every process's stats, `{ "pid": N, "stats": {...} }`, in pid order.
+    fn collect(&self) -> Vec<Value> {
+        let mut out: Vec<(u64, Value)> = std::fs::read_dir(&self.0)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let pid = name
+                    .strip_prefix("stats-")?
+                    .strip_suffix(".json")?
+                    .parse()
+                    .ok()?;
+                let text = std::fs::read_to_string(e.path()).ok()?;
+                Some((pid, serde_json::from_str(&text).ok()?))
+            })
+            .collect();
+        out.sort_by_key(|(pid, _)| *pid);
+        out.into_iter()
+            .map(|(pid, stats)| json!({"pid": pid, "stats": stats}))
+            .collect()
+    }
+}
+
+impl Drop for StatsDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Sums the counters of every process (numbers at the top level and one level down; latency
+/// percentiles are not summable and are taken from the process with the most remote faults).
+fn sum_stats(processes: &[Value]) -> Value {
+    fn add(into: &mut Map<String, Value>, from: &Map<String, Value>) {
+        for (k, v) in from {
+            match v {
+                Value::Number(n) if n.is_u64() => {
+                    let cur = into.get(k).and_then(Value::as_u64).unwrap_or(0);
+                    into.insert(k.clone(), json!(cur + n.as_u64().unwrap_or(0)));
+                }
+                Value::Object(inner) if k != "remote_fault_latency" => {
+                    let slot = into
+                        .entry(k.clone())
+                        .or_insert_with(|| Value::Object(Map::new()));
+                    if let Value::Object(slot) = slot {
+                        add(slot, inner);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    let mut total = Map::new();
+    for p in processes {
+        if let Some(Value::Object(s)) = p.get("stats") {
+            add(&mut total, s);
+        }
+    }
+    let busiest = processes
+        .iter()
+        .filter_map(|p| p.get("stats"))
+        .max_by_key(|s| s["faults"]["remote"].as_u64().unwrap_or(0));
+    if let Some(s) = busiest {
+        total.insert(
+            "remote_fault_latency".into(),
+            s["remote_fault_latency"].clone(),
+        );
+    }
+    total.insert("process_count".into(), json!(processes.len()));
+    Value::Object(total)
+}
+
+/// The human summary printed at the end of a run.
+fn summary(report: &Value, wall: Duration) -> String {
+    let t = &report["total"];
+    let n = |v: &Value| v.as_u64().unwrap_or(0);
+    let procs = n(&t["process_count"]);
+    if procs == 0 {
+        return format!(
+            "gleaner run: {} {} in {:.2} s; no process reported far-memory stats (it may not use \
+             the C allocator, or it was killed)",
+            report["command"][0].as_str().unwrap_or(""),
+            report["outcome"].as_str().unwrap_or(""),
+            wall.as_secs_f64()
+        );
+    }
+    let lat = &t["remote_fault_latency"];
+    format!(
+        "gleaner run: {} {} in {:.2} s | local budget {} per process, {} process{} | faults: {} \
+         zero-fill, {} remote (p50 {:.1} us, p99 {:.1} us), {} write-protect | evicted: {} \
+         clean, {} dirty | in {} / out {}",
+        report["command"][0].as_str().unwrap_or(""),
+        report["outcome"].as_str().unwrap_or(""),
+        wall.as_secs_f64(),
+        format_size(n(&report["local_mem_bytes"])),
+        procs,
+        if procs == 1 { "" } else { "es" },
+        n(&t["faults"]["zero_fill"]),
+        n(&t["faults"]["remote"]),
+        lat["p50_us"].as_f64().unwrap_or(0.0),
+        lat["p99_us"].as_f64().unwrap_or(0.0),
+        n(&t["faults"]["write_protect"]),
+        n(&t["evictions"]["clean"]),
+        n(&t["evictions"]["dirty"]),
+        format_size(n(&t["bytes_in"])),
+        format_size(n(&t["bytes_out"])),
+    )
+}
+
+/// The running child's pid (0 when none), for the signal thread.
+static CHILD_PID: AtomicI32 = AtomicI32::new(0);
+
+/// Forwards termination and user signals sent to the launcher on to the program.
+///
+/// A signal from the terminal (Ctrl-C, Ctrl-\) already reaches the program, which is in the
+/// same process group; only signals another process sent to the launcher (`kill PID`) are
+/// forwarded, so the program never receives one twice.
+struct SignalForwarder {
+    handle: signal_hook::iterator::Handle,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+const FORWARDED: [i32; 7] = [
+    libc::SIGINT,
+    libc::SIGTERM,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGWINCH,
+];
+
+impl SignalForwarder {
+    fn install() -> Result<SignalForwarder, SetupError> {
+        use signal_hook::iterator::exfiltrator::WithOrigin;
+        use signal_hook::iterator::SignalsInfo;
+        let mut signals = SignalsInfo::<WithOrigin>::new(FORWARDED)
+            .map_err(|e| SetupError::new(format!("installing signal handlers: {e}")))?;
+        let handle = signals.handle();
+        let thread = std::thread::Builder::new()
+            .name("gleaner-signals".into())
+            .spawn(move || {
+                for origin in signals.forever() {
+                    let from_terminal = origin.process.is_none()
+                        && matches!(origin.signal, libc::SIGINT | libc::SIGQUIT | libc::SIGWINCH);
+                    let pid = CHILD_PID.load(Ordering::SeqCst);
+                    if pid > 0 && !from_terminal {
+                        // SAFETY: kill(2) with a pid we spawned and have not yet reaped.
+                        unsafe { libc::kill(pid, origin.signal) };
+                    }
+                }
+            })
+            .map_err(|e| SetupError::new(format!("starting the signal thread: {e}")))?;
+        Ok(SignalForwarder {
+            handle,
+            thread: Some(thread),
+        })
+    }
+
+    fn stop(mut self) {
+        self.handle.close();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGILL => "SIGILL",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGUSR1 => "SIGUSR1",
+        libc::SIGUSR2 => "SIGUSR2",
+        _ => "see kill -l",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stats_are_summed_over_processes() {
+        let p = |pid: u64, zero: u64, remote: u64, p50: f64| {
+            json!({"pid": pid, "stats": {
+                "faults": {"zero_fill": zero, "remote": remote},
+                "bytes_in": remote * 4096,
+                "remote_fault_latency": {"p50_us": p50},
+                "policy": "fifo"
+            }})
+        };
+        let total = sum_stats(&[p(1, 10, 5, 20.0), p(2, 1, 50, 30.0)]);
+        assert_eq!(total["faults"]["zero_fill"], 11);
+        assert_eq!(total["faults"]["remote"], 55);
+        assert_eq!(total["bytes_in"], 55 * 4096);
+        assert_eq!(total["remote_fault_latency"]["p50_us"], 30.0);
+        assert_eq!(total["process_count"], 2);
+    }
+
+    #[test]
+    fn commands_resolve_on_path_or_fail_with_shell_codes() {
+        assert!(resolve_command(OsStr::new("sh")).is_ok());
+        let e = resolve_command(OsStr::new("no-such-program-gleaner"))
+            .err()
+            .unwrap();
+        assert_eq!(e.1, EXIT_NOT_FOUND);
+        assert!(e.0.contains("command not found"), "{}", e.0);
+        let e = resolve_command(OsStr::new("/etc/hostname")).err().unwrap();
+        assert_eq!(e.1, EXIT_NOT_EXECUTABLE);
+    }
+}

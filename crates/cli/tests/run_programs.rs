@@ -1,0 +1,371 @@
+//! `gleaner run` end to end: a real C program (tests/c/preload_program.c, which knows nothing of
+//! gleaner) under `LD_PRELOAD`, with real userfaultfd and a real memnode, at budgets well below
+//! what it uses. Every mode verifies its own data and exits non-zero on any difference.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use common::{gleaner_bin, run_gleaner, wait_output, MemnodeProc, TempDir};
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+/// The test program, compiled once per test binary.
+fn program() -> &'static str {
+    static BIN: OnceLock<String> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let out = gleaner_bin()
+            .parent()
+            .unwrap()
+            .join("gleaner_preload_program");
+        let cc = Command::new("cc")
+            .args(["-O1", "-Wall", "-Werror", "-pthread"])
+            .arg(root.join("tests/c/preload_program.c"))
+            .arg("-o")
+            .arg(&out)
+            .output()
+            .expect("a C compiler (cc)");
+        assert!(
+            cc.status.success(),
+            "{}",
+            String::from_utf8_lossy(&cc.stderr)
+        );
+        out.to_string_lossy().into_owned()
+    })
+}
+
+fn preload_library_is_built() {
+    let lib = gleaner_bin()
+        .parent()
+        .unwrap()
+        .join("libgleaner_preload.so");
+    assert!(
+        lib.exists(),
+        "{} is missing: build the workspace first (cargo build --release), as scripts/test.sh does",
+        lib.display()
+    );
+}
+
+/// `gleaner run --local-mem LOCAL --stats FILE -- program MODE MB`; returns (status, stdout,
+/// stderr, stats JSON).
+fn run_program(
+    local: &str,
+    mode: &str,
+    mb: &str,
+    extra: &[&str],
+) -> (Option<i32>, String, String, serde_json::Value) {
+    preload_library_is_built();
+    let dir = TempDir::new("run");
+    let stats = dir.path().join("stats.json");
+    let stats_s = stats.to_string_lossy().into_owned();
+    let mut args = vec!["run", "--local-mem", local, "--stats", &stats_s];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--", program(), mode, mb]);
+    let (code, out, err) = run_gleaner(&args, LIMIT);
+    let json = std::fs::read_to_string(&stats)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or(serde_json::Value::Null);
+    (code, out, err, json)
+}
+
+fn pages(bytes: u64) -> u64 {
+    bytes / 4096
+}
+
+#[test]
+fn mixed_allocator_and_mapping_calls_keep_every_byte() {
+    // 4 threads, 96 MiB of heap blocks and mappings, 12 MiB local.
+    let (code, out, err, stats) = run_program("12M", "mixed", "96", &[]);
+    assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
+    assert!(out.contains("mixed ok"), "{out}");
+    let t = &stats["total"];
+    assert_eq!(t["process_count"], 1, "{stats}");
+    // The data really went to the memnode and came back.
+    assert!(
+        t["evictions"]["dirty"].as_u64().unwrap() > pages(48 << 20),
+        "{stats}"
+    );
+    assert!(
+        t["faults"]["remote"].as_u64().unwrap() > pages(48 << 20),
+        "{stats}"
+    );
+    // munmap/madvise/free released memory through the pager.
+    assert!(t["discarded_pages"].as_u64().unwrap() > 0, "{stats}");
+    assert!(
+        err.contains("gleaner run: "),
+        "the summary is printed: {err}"
+    );
+}
+
+#[test]
+fn fork_child_sees_the_parent_memory_of_the_fork_moment() {
+    // 64 MiB filled at a 16 MiB budget: three quarters are on the memnode when fork comes.
+    let (code, out, err, stats) = run_program("16M", "fork", "64", &[]);
+    assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
+    assert!(out.contains("fork ok"), "{out}");
+    let t = &stats["total"];
+    assert!(
+        t["evictions"]["dirty"].as_u64().unwrap() > pages(32 << 20),
+        "{stats}"
+    );
+    // The parent went back under its budget after the fork (evicting again).
+    let resident = stats["processes"][0]["stats"]["resident_pages"]
+        .as_u64()
+        .unwrap();
+    let budget = stats["processes"][0]["stats"]["budget_pages"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        resident <= budget,
+        "resident {resident} > budget {budget}: {stats}"
+    );
+}
+
+#[test]
+fn exec_starts_a_fresh_far_memory_process() {
+    let (code, out, err, stats) = run_program("8M", "exec", "32", &[]);
+    assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
+    assert!(out.contains("mixed ok"), "the exec'd image ran: {out}");
+    // The exec'd image has its own region (the first image ends at exec, writing nothing).
+    assert_eq!(stats["total"]["process_count"], 1, "{stats}");
+}
+
+#[test]
+fn exit_from_a_thread_ends_the_run_cleanly() {
+    let (code, out, err, stats) = run_program("8M", "thread-exit", "32", &[]);
+    assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
+    assert!(out.contains("thread-exit ok"), "{out}");
+    assert!(
+        stats["total"]["faults"]["remote"].as_u64().unwrap() > 0,
+        "{stats}"
+    );
+}
+
+#[test]
+fn sigterm_is_forwarded_and_the_exit_status_too() {
+    preload_library_is_built();
+    let mut child = Command::new(gleaner_bin())
+        .args(["run", "--local-mem", "8M", "--", program(), "sigterm", "32"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+    // SAFETY: kill(2) on the launcher we spawned.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let deadline = Instant::now() + LIMIT;
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the run did not end after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // 42 is what the program returns from main after its SIGTERM handler ran and its data
+    // checked out; the launcher passes it through.
+    assert_eq!(status.code(), Some(42));
+}
+
+#[test]
+fn a_crashing_program_gets_its_status_and_the_memnode_reclaims_its_session() {
+    let node = MemnodeProc::start("unix", "256M");
+    let addr = node.endpoint.to_string();
+    let token = node.token_file.to_string_lossy().into_owned();
+    let (code, out, err, _) = run_program(
+        "8M",
+        "crash",
+        "48",
+        &["--memnode", &addr, "--token-file", &token],
+    );
+    assert_eq!(
+        code,
+        Some(128 + libc::SIGSEGV),
+        "stdout: {out}\nstderr: {err}"
+    );
+    assert!(err.contains("killed by signal 11 (SIGSEGV)"), "{err}");
+    // The memnode held the crashed program's pages; they are released once its lease (default
+    // a few seconds) runs out.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (c, stats, e) = run_gleaner(
+            &["memnode", "stats", "--addr", &addr, "--token-file", &token],
+            LIMIT,
+        );
+        assert_eq!(c, Some(0), "{e}");
+        let v: serde_json::Value = serde_json::from_str(&stats).unwrap();
+        assert!(
+            v["totals"]["pages_written"].as_u64().unwrap() > pages(32 << 20),
+            "the program's pages reached the memnode: {v}"
+        );
+        if v["used_pages"] == 0 {
+            assert!(
+                v["totals"]["sessions_released_by_lease"].as_u64().unwrap() >= 1,
+                "{v}"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the crashed program's pages were never released: {v}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+#[test]
+fn more_than_budget_plus_memnode_capacity_is_a_clear_error() {
+    let (code, out, err, _) = run_program("8M", "hog", "256", &["--memnode-capacity", "32M"]);
+    assert_eq!(code, Some(86), "stdout: {out}\nstderr: {err}");
+    assert!(err.contains("the memnode is full"), "{err}");
+    assert!(err.contains("zero-filled pages"), "{err}");
+    assert!(!out.contains("allocated everything"), "{out}");
+}
+
+#[test]
+fn bad_input_command_not_found() {
+    preload_library_is_built();
+    let (code, _, err) = run_gleaner(
+        &["run", "--local-mem", "8M", "--", "no-such-program-xyz"],
+        LIMIT,
+    );
+    assert_eq!(code, Some(127), "{err}");
+    assert!(
+        err.contains("command not found: no-such-program-xyz"),
+        "{err}"
+    );
+}
+
+#[test]
+fn bad_input_memnode_unreachable() {
+    preload_library_is_built();
+    let dir = TempDir::new("unreach");
+    let token = dir.path().join("token");
+    gleaner_proto::write_token_file(&token, &gleaner_proto::generate_token()).unwrap();
+    let sock = format!("unix:{}", dir.path().join("nobody-listens.sock").display());
+    let (code, _, err) = run_gleaner(
+        &[
+            "run",
+            "--local-mem",
+            "8M",
+            "--memnode",
+            &sock,
+            "--token-file",
+            token.to_str().unwrap(),
+            "--",
+            "true",
+        ],
+        LIMIT,
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("cannot reach the memnode at"), "{err}");
+    assert!(err.contains("nobody-listens.sock"), "{err}");
+}
+
+#[test]
+fn bad_input_wrong_token() {
+    let node = MemnodeProc::start("127.0.0.1:0", "64M");
+    let dir = TempDir::new("wrongtok");
+    let token = dir.path().join("token");
+    gleaner_proto::write_token_file(&token, &gleaner_proto::generate_token()).unwrap();
+    let (code, _, err) = run_gleaner(
+        &[
+            "run",
+            "--local-mem",
+            "8M",
+            "--memnode",
+            &node.endpoint.to_string(),
+            "--token-file",
+            token.to_str().unwrap(),
+            "--",
+            "true",
+        ],
+        LIMIT,
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.to_lowercase().contains("token"), "{err}");
+}
+
+#[test]
+fn bad_input_budget_too_small() {
+    let (code, _, err) = run_gleaner(&["run", "--local-mem", "64K", "--", "true"], LIMIT);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("too small to make progress"), "{err}");
+}
+
+#[test]
+fn bad_input_userfaultfd_not_permitted() {
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "this test switches to `nobody` and must run as root (CI does)"
+    );
+    preload_library_is_built();
+    let sysctl = "/proc/sys/vm/unprivileged_userfaultfd";
+    let before = std::fs::read_to_string(sysctl).unwrap();
+    if before.trim() != "0" {
+        std::fs::write(sysctl, "0").unwrap();
+    }
+    let dir = TempDir::new("nobody-run");
+    let bin_dir = gleaner_bin().parent().unwrap().to_path_buf();
+    for f in ["gleaner", "libgleaner_preload.so"] {
+        std::fs::copy(bin_dir.join(f), dir.path().join(f)).unwrap();
+    }
+    for p in [
+        dir.path().to_path_buf(),
+        dir.path().join("gleaner"),
+        dir.path().join("libgleaner_preload.so"),
+    ] {
+        std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    }
+    let mut child = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(dir.path().join("gleaner"))
+        .args(["run", "--local-mem", "8M", "--", "true"])
+        .env("HOME", "/nonexistent")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("setpriv (util-linux)");
+    let (code, _, err) = wait_output(&mut child, LIMIT);
+    if before.trim() != "0" {
+        std::fs::write(sysctl, before.trim()).unwrap();
+    }
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("userfaultfd is not permitted"), "{err}");
+    assert!(err.contains("vm.unprivileged_userfaultfd=1"), "{err}");
+}
+
+#[test]
+fn preload_library_alone_prints_its_configuration() {
+    preload_library_is_built();
+    let lib = gleaner_bin()
+        .parent()
+        .unwrap()
+        .join("libgleaner_preload.so");
+    let out = Command::new(program())
+        .args(["mixed", "8"])
+        .env("LD_PRELOAD", &lib)
+        .env("GLEANER_LOCAL_MEM", "4M")
+        .env("GLEANER_PRINT_CONFIG", "1")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("gleaner: local 4.00 MiB | memnode embedded"),
+        "{err}"
+    );
+}

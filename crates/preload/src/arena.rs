@@ -1,0 +1,175 @@
+//! The managed arena: one far-memory region reserved at start-up (registered with userfaultfd
+//! once), from which the program's heap and anonymous mappings are carved page by page.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
+
+use gleaner_pager::{Region, PAGE_SIZE};
+
+use crate::lock::SpinLock;
+
+/// First-fit allocator of page ranges inside the arena (free ranges keyed by first page).
+struct PageRanges {
+    free: BTreeMap<usize, usize>,
+}
+
+impl PageRanges {
+    fn take(&mut self, pages: usize) -> Option<usize> {
+        let (&start, &len) = self.free.iter().find(|(_, &len)| len >= pages)?;
+        self.free.remove(&start);
+        if len > pages {
+            self.free.insert(start + pages, len - pages);
+        }
+        Some(start)
+    }
+
+    /// Takes exactly `[start, start+pages)` if it is entirely free (for growing in place).
+    fn take_at(&mut self, start: usize, pages: usize) -> bool {
+        let Some((&s, &len)) = self.free.range(..=start).next_back() else {
+            return false;
+        };
+        if s + len < start + pages {
+            return false;
+        }
+        self.free.remove(&s);
+        if s < start {
+            self.free.insert(s, start - s);
+        }
+        if s + len > start + pages {
+            self.free.insert(start + pages, s + len - start - pages);
+        }
+        true
+    }
+
+    fn give(&mut self, mut start: usize, mut pages: usize) {
+        if let Some((&s, &len)) = self.free.range(..start).next_back() {
+            if s + len == start {
+                self.free.remove(&s);
+                start = s;
+                pages += len;
+            }
+        }
+        if let Some(&len) = self.free.get(&(start + pages)) {
+            self.free.remove(&(start + pages));
+            pages += len;
+        }
+        self.free.insert(start, pages);
+    }
+}
+
+/// The arena: the region and its free page ranges.
+pub(crate) struct Arena {
+    pub(crate) region: Region,
+    ranges: SpinLock<PageRanges>,
+}
+
+static ARENA: OnceLock<Arena> = OnceLock::new();
+static BASE: AtomicUsize = AtomicUsize::new(0);
+static END: AtomicUsize = AtomicUsize::new(0);
+
+/// Installs the arena (once, from the constructor).
+pub(crate) fn install(region: Region) {
+    let pages = region.len() / PAGE_SIZE;
+    let (base, len) = (region.as_ptr() as usize, region.len());
+    let mut free = BTreeMap::new();
+    free.insert(0, pages);
+    if ARENA
+        .set(Arena {
+            region,
+            ranges: SpinLock::new(PageRanges { free }),
+        })
+        .is_ok()
+    {
+        BASE.store(base, Ordering::Release);
+        END.store(base + len, Ordering::Release);
+    }
+}
+
+/// The arena, once installed.
+pub(crate) fn get() -> Option<&'static Arena> {
+    ARENA.get()
+}
+
+/// Whether `addr` is managed memory.
+pub(crate) fn contains(addr: usize) -> bool {
+    addr >= BASE.load(Ordering::Acquire) && addr < END.load(Ordering::Acquire)
+}
+
+impl Arena {
+    fn base(&self) -> usize {
+        self.region.as_ptr() as usize
+    }
+
+    /// Carves `len` bytes (rounded up to pages); the pages read as zeros. None if the arena is full.
+    pub(crate) fn carve(&self, len: usize) -> Option<usize> {
+        let pages = len.div_ceil(PAGE_SIZE).max(1);
+        let first = self.ranges.with(|r| r.take(pages))?;
+        Some(self.base() + first * PAGE_SIZE)
+    }
+
+    /// Extends the carved range `[addr, addr+old)` to `new` bytes in place, if the pages after it
+    /// are free.
+    pub(crate) fn grow_in_place(&self, addr: usize, old: usize, new: usize) -> bool {
+        let (old_p, new_p) = (old.div_ceil(PAGE_SIZE), new.div_ceil(PAGE_SIZE));
+        let first = (addr - self.base()) / PAGE_SIZE;
+        new_p <= old_p
+            || self
+                .ranges
+                .with(|r| r.take_at(first + old_p, new_p - old_p))
+    }
+
+    /// Discards `[addr, addr+len)` (page-aligned; rounded up to pages) and returns it to the free
+    /// ranges. In a fork child (no pager there) the pages are simply dropped.
+    pub(crate) fn release(&self, addr: usize, len: usize) {
+        let pages = len.div_ceil(PAGE_SIZE);
+        self.discard(addr, pages * PAGE_SIZE);
+        let first = (addr - self.base()) / PAGE_SIZE;
+        self.ranges.with(|r| r.give(first, pages));
+    }
+
+    /// Forgets the contents of `[addr, addr+len)` (page-aligned) without releasing the range.
+    pub(crate) fn discard(&self, addr: usize, len: usize) {
+        if crate::is_fork_child() {
+            // SAFETY: the range is inside the arena, which in a child is plain anonymous memory.
+            unsafe { crate::real::madvise(addr as *mut _, len, libc::MADV_DONTNEED) };
+        } else {
+            self.region.discard(addr - self.base(), len);
+        }
+    }
+
+    /// Locks the page-range allocator (fork prepare hook).
+    pub(crate) fn lock_for_fork(&self) {
+        self.ranges.lock();
+    }
+
+    /// Unlocks it after fork, in parent or child.
+    ///
+    /// # Safety
+    /// Only after [`Arena::lock_for_fork`].
+    pub(crate) unsafe fn unlock_after_fork(&self) {
+        // SAFETY: forwarded contract.
+        unsafe { self.ranges.unlock() };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn page_ranges_first_fit_grow_and_coalesce() {
+        let mut r = PageRanges {
+            free: BTreeMap::from([(0, 100)]),
+        };
+        assert_eq!(r.take(10), Some(0));
+        assert_eq!(r.take(10), Some(10));
+        assert!(r.take_at(20, 5));
+        assert!(!r.take_at(20, 5));
+        r.give(0, 10);
+        r.give(10, 10);
+        r.give(20, 5);
+        assert_eq!(r.free, BTreeMap::from([(0, 100)]));
+        assert_eq!(r.take(101), None);
+    }
+}

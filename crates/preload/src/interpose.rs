@@ -1,0 +1,370 @@
+//! The exported C symbols that replace the C library's allocator and anonymous-mapping calls.
+//!
+//! Routing: a pointer inside the arena is managed; anything else belongs to the C library (blocks
+//! allocated before the arena existed, or by runtime code). New allocations go to managed memory
+//! once the arena is up, unless the calling thread is inside gleaner's own runtime.
+
+#![allow(clippy::missing_safety_doc)]
+
+use std::ffi::c_void;
+
+use gleaner_pager::PAGE_SIZE;
+
+use crate::{arena, heap, real};
+
+fn managed_allocations() -> bool {
+    arena::get().is_some() && !crate::in_runtime()
+}
+
+fn set_errno(e: i32) {
+    // SAFETY: __errno_location returns this thread's errno slot.
+    unsafe { *libc::__errno_location() = e };
+}
+
+/// `malloc(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
+    if real::resolving() {
+        return real::boot_alloc(size, false);
+    }
+    if managed_allocations() {
+        let p = heap::alloc(size, 16);
+        if p.is_null() {
+            set_errno(libc::ENOMEM);
+        }
+        return p;
+    }
+    // SAFETY: forwarding.
+    unsafe { real::malloc(size) }
+}
+
+/// `free(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn free(p: *mut c_void) {
+    if p.is_null() || real::is_boot(p) {
+        return;
+    }
+    if arena::contains(p as usize) {
+        // SAFETY: a managed pointer is one heap::alloc returned (the caller's contract for free).
+        unsafe { heap::free(p) }
+    } else {
+        // SAFETY: not managed, so it came from the C library.
+        unsafe { real::free(p) }
+    }
+}
+
+/// `calloc(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
+    let Some(total) = n.checked_mul(size) else {
+        set_errno(libc::ENOMEM);
+        return std::ptr::null_mut();
+    };
+    if real::resolving() {
+        return real::boot_alloc(total, true);
+    }
+    if managed_allocations() {
+        let p = heap::alloc(total, 16);
+        if p.is_null() {
+            set_errno(libc::ENOMEM);
+        } else if total < heap::BIG {
+            // Big blocks are fresh (discarded) pages, which read as zeros already.
+            // SAFETY: p points to at least `total` bytes just allocated.
+            unsafe { std::ptr::write_bytes(p as *mut u8, 0, total) };
+        }
+        return p;
+    }
+    // SAFETY: forwarding.
+    unsafe { real::calloc(n, size) }
+}
+
+/// `realloc(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
+    if p.is_null() {
+        // SAFETY: realloc(NULL, n) is malloc(n).
+        return unsafe { malloc(size) };
+    }
+    if real::is_boot(p) {
+        // SAFETY: copy out of the bootstrap buffer (its blocks are at most the buffer's size).
+        unsafe {
+            let n = malloc(size);
+            if !n.is_null() {
+                std::ptr::copy_nonoverlapping(p as *const u8, n as *mut u8, size);
+            }
+            return n;
+        }
+    }
+    if !arena::contains(p as usize) {
+        // SAFETY: a C-library block stays with the C library.
+        return unsafe { real::realloc(p, size) };
+    }
+    // SAFETY: `p` is a live managed block.
+    let old = unsafe { heap::size_of(p) };
+    if size <= old && size > old / 2 {
+        return p;
+    }
+    let n = heap::alloc(size, 16);
+    if n.is_null() {
+        set_errno(libc::ENOMEM);
+        return n;
+    }
+    // SAFETY: both blocks are live and at least min(old, size) long; then the old one is freed.
+    unsafe {
+        std::ptr::copy_nonoverlapping(p as *const u8, n as *mut u8, old.min(size));
+        heap::free(p);
+    }
+    n
+}
+
+/// `reallocarray(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn reallocarray(p: *mut c_void, n: usize, size: usize) -> *mut c_void {
+    match n.checked_mul(size) {
+        // SAFETY: forwarding.
+        Some(total) => unsafe { realloc(p, total) },
+        None => {
+            set_errno(libc::ENOMEM);
+            std::ptr::null_mut()
+        }
+    }
+}
+
+fn aligned(align: usize, size: usize) -> *mut c_void {
+    if managed_allocations() {
+        return heap::alloc(size, align);
+    }
+    // SAFETY: forwarding.
+    unsafe { real::memalign(align, size) }
+}
+
+/// `posix_memalign(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> i32 {
+    if !align.is_power_of_two() || !align.is_multiple_of(std::mem::size_of::<usize>()) {
+        return libc::EINVAL;
+    }
+    let p = aligned(align, size);
+    if p.is_null() {
+        return libc::ENOMEM;
+    }
+    // SAFETY: the caller passes a valid out pointer.
+    unsafe { *out = p };
+    0
+}
+
+/// `aligned_alloc(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void {
+    if !align.is_power_of_two() {
+        set_errno(libc::EINVAL);
+        return std::ptr::null_mut();
+    }
+    aligned(align, size)
+}
+
+/// `memalign(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
+    if !align.is_power_of_two() {
+        set_errno(libc::EINVAL);
+        return std::ptr::null_mut();
+    }
+    aligned(align, size)
+}
+
+/// `valloc(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn valloc(size: usize) -> *mut c_void {
+    aligned(PAGE_SIZE, size)
+}
+
+/// `pvalloc(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn pvalloc(size: usize) -> *mut c_void {
+    aligned(PAGE_SIZE, size.div_ceil(PAGE_SIZE).max(1) * PAGE_SIZE)
+}
+
+/// `malloc_usable_size(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn malloc_usable_size(p: *mut c_void) -> usize {
+    if p.is_null() || real::is_boot(p) {
+        return 0;
+    }
+    if arena::contains(p as usize) {
+        // SAFETY: a live managed block.
+        unsafe { heap::size_of(p) }
+    } else {
+        // SAFETY: a C-library block.
+        unsafe { real::usable_size(p) }
+    }
+}
+
+/// Whether a mapping request can be served from the arena: private, anonymous, no fixed address.
+fn manageable(flags: i32, fd: i32) -> bool {
+    let unsupported = libc::MAP_SHARED
+        | libc::MAP_FIXED
+        | libc::MAP_FIXED_NOREPLACE
+        | libc::MAP_HUGETLB
+        | libc::MAP_GROWSDOWN
+        | libc::MAP_STACK;
+    flags & libc::MAP_ANONYMOUS != 0
+        && flags & libc::MAP_PRIVATE != 0
+        && flags & unsupported == 0
+        && fd == -1
+}
+
+/// `mmap(2)`: private anonymous mappings come from the arena.
+#[no_mangle]
+pub unsafe extern "C" fn mmap(
+    addr: *mut c_void,
+    len: usize,
+    prot: i32,
+    flags: i32,
+    fd: i32,
+    off: i64,
+) -> *mut c_void {
+    if len > 0 && managed_allocations() {
+        let a = arena::get().expect("checked");
+        if manageable(flags, fd) {
+            if let Some(p) = a.carve(len) {
+                let rw = libc::PROT_READ | libc::PROT_WRITE;
+                if prot != rw {
+                    // SAFETY: changing protection of arena pages just carved for this caller.
+                    unsafe { real::mprotect(p as *mut c_void, len, prot) };
+                }
+                return p as *mut c_void;
+            }
+            // Arena exhausted: fall through to an ordinary (local) mapping.
+        } else if flags & libc::MAP_FIXED != 0
+            && flags & libc::MAP_ANONYMOUS != 0
+            && flags & libc::MAP_SHARED == 0
+            && arena::contains(addr as usize)
+            && arena::contains(addr as usize + len - 1)
+        {
+            // A fixed anonymous mapping over managed memory: fresh zero pages in place.
+            let len = len.div_ceil(PAGE_SIZE) * PAGE_SIZE;
+            a.discard(addr as usize, len);
+            // SAFETY: protection change on arena pages the caller owns.
+            unsafe { real::mprotect(addr, len, prot) };
+            return addr;
+        }
+    }
+    // SAFETY: forwarding to the system call.
+    unsafe { real::mmap(addr, len, prot, flags, fd, off) }
+}
+
+/// `mmap64` (the same as `mmap` on 64-bit Linux).
+#[no_mangle]
+pub unsafe extern "C" fn mmap64(
+    addr: *mut c_void,
+    len: usize,
+    prot: i32,
+    flags: i32,
+    fd: i32,
+    off: i64,
+) -> *mut c_void {
+    // SAFETY: forwarding.
+    unsafe { mmap(addr, len, prot, flags, fd, off) }
+}
+
+/// `munmap(2)`: managed ranges are discarded and returned to the arena.
+#[no_mangle]
+pub unsafe extern "C" fn munmap(addr: *mut c_void, len: usize) -> i32 {
+    if arena::contains(addr as usize) {
+        if !(addr as usize).is_multiple_of(PAGE_SIZE) {
+            set_errno(libc::EINVAL);
+            return -1;
+        }
+        let a = arena::get().expect("contains implies installed");
+        let len = len.div_ceil(PAGE_SIZE) * PAGE_SIZE;
+        a.release(addr as usize, len);
+        // Leave the range readable and writable for its next user.
+        // SAFETY: protection change on arena pages the caller gave back.
+        unsafe { real::mprotect(addr, len, libc::PROT_READ | libc::PROT_WRITE) };
+        return 0;
+    }
+    // SAFETY: forwarding.
+    unsafe { real::munmap(addr, len) }
+}
+
+/// `madvise(2)`: discarding advice on managed memory goes through the pager; other advice on
+/// managed memory is accepted and ignored.
+#[no_mangle]
+pub unsafe extern "C" fn madvise(addr: *mut c_void, len: usize, advice: i32) -> i32 {
+    if arena::contains(addr as usize) {
+        if !(addr as usize).is_multiple_of(PAGE_SIZE) {
+            set_errno(libc::EINVAL);
+            return -1;
+        }
+        if matches!(
+            advice,
+            libc::MADV_DONTNEED | libc::MADV_FREE | libc::MADV_REMOVE
+        ) {
+            let len = len.div_ceil(PAGE_SIZE) * PAGE_SIZE;
+            arena::get()
+                .expect("contains implies installed")
+                .discard(addr as usize, len);
+        }
+        return 0;
+    }
+    // SAFETY: forwarding.
+    unsafe { real::madvise(addr, len, advice) }
+}
+
+/// `mremap(2)`: managed ranges grow in place when the pages after them are free, else move
+/// (copying their contents); shrinking releases the tail.
+///
+/// C declares `mremap` variadic; stable Rust cannot define one. On x86-64 (and arm64) a variadic
+/// call passes its arguments in the same registers as a fixed one, so the fifth parameter holds
+/// the caller's `new_address` when it passed one, and is read only when `MREMAP_FIXED` says so.
+#[no_mangle]
+pub unsafe extern "C" fn mremap(
+    old: *mut c_void,
+    old_len: usize,
+    new_len: usize,
+    flags: i32,
+    fifth: *mut c_void,
+) -> *mut c_void {
+    let new_addr: *mut c_void = if flags & libc::MREMAP_FIXED != 0 {
+        fifth
+    } else {
+        std::ptr::null_mut()
+    };
+    if !arena::contains(old as usize) {
+        // SAFETY: forwarding.
+        return unsafe { real::mremap(old, old_len, new_len, flags, new_addr) };
+    }
+    let a = arena::get().expect("contains implies installed");
+    let (old_p, new_p) = (
+        old_len.div_ceil(PAGE_SIZE) * PAGE_SIZE,
+        new_len.div_ceil(PAGE_SIZE) * PAGE_SIZE,
+    );
+    if !(old as usize).is_multiple_of(PAGE_SIZE) || new_len == 0 || flags & libc::MREMAP_FIXED != 0
+    {
+        set_errno(libc::EINVAL);
+        return libc::MAP_FAILED;
+    }
+    if new_p <= old_p {
+        if new_p < old_p {
+            a.release(old as usize + new_p, old_p - new_p);
+        }
+        return old;
+    }
+    if a.grow_in_place(old as usize, old_p, new_p) {
+        return old;
+    }
+    if flags & libc::MREMAP_MAYMOVE == 0 {
+        set_errno(libc::ENOMEM);
+        return libc::MAP_FAILED;
+    }
+    let Some(new) = a.carve(new_p) else {
+        set_errno(libc::ENOMEM);
+        return libc::MAP_FAILED;
+    };
+    // SAFETY: both ranges are managed and owned by the caller; they do not overlap. The copy runs
+    // on this application thread, so faults on either range are served normally.
+    unsafe { std::ptr::copy_nonoverlapping(old as *const u8, new as *mut u8, old_p) };
+    a.release(old as usize, old_p);
+    new as *mut c_void
+}

@@ -1,0 +1,223 @@
+//! `libgleaner_preload.so`: loaded with `LD_PRELOAD`, it puts an unmodified program's heap
+//! (`malloc` and friends) and its private anonymous mappings in far memory.
+//!
+//! At load time a constructor reserves one large arena, registers it with userfaultfd through the
+//! pager, and connects to the memnode. From then on the program's allocations are carved from the
+//! arena, while gleaner's own runtime (its threads, buffers and bookkeeping) allocates from the C
+//! library's heap, so the threads that serve faults never fault on managed memory.
+//!
+//! Configuration (environment variables; `GLEANER_PRINT_CONFIG=1` prints the values in force):
+//!
+//! | variable | meaning | default |
+//! |---|---|---|
+//! | `GLEANER_LOCAL_MEM` | local memory budget (e.g. `512M`); **required**: without it the library stays inert | — |
+//! | `GLEANER_MEMNODE` | memnode address (`HOST:PORT`, `unix:PATH`) | a private embedded memnode |
+//! | `GLEANER_TOKEN_FILE` | the memnode's token file | `~/.gleaner/token` |
+//! | `GLEANER_ARENA_SIZE` | address space reserved for managed memory | `64G` |
+//! | `GLEANER_HANDLERS` | fault-handler threads | `2` |
+//! | `GLEANER_STATS` | write the region's stats JSON here at exit (`%p` is replaced by the pid) | — |
+//! | `GLEANER_LOG` | pager messages on stderr: `error`, `warn`, `info`, `debug`, `trace` | `warn` |
+//! | `GLEANER_BIN` | the `gleaner` executable, to start an embedded memnode | on `PATH` |
+//!
+//! `fork`: before the child is created, every page held only on the memnode is brought back, so
+//! the child (which has no pager) sees exactly the parent's memory; the parent then evicts back
+//! under its budget. The child's managed memory is plain memory.
+#![deny(missing_docs)]
+
+mod arena;
+mod heap;
+mod interpose;
+mod lock;
+mod logger;
+mod real;
+
+use std::cell::Cell;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::OnceLock;
+
+use gleaner_pager::{MemnodeTarget, Region, RegionConfig};
+use gleaner_proto::units::{format_size, parse_size};
+
+#[global_allocator]
+static RUNTIME_HEAP: real::RuntimeAlloc = real::RuntimeAlloc;
+
+thread_local! {
+    /// Set while this thread runs gleaner's own code that may reach the C allocator.
+    static IN_RUNTIME: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The pid that owns the pager (0 before start-up).
+static OWNER_PID: AtomicI32 = AtomicI32::new(0);
+static STATS_PATH: OnceLock<Option<PathBuf>> = OnceLock::new();
+/// Set by the fork prepare hook when it took the allocator locks (only the pager's owner does).
+static LOCKED_FOR_FORK: AtomicBool = AtomicBool::new(false);
+
+/// Whether the calling thread is inside gleaner's runtime (its allocations must stay unmanaged).
+pub(crate) fn in_runtime() -> bool {
+    IN_RUNTIME.with(|c| c.get())
+}
+
+/// Whether this process is a fork child of the process that started the pager.
+pub(crate) fn is_fork_child() -> bool {
+    let owner = OWNER_PID.load(Ordering::Relaxed);
+    // SAFETY: getpid has no preconditions.
+    owner != 0 && owner != unsafe { libc::getpid() }
+}
+
+struct Config {
+    local: u64,
+    memnode: Option<String>,
+    token_file: Option<PathBuf>,
+    arena: u64,
+    handlers: usize,
+    stats: Option<PathBuf>,
+}
+
+fn config_from_env() -> Result<Option<Config>, String> {
+    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let Some(local) = var("GLEANER_LOCAL_MEM") else {
+        return Ok(None);
+    };
+    // Never inside gleaner's own executable (a memnode, the launcher): belt and braces with the
+    // launcher removing LD_PRELOAD from the environment of the processes it starts.
+    if std::env::current_exe().is_ok_and(|p| p.file_name().is_some_and(|n| n == "gleaner")) {
+        return Ok(None);
+    }
+    let size = |k: &str, v: &str| parse_size(v).map_err(|e| format!("{k}: {e}"));
+    Ok(Some(Config {
+        local: size("GLEANER_LOCAL_MEM", &local)?,
+        memnode: var("GLEANER_MEMNODE"),
+        token_file: var("GLEANER_TOKEN_FILE").map(PathBuf::from),
+        arena: size(
+            "GLEANER_ARENA_SIZE",
+            &var("GLEANER_ARENA_SIZE").unwrap_or("64G".into()),
+        )?,
+        handlers: var("GLEANER_HANDLERS")
+            .map(|v| {
+                v.parse()
+                    .map_err(|_| format!("GLEANER_HANDLERS: `{v}` is not a number"))
+            })
+            .transpose()?
+            .unwrap_or(2),
+        // `%p` becomes the pid, so that every process of a run (children that exec another
+        // program under the same environment) writes its own file.
+        stats: var("GLEANER_STATS")
+            .map(|p| PathBuf::from(p.replace("%p", &std::process::id().to_string()))),
+    }))
+}
+
+fn start() -> Result<(), String> {
+    let Some(cfg) = config_from_env()? else {
+        return Ok(());
+    };
+    logger::install();
+    if std::env::var_os("GLEANER_PRINT_CONFIG").is_some() {
+        eprintln!(
+            "gleaner: local {} | memnode {} | token {} | arena {} | handlers {} | stats {}",
+            format_size(cfg.local),
+            cfg.memnode.as_deref().unwrap_or("embedded"),
+            cfg.token_file
+                .as_ref()
+                .map_or("default".into(), |p| p.display().to_string()),
+            format_size(cfg.arena),
+            cfg.handlers,
+            cfg.stats
+                .as_ref()
+                .map_or("-".into(), |p| p.display().to_string()),
+        );
+    }
+    let mut rc = RegionConfig::new(cfg.arena as usize, cfg.local as usize);
+    if let Some(addr) = &cfg.memnode {
+        rc.memnode = MemnodeTarget::Remote {
+            endpoint: addr.parse().map_err(|e| format!("GLEANER_MEMNODE: {e}"))?,
+            token_file: cfg.token_file.clone(),
+        };
+    }
+    rc.handler_threads = cfg.handlers;
+    rc.fork_visible = true;
+    rc.sparse = true;
+    rc.thread_start_hook = Some(mark_runtime_thread);
+    let region = Region::new(rc).map_err(|e| e.to_string())?;
+    arena::install(region);
+    let _ = STATS_PATH.set(cfg.stats);
+    // SAFETY: getpid has no preconditions.
+    OWNER_PID.store(unsafe { libc::getpid() }, Ordering::Relaxed);
+    // SAFETY: registering plain extern "C" functions with no captured state.
+    unsafe {
+        libc::atexit(at_exit);
+        libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child));
+    }
+    Ok(())
+}
+
+fn mark_runtime_thread() {
+    IN_RUNTIME.with(|c| c.set(true));
+}
+
+extern "C" fn init() {
+    IN_RUNTIME.with(|c| c.set(true));
+    if let Err(e) = start() {
+        eprintln!("gleaner: cannot put this program on far memory: {e}");
+        // SAFETY: _exit has no preconditions; nothing of the program has run yet.
+        unsafe { libc::_exit(1) };
+    }
+    IN_RUNTIME.with(|c| c.set(false));
+}
+
+/// Runs `init` when the library is loaded, before `main`.
+#[used]
+#[link_section = ".init_array"]
+static INIT: extern "C" fn() = init;
+
+extern "C" fn at_exit() {
+    if is_fork_child() {
+        return;
+    }
+    IN_RUNTIME.with(|c| c.set(true));
+    if let (Some(Some(path)), Some(a)) = (STATS_PATH.get(), arena::get()) {
+        if let Err(e) = std::fs::write(path, a.region.stats_json()) {
+            eprintln!("gleaner: writing stats to {}: {e}", path.display());
+        }
+    }
+    IN_RUNTIME.with(|c| c.set(false));
+}
+
+extern "C" fn fork_prepare() {
+    let Some(a) = arena::get() else { return };
+    if is_fork_child() {
+        return;
+    }
+    IN_RUNTIME.with(|c| c.set(true));
+    a.region.prepare_fork();
+    IN_RUNTIME.with(|c| c.set(false));
+    heap::lock_for_fork();
+    a.lock_for_fork();
+    LOCKED_FOR_FORK.store(true, Ordering::Release);
+}
+
+fn unlock_after_fork(a: &arena::Arena) -> bool {
+    if !LOCKED_FOR_FORK.swap(false, Ordering::AcqRel) {
+        return false;
+    }
+    // SAFETY: both locks were taken in fork_prepare by the thread that forked (in a child, the
+    // only thread there is).
+    unsafe {
+        a.unlock_after_fork();
+        heap::unlock_after_fork();
+    }
+    true
+}
+
+extern "C" fn fork_parent() {
+    let Some(a) = arena::get() else { return };
+    if unlock_after_fork(a) {
+        a.region.after_fork();
+    }
+}
+
+extern "C" fn fork_child() {
+    if let Some(a) = arena::get() {
+        unlock_after_fork(a);
+    }
+}

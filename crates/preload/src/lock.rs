@@ -1,0 +1,60 @@
+//! A tiny lock with explicit `lock`/`unlock`, so `fork` can take it in its prepare hook and release
+//! it on both sides afterwards (a std `Mutex` cannot be released from another function). It spins
+//! briefly, then yields: critical sections are short (allocator bookkeeping).
+
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// A value guarded by a spin-then-yield lock.
+pub(crate) struct SpinLock<T> {
+    locked: AtomicBool,
+    value: UnsafeCell<T>,
+}
+
+// SAFETY: access to `value` is serialised by `locked`.
+unsafe impl<T: Send> Sync for SpinLock<T> {}
+
+impl<T> SpinLock<T> {
+    /// A new unlocked lock.
+    pub(crate) const fn new(value: T) -> Self {
+        SpinLock {
+            locked: AtomicBool::new(false),
+            value: UnsafeCell::new(value),
+        }
+    }
+
+    /// Acquires the lock (without a guard; pair with [`SpinLock::unlock`]).
+    pub(crate) fn lock(&self) {
+        let mut spins = 0u32;
+        while self
+            .locked
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            spins += 1;
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// Releases the lock.
+    ///
+    /// # Safety
+    /// The caller holds the lock (or, in a fork child handler, the parent held it at fork).
+    pub(crate) unsafe fn unlock(&self) {
+        self.locked.store(false, Ordering::Release);
+    }
+
+    /// Runs `f` with the lock held.
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
+        self.lock();
+        // SAFETY: the lock is held, so this is the only reference to the value.
+        let r = f(unsafe { &mut *self.value.get() });
+        // SAFETY: taken above.
+        unsafe { self.unlock() };
+        r
+    }
+}

@@ -1,0 +1,311 @@
+/* A program run under `gleaner run` by the end-to-end tests (crates/cli/tests/run_programs.rs).
+ * It is an ordinary C program that knows nothing about gleaner: it uses the C allocator and
+ * anonymous mappings the way real programs do and verifies every byte it wrote.
+ *
+ *   preload_program mixed MB        threads mixing malloc/calloc/realloc/posix_memalign, mmap,
+ *                                   munmap, madvise(DONTNEED/FREE), mremap (grow, move, shrink)
+ *                                   and read(2) into managed buffers; all contents verified
+ *   preload_program fork MB         fill MB, fork; the child verifies everything as of the fork
+ *                                   while the parent rewrites it; both verify their own view
+ *   preload_program exec MB         fill MB, verify, then exec itself as `mixed 8`
+ *   preload_program thread-exit MB  fill MB, then a non-main thread calls exit(0) mid-run
+ *   preload_program sigterm MB      fill MB, print "ready", exit 42 from the SIGTERM handler
+ *                                   after verifying the data
+ *   preload_program crash MB        fill MB (pushing most to the memnode), then SIGSEGV
+ *   preload_program hog MB          allocate and fill MB, expecting to be stopped
+ * Exit status 0 means every check passed; a failed check prints what and exits 1.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define PAGE 4096UL
+
+static void fail(const char *what) {
+    fprintf(stderr, "preload_program: CHECK FAILED: %s (errno %d)\n", what, errno);
+    exit(1);
+}
+
+/* A deterministic 64-bit value for word `i` of stream `seed`. */
+static uint64_t word(uint64_t seed, uint64_t i) {
+    uint64_t x = seed * 0x9E3779B97F4A7C15ULL + i + 1;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    return x;
+}
+
+static void fill(void *p, size_t len, uint64_t seed) {
+    uint64_t *w = p;
+    for (size_t i = 0; i < len / 8; i++) w[i] = word(seed, i);
+}
+
+static int check(const void *p, size_t len, uint64_t seed) {
+    const uint64_t *w = p;
+    for (size_t i = 0; i < len / 8; i++)
+        if (w[i] != word(seed, i)) return 0;
+    return 1;
+}
+
+static int all_zero(const void *p, size_t len) {
+    const unsigned char *c = p;
+    for (size_t i = 0; i < len; i++)
+        if (c[i]) return 0;
+    return 1;
+}
+
+/* ---- mixed ------------------------------------------------------------------------------- */
+
+struct worker { int id; size_t bytes; };
+
+static void *mixed_worker(void *arg) {
+    struct worker *wk = arg;
+    uint64_t base = (uint64_t)wk->id << 32;
+    size_t nblocks = wk->bytes / 8192;
+    void **blocks = calloc(nblocks, sizeof(void *));
+    size_t *sizes = calloc(nblocks, sizeof(size_t));
+    if (!blocks || !sizes) fail("calloc of the block table");
+    /* malloc / calloc / posix_memalign of assorted sizes, some of them big (page-backed). */
+    for (size_t i = 0; i < nblocks; i++) {
+        size_t sz = 64 + (word(base, i) % 16000);
+        if (i % 97 == 0) sz = 300 * 1024; /* big block */
+        void *p = NULL;
+        switch (i % 3) {
+        case 0: p = malloc(sz); break;
+        case 1:
+            p = calloc(1, sz);
+            if (p && !all_zero(p, sz)) fail("calloc memory is not zeroed");
+            break;
+        case 2:
+            if (posix_memalign(&p, 256, sz)) p = NULL;
+            if (p && ((uintptr_t)p % 256)) fail("posix_memalign alignment");
+            break;
+        }
+        if (!p) fail("allocation");
+        sz &= ~7UL;
+        fill(p, sz, base + i);
+        blocks[i] = p;
+        sizes[i] = sz;
+    }
+    /* realloc half of them (grow and shrink), free a quarter. */
+    for (size_t i = 0; i < nblocks; i += 2) {
+        size_t nsz = (i % 4 == 0) ? sizes[i] * 2 : sizes[i] / 2;
+        nsz &= ~7UL;
+        if (nsz < 8) nsz = 8;
+        size_t keep = nsz < sizes[i] ? nsz : sizes[i];
+        void *p = realloc(blocks[i], nsz);
+        if (!p) fail("realloc");
+        if (!check(p, keep, base + i)) fail("realloc lost the old contents");
+        fill(p, nsz, base + i);
+        blocks[i] = p;
+        sizes[i] = nsz;
+    }
+    if (malloc_usable_size(blocks[1]) < sizes[1]) fail("malloc_usable_size too small");
+    for (size_t i = 3; i < nblocks; i += 4) {
+        free(blocks[i]);
+        blocks[i] = NULL;
+    }
+    /* Anonymous mappings: fill, discard part with DONTNEED and FREE, grow, move, shrink. */
+    size_t mlen = 64 * PAGE;
+    char *m = mmap(NULL, mlen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) fail("mmap");
+    fill(m, mlen, base + 1000000);
+    if (madvise(m, 8 * PAGE, MADV_DONTNEED)) fail("madvise DONTNEED");
+    if (!all_zero(m, 8 * PAGE)) fail("MADV_DONTNEED pages do not read as zeros");
+    if (madvise(m + 8 * PAGE, 8 * PAGE, MADV_FREE)) fail("madvise FREE");
+    fill(m, 16 * PAGE, base + 2000000); /* rewrite the discarded part */
+    char *g = mremap(m, mlen, 4 * mlen, MREMAP_MAYMOVE);
+    if (g == MAP_FAILED) fail("mremap grow");
+    if (!check(g, 16 * PAGE, base + 2000000)) fail("mremap lost the head");
+    if (!all_zero(g + mlen, 3 * mlen)) fail("mremap's new tail is not zero");
+    fill(g, 4 * mlen, base + 3000000);
+    char *s = mremap(g, 4 * mlen, mlen, 0);
+    if (s != g) fail("mremap shrink moved");
+    if (!check(s, mlen, base + 3000000)) fail("mremap shrink lost data");
+    /* read(2) into a managed buffer: the kernel writes the page, not the program. */
+    int fd = open("/proc/self/exe", O_RDONLY);
+    if (fd < 0) fail("open /proc/self/exe");
+    char *kbuf = malloc(3 * PAGE);
+    char *ref = mmap(NULL, 3 * PAGE, PROT_READ, MAP_PRIVATE, fd, 0); /* file-backed: unmanaged */
+    if (!kbuf || ref == MAP_FAILED) fail("buffers for read(2)");
+    ssize_t n = pread(fd, kbuf, 3 * PAGE, 0);
+    if (n != (ssize_t)(3 * PAGE) || memcmp(kbuf, ref, 3 * PAGE)) fail("read(2) into managed memory");
+    munmap(ref, 3 * PAGE);
+    close(fd);
+    free(kbuf);
+    /* Everything that survived must still be intact (much of it came back from the memnode). */
+    for (size_t i = 0; i < nblocks; i++)
+        if (blocks[i] && !check(blocks[i], sizes[i], base + i)) fail("heap block corrupted");
+    if (!check(s, mlen, base + 3000000)) fail("mapping corrupted");
+    if (munmap(s, mlen)) fail("munmap");
+    /* A fresh mapping of the same size (likely the same range) reads as zeros. */
+    char *z = mmap(NULL, mlen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (z == MAP_FAILED || !all_zero(z, mlen)) fail("a fresh mapping does not read as zeros");
+    munmap(z, mlen);
+    for (size_t i = 0; i < nblocks; i++) free(blocks[i]);
+    free(blocks);
+    free(sizes);
+    return NULL;
+}
+
+static int run_mixed(size_t mb) {
+    enum { T = 4 };
+    pthread_t t[T];
+    struct worker w[T];
+    for (int i = 0; i < T; i++) {
+        w[i].id = i + 1;
+        w[i].bytes = mb * (1UL << 20) / T;
+        if (pthread_create(&t[i], NULL, mixed_worker, &w[i])) fail("pthread_create");
+    }
+    for (int i = 0; i < T; i++) pthread_join(t[i], NULL);
+    printf("mixed ok\n");
+    return 0;
+}
+
+/* ---- fork ------------------------------------------------------------------------------- */
+
+static int run_fork(size_t mb) {
+    size_t len = mb << 20;
+    char *a = malloc(len);
+    if (!a) fail("malloc");
+    fill(a, len, 7);
+    int pipefd[2];
+    if (pipe(pipefd)) fail("pipe");
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0) fail("fork");
+    if (pid == 0) {
+        char go;
+        close(pipefd[1]);
+        /* Wait until the parent has rewritten everything: the child must still see the old. */
+        if (read(pipefd[0], &go, 1) != 1) _exit(3);
+        if (!check(a, len, 7)) {
+            fprintf(stderr, "child: memory differs from the parent's at fork\n");
+            _exit(2);
+        }
+        /* The child's own writes and allocations work too. */
+        fill(a, len / 4, 8);
+        char *b = malloc(1 << 20);
+        if (!b) _exit(4);
+        fill(b, 1 << 20, 9);
+        if (!check(a, len / 4, 8) || !check(b, 1 << 20, 9)) _exit(5);
+        free(b);
+        _exit(0);
+    }
+    close(pipefd[0]);
+    fill(a, len, 11); /* the parent moves on (and evicts back under its budget) */
+    if (write(pipefd[1], "g", 1) != 1) fail("write to pipe");
+    int st;
+    if (waitpid(pid, &st, 0) != pid) fail("waitpid");
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        fprintf(stderr, "child status %d\n", st);
+        fail("the fork child's checks");
+    }
+    if (!check(a, len, 11)) fail("parent memory after fork");
+    free(a);
+    printf("fork ok\n");
+    return 0;
+}
+
+/* ---- exec, thread-exit, sigterm, crash, hog --------------------------------------------- */
+
+static char *filled(size_t mb, uint64_t seed) {
+    size_t len = mb << 20;
+    char *a = malloc(len);
+    if (!a) fail("malloc");
+    fill(a, len, seed);
+    if (!check(a, len, seed)) fail("fill");
+    return a;
+}
+
+static int run_exec(size_t mb, const char *self) {
+    filled(mb, 21);
+    fflush(stdout);
+    execl(self, self, "mixed", "8", (char *)NULL);
+    fail("execl");
+    return 1;
+}
+
+static size_t g_mb;
+static char *g_data;
+
+static void *exiter(void *arg) {
+    (void)arg;
+    if (!check(g_data, g_mb << 20, 31)) fail("data before exit");
+    printf("thread-exit ok\n");
+    fflush(stdout);
+    exit(0);
+}
+
+static int run_thread_exit(size_t mb) {
+    g_mb = mb;
+    g_data = filled(mb, 31);
+    pthread_t t;
+    if (pthread_create(&t, NULL, exiter, NULL)) fail("pthread_create");
+    for (;;) { /* the main thread keeps touching memory until the other thread exits */
+        for (size_t i = 0; i < (mb << 20); i += PAGE) ((volatile char *)g_data)[i + 8] = g_data[i + 8];
+    }
+    return 0;
+}
+
+static volatile sig_atomic_t g_term;
+static void on_term(int sig) { (void)sig; g_term = 1; }
+
+static int run_sigterm(size_t mb) {
+    char *a = filled(mb, 41);
+    signal(SIGTERM, on_term);
+    printf("ready\n");
+    fflush(stdout);
+    while (!g_term) pause();
+    if (!check(a, mb << 20, 41)) fail("data after SIGTERM");
+    return 42;
+}
+
+static int run_crash(size_t mb) {
+    filled(mb, 51);
+    printf("crashing\n");
+    fflush(stdout);
+    raise(SIGSEGV);
+    return 1;
+}
+
+static int run_hog(size_t mb) {
+    size_t chunk = 1 << 20;
+    for (size_t i = 0; i < mb; i++) {
+        char *p = malloc(chunk);
+        if (!p) {
+            fprintf(stderr, "hog: malloc returned NULL after %zu MiB\n", i);
+            return 3;
+        }
+        fill(p, chunk, 60 + i);
+    }
+    printf("hog: allocated everything (unexpected)\n");
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) {
+        fprintf(stderr, "usage: %s mixed|fork|exec|thread-exit|sigterm|crash|hog MB\n", argv[0]);
+        return 64;
+    }
+    size_t mb = strtoul(argv[2], NULL, 10);
+    if (!strcmp(argv[1], "mixed")) return run_mixed(mb);
+    if (!strcmp(argv[1], "fork")) return run_fork(mb);
+    if (!strcmp(argv[1], "exec")) return run_exec(mb, "/proc/self/exe");
+    if (!strcmp(argv[1], "thread-exit")) return run_thread_exit(mb);
+    if (!strcmp(argv[1], "sigterm")) return run_sigterm(mb);
+    if (!strcmp(argv[1], "crash")) return run_crash(mb);
+    if (!strcmp(argv[1], "hog")) return run_hog(mb);
+    fprintf(stderr, "unknown mode %s\n", argv[1]);
+    return 64;
+}
