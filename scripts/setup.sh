@@ -7,6 +7,10 @@ need_apt=()
 command -v cc >/dev/null || need_apt+=(build-essential)
 command -v setpriv >/dev/null || need_apt+=(util-linux)
 command -v python3 >/dev/null || need_apt+=(python3)
+# Real programs the `gleaner run` tests put on far memory.
+command -v memcached >/dev/null || need_apt+=(memcached)
+command -v redis-server >/dev/null || need_apt+=(redis-server)
+command -v redis-cli >/dev/null || need_apt+=(redis-tools)
 if [ ${#need_apt[@]} -gt 0 ]; then
     echo "setup: installing ${need_apt[*]} with apt-get" >&2
     SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo

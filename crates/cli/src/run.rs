@@ -102,6 +102,14 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
     let budget = budget(&args)?;
     let preload = find_preload_library()?;
     let program = resolve_command(&args.command[0])?;
+    if is_static_elf(&program) {
+        eprintln!(
+            "gleaner run: warning: {} is statically linked, so LD_PRELOAD cannot reach it: it \
+             will run entirely in local memory (Go programs and static binaries are not \
+             supported; see docs/compatibility.md)",
+            program.display()
+        );
+    }
     check_userfaultfd()?;
     let self_exe = std::env::current_exe()
         .map_err(|e| SetupError::new(format!("cannot find the gleaner executable: {e}")))?;
@@ -292,6 +300,38 @@ fn resolve_command(cmd: &OsStr) -> Result<PathBuf, SetupError> {
                 EXIT_NOT_FOUND,
             )
         })
+}
+
+/// Whether `path` is a 64-bit ELF executable without an interpreter (`PT_INTERP`): the dynamic
+/// loader never runs for it, so neither does `LD_PRELOAD`. Scripts and unreadable files: false.
+fn is_static_elf(path: &Path) -> bool {
+    const PT_INTERP: u32 = 3;
+    let Ok(bytes) = std::fs::read(path) else {
+        return false;
+    };
+    let u16_at = |o: usize| {
+        bytes
+            .get(o..o + 2)
+            .map(|b| u16::from_le_bytes([b[0], b[1]]))
+    };
+    let u32_at = |o: usize| {
+        bytes
+            .get(o..o + 4)
+            .map(|b| u32::from_le_bytes(b.try_into().unwrap()))
+    };
+    let u64_at = |o: usize| {
+        bytes
+            .get(o..o + 8)
+            .map(|b| u64::from_le_bytes(b.try_into().unwrap()))
+    };
+    // ELF magic, 64-bit class, little endian.
+    if bytes.len() < 64 || &bytes[..4] != b"\x7fELF" || bytes[4] != 2 || bytes[5] != 1 {
+        return false;
+    }
+    let (Some(phoff), Some(phentsize), Some(phnum)) = (u64_at(32), u16_at(54), u16_at(56)) else {
+        return false;
+    };
+    !(0..phnum as usize).any(|i| u32_at(phoff as usize + i * phentsize as usize) == Some(PT_INTERP))
 }
 
 /// Fails early, with the fixes named, if this user may not handle kernel-mode faults.
@@ -577,6 +617,32 @@ mod tests {
     }
 
     #[test]
+    fn static_binaries_are_recognised() {
+        assert!(
+            !is_static_elf(Path::new("/bin/sh")),
+            "/bin/sh is dynamically linked"
+        );
+        assert!(
+            !is_static_elf(Path::new("/etc/os-release")),
+            "not an ELF file"
+        );
+        // A static executable made here (glibc's static libc is part of build-essential).
+        let dir = std::env::temp_dir().join(format!("gleaner-static-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("s.c"), "int main(void) { return 0; }\n").unwrap();
+        let ok = std::process::Command::new("cc")
+            .args(["-static", "-o"])
+            .arg(dir.join("s"))
+            .arg(dir.join("s.c"))
+            .status()
+            .expect("cc")
+            .success();
+        assert!(ok, "cc -static failed");
+        assert!(is_static_elf(&dir.join("s")));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn commands_resolve_on_path_or_fail_with_shell_codes() {
         assert!(resolve_command(OsStr::new("sh")).is_ok());
         let e = resolve_command(OsStr::new("no-such-program-gleaner"))
@@ -584,7 +650,11 @@ mod tests {
             .unwrap();
         assert_eq!(e.1, EXIT_NOT_FOUND);
         assert!(e.0.contains("command not found"), "{}", e.0);
-        let e = resolve_command(OsStr::new("/etc/hostname")).err().unwrap();
+        let plain = std::env::temp_dir().join(format!("gleaner-plain-{}", std::process::id()));
+        std::fs::write(&plain, "not a program").unwrap();
+        std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let e = resolve_command(plain.as_os_str()).err().unwrap();
+        let _ = std::fs::remove_file(&plain);
         assert_eq!(e.1, EXIT_NOT_EXECUTABLE);
     }
 }
