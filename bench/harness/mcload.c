@@ -6,7 +6,8 @@
  *   mcload open   HOST PORT NKEYS VSIZE RATE SECS GETPCT ZIPF_S CONNS SEED
  *                 open loop: request i is due at start + i/RATE, sent then whatever the answers
  *                 do; its latency runs from that scheduled time to its complete answer, so a
- *                 stalled server is charged for every request queued behind the stall
+ *                 stalled server is charged for every request queued behind the stall; answers
+ *                 still missing 10 s after the last send are counted as unanswered
  *   mcload closed HOST PORT NKEYS VSIZE SECS GETPCT ZIPF_S CONNS DEPTH SEED
  *                 closed loop: DEPTH requests outstanding per connection, for maximum throughput
  *
@@ -330,7 +331,7 @@ int main(int argc, char **argv) {
         total = (uint64_t)(rate * secs);
     else
         total = UINT64_MAX;
-    double drain_s = 5.0;
+    double drain_s = 10.0;
     uint64_t start = now_ns();
     uint64_t deadline = mode == M_CLOSED ? start + (uint64_t)(secs * 1e9) : UINT64_MAX;
     uint64_t issued = 0, stop_at = 0;

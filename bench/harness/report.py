@@ -112,13 +112,16 @@ def _cell_line(w, r):
         status = "**FAILED**: " + (r.get("error") or "").split(";")[0][:160].replace("|", "/").replace("\n", " ")
     else:
         status = "ok"
+    if r.get("note"):
+        status += " (" + r["note"].split(";")[0] + ")"
     if r.get("leftover_processes"):
         status += f" (left {len(r['leftover_processes'])} process(es) running)"
     cols = [r["system"] + (f" (rep {r['rep'] + 1})" if "rep" in r else ""), ratio, _mib(r.get("budget_bytes")),
             _num(m.get("throughput"), "{:.1f}" if (m.get("throughput") or 0) < 100 else "{:.0f}"),
             f"**{_x(r.get('vs_all_local'))}**", _x(r.get("vs_linux_swap"))]
     if w.get("has_latency"):
-        cols += [_num(m.get("p50_us")), _num(m.get("p99_us")), _x(r.get("p99_vs_linux_swap"))]
+        lb = "≥" if m.get("unanswered") else ""
+        cols += [lb + _num(m.get("p50_us")), lb + _num(m.get("p99_us")), _x(r.get("p99_vs_linux_swap"))]
     zf = (r.get("gleaner") or {}).get("zero_fill_faults")
     cols += [_num(r.get("far_faults")), _num(zf), _mib(r.get("bytes_moved")), _num(r.get("cpu_total_s"), "{:.1f}"),
              _mib(r.get("peak_rss_bytes")), status]
@@ -178,8 +181,9 @@ def section(res, path, extra=None):
                 continue
             L.append("| {} | {} | {} | {} | {} | {} | {} | {} / {} |".format(
                 r["system"] + (f" (rep {r['rep'] + 1})" if "rep" in r else ""), _num(mm.get("throughput")),
-                _x(r.get("vs_linux_swap")), _num(mm.get("p50_us")), _num(mm.get("p99_us")),
-                _num(mm.get("p999_us")), _x(r.get("p99_vs_linux_swap")), _num(mm.get("open_throughput")),
+                _x(r.get("vs_linux_swap")), ("≥" if mm.get("unanswered") else "") + _num(mm.get("p50_us")),
+                ("≥" if mm.get("unanswered") else "") + _num(mm.get("p99_us")),
+                ("≥" if mm.get("unanswered") else "") + _num(mm.get("p999_us")), _x(r.get("p99_vs_linux_swap")), _num(mm.get("open_throughput")),
                 _num(mm.get("offered_rps"))))
         L.append("")
     L.append("### Target: the lowest local-memory ratio that keeps ≥ 80% of all-local throughput")
