@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use gleaner_pager::{
-    EmbeddedMemnode, LatencySummary, Region, RegionConfig, RegionStats, PAGE_SIZE,
+    EmbeddedMemnode, LatencySummary, ReclaimMode, Region, RegionConfig, RegionStats, PAGE_SIZE,
 };
 use gleaner_proto::units::{format_size, parse_size};
 use gleaner_proto::Endpoint;
@@ -55,6 +55,13 @@ pub struct MicroArgs {
     /// Fault-handler threads.
     #[arg(long, default_value_t = 2)]
     handlers: usize,
+    /// Who reclaims: `hermit` (feedback-directed thread pool), `static:N` (N threads once fewer
+    /// than 8 MiB are free), or `direct` (faulting threads reclaim synchronously).
+    #[arg(long, default_value = "hermit")]
+    reclaim: ReclaimMode,
+    /// The most reclaim threads `hermit` mode runs at once.
+    #[arg(long, default_value_t = 4)]
+    max_reclaimers: usize,
     /// Samples for each floor measurement (0 skips the floors).
     #[arg(long, default_value_t = 4000)]
     floor_samples: usize,
@@ -181,6 +188,8 @@ fn resolve_memnode(
 fn micro(args: &MicroArgs) -> Result<MicroReport, String> {
     let local = parse_local(&args.local, args.size)?;
     let mut cfg = RegionConfig::new(args.size as usize, local as usize);
+    cfg.reclaim = args.reclaim;
+    cfg.max_reclaim_threads = args.max_reclaimers;
     // Validate before starting anything, so a bad budget is reported first and alone.
     cfg.validate_only().map_err(|e| e.to_string())?;
     let floor_bytes = (args.floor_samples * PAGE_SIZE) as u64;

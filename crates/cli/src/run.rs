@@ -61,6 +61,17 @@ pub struct RunArgs {
     /// Fault-handler threads per process.
     #[arg(long, value_name = "N", default_value_t = 2)]
     handlers: usize,
+    /// Who reclaims: `hermit` (feedback-directed thread pool), `static:N` (N threads once fewer
+    /// than 8 MiB are free), or `direct` (faulting threads reclaim synchronously, like Linux).
+    #[arg(long, value_name = "MODE", default_value = "hermit")]
+    reclaim: gleaner_pager::ReclaimMode,
+    /// The most reclaim threads `hermit` mode runs at once, per process.
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    max_reclaimers: usize,
+    /// Append a line of reclaim and fault counters to FILE every 100 ms, per process (`%p` in
+    /// FILE is replaced by the process id).
+    #[arg(long, value_name = "FILE")]
+    stats_trace: Option<PathBuf>,
     /// Address space reserved per process for managed memory.
     #[arg(long, value_name = "SIZE", default_value = "64G")]
     arena: String,
@@ -145,11 +156,16 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
         .env("GLEANER_LOCAL_MEM", budget.local.to_string())
         .env("GLEANER_ARENA_SIZE", budget.arena.to_string())
         .env("GLEANER_HANDLERS", args.handlers.to_string())
+        .env("GLEANER_RECLAIM", args.reclaim.to_string())
+        .env("GLEANER_MAX_RECLAIMERS", args.max_reclaimers.to_string())
         .env("GLEANER_MEMNODE", endpoint.to_string())
         .env("GLEANER_TOKEN_FILE", &token_file)
         .env("GLEANER_STATS", stats_dir.0.join("stats-%p.json"))
         .env("GLEANER_BIN", &self_exe);
 
+    if let Some(t) = &args.stats_trace {
+        cmd.env("GLEANER_STATS_TRACE", t);
+    }
     let signals = SignalForwarder::install()?;
     let started = Instant::now();
     let mut child = cmd.spawn().map_err(|e| {
@@ -193,6 +209,7 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
         "memnode_embedded": args.memnode.is_none(),
         "processes": processes,
         "total": sum_stats(&processes),
+        "reclaim": args.reclaim.to_string(),
     });
     if let Some(path) = &args.stats {
         let text = serde_json::to_string_pretty(&report).expect("JSON values serialise");
@@ -498,7 +515,8 @@ fn summary(report: &Value, wall: Duration) -> String {
     format!(
         "gleaner run: {} {} in {:.2} s | local budget {} per process, {} process{} | faults: {} \
          zero-fill, {} remote (p50 {:.1} us, p99 {:.1} us), {} write-protect | evicted: {} \
-         clean, {} dirty | in {} / out {}",
+         clean, {} dirty | reclaim {}: {} pages by reclaim threads ({:.2} s CPU), {} faults \
+         waited on direct reclaim | in {} / out {}",
         report["command"][0].as_str().unwrap_or(""),
         report["outcome"].as_str().unwrap_or(""),
         wall.as_secs_f64(),
@@ -512,6 +530,10 @@ fn summary(report: &Value, wall: Duration) -> String {
         n(&t["faults"]["write_protect"]),
         n(&t["evictions"]["clean"]),
         n(&t["evictions"]["dirty"]),
+        report["reclaim"].as_str().unwrap_or("?"),
+        n(&t["reclaim"]["pool_pages"]),
+        n(&t["reclaim"]["pool_cpu_ns"]) as f64 / 1e9,
+        n(&t["reclaim"]["direct_waits"]),
         format_size(n(&t["bytes_in"])),
         format_size(n(&t["bytes_out"])),
     )

@@ -145,13 +145,83 @@ fn one_gib_at_ten_percent_over_tcp_loopback_memnode_process() {
     random_ops_then_verify_all(&region, 2, 60_000);
 }
 
+/// The data-integrity workload under every reclaim mode (a smaller region than the 1 GiB runs
+/// above, same 10% budget), with each mode's own machinery checked to have done the work.
+fn integrity_under_reclaim_mode(mode: &str) {
+    gleaner_bin();
+    let mut cfg = RegionConfig::new(GIB / 4, GIB / 40);
+    cfg.reclaim = mode.parse().unwrap();
+    let region = Region::new(cfg).unwrap();
+    random_ops_then_verify_all(&region, 2, 30_000);
+    let r = region.stats().reclaim;
+    assert_eq!(r.scheduler.mode, mode);
+    match mode {
+        "direct" => {
+            assert_eq!(r.pool_size, 0);
+            assert_eq!(r.pool_batches, 0);
+            assert!(
+                r.direct_pages > 0,
+                "direct mode must reclaim in faulting threads"
+            );
+        }
+        _ => {
+            assert!(r.pool_size >= 1);
+            assert!(
+                r.pool_pages > 0,
+                "{mode}: the reclaim pool must do the work"
+            );
+            assert!(
+                r.pool_cpu_ns > 0,
+                "{mode}: reclaim CPU time must be measured"
+            );
+        }
+    }
+}
+
+#[test]
+fn integrity_with_hermit_reclaim() {
+    integrity_under_reclaim_mode("hermit");
+}
+
+#[test]
+fn integrity_with_static_reclaim_one_thread() {
+    integrity_under_reclaim_mode("static:1");
+}
+
+#[test]
+fn integrity_with_static_reclaim_four_threads() {
+    integrity_under_reclaim_mode("static:4");
+}
+
+#[test]
+fn integrity_with_direct_reclaim() {
+    integrity_under_reclaim_mode("direct");
+}
+
 /// Atomic increments from several threads on a few hot pages while the budget is at its minimum,
 /// so pages are written while they are being evicted: not one increment may be lost.
 #[test]
 fn writes_racing_with_eviction_are_never_lost() {
+    writes_racing_with_eviction("hermit");
+}
+
+/// The race test with several reclaim threads evicting at once.
+#[test]
+fn writes_racing_with_eviction_by_four_reclaim_threads_are_never_lost() {
+    writes_racing_with_eviction("static:4");
+}
+
+/// The race test with the faulting threads themselves evicting.
+#[test]
+fn writes_racing_with_direct_eviction_are_never_lost() {
+    writes_racing_with_eviction("direct");
+}
+
+fn writes_racing_with_eviction(mode: &str) {
     gleaner_bin();
     let mut cfg = RegionConfig::new(2048 * PAGE_SIZE, 0);
     cfg.local_budget = cfg.min_budget_pages() * PAGE_SIZE;
+    cfg.reclaim = mode.parse().unwrap();
     let region = Region::new(cfg).unwrap();
     let pages = region.len() / PAGE_SIZE;
     let base = region.as_ptr() as usize;
@@ -309,4 +379,56 @@ fn stats_are_written_at_drop_when_asked() {
         v["bytes_in"],
         v["faults"]["remote"].as_u64().unwrap() * PAGE_SIZE as u64
     );
+    let r = &v["reclaim"];
+    assert_eq!(r["scheduler"]["mode"], "hermit");
+    assert!(r["scheduler"]["charges"].as_u64().unwrap() >= 2 * pages as u64);
+    assert!(r["pool_pages"].as_u64().unwrap() + r["direct_pages"].as_u64().unwrap() > 0);
+    for key in [
+        "low_watermark_pages",
+        "high_watermark_pages",
+        "swap_intensity",
+        "probe_pages",
+    ] {
+        assert!(
+            r["scheduler"][key].is_u64(),
+            "reclaim.scheduler.{key} missing"
+        );
+    }
+}
+
+/// Asked for, the region appends a line of reclaim and fault counters to a trace every 100 ms
+/// and a last one when it stops.
+#[test]
+fn stats_trace_follows_the_run_over_time() {
+    gleaner_bin();
+    let dir = common::TempDir::new("trace");
+    let path = dir.path().join("trace.jsonl");
+    let pages = 4096;
+    let mut cfg = RegionConfig::new(pages * PAGE_SIZE, 1 << 20);
+    cfg.stats_trace = Some(path.clone());
+    let region = Region::new(cfg).unwrap();
+    let base = Base(region.as_ptr() as usize);
+    for pass in 1..=3 {
+        for p in 0..pages {
+            base.write(p, pass);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(150));
+    }
+    drop(region);
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("every trace line is JSON"))
+        .collect();
+    assert!(lines.len() >= 3, "only {} trace lines", lines.len());
+    let t: Vec<u64> = lines.iter().map(|l| l["t_ms"].as_u64().unwrap()).collect();
+    assert!(
+        t.windows(2).all(|w| w[0] <= w[1]),
+        "time goes forward: {t:?}"
+    );
+    let last = lines.last().unwrap();
+    assert_eq!(last["zero_fill"], pages as u64);
+    assert!(last["evicted"].as_u64().unwrap() > 0);
+    assert!(last["remote_faults"].as_u64().unwrap() > 0);
+    assert!(last["low_watermark_pages"].as_u64().unwrap() > 0);
 }

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use gleaner_policy::reclaim::ReclaimMode;
 use gleaner_proto::Endpoint;
 
 use crate::{PagerError, PAGE_SIZE};
@@ -62,6 +63,15 @@ pub struct RegionConfig {
     /// (the LD_PRELOAD arena): no warning when the memnode could not hold all of it. Default
     /// false.
     pub sparse: bool,
+    /// Who reclaims and when: `hermit` (default: Hermit's feedback-directed thread pool),
+    /// `static:N` (N threads once fewer than 8 MiB are free) or `direct` (faulting threads
+    /// reclaim synchronously, like Linux).
+    pub reclaim: ReclaimMode,
+    /// The most reclaim threads `hermit` mode runs at once. Default 4.
+    pub max_reclaim_threads: usize,
+    /// If set, a line of JSON with the reclaim scheduler's state and the fault and eviction
+    /// counters is appended to this file every [`crate::STATS_TRACE_INTERVAL`].
+    pub stats_trace: Option<PathBuf>,
 }
 
 impl RegionConfig {
@@ -80,6 +90,9 @@ impl RegionConfig {
             fork_visible: false,
             thread_start_hook: None,
             sparse: false,
+            reclaim: ReclaimMode::default(),
+            max_reclaim_threads: 4,
+            stats_trace: None,
         }
     }
 
@@ -115,6 +128,19 @@ impl RegionConfig {
                 self.evict_batch
             )));
         }
+        if self.max_reclaim_threads == 0 || self.max_reclaim_threads > 64 {
+            return Err(PagerError::Config(format!(
+                "max_reclaim_threads must be between 1 and 64, not {}",
+                self.max_reclaim_threads
+            )));
+        }
+        if let ReclaimMode::Static(n) = self.reclaim {
+            if n == 0 || n > 64 {
+                return Err(PagerError::Config(format!(
+                    "a static reclaim pool needs between 1 and 64 threads, not {n}"
+                )));
+            }
+        }
         let pages = self.size.div_ceil(PAGE_SIZE);
         let budget = self.local_budget / PAGE_SIZE;
         let min = self.min_budget_pages();
@@ -130,6 +156,15 @@ impl RegionConfig {
             )));
         }
         Ok((pages, budget.min(pages.max(min))))
+    }
+
+    /// How many reclaim threads the region starts (each with its own memnode connection).
+    pub fn reclaim_pool_size(&self) -> usize {
+        match self.reclaim {
+            ReclaimMode::Hermit { .. } => self.max_reclaim_threads.max(1),
+            ReclaimMode::Static(n) => n,
+            ReclaimMode::Direct => 0,
+        }
     }
 
     /// The smallest workable budget in pages.

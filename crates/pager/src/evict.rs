@@ -1,4 +1,5 @@
-//! The evictor thread: keeps resident pages under the budget, one batch at a time.
+//! Evicting one batch of pages (run by reclaim threads, or by a faulting thread as the last
+//! resort; `reclaim.rs` decides who and when).
 //!
 //! A batch is made race-free by its order of steps:
 //! 1. claim victims (CLEAN or DIRTY → EVICTING by compare-and-swap);
@@ -15,7 +16,6 @@
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::Instant;
 
 use gleaner_proto::{Connection, ErrorCode, PageBatch};
@@ -26,55 +26,42 @@ use crate::state::PageState;
 use crate::stats::Counters;
 use crate::PAGE_SIZE;
 
-/// The evictor's loop: sleep until the budget runs low, then evict down to the target.
-pub(crate) fn run(shared: Arc<Shared>, mut conn: Connection) {
-    let mem = match File::open("/proc/self/mem") {
-        Ok(f) => f,
-        Err(e) => fatal(&format!("opening /proc/self/mem for the evictor: {e}")),
-    };
-    let mut ev = Evictor {
-        shared: &shared,
-        conn: &mut conn,
-        mem,
-        candidates: Vec::new(),
-        victims: Vec::new(),
-    };
-    while shared.wait_for_eviction_need() {
-        while shared.needs_eviction() && !shared.stopping() {
-            shared.evict_in_batch.store(true, Ordering::SeqCst);
-            if shared.evict_paused.load(Ordering::SeqCst) {
-                shared.evict_in_batch.store(false, Ordering::SeqCst);
-                shared.wait_evict_progress_or_timeout(std::time::Duration::from_millis(2));
-                continue;
-            }
-            let progressed = ev.evict_batch();
-            shared.evict_in_batch.store(false, Ordering::SeqCst);
-            if !progressed {
-                // Nothing could be claimed right now (all candidates busy, or memnode full):
-                // let the other threads move, then look again.
-                shared.wait_evict_progress_or_timeout(std::time::Duration::from_millis(2));
-            }
-        }
-    }
-}
-
-struct Evictor<'a> {
-    shared: &'a Shared,
-    conn: &'a mut Connection,
+/// One evicting thread's tools: its view of the region's memory and its scratch lists. Reclaim
+/// threads own one each; a fault handler makes one when it first has to reclaim directly.
+pub(crate) struct Evictor {
     mem: File,
     candidates: Vec<usize>,
     /// Claimed victims, sorted by page: (page, was dirty).
     victims: Vec<(usize, bool)>,
 }
 
-impl Evictor<'_> {
-    /// Evicts one batch. Returns whether any page was evicted.
-    fn evict_batch(&mut self) -> bool {
-        let s = self.shared;
+impl Default for Evictor {
+    fn default() -> Self {
+        Evictor::new()
+    }
+}
+
+impl Evictor {
+    /// Opens `/proc/self/mem` (stopping the program if that fails: it cannot evict without it).
+    pub(crate) fn new() -> Evictor {
+        let mem = match File::open("/proc/self/mem") {
+            Ok(f) => f,
+            Err(e) => fatal(&format!("opening /proc/self/mem for eviction: {e}")),
+        };
+        Evictor {
+            mem,
+            candidates: Vec::new(),
+            victims: Vec::new(),
+        }
+    }
+
+    /// Evicts one batch through `conn`. Returns the number of pages evicted (0 when nothing
+    /// could be claimed or the memnode refused the write).
+    pub(crate) fn evict_batch(&mut self, s: &Shared, conn: &mut Connection) -> usize {
         let c = &s.counters;
-        self.claim();
+        self.claim(s);
         if self.victims.is_empty() {
-            return false;
+            return 0;
         }
         let t0 = Instant::now();
         for (start, len) in runs(self.victims.iter().filter(|v| v.1).map(|v| v.0)) {
@@ -88,7 +75,7 @@ impl Evictor<'_> {
         let t1 = Instant::now();
         let dirty = self.victims.iter().filter(|v| v.1).count();
         if dirty > 0 {
-            let buf = self.conn.write_buffer();
+            let buf = conn.write_buffer();
             PageBatch::begin(buf);
             for &(page, _) in self.victims.iter().filter(|v| v.1) {
                 let slot = PageBatch::push_slot(buf, page as u64);
@@ -101,11 +88,11 @@ impl Evictor<'_> {
         }
         let t2 = Instant::now();
         if dirty > 0 {
-            match self.conn.write_built_batch() {
+            match conn.write_built_batch() {
                 Ok(()) => s.memnode_full.store(false, Ordering::Relaxed),
                 Err(e) if e.server_code() == Some(ErrorCode::Full) => {
-                    self.undo(&e.to_string());
-                    return false;
+                    self.undo(s, &e.to_string());
+                    return 0;
                 }
                 Err(e) => fatal(&format!(
                     "writing back {dirty} pages failed: {e}; {} pages held only on the memnode \
@@ -123,7 +110,9 @@ impl Evictor<'_> {
                 fatal(&format!("dropping evicted pages: {e}"));
             }
         }
+        let now = s.reclaim.clock_ns();
         for &(page, _) in &self.victims {
+            s.reclaim.stamp_eviction(page, now);
             s.table.release(page, PageState::Remote);
         }
         s.resident.fetch_sub(self.victims.len(), Ordering::AcqRel);
@@ -137,12 +126,11 @@ impl Evictor<'_> {
         Counters::add(&c.evict_read_ns, (t2 - t1).as_nanos() as u64);
         Counters::add(&c.evict_send_ns, (t3 - t2).as_nanos() as u64);
         Counters::add(&c.evict_drop_ns, (t4 - t3).as_nanos() as u64);
-        true
+        self.victims.len()
     }
 
     /// Takes candidates from the policy and claims those that are resident and idle.
-    fn claim(&mut self) {
-        let s = self.shared;
+    fn claim(&mut self, s: &Shared) {
         self.candidates.clear();
         self.victims.clear();
         let mut policy = s.policy.lock().expect("policy lock");
@@ -173,8 +161,7 @@ impl Evictor<'_> {
     }
 
     /// The memnode refused the write: put every victim back as it was.
-    fn undo(&mut self, why: &str) {
-        let s = self.shared;
+    fn undo(&mut self, s: &Shared, why: &str) {
         for (start, len) in runs(self.victims.iter().filter(|v| v.1).map(|v| v.0)) {
             if let Err(e) = s
                 .uffd

@@ -10,6 +10,7 @@ use std::time::Instant;
 use gleaner_proto::{Connection, ErrorCode};
 use gleaner_uffd::{Event, FaultKind, Installed};
 
+use crate::evict::Evictor;
 use crate::fatal::fatal;
 use crate::region::Shared;
 use crate::state::PageState;
@@ -22,6 +23,8 @@ static ZERO_PAGE: [u8; PAGE_SIZE] = [0; PAGE_SIZE];
 /// One handler thread's loop: wait for events (or the stop signal), resolve each.
 pub(crate) fn run(shared: Arc<Shared>, mut conn: Connection) {
     let mut events = Vec::with_capacity(16);
+    // Opened on the first direct reclaim (the last resort, or every fault in `direct` mode).
+    let mut evictor: Option<Evictor> = None;
     while shared.wait_for_events() {
         match shared.uffd.read_events(&mut events, 16) {
             Ok(_) => {}
@@ -40,8 +43,12 @@ pub(crate) fn run(shared: Arc<Shared>, mut conn: Connection) {
                     );
                     match kind {
                         FaultKind::WriteProtect => on_write_protect(&shared, page),
-                        FaultKind::MissingRead => on_missing(&shared, &mut conn, page, false),
-                        FaultKind::MissingWrite => on_missing(&shared, &mut conn, page, true),
+                        FaultKind::MissingRead => {
+                            on_missing(&shared, &mut conn, &mut evictor, page, false)
+                        }
+                        FaultKind::MissingWrite => {
+                            on_missing(&shared, &mut conn, &mut evictor, page, true)
+                        }
                         FaultKind::Minor => log::warn!("unexpected minor fault at {addr:#x}"),
                     }
                 }
@@ -52,9 +59,16 @@ pub(crate) fn run(shared: Arc<Shared>, mut conn: Connection) {
 }
 
 /// A missing page was touched.
-fn on_missing(shared: &Shared, conn: &mut Connection, page: usize, write: bool) {
+fn on_missing(
+    shared: &Shared,
+    conn: &mut Connection,
+    evictor: &mut Option<Evictor>,
+    page: usize,
+    write: bool,
+) {
     let started = Instant::now();
     let c = &shared.counters;
+    let mut stash = [0u8; PAGE_SIZE];
     loop {
         match shared.table.get(page) {
             PageState::Absent => {
@@ -64,7 +78,7 @@ fn on_missing(shared: &Shared, conn: &mut Connection, page: usize, write: bool) 
                 {
                     continue;
                 }
-                shared.reserve_slot();
+                shared.take_slot(conn, evictor, None);
                 // First touch never goes to the network. A read maps the shared zero page (no
                 // memory used until written); a write gets a private zeroed page at once, which
                 // saves the copy-on-write fault that would follow the zero page.
@@ -92,28 +106,32 @@ fn on_missing(shared: &Shared, conn: &mut Connection, page: usize, write: bool) 
                 {
                     continue;
                 }
-                shared.reserve_slot();
-                let data = match conn.read_pages(&[page as u64]) {
+                // The request goes out first; the budget bookkeeping overlaps with the memnode's
+                // answer.
+                let ids = [page as u64];
+                let pending = conn
+                    .start_read(&ids)
+                    .unwrap_or_else(|e| lost(shared, page, &e));
+                let charged = shared.try_take_slot(Some(page));
+                let data = match conn.finish_read(pending, &ids) {
                     Ok(batch) => batch.get(0).1,
-                    Err(e) => {
-                        let what = if e.server_code() == Some(ErrorCode::NotFound) {
-                            "the memnode no longer holds it"
-                        } else {
-                            "the memnode could not be reached"
-                        };
-                        fatal(&format!(
-                            "page {page} of the region at {:#x} is needed but {what} ({e}); {} \
-                             pages held only on the memnode are lost",
-                            shared.mapping.addr(),
-                            shared.table.census()[PageState::Remote as usize] + 1
-                        ))
-                    }
+                    Err(e) => lost(shared, page, &e),
+                };
+                let data: &[u8] = if charged {
+                    data
+                } else {
+                    // Only a direct reclaim makes room, and it needs the connection whose
+                    // receive buffer holds the page: keep a copy meanwhile.
+                    stash.copy_from_slice(data);
+                    shared.take_slot(conn, evictor, Some(page));
+                    &stash[..]
                 };
                 // A read installs the page write-protected (clean: its memnode copy is valid, so
                 // it can later be dropped with no write); a write installs it writable and dirty,
                 // saving the write-protect fault that would follow at once.
                 // SAFETY: `data` is one page in the connection's receive buffer (heap memory
-                // outside every registered range); the destination is an aligned region page.
+                // outside every registered range) or in this thread's stack copy; the
+                // destination is an aligned region page.
                 let r = unsafe {
                     shared
                         .uffd
@@ -210,6 +228,21 @@ fn on_write_protect(shared: &Shared, page: usize) {
             }
         }
     }
+}
+
+/// The page's data cannot be had: stop the program rather than hand it zeros.
+fn lost(shared: &Shared, page: usize, e: &gleaner_proto::ClientError) -> ! {
+    let what = if e.server_code() == Some(ErrorCode::NotFound) {
+        "the memnode no longer holds it"
+    } else {
+        "the memnode could not be reached"
+    };
+    fatal(&format!(
+        "page {page} of the region at {:#x} is needed but {what} ({e}); {} pages held only on \
+         the memnode are lost",
+        shared.mapping.addr(),
+        shared.table.census()[PageState::Remote as usize] + 1
+    ))
 }
 
 fn install_outcome(shared: &Shared, page: usize, r: Result<Installed, gleaner_uffd::UffdError>) {

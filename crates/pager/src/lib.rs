@@ -3,7 +3,7 @@
 //! A [`Region`] is a range of virtual memory of any size whose pages live partly in local RAM
 //! (at most the *local budget*) and partly on a memory node. Pages are brought in on fault through
 //! userfaultfd, by handler threads that never touch the region's memory themselves, and pushed out
-//! by an evictor thread when the budget fills. See `docs/architecture.md` for the design and the
+//! by reclaim threads (Hermit's feedback-directed pool, see `reclaim.rs`) as the budget fills. See `docs/architecture.md` for the design and the
 //! page state machine in `state.rs` for the concurrency rules.
 //!
 //! ```no_run
@@ -24,15 +24,19 @@ mod fault;
 mod link;
 mod mapping;
 pub mod policy;
+mod reclaim;
 mod region;
+mod sampler;
 mod state;
 mod stats;
 mod thread;
 
-pub use config::{MemnodeTarget, RegionConfig, MIN_BUDGET_BATCHES};
+pub use config::{MemnodeTarget, ReclaimMode, RegionConfig, MIN_BUDGET_BATCHES};
 pub use embedded::EmbeddedMemnode;
 pub use fatal::FATAL_EXIT_CODE;
+pub use reclaim::ReclaimStats;
 pub use region::Region;
+pub use sampler::STATS_TRACE_INTERVAL;
 pub use stats::{EvictionStats, FaultStats, LatencySummary, RegionStats};
 
 /// The page size gleaner manages (the base page size of x86-64 and most arm64 kernels).

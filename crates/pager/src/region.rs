@@ -11,10 +11,12 @@ use gleaner_uffd::{features, Mode, Uffd, UffdOptions};
 
 use crate::config::{MemnodeTarget, RegionConfig};
 use crate::embedded::EmbeddedMemnode;
+use crate::evict::Evictor;
 use crate::fatal::fatal;
 use crate::link::{load_token, SessionTarget};
 use crate::mapping::Mapping;
 use crate::policy::{EvictionPolicy, Fifo};
+use crate::reclaim::Reclaim;
 use crate::state::{PageState, PageTable};
 use crate::stats::{Counters, EvictionStats, FaultStats, LatencyHistogram, RegionStats};
 use crate::thread::PagerThread;
@@ -32,23 +34,17 @@ pub(crate) struct Shared {
     pub(crate) resident: AtomicUsize,
     pub(crate) budget: usize,
     pub(crate) evict_batch: usize,
-    /// Start evicting when fewer than this many budget slots are free.
-    low_free: usize,
-    /// Stop evicting once this many slots are free.
-    high_free: usize,
+    /// Who evicts and when: the reclaim scheduler, its thread pool, direct reclaim.
+    pub(crate) reclaim: Reclaim,
     /// How far past the budget the region may grow while the memnode refuses writes.
     full_overflow: usize,
     pub(crate) memnode_full: AtomicBool,
-    /// Set around `fork`: the evictor starts no new batch.
+    /// Set around `fork`: no new eviction batch starts.
     pub(crate) evict_paused: AtomicBool,
-    /// Whether the evictor is inside a batch.
-    pub(crate) evict_in_batch: AtomicBool,
     stop: AtomicBool,
     stop_fd: OwnedFd,
     /// Bumped after every eviction batch (or undo); waiters re-check their condition.
     evict_progress: (Mutex<u64>, Condvar),
-    /// Signalled when eviction is needed.
-    evict_kick: (Mutex<bool>, Condvar),
     /// The session's first connection: session-wide requests (free, goodbye) from any thread.
     control: Mutex<Option<Connection>>,
 }
@@ -106,54 +102,86 @@ impl Shared {
         }
     }
 
-    /// Takes one budget slot for a page about to be installed, waiting for the evictor if the
-    /// budget is full. While the memnode refuses writes, the region may overflow the budget by
-    /// the configured allowance; past that the program is stopped rather than lose data.
-    pub(crate) fn reserve_slot(&self) {
-        if self.evict_paused.load(Ordering::SeqCst) {
-            // Around fork nothing is evicted, and prepare_fork waits for in-flight installs:
-            // they must not wait for budget in turn.
-            self.resident.fetch_add(1, Ordering::AcqRel);
-            return;
+    /// The most pages the region may hold now: the budget, plus the overflow allowance while the
+    /// memnode refuses writes.
+    fn limit(&self) -> usize {
+        if self.memnode_full.load(Ordering::Relaxed) {
+            self.budget + self.full_overflow
+        } else {
+            self.budget
         }
+    }
+
+    /// Charges one budget slot to a page about to be installed (a remote page when `refault`
+    /// names it), unless room can only be made by reclaiming directly: then it returns false and
+    /// takes nothing. Never waits.
+    pub(crate) fn try_take_slot(&self, refault: Option<usize>) -> bool {
+        loop {
+            if self.evict_paused.load(Ordering::SeqCst) {
+                // Around fork nothing is evicted, and prepare_fork waits for in-flight installs:
+                // they must not wait for budget in turn.
+                self.resident.fetch_add(1, Ordering::AcqRel);
+                return true;
+            }
+            let r = self.resident.load(Ordering::Acquire);
+            let full = self.memnode_full.load(Ordering::Relaxed);
+            if !full && self.reclaim.direct_need(r) > 0 {
+                return false;
+            }
+            if r >= self.limit() {
+                if full {
+                    fatal(&format!(
+                        "the memnode is full and the region has used its local budget ({} \
+                         pages) plus the overflow allowance ({} pages); there is nowhere left \
+                         to keep the program's data",
+                        self.budget, self.full_overflow
+                    ));
+                }
+                return false;
+            }
+            if self
+                .resident
+                .compare_exchange(r, r + 1, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                self.reclaim.on_charge(r + 1, refault);
+                return true;
+            }
+        }
+    }
+
+    /// Charges one budget slot to a page about to be installed, reclaiming directly through
+    /// `conn` first when the scheduler says so (the budget is exhausted, or the mode is
+    /// `direct`). While the memnode refuses writes the region may overflow the budget by the
+    /// configured allowance; past that the program is stopped rather than lose data.
+    pub(crate) fn take_slot(
+        &self,
+        conn: &mut Connection,
+        evictor: &mut Option<Evictor>,
+        refault: Option<usize>,
+    ) {
         let mut waited = false;
         loop {
+            if self.try_take_slot(refault) || self.stopping() {
+                return;
+            }
             let r = self.resident.load(Ordering::Acquire);
-            let limit = if self.memnode_full.load(Ordering::Relaxed) {
-                self.budget + self.full_overflow
-            } else {
-                self.budget
-            };
-            if r < limit {
-                if self
-                    .resident
-                    .compare_exchange(r, r + 1, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok()
-                {
-                    if self.budget - self.low_free.min(self.budget) <= r + 1 {
-                        self.kick_evictor();
-                    }
-                    return;
+            let need = self.reclaim.direct_need(r);
+            if need > 0 {
+                let ev = evictor.get_or_insert_with(Evictor::new);
+                if crate::reclaim::reclaim_directly(self, ev, conn, need) > 0 {
+                    self.notify_evict_progress();
+                    continue;
                 }
-                continue;
             }
-            if self.memnode_full.load(Ordering::Relaxed) {
-                fatal(&format!(
-                    "the memnode is full and the region has used its local budget ({} pages) \
-                     plus the overflow allowance ({} pages); there is nowhere left to keep the \
-                     program's data",
-                    self.budget, self.full_overflow
-                ));
-            }
+            // Nothing could be reclaimed right now (every resident page is busy, or the memnode
+            // refused the write): wait for other threads to move.
             if !waited {
                 waited = true;
                 Counters::add(&self.counters.waited_on_budget, 1);
             }
-            self.kick_evictor();
+            self.reclaim.wake_pool();
             self.wait_evict_progress_or_timeout(Duration::from_millis(10));
-            if self.stopping() {
-                return;
-            }
         }
     }
 
@@ -162,41 +190,6 @@ impl Shared {
         let mut policy = self.policy.lock().expect("policy lock");
         self.table.release(page, state);
         policy.on_install(page);
-    }
-
-    pub(crate) fn needs_eviction(&self) -> bool {
-        let r = self.resident.load(Ordering::Acquire);
-        r + self.high_free > self.budget
-    }
-
-    fn should_start_eviction(&self) -> bool {
-        let r = self.resident.load(Ordering::Acquire);
-        r + self.low_free > self.budget
-    }
-
-    pub(crate) fn kick_evictor(&self) {
-        let (m, cv) = &self.evict_kick;
-        *m.lock().expect("kick lock") = true;
-        cv.notify_one();
-    }
-
-    /// The evictor sleeps here until eviction is needed (true) or the region stops (false).
-    pub(crate) fn wait_for_eviction_need(&self) -> bool {
-        let (m, cv) = &self.evict_kick;
-        let mut kicked = m.lock().expect("kick lock");
-        loop {
-            if self.stopping() {
-                return false;
-            }
-            if *kicked || self.should_start_eviction() {
-                *kicked = false;
-                return true;
-            }
-            kicked = cv
-                .wait_timeout(kicked, Duration::from_millis(50))
-                .expect("kick lock")
-                .0;
-        }
     }
 
     pub(crate) fn notify_evict_progress(&self) {
@@ -209,6 +202,23 @@ impl Shared {
         let (m, cv) = &self.evict_progress;
         let g = m.lock().expect("progress lock");
         let _ = cv.wait_timeout(g, t).expect("progress lock");
+    }
+
+    /// Sleeps for `d` or until the region stops; returns whether it is stopping.
+    pub(crate) fn sleep_unless_stopping(&self, d: Duration) -> bool {
+        let (m, cv) = &self.evict_progress;
+        let deadline = std::time::Instant::now() + d;
+        let mut g = m.lock().expect("progress lock");
+        loop {
+            if self.stopping() {
+                return true;
+            }
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            g = cv.wait_timeout(g, deadline - now).expect("progress lock").0;
+        }
     }
 
     /// Blocks until `page` leaves the state another thread owns (EVICTING, DISCARDING, ...).
@@ -239,6 +249,9 @@ impl Shared {
                 waited_on_eviction: get(&c.waited_on_eviction),
                 waited_on_budget: get(&c.waited_on_budget),
             },
+            reclaim: self
+                .reclaim
+                .stats(get(&c.zero_fills) + get(&c.remote_faults)),
             evictions: EvictionStats {
                 clean: get(&c.evicted_clean),
                 dirty: get(&c.evicted_dirty),
@@ -320,7 +333,8 @@ impl Region {
             );
         }
         let mut conns = Vec::new();
-        for _ in 0..cfg.handler_threads + 1 {
+        let pool_threads = cfg.reclaim_pool_size();
+        for _ in 0..cfg.handler_threads + pool_threads {
             conns.push(target.attach()?);
         }
 
@@ -349,7 +363,8 @@ impl Region {
         }
         // SAFETY: `efd` was just returned by the kernel and is owned by nothing else.
         let stop_fd = unsafe { OwnedFd::from_raw_fd(efd) };
-        let low_free = cfg.evict_batch.max(budget / 64).min(budget / 4);
+        let reclaim = Reclaim::new(pages, budget, cfg.reclaim, cfg.max_reclaim_threads);
+        let pool = reclaim.pool_size();
         let policy: Box<dyn EvictionPolicy> = Box::new(Fifo::default());
         let policy_name = policy.name();
         let shared = Arc::new(Shared {
@@ -362,26 +377,39 @@ impl Region {
             resident: AtomicUsize::new(0),
             budget,
             evict_batch: cfg.evict_batch,
-            low_free,
-            high_free: (2 * low_free).min(budget / 2),
+            reclaim,
             full_overflow: cfg.full_overflow.unwrap_or(cfg.local_budget / 4) / PAGE_SIZE,
             memnode_full: AtomicBool::new(false),
             evict_paused: AtomicBool::new(false),
-            evict_in_batch: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             stop_fd,
             evict_progress: (Mutex::new(0), Condvar::new()),
-            evict_kick: (Mutex::new(false), Condvar::new()),
             control: Mutex::new(Some(first)),
         });
         let memnode_desc = target.endpoint().to_string();
+        let trace_out = match &cfg.stats_trace {
+            Some(path) => Some(crate::sampler::open(path).map_err(|source| PagerError::Os {
+                op: "creating the stats trace file",
+                source,
+            })?),
+            None => None,
+        };
         let mut threads = Vec::new();
-        let evict_conn = conns.pop().expect("one connection per thread");
         let hook = cfg.thread_start_hook;
-        let s = shared.clone();
-        threads.push(spawn("gleaner-evict", hook, move || {
-            crate::evict::run(s, evict_conn)
-        })?);
+        debug_assert_eq!(pool, pool_threads);
+        for id in 0..pool {
+            let conn = conns.pop().expect("one connection per thread");
+            let s = shared.clone();
+            threads.push(spawn(&format!("gleaner-recl{id}"), hook, move || {
+                crate::reclaim::run_pool_thread(s, id, conn)
+            })?);
+        }
+        if let Some(out) = trace_out {
+            let s = shared.clone();
+            threads.push(spawn("gleaner-sample", hook, move || {
+                crate::sampler::run(s, out)
+            })?);
+        }
         for (i, conn) in conns.into_iter().enumerate() {
             let s = shared.clone();
             threads.push(spawn(&format!("gleaner-fault{i}"), hook, move || {
@@ -500,7 +528,7 @@ impl Region {
     pub fn prepare_fork(&self) {
         let s = &self.shared;
         s.evict_paused.store(true, Ordering::SeqCst);
-        while s.evict_in_batch.load(Ordering::SeqCst) {
+        while s.reclaim.in_batch.load(Ordering::SeqCst) > 0 {
             std::thread::yield_now();
         }
         let mut batch = Vec::with_capacity(gleaner_proto::MAX_BATCH_PAGES);
@@ -531,7 +559,7 @@ impl Region {
     /// Resumes eviction after `fork` (in the parent); the region returns under its budget.
     pub fn after_fork(&self) {
         self.shared.evict_paused.store(false, Ordering::SeqCst);
-        self.shared.kick_evictor();
+        self.shared.reclaim.wake_pool();
     }
 
     /// Fetches `ids` (pages this thread holds in FETCHING) and installs them clean, over budget.
@@ -599,7 +627,7 @@ impl Drop for Region {
                 8,
             )
         };
-        self.shared.kick_evictor();
+        self.shared.reclaim.wake_pool();
         self.shared.notify_evict_progress();
         for t in self.threads.drain(..) {
             t.join();

@@ -148,6 +148,8 @@ pub struct RegionStats {
     pub remote_pages: u64,
     /// Faults by kind.
     pub faults: FaultStats,
+    /// Reclaim: the scheduler's watermarks and feedback, the pool, direct reclaims.
+    pub reclaim: crate::reclaim::ReclaimStats,
     /// Evictions.
     pub evictions: EvictionStats,
     /// Pages the program discarded (`munmap`, `MADV_DONTNEED`, large `free`).

@@ -16,6 +16,9 @@
 //! | `GLEANER_ARENA_SIZE` | address space reserved for managed memory | `64G` |
 //! | `GLEANER_HANDLERS` | fault-handler threads | `2` |
 //! | `GLEANER_STATS` | write the region's stats JSON here at exit (`%p` is replaced by the pid) | — |
+//! | `GLEANER_RECLAIM` | who reclaims: `hermit`, `hermit:paper`, `static:N` or `direct` | `hermit` |
+//! | `GLEANER_MAX_RECLAIMERS` | the most reclaim threads `hermit` runs at once | `4` |
+//! | `GLEANER_STATS_TRACE` | append a JSON line of reclaim and fault counters here every 100 ms (`%p`: pid) | — |
 //! | `GLEANER_LOG` | pager messages on stderr: `error`, `warn`, `info`, `debug`, `trace` | `warn` |
 //! | `GLEANER_BIN` | the `gleaner` executable, to start an embedded memnode | on `PATH` |
 //!
@@ -36,7 +39,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::OnceLock;
 
-use gleaner_pager::{MemnodeTarget, Region, RegionConfig};
+use gleaner_pager::{MemnodeTarget, ReclaimMode, Region, RegionConfig};
 use gleaner_proto::units::{format_size, parse_size};
 
 #[global_allocator]
@@ -72,6 +75,9 @@ struct Config {
     arena: u64,
     handlers: usize,
     stats: Option<PathBuf>,
+    reclaim: ReclaimMode,
+    max_reclaimers: usize,
+    stats_trace: Option<PathBuf>,
 }
 
 fn config_from_env() -> Result<Option<Config>, String> {
@@ -104,6 +110,19 @@ fn config_from_env() -> Result<Option<Config>, String> {
         // program under the same environment) writes its own file.
         stats: var("GLEANER_STATS")
             .map(|p| PathBuf::from(p.replace("%p", &std::process::id().to_string()))),
+        reclaim: var("GLEANER_RECLAIM")
+            .map(|v| v.parse().map_err(|e| format!("GLEANER_RECLAIM: {e}")))
+            .transpose()?
+            .unwrap_or_default(),
+        max_reclaimers: var("GLEANER_MAX_RECLAIMERS")
+            .map(|v| {
+                v.parse()
+                    .map_err(|_| format!("GLEANER_MAX_RECLAIMERS: `{v}` is not a number"))
+            })
+            .transpose()?
+            .unwrap_or(4),
+        stats_trace: var("GLEANER_STATS_TRACE")
+            .map(|p| PathBuf::from(p.replace("%p", &std::process::id().to_string()))),
     }))
 }
 
@@ -114,7 +133,8 @@ fn start() -> Result<(), String> {
     logger::install();
     if std::env::var_os("GLEANER_PRINT_CONFIG").is_some() {
         eprintln!(
-            "gleaner: local {} | memnode {} | token {} | arena {} | handlers {} | stats {}",
+            "gleaner: local {} | memnode {} | token {} | arena {} | handlers {} | stats {} | \
+             reclaim {} (at most {} threads) | stats trace {}",
             format_size(cfg.local),
             cfg.memnode.as_deref().unwrap_or("embedded"),
             cfg.token_file
@@ -123,6 +143,11 @@ fn start() -> Result<(), String> {
             format_size(cfg.arena),
             cfg.handlers,
             cfg.stats
+                .as_ref()
+                .map_or("-".into(), |p| p.display().to_string()),
+            cfg.reclaim,
+            cfg.max_reclaimers,
+            cfg.stats_trace
                 .as_ref()
                 .map_or("-".into(), |p| p.display().to_string()),
         );
@@ -135,6 +160,9 @@ fn start() -> Result<(), String> {
         };
     }
     rc.handler_threads = cfg.handlers;
+    rc.reclaim = cfg.reclaim;
+    rc.max_reclaim_threads = cfg.max_reclaimers;
+    rc.stats_trace = cfg.stats_trace;
     rc.fork_visible = true;
     rc.sparse = true;
     rc.thread_start_hook = Some(mark_runtime_thread);

@@ -230,6 +230,13 @@ impl Default for ConnectOptions {
     }
 }
 
+/// A read sent with [`Connection::start_read`] whose reply has not been received yet.
+#[derive(Debug)]
+#[must_use = "a started read must be finished before the connection is used again"]
+pub struct PendingRead {
+    req_id: u32,
+}
+
 /// One authenticated connection to a memnode session.
 pub struct Connection {
     stream: Stream,
@@ -380,10 +387,21 @@ impl Connection {
     /// reply into `self.rx`, and returns the reply's kind. A memnode `Error` reply becomes
     /// [`ClientError::Server`].
     fn round_trip(&mut self, kind: MessageKind) -> Result<MessageKind, ClientError> {
+        let req_id = self.send_request(kind)?;
+        self.receive_reply(req_id)
+    }
+
+    /// Sends the request payload in `self.tx` as a frame of `kind`; returns its request id.
+    fn send_request(&mut self, kind: MessageKind) -> Result<u32, ClientError> {
         let req_id = self.next_req;
         self.next_req = self.next_req.wrapping_add(1);
         crate::frame::write_frame(&mut self.stream, kind, req_id, &self.tx)
             .map_err(|e| self.transport_error(e))?;
+        Ok(req_id)
+    }
+
+    /// Waits for the reply to request `req_id` into `self.rx` and returns its kind.
+    fn receive_reply(&mut self, req_id: u32) -> Result<MessageKind, ClientError> {
         let header =
             read_frame(&mut self.stream, &mut self.rx).map_err(|e| self.transport_error(e))?;
         if header.req_id != req_id {
@@ -410,9 +428,30 @@ impl Connection {
     /// Reads `ids` (at most [`crate::MAX_BATCH_PAGES`]). The returned batch borrows this
     /// connection's receive buffer and holds the pages in request order.
     pub fn read_pages(&mut self, ids: &[u64]) -> Result<PageBatch<'_>, ClientError> {
+        let pending = self.start_read(ids)?;
+        self.finish_read(pending, ids)
+    }
+
+    /// Sends a read of `ids` (at most [`crate::MAX_BATCH_PAGES`]) without waiting for the reply,
+    /// so the caller can do other work while the memnode answers. Finish it with
+    /// [`Connection::finish_read`] (with the same `ids`) before any other request on this
+    /// connection.
+    pub fn start_read(&mut self, ids: &[u64]) -> Result<PendingRead, ClientError> {
         self.tx.clear();
         PageIds::encode_into(&mut self.tx, ids);
-        let kind = self.round_trip(MessageKind::Read)?;
+        Ok(PendingRead {
+            req_id: self.send_request(MessageKind::Read)?,
+        })
+    }
+
+    /// Waits for the reply to a read sent with [`Connection::start_read`]. The returned batch
+    /// borrows this connection's receive buffer and holds the pages in request order.
+    pub fn finish_read(
+        &mut self,
+        pending: PendingRead,
+        ids: &[u64],
+    ) -> Result<PageBatch<'_>, ClientError> {
+        let kind = self.receive_reply(pending.req_id)?;
         if kind != MessageKind::Pages {
             return Err(self.unexpected(kind));
         }

@@ -25,7 +25,9 @@ pub use auth::{
     client_proof, generate_token, proofs_equal, random_bytes, read_token_file, server_proof,
     write_token_file, Nonce, Proof, Token, NONCE_LEN, PROOF_LEN, TOKEN_LEN,
 };
-pub use client::{ClientError, ConnectOptions, Connection, Endpoint, SessionInfo, Stream};
+pub use client::{
+    ClientError, ConnectOptions, Connection, Endpoint, PendingRead, SessionInfo, Stream,
+};
 pub use frame::{read_frame, write_frame, FrameHeader, HEADER_LEN, MAGIC};
 pub use message::{
     ErrorCode, Message, MessageKind, PageBatch, PageIds, PageRanges, SessionKey, SESSION_KEY_LEN,

@@ -1,0 +1,229 @@
+#!/usr/bin/env python3
+"""Reclaim benchmarks (Hermit, issue 4): every reclaim mode measured in the same run.
+
+1. memcached under `gleaner run` at 70% and 50% of its all-local footprint, an open-loop load
+   generator (bench/harness/mcload: Zipf s=0.99 keys, 95% GET, latency from each request's
+   scheduled send time) at rising offered rates: p50/p99 against load for `hermit`, `static:1`,
+   `static:4` and `direct`, the load each sustains under a fixed p99 target, the direct-reclaim
+   ratio and the CPU spent on reclamation. All-local memcached at the same rates beside them.
+   Every GET answer is checked byte for byte, and a sample of all keys is read back at the end.
+2. A batch program with phases (allocation bursts, then scans; bench/phases_job.py) at 50% and
+   25%: completion time per mode, all-local beside it, result checked against all-local.
+3. Reclaim throughput per thread and the per-step cost (`gleaner bench micro`, sequential, 25%).
+
+    python3 bench/reclaim.py [--quick] [--out bench/results/reclaim.json]
+
+Needs a release build and the harness's load generator (make bench-setup).
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench.harness.common import (BUILD, GLEANER, free_port, last_json_line, machine,  # noqa: E402
+                                  now_iso, git_commit, vm_hwm, wait_port, descendants, comm)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MCLOAD = os.path.join(BUILD, "mcload")
+MODES = ["hermit", "static:1", "static:4", "direct"]
+P99_TARGET_US = 2000.0
+
+
+def log(*a):
+    print("[reclaim]", *a, file=sys.stderr, flush=True)
+
+
+def mc(args, timeout):
+    p = subprocess.run([MCLOAD] + [str(a) for a in args], capture_output=True, text=True,
+                       timeout=timeout)
+    j = last_json_line(p.stdout)
+    if j is None or p.returncode != 0:
+        raise RuntimeError(f"mcload {args[0]} failed ({p.returncode}): {p.stderr[-400:]}")
+    return j
+
+
+def launcher(mode, budget, stats):
+    if mode is None:
+        return []
+    return [GLEANER, "run", "-q", "--local-mem", str(budget), "--reclaim", mode, "--stats", stats,
+            "--"]
+
+
+def reclaim_stats(path):
+    with open(path) as f:
+        rep = json.load(f)
+    st = rep["processes"][0]["stats"]
+    r = st["reclaim"]
+    return {
+        "direct_wait_ratio": r["direct_wait_ratio"],
+        "direct_waits": r["direct_waits"],
+        "pool_cpu_s": r["pool_cpu_ns"] / 1e9,
+        "pool_pages": r["pool_pages"],
+        "direct_pages": r["direct_pages"],
+        "direct_s": r["direct_ns"] / 1e9,
+        "peak_threads_awake": r["peak_threads_awake"],
+        "pool_pages_per_s_per_thread": r["pool_pages_per_s"],
+        "swap_intensity": r["scheduler"]["swap_intensity"],
+        "low_watermark_free": r["scheduler"]["low_watermark_free"],
+        "high_watermark_free": r["scheduler"]["high_watermark_free"],
+        "turnaround_avg_ms": (r["scheduler"]["turnaround_avg_ns"] or 0) / 1e6,
+        "remote_faults": st["faults"]["remote"],
+        "waited_on_budget": st["faults"]["waited_on_budget"],
+        "evicted": st["evictions"]["clean"] + st["evictions"]["dirty"],
+    }
+
+
+def memcached_run(p, mode, budget, rates):
+    """One memcached server: load, the open-loop rate ladder, verify. Returns the record."""
+    tmp = tempfile.mkdtemp(prefix="gleaner-reclaim-")
+    stats = os.path.join(tmp, "stats.json")
+    port = free_port()
+    mb = int(p["keys"] * (p["value_size"] + 100) * 1.3 / (1 << 20)) + 64
+    cmd = launcher(mode, budget, stats) + ["memcached", "-p", str(port), "-U", "0", "-l",
+                                           "127.0.0.1", "-m", str(mb), "-t", "2", "-u", "root"]
+    err = open(os.path.join(tmp, "stderr"), "w")
+    srv = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
+    rec = {"mode": mode or "all-local", "budget_bytes": budget, "command": " ".join(cmd), "rates": []}
+    try:
+        if not wait_port(port, srv, timeout=60):
+            raise RuntimeError("memcached did not start")
+        base = ["127.0.0.1", port, p["keys"], p["value_size"]]
+        t0 = time.monotonic()
+        mc(["load"] + base, 600)
+        rec["load_s"] = round(time.monotonic() - t0, 2)
+        pid = srv.pid if mode is None else next(
+            (q for q in descendants(srv.pid) if comm(q).startswith("memcached")), None)
+        rec["rss_after_load"] = vm_hwm(pid) if pid else None
+        for i, rate in enumerate(rates):
+            o = mc(["open"] + base + [rate, p["secs"], 95, 0.99, 4, 10 + i], p["secs"] + 60)
+            row = {"offered_rps": rate, "achieved_rps": o["throughput_rps"],
+                   "p50_us": o["latency_us"]["p50"], "p99_us": o["latency_us"]["p99"],
+                   "p999_us": o["latency_us"]["p999"], "unanswered": o["unanswered"],
+                   "sent": o["sent"], "hits_checked": o["hits"], "misses": o["misses"]}
+            rec["rates"].append(row)
+            log(f"  {rec['mode']:9s} {rate:6d} rps: p50 {row['p50_us']:8.0f} us, p99 "
+                f"{row['p99_us']:9.0f} us, unanswered {row['unanswered']}")
+            if row["unanswered"] or row["p99_us"] > 50 * P99_TARGET_US:
+                break   # far past saturation: higher rates say nothing more
+        v = mc(["verify"] + base + [7], 600)
+        rec["verified"] = f"{v['hits']} sampled keys read back and compared, {v['misses']} missing"
+        if v["misses"]:
+            raise RuntimeError(f"{v['misses']} keys missing at verify")
+    finally:
+        srv.terminate()
+        try:
+            srv.wait(60)
+        except subprocess.TimeoutExpired:
+            srv.kill()
+            srv.wait()
+        err.close()
+    if mode is not None:
+        rec["reclaim"] = reclaim_stats(stats)
+    ok = [r["offered_rps"] for r in rec["rates"] if not r["unanswered"] and r["p99_us"] <= P99_TARGET_US]
+    rec["sustained_rps_under_target"] = max(ok) if ok else 0
+    return rec
+
+
+def phases_run(mode, budget, p):
+    tmp = tempfile.mkdtemp(prefix="gleaner-reclaim-")
+    stats = os.path.join(tmp, "stats.json")
+    cmd = launcher(mode, budget, stats) + [sys.executable, os.path.join(ROOT, "bench", "phases_job.py"),
+                                           str(p["mib"]), str(p["rounds"])]
+    t0 = time.monotonic()
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    secs = time.monotonic() - t0
+    if out.returncode != 0:
+        raise RuntimeError(f"{cmd}: status {out.returncode}: {out.stderr[-500:]}")
+    j = last_json_line(out.stdout)
+    rec = {"mode": mode or "all-local", "budget_bytes": budget, "seconds": round(secs, 3),
+           "checksum": j["checksum"], "peak_rss_bytes": j["peak_rss_bytes"], "command": " ".join(cmd)}
+    if mode is not None:
+        rec["reclaim"] = reclaim_stats(stats)
+    return rec
+
+
+def micro_run(mode, size):
+    cmd = [GLEANER, "bench", "micro", "--pattern", "seq", "--size", size, "--local", "25%",
+           "--reclaim", mode, "--floor-samples", "0", "--json"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    if out.returncode != 0:
+        raise RuntimeError(f"{cmd}: {out.stderr[-500:]}")
+    d = json.loads(out.stdout)
+    st = d["region"]
+    ev = st["evictions"]
+    pages = ev["clean"] + ev["dirty"]
+    per = lambda ns: round(ns / pages, 1) if pages else None  # noqa: E731
+    return {"mode": mode, "command": " ".join(cmd), "checksum_ok": d["checksum_ok"],
+            "dirty_evictions_per_s": d["dirty_evictions_per_s"],
+            "clean_evictions_per_s": d["clean_evictions_per_s"],
+            "pool_pages_per_s_per_thread": st["reclaim"]["pool_pages_per_s"],
+            "step_ns_per_page": {"protect": per(ev["protect_ns"]), "read": per(ev["read_ns"]),
+                                 "send": per(ev["send_ns"]), "drop": per(ev["drop_ns"])},
+            "evicted_clean": ev["clean"], "evicted_dirty": ev["dirty"], "batches": ev["batches"]}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="small sizes, a few minutes")
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "reclaim.json"))
+    ap.add_argument("--only", choices=["memcached", "phases", "micro"], action="append")
+    a = ap.parse_args()
+    only = set(a.only or ["memcached", "phases", "micro"])
+    if a.quick:
+        mcp = {"keys": 60000, "value_size": 1024, "secs": 3}
+        rates = [5000, 20000]
+        php = {"mib": 96, "rounds": 2}
+        micro_size = "128M"
+    else:
+        mcp = {"keys": 250000, "value_size": 1024, "secs": 5}
+        rates = [5000, 10000, 20000, 40000, 60000]
+        php = {"mib": 384, "rounds": 3}
+        micro_size = "512M"
+    res = {"schema": 1, "date": now_iso(), "git_commit": git_commit(), "machine": machine(),
+           "command": "python3 bench/reclaim.py" + (" --quick" if a.quick else ""),
+           "p99_target_us": P99_TARGET_US, "memcached": {}, "phases": {}, "micro": []}
+    if "memcached" in only:
+        log("memcached all-local")
+        local = memcached_run(mcp, None, None, rates)
+        foot = local["rss_after_load"]
+        res["memcached"] = {"params": mcp, "rates": rates, "footprint_bytes": foot,
+                            "all_local": local, "by_ratio": {}}
+        for ratio in (70, 50):
+            budget = int(foot * ratio / 100)
+            runs = []
+            for mode in MODES:
+                log(f"memcached {ratio}% {mode}")
+                runs.append(memcached_run(mcp, mode, budget, rates))
+            res["memcached"]["by_ratio"][str(ratio)] = runs
+    if "phases" in only:
+        log("phases all-local")
+        local = phases_run(None, None, php)
+        foot = local["peak_rss_bytes"]
+        res["phases"] = {"params": php, "footprint_bytes": foot, "all_local": local, "by_ratio": {}}
+        for ratio in (50, 25):
+            runs = []
+            for mode in MODES:
+                log(f"phases {ratio}% {mode}")
+                r = phases_run(mode, int(foot * ratio / 100), php)
+                if r["checksum"] != local["checksum"]:
+                    raise RuntimeError(f"phases {mode} {ratio}%: checksum differs from all-local")
+                r["vs_all_local"] = round(local["seconds"] / r["seconds"], 4)
+                runs.append(r)
+            res["phases"]["by_ratio"][str(ratio)] = runs
+    if "micro" in only:
+        for mode in ("hermit", "static:1"):
+            log(f"micro seq {mode}")
+            res["micro"].append(micro_run(mode, micro_size))
+    os.makedirs(os.path.dirname(a.out), exist_ok=True)
+    with open(a.out, "w") as f:
+        json.dump(res, f, indent=1)
+    log("wrote", a.out)
+
+
+if __name__ == "__main__":
+    main()

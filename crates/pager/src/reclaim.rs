@@ -1,0 +1,355 @@
+//! Who evicts, and when: a pool of reclaim threads driven by Hermit's feedback-directed scheduler
+//! (`gleaner_policy::reclaim`), its ablations (`static:N`, `direct`), and direct reclaim by a
+//! faulting thread as the last resort.
+//!
+//! The scheduler is consulted inline where a page is charged to the budget
+//! ([`Reclaim::on_charge`]); no thread spins to watch memory. Reclaim thread `i` runs batches
+//! while `i < threads_for(resident)` and sleeps on a condition variable otherwise; a charge wakes
+//! the pool when the scheduler asks for more threads than are awake.
+//!
+//! Feedback to the scheduler: every pool batch reports its pages and busy time
+//! ([`ReclaimScheduler::on_reclaimed`], S_out); every fault on a page that was evicted reports the
+//! page's turnaround, the time since its eviction, from a per-page eviction clock.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use gleaner_policy::reclaim::{ReclaimMode, ReclaimParams, ReclaimScheduler, ReclaimSnapshot};
+use gleaner_proto::Connection;
+use serde::Serialize;
+
+use crate::evict::Evictor;
+use crate::region::Shared;
+use crate::stats::Counters;
+
+/// Resolution of the per-page eviction clock: 64 µs, so a `u32` covers about 76 hours.
+const EVICT_TICK_NS: u64 = 64_000;
+
+/// How long a sleeping reclaim thread waits before re-reading the scheduler on its own, in case a
+/// wake-up was missed (the resident count can also fall without a charge, e.g. on discard).
+const POOL_IDLE_RECHECK: Duration = Duration::from_millis(20);
+
+/// The reclaim side of a region: the scheduler, the pool's wake-up, and its accounting.
+pub(crate) struct Reclaim {
+    sched: Mutex<ReclaimScheduler>,
+    pool_size: usize,
+    epoch: Instant,
+    /// Per page: when it was last evicted, in [`EVICT_TICK_NS`] ticks since `epoch` plus one
+    /// (0: never evicted).
+    evicted_at: Box<[AtomicU32]>,
+    wake: (Mutex<()>, Condvar),
+    /// Pool threads not asleep.
+    awake: AtomicUsize,
+    /// Batches in progress (pool and direct); `prepare_fork` waits for none.
+    pub(crate) in_batch: AtomicUsize,
+    /// Thread CPU time the pool spent in batches.
+    pool_cpu_ns: AtomicU64,
+    /// Wall time the pool spent in batches.
+    pool_busy_ns: AtomicU64,
+    pool_batches: AtomicU64,
+    pool_pages: AtomicU64,
+    /// Charges whose faulting thread had to reclaim synchronously first.
+    direct_waits: AtomicU64,
+    direct_pages: AtomicU64,
+    /// Wall time faulting threads spent reclaiming directly.
+    direct_ns: AtomicU64,
+    /// Highest number of pool threads awake at once.
+    peak_awake: AtomicUsize,
+}
+
+/// Reclaim statistics: the scheduler's state plus what the pool and faulting threads did.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReclaimStats {
+    /// The scheduler's state: mode, watermarks, swap intensity, turnaround, direct reclaims.
+    pub scheduler: ReclaimSnapshot,
+    /// Reclaim threads created.
+    pub pool_size: usize,
+    /// Reclaim threads awake now.
+    pub threads_awake: usize,
+    /// The most reclaim threads awake at once.
+    pub peak_threads_awake: usize,
+    /// Batches run by the pool.
+    pub pool_batches: u64,
+    /// Pages evicted by the pool.
+    pub pool_pages: u64,
+    /// Thread CPU time the pool spent in batches, in nanoseconds.
+    pub pool_cpu_ns: u64,
+    /// Wall time the pool spent in batches, in nanoseconds.
+    pub pool_busy_ns: u64,
+    /// Pages evicted per second of pool busy time, per thread.
+    pub pool_pages_per_s: f64,
+    /// Faults that waited while their own thread reclaimed synchronously.
+    pub direct_waits: u64,
+    /// Pages evicted by faulting threads.
+    pub direct_pages: u64,
+    /// Wall time faulting threads spent reclaiming, in nanoseconds.
+    pub direct_ns: u64,
+    /// `direct_waits` per page charged (zero-fill or remote fault).
+    pub direct_wait_ratio: f64,
+}
+
+impl Reclaim {
+    /// Reclaim for a budget of `budget` pages over `pages` pages.
+    pub(crate) fn new(pages: usize, budget: usize, mode: ReclaimMode, max_threads: usize) -> Self {
+        let params = ReclaimParams {
+            max_reclaimers: max_threads.max(1),
+            ..ReclaimParams::default()
+        };
+        let sched = ReclaimScheduler::new(budget as u64, mode, params);
+        let pool_size = sched.pool_size();
+        let evicted_at = Box::<[AtomicU32]>::new_zeroed_slice(pages);
+        // SAFETY: an all-zero u32 is a valid AtomicU32 holding 0 ("never evicted").
+        let evicted_at = unsafe { evicted_at.assume_init() };
+        Reclaim {
+            sched: Mutex::new(sched),
+            pool_size,
+            epoch: Instant::now(),
+            evicted_at,
+            wake: (Mutex::new(()), Condvar::new()),
+            awake: AtomicUsize::new(0),
+            in_batch: AtomicUsize::new(0),
+            pool_cpu_ns: AtomicU64::new(0),
+            pool_busy_ns: AtomicU64::new(0),
+            pool_batches: AtomicU64::new(0),
+            pool_pages: AtomicU64::new(0),
+            direct_waits: AtomicU64::new(0),
+            direct_pages: AtomicU64::new(0),
+            direct_ns: AtomicU64::new(0),
+            peak_awake: AtomicUsize::new(0),
+        }
+    }
+
+    /// Reclaim threads to create.
+    pub(crate) fn pool_size(&self) -> usize {
+        self.pool_size
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    /// Records that `page` was just evicted (for its turnaround when it comes back).
+    pub(crate) fn stamp_eviction(&self, page: usize, now_ns: u64) {
+        let tick = (now_ns / EVICT_TICK_NS).wrapping_add(1) as u32;
+        self.evicted_at[page].store(tick.max(1), Ordering::Relaxed);
+    }
+
+    /// Nanoseconds since the region started (the eviction clock's time base).
+    pub(crate) fn clock_ns(&self) -> u64 {
+        self.now_ns()
+    }
+
+    /// The turnaround of `page`, evicted earlier and faulting now, if it was ever evicted.
+    fn turnaround_ns(&self, page: usize, now_ns: u64) -> Option<u64> {
+        let at = self.evicted_at[page].load(Ordering::Relaxed);
+        if at == 0 {
+            return None;
+        }
+        let now_tick = (now_ns / EVICT_TICK_NS).wrapping_add(1) as u32;
+        Some(u64::from(now_tick.wrapping_sub(at)) * EVICT_TICK_NS)
+    }
+
+    /// Whether a faulting thread must reclaim synchronously before charging a page, and how
+    /// many pages, with `resident` pages resident.
+    pub(crate) fn direct_need(&self, resident: usize) -> usize {
+        let s = self.sched.lock().expect("reclaim scheduler lock");
+        s.direct_reclaim_pages(resident as u64) as usize
+    }
+
+    /// A page was charged; `resident` includes it. `refault` is the page if it came back from
+    /// the memnode (its turnaround is reported). Wakes the pool when the scheduler asks for more
+    /// threads than are awake.
+    pub(crate) fn on_charge(&self, resident: usize, refault: Option<usize>) {
+        let now = self.now_ns();
+        let turnaround = refault.and_then(|p| self.turnaround_ns(p, now));
+        let decision = {
+            let mut s = self.sched.lock().expect("reclaim scheduler lock");
+            if let Some(t) = turnaround {
+                s.on_refault(t);
+            }
+            let d = s.on_charge(resident as u64, now);
+            if d.checked {
+                d.threads
+            } else {
+                s.threads_for(resident as u64)
+            }
+        };
+        if decision > self.awake.load(Ordering::Relaxed) {
+            self.wake_pool();
+        }
+    }
+
+    /// Wakes every sleeping reclaim thread; each re-reads the scheduler.
+    pub(crate) fn wake_pool(&self) {
+        let (m, cv) = &self.wake;
+        let _g = m.lock().expect("reclaim wake lock");
+        cv.notify_all();
+    }
+
+    /// How many reclaim threads should run now.
+    fn wanted(&self, shared: &Shared) -> usize {
+        if shared.evict_paused.load(Ordering::SeqCst) {
+            return 0;
+        }
+        let resident = shared.resident.load(Ordering::Acquire) as u64;
+        self.sched
+            .lock()
+            .expect("reclaim scheduler lock")
+            .threads_for(resident)
+    }
+
+    /// A snapshot for the stats JSON.
+    pub(crate) fn stats(&self, charges: u64) -> ReclaimStats {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let busy = get(&self.pool_busy_ns);
+        let pages = get(&self.pool_pages);
+        let direct_waits = get(&self.direct_waits);
+        ReclaimStats {
+            scheduler: self
+                .sched
+                .lock()
+                .expect("reclaim scheduler lock")
+                .snapshot(),
+            pool_size: self.pool_size,
+            threads_awake: self.awake.load(Ordering::Relaxed),
+            peak_threads_awake: self.peak_awake.load(Ordering::Relaxed),
+            pool_batches: get(&self.pool_batches),
+            pool_pages: pages,
+            pool_cpu_ns: get(&self.pool_cpu_ns),
+            pool_busy_ns: busy,
+            pool_pages_per_s: if busy == 0 {
+                0.0
+            } else {
+                pages as f64 * 1e9 / busy as f64
+            },
+            direct_waits,
+            direct_pages: get(&self.direct_pages),
+            direct_ns: get(&self.direct_ns),
+            direct_wait_ratio: if charges == 0 {
+                0.0
+            } else {
+                direct_waits as f64 / charges as f64
+            },
+        }
+    }
+}
+
+/// Enters a batch unless eviction is paused (around `fork`). The increment comes before the
+/// check, so `prepare_fork` (which sets the pause, then waits for no batch) and a batch never
+/// both proceed.
+pub(crate) fn enter_batch(shared: &Shared) -> bool {
+    shared.reclaim.in_batch.fetch_add(1, Ordering::SeqCst);
+    if shared.evict_paused.load(Ordering::SeqCst) {
+        shared.reclaim.in_batch.fetch_sub(1, Ordering::SeqCst);
+        return false;
+    }
+    true
+}
+
+/// Leaves a batch entered with [`enter_batch`].
+pub(crate) fn leave_batch(shared: &Shared) {
+    shared.reclaim.in_batch.fetch_sub(1, Ordering::SeqCst);
+}
+
+/// A faulting thread reclaims `pages` pages synchronously (the budget is exhausted, or the mode
+/// is `direct`). Returns the pages evicted.
+pub(crate) fn reclaim_directly(
+    shared: &Shared,
+    ev: &mut Evictor,
+    conn: &mut Connection,
+    pages: usize,
+) -> usize {
+    let r = &shared.reclaim;
+    let started = Instant::now();
+    let mut done = 0;
+    while done < pages && !shared.stopping() {
+        if !enter_batch(shared) {
+            break;
+        }
+        let n = ev.evict_batch(shared, conn);
+        leave_batch(shared);
+        if n == 0 {
+            break;
+        }
+        done += n;
+    }
+    Counters::add(&r.direct_waits, 1);
+    Counters::add(&r.direct_pages, done as u64);
+    Counters::add(&r.direct_ns, started.elapsed().as_nanos() as u64);
+    if done > 0 {
+        r.sched
+            .lock()
+            .expect("reclaim scheduler lock")
+            .record_direct_reclaim(done as u64);
+    }
+    done
+}
+
+/// Reclaim thread `id`'s loop: run batches while the scheduler wants at least `id + 1` threads,
+/// sleep otherwise.
+pub(crate) fn run_pool_thread(shared: Arc<Shared>, id: usize, mut conn: Connection) {
+    let r = &shared.reclaim;
+    let mut ev = Evictor::new();
+    r.awake.fetch_add(1, Ordering::Relaxed);
+    loop {
+        if shared.stopping() {
+            break;
+        }
+        if id >= r.wanted(&shared) {
+            r.awake.fetch_sub(1, Ordering::Relaxed);
+            {
+                let (m, cv) = &r.wake;
+                let g = m.lock().expect("reclaim wake lock");
+                // Re-check under the lock: a charge that asked for us after the check above
+                // notifies only once we wait.
+                if id >= r.wanted(&shared) && !shared.stopping() {
+                    let _ = cv
+                        .wait_timeout(g, POOL_IDLE_RECHECK)
+                        .expect("reclaim wake lock");
+                }
+            }
+            let now = r.awake.fetch_add(1, Ordering::Relaxed) + 1;
+            r.peak_awake.fetch_max(now, Ordering::Relaxed);
+            continue;
+        }
+        if !enter_batch(&shared) {
+            shared.wait_evict_progress_or_timeout(Duration::from_millis(2));
+            continue;
+        }
+        let cpu0 = thread_cpu_ns();
+        let t0 = Instant::now();
+        let n = ev.evict_batch(&shared, &mut conn);
+        let busy = t0.elapsed().as_nanos() as u64;
+        leave_batch(&shared);
+        Counters::add(&r.pool_cpu_ns, thread_cpu_ns().saturating_sub(cpu0));
+        if n == 0 {
+            // Nothing could be claimed (all candidates busy, or the memnode is full): let the
+            // other threads move, then look again.
+            shared.wait_evict_progress_or_timeout(Duration::from_millis(2));
+            continue;
+        }
+        Counters::add(&r.pool_busy_ns, busy);
+        Counters::add(&r.pool_batches, 1);
+        Counters::add(&r.pool_pages, n as u64);
+        r.sched
+            .lock()
+            .expect("reclaim scheduler lock")
+            .on_reclaimed(id, n as u64, busy);
+    }
+    r.awake.fetch_sub(1, Ordering::Relaxed);
+}
+
+/// This thread's CPU time in nanoseconds.
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into the live local `ts`.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return 0;
+    }
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
