@@ -31,7 +31,9 @@ from bench.harness.common import (BUILD, GLEANER, free_port, last_json_line, mac
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MCLOAD = os.path.join(BUILD, "mcload")
 MODES = ["hermit", "static:1", "static:4", "direct"]
-P99_TARGET_US = 2000.0
+# 5 ms: on this VM all-local memcached itself shows a p99 of up to ~5 ms at low load (thread
+# wake-up latency; see the all-local row), so a tighter target would measure VM noise.
+P99_TARGET_US = 5000.0
 
 
 def log(*a):
@@ -181,7 +183,7 @@ def main():
         micro_size = "128M"
     else:
         mcp = {"keys": 250000, "value_size": 1024, "secs": 5}
-        rates = [5000, 10000, 20000, 40000, 60000]
+        rates = [2500, 5000, 10000, 20000, 40000]
         php = {"mib": 384, "rounds": 3}
         micro_size = "512M"
     res = {"schema": 1, "date": now_iso(), "git_commit": git_commit(), "machine": machine(),

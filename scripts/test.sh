@@ -21,6 +21,14 @@ cargo build --workspace --release
 step "cargo test --release"
 cargo test --workspace --release -- --test-threads=2
 
+step "benchmark harness: cgroup/zram setup and teardown, and a quick sweep checked for completeness"
+if [ "${GLEANER_SKIP_BENCH_QUICK:-0}" = 1 ]; then
+    echo "WARNING: GLEANER_SKIP_BENCH_QUICK=1: the harness's quick sweep was NOT run" >&2
+    make -s bench-test
+else
+    HARNESS_RUN_QUICK=1 make -s bench-test
+fi
+
 step "fuzz the protocol decoder (${GLEANER_FUZZ_SECONDS:-30} s)"
 if rustup toolchain list 2>/dev/null | grep -q nightly; then
     command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked

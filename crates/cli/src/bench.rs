@@ -10,7 +10,8 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use gleaner_pager::{
-    EmbeddedMemnode, LatencySummary, ReclaimMode, Region, RegionConfig, RegionStats, PAGE_SIZE,
+    EmbeddedMemnode, EvictKind, LatencySummary, PrefetchInstall, PrefetcherKind, ReclaimMode,
+    Region, RegionConfig, RegionStats, PAGE_SIZE,
 };
 use gleaner_proto::units::{format_size, parse_size};
 use gleaner_proto::Endpoint;
@@ -34,7 +35,8 @@ pub enum BenchCommand {
 /// Arguments of `gleaner bench micro`.
 #[derive(clap::Args, Debug)]
 pub struct MicroArgs {
-    /// Access pattern: `seq`, `stride:N` (every N-th page, wrapping), or `random`.
+    /// Access pattern: `seq`, `stride:N` (every N-th page, wrapping), `random`, or `two:A,B`
+    /// (two threads, striding by A and B over the two halves of the region).
     #[arg(long, default_value = "seq")]
     pattern: Pattern,
     /// Region size (e.g. 256M, 1G).
@@ -62,6 +64,16 @@ pub struct MicroArgs {
     /// The most reclaim threads `hermit` mode runs at once.
     #[arg(long, default_value_t = 4)]
     max_reclaimers: usize,
+    /// Prefetcher: `none`, `next:N`, `stride`, `readahead`, `leap` or `leap:PWMAX`.
+    #[arg(long, default_value = "none")]
+    prefetch: PrefetcherKind,
+    /// How prefetched pages reach the program: `marker` (all but the last page of a window
+    /// installed at once) or `staged` (every page waits unmapped; each first use is a local fault).
+    #[arg(long, default_value = "marker")]
+    prefetch_install: PrefetchInstall,
+    /// Eviction order: `fifo`, `clock` or `rackmem`.
+    #[arg(long, default_value = "fifo")]
+    evict: EvictKind,
     /// Samples for each floor measurement (0 skips the floors).
     #[arg(long, default_value_t = 4000)]
     floor_samples: usize,
@@ -190,6 +202,9 @@ fn micro(args: &MicroArgs) -> Result<MicroReport, String> {
     let mut cfg = RegionConfig::new(args.size as usize, local as usize);
     cfg.reclaim = args.reclaim;
     cfg.max_reclaim_threads = args.max_reclaimers;
+    cfg.prefetch = args.prefetch;
+    cfg.prefetch_install = args.prefetch_install;
+    cfg.evict = args.evict;
     // Validate before starting anything, so a bad budget is reported first and alone.
     cfg.validate_only().map_err(|e| e.to_string())?;
     let floor_bytes = (args.floor_samples * PAGE_SIZE) as u64;
@@ -223,27 +238,32 @@ fn micro(args: &MicroArgs) -> Result<MicroReport, String> {
     let after_init = region.stats();
     region.reset_latency();
 
-    // Measured passes: read one word per access, checked against what was written.
+    // Measured passes: read one word per access, checked against what was written; one thread
+    // per stream of the pattern.
     let mut hist = new_hist();
     let mut checksum = 0u64;
     let mut bad = 0u64;
     let mut accesses = 0u64;
     let t = Instant::now();
+    let base_addr = base as usize;
     for pass in 0..args.passes {
-        for p in args.pattern.pages(pages, pass) {
-            let word = p % (PAGE_SIZE / 8);
-            let a = Instant::now();
-            // SAFETY: word `word` of page `p` lies inside the live region.
-            let v = unsafe {
-                std::ptr::read_volatile((base.add(p * PAGE_SIZE) as *const u64).add(word))
-            };
-            let d = a.elapsed();
-            if d > Duration::from_micros(1) {
-                hist.saturating_record(d.as_nanos() as u64);
-            }
-            bad += (v != expected_word(p, word)) as u64;
-            checksum = checksum.wrapping_add(v);
-            accesses += 1;
+        let results: Vec<StreamResult> = std::thread::scope(|scope| {
+            let handles: Vec<_> = args
+                .pattern
+                .streams(pages, pass)
+                .into_iter()
+                .map(|stream| scope.spawn(move || read_stream(base_addr, stream)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("stream thread"))
+                .collect()
+        });
+        for r in results {
+            hist.add(&r.hist).expect("histograms with the same bounds");
+            checksum = checksum.wrapping_add(r.checksum);
+            bad += r.bad;
+            accesses += r.accesses;
         }
         if progress {
             eprintln!("  pass {}/{} done", pass + 1, args.passes);
@@ -326,6 +346,40 @@ fn per_second(pages: u64, ns: u64) -> Option<f64> {
 
 pub(crate) fn new_hist() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("valid bounds")
+}
+
+/// What one stream of a measured pass saw.
+struct StreamResult {
+    hist: Histogram<u64>,
+    checksum: u64,
+    bad: u64,
+    accesses: u64,
+}
+
+/// Reads one word of every page of `stream` from the region at `base`, timing each access.
+fn read_stream(base: usize, stream: Box<dyn Iterator<Item = usize> + Send>) -> StreamResult {
+    let mut r = StreamResult {
+        hist: new_hist(),
+        checksum: 0,
+        bad: 0,
+        accesses: 0,
+    };
+    for p in stream {
+        let word = p % (PAGE_SIZE / 8);
+        let a = Instant::now();
+        // SAFETY: word `word` of page `p` lies inside the live region (the caller's pattern
+        // yields pages below the region's page count).
+        let v =
+            unsafe { std::ptr::read_volatile(((base + p * PAGE_SIZE) as *const u64).add(word)) };
+        let d = a.elapsed();
+        if d > Duration::from_micros(1) {
+            r.hist.saturating_record(d.as_nanos() as u64);
+        }
+        r.bad += (v != expected_word(p, word)) as u64;
+        r.checksum = r.checksum.wrapping_add(v);
+        r.accesses += 1;
+    }
+    r
 }
 
 fn all_local_ns_per_op(pattern: &Pattern, pages: usize, passes: u32) -> f64 {

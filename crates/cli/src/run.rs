@@ -72,6 +72,19 @@ pub struct RunArgs {
     /// FILE is replaced by the process id).
     #[arg(long, value_name = "FILE")]
     stats_trace: Option<PathBuf>,
+    /// Prefetcher: `none`, `next:N`, `stride`, `readahead`, `leap` or `leap:PWMAX`.
+    #[arg(long, value_name = "NAME", default_value = "none")]
+    prefetch: gleaner_pager::PrefetcherKind,
+    /// How prefetched pages reach the program: `marker` or `staged`.
+    #[arg(long, value_name = "MODE", default_value = "marker")]
+    prefetch_install: gleaner_pager::PrefetchInstall,
+    /// Eviction order: `fifo`, `clock` or `rackmem`.
+    #[arg(long, value_name = "NAME", default_value = "fifo")]
+    evict: gleaner_pager::EvictKind,
+    /// Record every page fault to FILE (`%p` is replaced by the process id), for
+    /// `gleaner trace replay`.
+    #[arg(long, value_name = "FILE")]
+    trace: Option<PathBuf>,
     /// Address space reserved per process for managed memory.
     #[arg(long, value_name = "SIZE", default_value = "64G")]
     arena: String,
@@ -158,6 +171,12 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
         .env("GLEANER_HANDLERS", args.handlers.to_string())
         .env("GLEANER_RECLAIM", args.reclaim.to_string())
         .env("GLEANER_MAX_RECLAIMERS", args.max_reclaimers.to_string())
+        .env("GLEANER_PREFETCH", args.prefetch.to_string())
+        .env(
+            "GLEANER_PREFETCH_INSTALL",
+            args.prefetch_install.to_string(),
+        )
+        .env("GLEANER_EVICT", args.evict.to_string())
         .env("GLEANER_MEMNODE", endpoint.to_string())
         .env("GLEANER_TOKEN_FILE", &token_file)
         .env("GLEANER_STATS", stats_dir.0.join("stats-%p.json"))
@@ -165,6 +184,9 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
 
     if let Some(t) = &args.stats_trace {
         cmd.env("GLEANER_STATS_TRACE", t);
+    }
+    if let Some(t) = &args.trace {
+        cmd.env("GLEANER_TRACE", t);
     }
     let signals = SignalForwarder::install()?;
     let started = Instant::now();
@@ -210,6 +232,8 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
         "processes": processes,
         "total": sum_stats(&processes),
         "reclaim": args.reclaim.to_string(),
+        "prefetch": args.prefetch.to_string(),
+        "evict": args.evict.to_string(),
     });
     if let Some(path) = &args.stats {
         let text = serde_json::to_string_pretty(&report).expect("JSON values serialise");

@@ -432,3 +432,176 @@ fn stats_trace_follows_the_run_over_time() {
     assert!(last["remote_faults"].as_u64().unwrap() > 0);
     assert!(last["low_watermark_pages"].as_u64().unwrap() > 0);
 }
+
+/// Sequential passes (which make every prefetcher fire), then the random workload, under a
+/// prefetcher, an install mode and an eviction order: every page verified, and the chosen
+/// machinery checked to have done its part.
+fn integrity_under_policies(prefetch: &str, install: &str, evict: &str) {
+    gleaner_bin();
+    let mut cfg = RegionConfig::new(GIB / 8, GIB / 80);
+    cfg.prefetch = prefetch.parse().unwrap();
+    cfg.prefetch_install = install.parse().unwrap();
+    cfg.evict = evict.parse().unwrap();
+    let region = Region::new(cfg).unwrap();
+    let pages = region.len() / PAGE_SIZE;
+    let base = Base(region.as_ptr() as usize);
+    for p in 0..pages {
+        base.write(p, 1);
+    }
+    for _ in 0..2 {
+        for p in 0..pages {
+            if let Some((i, got, want)) = base.check(p, 1) {
+                panic!("sequential pass: page {p} word {i}: got {got:#x}, want {want:#x}");
+            }
+        }
+    }
+    // Every page back to version 0 (zeros) for the random workload's shadow.
+    region.discard(0, region.len());
+    random_ops_then_verify_all(&region, 2, 20_000);
+    let s = region.stats();
+    assert_eq!(s.policy, evict);
+    assert_eq!(s.prefetch.prefetcher, prefetch);
+    if prefetch != "none" {
+        assert!(s.prefetch.issued > 0, "{prefetch}: nothing prefetched");
+        assert!(s.prefetch.used > 0, "{prefetch}: no prefetched page used");
+        assert!(s.prefetch.accuracy > 0.0 && s.prefetch.accuracy <= 1.0);
+        if install == "staged" {
+            assert!(
+                s.faults.prefetch_hit > 0,
+                "staged pages are used through faults"
+            );
+        }
+    } else {
+        assert_eq!(s.prefetch.issued, 0);
+    }
+}
+
+#[test]
+fn integrity_with_leap_marker_prefetch() {
+    integrity_under_policies("leap", "marker", "fifo");
+}
+
+#[test]
+fn integrity_with_leap_staged_prefetch() {
+    integrity_under_policies("leap", "staged", "fifo");
+}
+
+#[test]
+fn integrity_with_next_n_prefetch() {
+    integrity_under_policies("next:8", "marker", "fifo");
+}
+
+#[test]
+fn integrity_with_stride_prefetch() {
+    integrity_under_policies("stride", "staged", "fifo");
+}
+
+#[test]
+fn integrity_with_readahead_prefetch() {
+    integrity_under_policies("readahead", "marker", "fifo");
+}
+
+#[test]
+fn integrity_with_clock_eviction() {
+    integrity_under_policies("none", "marker", "clock");
+}
+
+#[test]
+fn integrity_with_rackmem_eviction_and_leap() {
+    integrity_under_policies("leap", "marker", "rackmem");
+}
+
+/// Staged prefetched pages that the program discards (munmap, MADV_DONTNEED) must read as zeros
+/// afterwards, not as the staged copy; pages brought home before fork likewise get their current
+/// data.
+#[test]
+fn discarded_pages_never_come_back_from_the_staging_buffer() {
+    gleaner_bin();
+    let mut cfg = RegionConfig::new(4096 * PAGE_SIZE, 1 << 20);
+    cfg.prefetch = "next:32".parse().unwrap();
+    cfg.prefetch_install = "staged".parse().unwrap();
+    let region = Region::new(cfg).unwrap();
+    let pages = region.len() / PAGE_SIZE;
+    let base = Base(region.as_ptr() as usize);
+    for p in 0..pages {
+        base.write(p, 1);
+    }
+    for round in 0..4 {
+        // A sequential read stages pages ahead; discard a range in the middle of the stream.
+        for p in 0..pages / 2 {
+            assert!(base.check(p, if round == 0 { 1 } else { 2 }).is_none());
+        }
+        let s = region.stats();
+        assert!(
+            s.prefetch.staged_now > 0 || round > 0,
+            "nothing staged to race with"
+        );
+        region.discard((pages / 2) * PAGE_SIZE, (pages / 4) * PAGE_SIZE);
+        for p in pages / 2..pages * 3 / 4 {
+            if let Some((i, got, _)) = base.check(p, 0) {
+                panic!("round {round}: discarded page {p} word {i} reads {got:#x}, not zero");
+            }
+            base.write(p, 2);
+        }
+        for p in 0..pages / 2 {
+            base.write(p, 2);
+        }
+        for p in 0..pages * 3 / 4 {
+            assert!(base.check(p, 2).is_none(), "round {round}: page {p}");
+        }
+        for p in pages * 3 / 4..pages {
+            assert!(base.check(p, 1).is_none(), "round {round}: page {p}");
+        }
+    }
+    let s = region.stats();
+    assert!(
+        s.prefetch.wasted > 0,
+        "discarded staged pages count as wasted"
+    );
+    assert!(s.resident_pages <= s.budget_pages);
+}
+
+/// `RegionConfig::trace` records every fault the handlers see, readable by `gleaner trace`.
+#[test]
+fn fault_trace_records_every_fault() {
+    gleaner_bin();
+    let dir = common::TempDir::new("ftrace");
+    let path = dir.path().join("faults.trace");
+    let pages = 2048;
+    let mut cfg = RegionConfig::new(pages * PAGE_SIZE, 1 << 20);
+    cfg.trace = Some(path.clone());
+    let region = Region::new(cfg).unwrap();
+    let base = Base(region.as_ptr() as usize);
+    for p in 0..pages {
+        base.write(p, 1);
+    }
+    for p in 0..pages {
+        assert!(base.check(p, 1).is_none());
+    }
+    let s = region.stats();
+    drop(region);
+    let (header, records) = gleaner_policy::trace::read_file(&path).expect("the trace reads back");
+    assert_eq!(header.page_size, PAGE_SIZE as u32);
+    use gleaner_policy::trace::Kind;
+    let count = |k: Kind| records.iter().filter(|r| r.kind == k).count() as u64;
+    let missing = count(Kind::MissingRead) + count(Kind::MissingWrite);
+    // Each handled missing-page fault message is one record (duplicates included).
+    assert!(
+        missing >= s.faults.zero_fill + s.faults.remote,
+        "{missing} records"
+    );
+    assert!(missing <= s.faults.zero_fill + s.faults.remote + s.faults.concurrent_duplicate);
+    assert!(records.iter().all(|r| (r.page as usize) < pages));
+    assert!(
+        records.iter().all(|r| r.tid != 0),
+        "faulting thread ids are recorded"
+    );
+    assert!(
+        count(Kind::MissingWrite) >= pages as u64,
+        "the first pass writes every page"
+    );
+    assert!(
+        count(Kind::MissingRead) > 0,
+        "the second pass reads evicted pages"
+    );
+}

@@ -3,7 +3,11 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use gleaner_policy::evict::EvictKind;
+pub use gleaner_policy::prefetch::PrefetcherKind;
 pub use gleaner_policy::reclaim::ReclaimMode;
+
+pub use crate::prefetch::PrefetchInstall;
 use gleaner_proto::Endpoint;
 
 use crate::{PagerError, PAGE_SIZE};
@@ -72,6 +76,14 @@ pub struct RegionConfig {
     /// If set, a line of JSON with the reclaim scheduler's state and the fault and eviction
     /// counters is appended to this file every [`crate::STATS_TRACE_INTERVAL`].
     pub stats_trace: Option<PathBuf>,
+    /// What to fetch ahead of demand: `none` (default), `next:N`, `stride`, `readahead`, `leap`.
+    pub prefetch: PrefetcherKind,
+    /// How prefetched pages reach the program: `marker` (default) or `staged`.
+    pub prefetch_install: PrefetchInstall,
+    /// Eviction order: `fifo` (default), `clock` or `rackmem`.
+    pub evict: EvictKind,
+    /// If set, every fault is recorded here (the `gleaner trace` format) for offline replay.
+    pub trace: Option<PathBuf>,
 }
 
 impl RegionConfig {
@@ -93,6 +105,10 @@ impl RegionConfig {
             reclaim: ReclaimMode::default(),
             max_reclaim_threads: 4,
             stats_trace: None,
+            prefetch: PrefetcherKind::None,
+            prefetch_install: PrefetchInstall::default(),
+            evict: EvictKind::Fifo,
+            trace: None,
         }
     }
 
@@ -140,6 +156,13 @@ impl RegionConfig {
                     "a static reclaim pool needs between 1 and 64 threads, not {n}"
                 )));
             }
+        }
+        if matches!(self.evict, EvictKind::Lru | EvictKind::Belady) {
+            return Err(PagerError::Config(format!(
+                "eviction policy `{}` exists only in the simulator (`gleaner trace replay`); \
+                 the engine offers fifo, clock and rackmem",
+                self.evict
+            )));
         }
         let pages = self.size.div_ceil(PAGE_SIZE);
         let budget = self.local_budget / PAGE_SIZE;

@@ -24,6 +24,7 @@ mod fault;
 mod link;
 mod mapping;
 pub mod policy;
+mod prefetch;
 mod reclaim;
 mod region;
 mod sampler;
@@ -31,9 +32,13 @@ mod state;
 mod stats;
 mod thread;
 
-pub use config::{MemnodeTarget, ReclaimMode, RegionConfig, MIN_BUDGET_BATCHES};
+pub use config::{
+    EvictKind, MemnodeTarget, PrefetchInstall, PrefetcherKind, ReclaimMode, RegionConfig,
+    MIN_BUDGET_BATCHES,
+};
 pub use embedded::EmbeddedMemnode;
 pub use fatal::FATAL_EXIT_CODE;
+pub use prefetch::PrefetchStats;
 pub use reclaim::ReclaimStats;
 pub use region::Region;
 pub use sampler::STATS_TRACE_INTERVAL;

@@ -1,11 +1,14 @@
 //! [`Region`]: the public handle, and the state its threads share.
 
+use std::fs::File;
+use std::io::BufWriter;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
+use gleaner_policy::trace::{Header as TraceHeader, Kind as TraceKind, TraceWriter};
 use gleaner_proto::{ConnectOptions, Connection};
 use gleaner_uffd::{features, Mode, Uffd, UffdOptions};
 
@@ -15,7 +18,8 @@ use crate::evict::Evictor;
 use crate::fatal::fatal;
 use crate::link::{load_token, SessionTarget};
 use crate::mapping::Mapping;
-use crate::policy::{EvictionPolicy, Fifo};
+use crate::policy::EvictionPolicy;
+use crate::prefetch::Prefetch;
 use crate::reclaim::Reclaim;
 use crate::state::{PageState, PageTable};
 use crate::stats::{Counters, EvictionStats, FaultStats, LatencyHistogram, RegionStats};
@@ -36,6 +40,10 @@ pub(crate) struct Shared {
     pub(crate) evict_batch: usize,
     /// Who evicts and when: the reclaim scheduler, its thread pool, direct reclaim.
     pub(crate) reclaim: Reclaim,
+    /// What to fetch ahead of demand, and the staging buffer.
+    pub(crate) prefetch: Prefetch,
+    /// The fault trace being recorded (`RegionConfig::trace`).
+    trace: Option<Mutex<TraceWriter<BufWriter<File>>>>,
     /// How far past the budget the region may grow while the memnode refuses writes.
     full_overflow: usize,
     pub(crate) memnode_full: AtomicBool,
@@ -185,11 +193,28 @@ impl Shared {
         }
     }
 
-    /// Records a completed install: publishes the page state and hands the page to the policy.
-    pub(crate) fn installed(&self, page: usize, state: PageState) {
+    /// Records a completed install: publishes the page state and hands the page to the policy
+    /// (`prefetched`: installed ahead of demand).
+    pub(crate) fn installed(&self, page: usize, state: PageState, prefetched: bool) {
         let mut policy = self.policy.lock().expect("policy lock");
         self.table.release(page, state);
-        policy.on_install(page);
+        policy.on_install(page, prefetched);
+    }
+
+    /// Appends a fault to the fault trace, if one is being recorded.
+    pub(crate) fn trace_fault(&self, page: usize, tid: u32, kind: gleaner_uffd::FaultKind) {
+        let Some(trace) = &self.trace else { return };
+        let kind = match kind {
+            gleaner_uffd::FaultKind::MissingRead => TraceKind::MissingRead,
+            gleaner_uffd::FaultKind::MissingWrite => TraceKind::MissingWrite,
+            gleaner_uffd::FaultKind::WriteProtect => TraceKind::WriteProtect,
+            gleaner_uffd::FaultKind::Minor => return,
+        };
+        let t = self.reclaim.clock_ns();
+        let mut w = trace.lock().expect("trace lock");
+        if let Err(e) = w.record_fault(t, page as u64, tid, kind) {
+            log::warn!("fault trace: {e}");
+        }
     }
 
     pub(crate) fn notify_evict_progress(&self) {
@@ -233,7 +258,7 @@ impl Shared {
         }
     }
 
-    fn snapshot(&self, policy: &'static str, memnode: String) -> RegionStats {
+    fn snapshot(&self, memnode: String) -> RegionStats {
         let c = &self.counters;
         let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
         RegionStats {
@@ -248,6 +273,7 @@ impl Shared {
                 write_protect: get(&c.wp_faults),
                 waited_on_eviction: get(&c.waited_on_eviction),
                 waited_on_budget: get(&c.waited_on_budget),
+                prefetch_hit: get(&c.prefetch_hit_faults),
             },
             reclaim: self
                 .reclaim
@@ -266,7 +292,8 @@ impl Shared {
             bytes_in: get(&c.bytes_in),
             bytes_out: get(&c.bytes_out),
             remote_fault_latency: self.remote_latency.summary(),
-            policy,
+            policy: self.policy.lock().expect("policy lock").name(),
+            prefetch: self.prefetch.stats(get(&c.remote_faults)),
             memnode,
             uffd_mode: match self.uffd.mode() {
                 Mode::Full => "full",
@@ -283,7 +310,6 @@ pub struct Region {
     shared: Arc<Shared>,
     threads: Vec<PagerThread>,
     memnode_desc: String,
-    policy_name: &'static str,
     stats_path: Option<PathBuf>,
     // Declared last: dropped after the threads are joined and the session has ended.
     _embedded: Option<EmbeddedMemnode>,
@@ -365,8 +391,28 @@ impl Region {
         let stop_fd = unsafe { OwnedFd::from_raw_fd(efd) };
         let reclaim = Reclaim::new(pages, budget, cfg.reclaim, cfg.max_reclaim_threads);
         let pool = reclaim.pool_size();
-        let policy: Box<dyn EvictionPolicy> = Box::new(Fifo::default());
-        let policy_name = policy.name();
+        let policy = crate::policy::build(cfg.evict, budget).map_err(PagerError::Config)?;
+        let prefetch = Prefetch::new(
+            cfg.prefetch,
+            cfg.prefetch_install,
+            (budget / 16).clamp(1, 4096),
+        );
+        let trace = match &cfg.trace {
+            Some(path) => {
+                let header = TraceHeader {
+                    page_size: PAGE_SIZE as u32,
+                    region_base: mapping.addr() as u64,
+                };
+                let w = File::create(path)
+                    .and_then(|f| TraceWriter::new(BufWriter::with_capacity(1 << 20, f), header))
+                    .map_err(|source| PagerError::Os {
+                        op: "creating the fault trace file",
+                        source,
+                    })?;
+                Some(Mutex::new(w))
+            }
+            None => None,
+        };
         let shared = Arc::new(Shared {
             mapping,
             uffd,
@@ -378,6 +424,8 @@ impl Region {
             budget,
             evict_batch: cfg.evict_batch,
             reclaim,
+            prefetch,
+            trace,
             full_overflow: cfg.full_overflow.unwrap_or(cfg.local_budget / 4) / PAGE_SIZE,
             memnode_full: AtomicBool::new(false),
             evict_paused: AtomicBool::new(false),
@@ -420,7 +468,6 @@ impl Region {
             shared,
             threads,
             memnode_desc,
-            policy_name,
             stats_path: cfg.stats_path,
             _embedded: embedded,
         })
@@ -453,8 +500,7 @@ impl Region {
 
     /// A snapshot of the region's statistics.
     pub fn stats(&self) -> RegionStats {
-        self.shared
-            .snapshot(self.policy_name, self.memnode_desc.clone())
+        self.shared.snapshot(self.memnode_desc.clone())
     }
 
     /// The statistics as pretty-printed JSON.
@@ -484,7 +530,13 @@ impl Region {
                     PageState::Absent | PageState::Remote | PageState::Clean | PageState::Dirty
                 );
                 if stable && s.table.transition(page, state, PageState::Discarding) {
-                    resident += matches!(state, PageState::Clean | PageState::Dirty) as usize;
+                    if matches!(state, PageState::Clean | PageState::Dirty) {
+                        resident += 1;
+                        s.policy.lock().expect("policy lock").on_discard(page);
+                    } else if state == PageState::Remote && s.prefetch.forget(page) {
+                        // Its staged copy held a budget slot.
+                        resident += 1;
+                    }
                     break;
                 }
                 if !stable {
@@ -540,6 +592,10 @@ impl Region {
                 if s.table
                     .transition(page, PageState::Remote, PageState::Fetching)
                 {
+                    if s.prefetch.forget(page) {
+                        // Fetched again below; its staged copy's slot is given back.
+                        s.resident.fetch_sub(1, Ordering::AcqRel);
+                    }
                     batch.push(page as u64);
                 }
                 page += 1;
@@ -550,7 +606,10 @@ impl Region {
         }
         // Faults in flight on other threads finish their installs before the child is made.
         for p in 0..pages {
-            while matches!(s.table.get(p), PageState::Fetching | PageState::Evicting) {
+            while matches!(
+                s.table.get(p),
+                PageState::Fetching | PageState::Evicting | PageState::Prefetching
+            ) {
                 std::thread::yield_now();
             }
         }
@@ -588,7 +647,7 @@ impl Region {
                 fatal(&format!("installing page {page} before fork: {e}"));
             }
             s.resident.fetch_add(1, Ordering::AcqRel);
-            s.installed(page, PageState::Clean);
+            s.installed(page, PageState::Clean, false);
         }
         Counters::add(&s.counters.bytes_in, (ids.len() * PAGE_SIZE) as u64);
     }
@@ -631,6 +690,11 @@ impl Drop for Region {
         self.shared.notify_evict_progress();
         for t in self.threads.drain(..) {
             t.join();
+        }
+        if let Some(trace) = &self.shared.trace {
+            if let Err(e) = trace.lock().map(|mut w| w.flush()) {
+                log::warn!("flushing the fault trace: {e}");
+            }
         }
         // After the join, so every fault the program saw is counted.
         if let Some(path) = &self.stats_path {

@@ -11,10 +11,14 @@
 //!                                                 └── written back / dropped ───┘
 //! ```
 //!
+//! A prefetch moves a REMOTE page to PREFETCHING; on arrival it is installed (CLEAN) or staged
+//! (back to REMOTE, its data held locally until its first use); a demand fault meanwhile moves it
+//! to FETCHING and the prefetching handler installs it.
+//!
 //! A page in any state but the owned ones can also go to DISCARDING (the program unmapped or
 //! `MADV_DONTNEED`ed it) and from there to ABSENT.
 //!
-//! The four middle states (FETCHING, MARKING, EVICTING, DISCARDING) are *owned*: exactly one thread moved the
+//! The middle states (FETCHING, MARKING, EVICTING, DISCARDING, PREFETCHING) are *owned*: exactly one thread moved the
 //! page into them and only that thread moves it out. Everyone else either treats the fault as a
 //! duplicate or waits for the owner. The kernel's "one `UFFDIO_COPY` wins, the rest get `EEXIST`"
 //! backs this up for installs.
@@ -41,6 +45,10 @@ pub(crate) enum PageState {
     Evicting = 6,
     /// The program unmapped or discarded it (`munmap`, `MADV_DONTNEED`); becoming ABSENT.
     Discarding = 7,
+    /// A handler is fetching it ahead of demand (a prefetch). When it arrives the page is
+    /// installed or staged; a demand fault meanwhile moves it to FETCHING and the prefetching
+    /// handler installs it (a *late* prefetch).
+    Prefetching = 8,
 }
 
 impl PageState {
@@ -54,6 +62,7 @@ impl PageState {
             5 => PageState::Marking,
             6 => PageState::Evicting,
             7 => PageState::Discarding,
+            8 => PageState::Prefetching,
             _ => unreachable!("page state byte {v} is never stored"),
         }
     }
@@ -78,7 +87,11 @@ impl PageTable {
     pub(crate) fn is_busy(&self, page: usize) -> bool {
         matches!(
             self.get(page),
-            PageState::Fetching | PageState::Marking | PageState::Evicting | PageState::Discarding
+            PageState::Fetching
+                | PageState::Marking
+                | PageState::Evicting
+                | PageState::Discarding
+                | PageState::Prefetching
         )
     }
 
@@ -100,8 +113,8 @@ impl PageTable {
     }
 
     /// Counts pages per state (for stats and tests; not atomic across pages).
-    pub(crate) fn census(&self) -> [usize; 8] {
-        let mut c = [0usize; 8];
+    pub(crate) fn census(&self) -> [usize; 9] {
+        let mut c = [0usize; 9];
         for s in self.states.iter() {
             c[s.load(Ordering::Relaxed) as usize] += 1;
         }

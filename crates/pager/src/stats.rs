@@ -27,6 +27,7 @@ pub(crate) struct Counters {
     pub evict_send_ns: AtomicU64,
     pub evict_drop_ns: AtomicU64,
     pub discarded: AtomicU64,
+    pub prefetch_hit_faults: AtomicU64,
 }
 
 impl Counters {
@@ -112,6 +113,8 @@ pub struct FaultStats {
     pub waited_on_eviction: u64,
     /// Faults that had to wait for the evictor to free budget.
     pub waited_on_budget: u64,
+    /// Faults served from the prefetch staging buffer (no network).
+    pub prefetch_hit: u64,
 }
 
 /// Eviction counts and the time spent in each step of a batch.
@@ -148,6 +151,8 @@ pub struct RegionStats {
     pub remote_pages: u64,
     /// Faults by kind.
     pub faults: FaultStats,
+    /// Prefetching: issued, used, late, wasted; accuracy and coverage.
+    pub prefetch: crate::prefetch::PrefetchStats,
     /// Reclaim: the scheduler's watermarks and feedback, the pool, direct reclaims.
     pub reclaim: crate::reclaim::ReclaimStats,
     /// Evictions.
@@ -160,8 +165,8 @@ pub struct RegionStats {
     pub bytes_out: u64,
     /// Service time of remote faults, from reading the fault message to waking the thread.
     pub remote_fault_latency: LatencySummary,
-    /// Eviction policy name.
-    pub policy: &'static str,
+    /// Eviction order: `fifo`, `clock` or `rackmem`.
+    pub policy: String,
     /// The memnode this region uses.
     pub memnode: String,
     /// Whether kernel-mode faults are served (`full`) or fail with EFAULT (`user-only`).

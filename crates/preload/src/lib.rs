@@ -18,6 +18,10 @@
 //! | `GLEANER_STATS` | write the region's stats JSON here at exit (`%p` is replaced by the pid) | — |
 //! | `GLEANER_RECLAIM` | who reclaims: `hermit`, `hermit:paper`, `static:N` or `direct` | `hermit` |
 //! | `GLEANER_MAX_RECLAIMERS` | the most reclaim threads `hermit` runs at once | `4` |
+//! | `GLEANER_PREFETCH` | prefetcher: `none`, `next:N`, `stride`, `readahead`, `leap`, `leap:PWMAX` | `none` |
+//! | `GLEANER_PREFETCH_INSTALL` | how prefetched pages reach the program: `marker` or `staged` | `marker` |
+//! | `GLEANER_EVICT` | eviction order: `fifo`, `clock` or `rackmem` | `fifo` |
+//! | `GLEANER_TRACE` | record every fault here for `gleaner trace replay` (`%p`: pid) | — |
 //! | `GLEANER_STATS_TRACE` | append a JSON line of reclaim and fault counters here every 100 ms (`%p`: pid) | — |
 //! | `GLEANER_LOG` | pager messages on stderr: `error`, `warn`, `info`, `debug`, `trace` | `warn` |
 //! | `GLEANER_BIN` | the `gleaner` executable, to start an embedded memnode | on `PATH` |
@@ -39,7 +43,9 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::OnceLock;
 
-use gleaner_pager::{MemnodeTarget, ReclaimMode, Region, RegionConfig};
+use gleaner_pager::{
+    EvictKind, MemnodeTarget, PrefetchInstall, PrefetcherKind, ReclaimMode, Region, RegionConfig,
+};
 use gleaner_proto::units::{format_size, parse_size};
 
 #[global_allocator]
@@ -78,6 +84,10 @@ struct Config {
     reclaim: ReclaimMode,
     max_reclaimers: usize,
     stats_trace: Option<PathBuf>,
+    prefetch: PrefetcherKind,
+    prefetch_install: PrefetchInstall,
+    evict: EvictKind,
+    trace: Option<PathBuf>,
 }
 
 fn config_from_env() -> Result<Option<Config>, String> {
@@ -123,6 +133,23 @@ fn config_from_env() -> Result<Option<Config>, String> {
             .unwrap_or(4),
         stats_trace: var("GLEANER_STATS_TRACE")
             .map(|p| PathBuf::from(p.replace("%p", &std::process::id().to_string()))),
+        prefetch: var("GLEANER_PREFETCH")
+            .map(|v| v.parse().map_err(|e| format!("GLEANER_PREFETCH: {e}")))
+            .transpose()?
+            .unwrap_or(PrefetcherKind::None),
+        prefetch_install: var("GLEANER_PREFETCH_INSTALL")
+            .map(|v| {
+                v.parse()
+                    .map_err(|e| format!("GLEANER_PREFETCH_INSTALL: {e}"))
+            })
+            .transpose()?
+            .unwrap_or_default(),
+        evict: var("GLEANER_EVICT")
+            .map(|v| v.parse().map_err(|e| format!("GLEANER_EVICT: {e}")))
+            .transpose()?
+            .unwrap_or(EvictKind::Fifo),
+        trace: var("GLEANER_TRACE")
+            .map(|p| PathBuf::from(p.replace("%p", &std::process::id().to_string()))),
     }))
 }
 
@@ -134,7 +161,8 @@ fn start() -> Result<(), String> {
     if std::env::var_os("GLEANER_PRINT_CONFIG").is_some() {
         eprintln!(
             "gleaner: local {} | memnode {} | token {} | arena {} | handlers {} | stats {} | \
-             reclaim {} (at most {} threads) | stats trace {}",
+             reclaim {} (at most {} threads) | stats trace {} | prefetch {} ({}) | evict {} | \
+             fault trace {}",
             format_size(cfg.local),
             cfg.memnode.as_deref().unwrap_or("embedded"),
             cfg.token_file
@@ -150,6 +178,12 @@ fn start() -> Result<(), String> {
             cfg.stats_trace
                 .as_ref()
                 .map_or("-".into(), |p| p.display().to_string()),
+            cfg.prefetch,
+            cfg.prefetch_install,
+            cfg.evict,
+            cfg.trace
+                .as_ref()
+                .map_or("-".into(), |p| p.display().to_string()),
         );
     }
     let mut rc = RegionConfig::new(cfg.arena as usize, cfg.local as usize);
@@ -163,6 +197,10 @@ fn start() -> Result<(), String> {
     rc.reclaim = cfg.reclaim;
     rc.max_reclaim_threads = cfg.max_reclaimers;
     rc.stats_trace = cfg.stats_trace;
+    rc.prefetch = cfg.prefetch;
+    rc.prefetch_install = cfg.prefetch_install;
+    rc.evict = cfg.evict;
+    rc.trace = cfg.trace;
     rc.fork_visible = true;
     rc.sparse = true;
     rc.thread_start_hook = Some(mark_runtime_thread);

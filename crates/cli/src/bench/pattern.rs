@@ -14,6 +14,9 @@ pub enum Pattern {
     Stride(usize),
     /// Pages drawn uniformly at random (as many as there are pages), seeded per pass.
     Random,
+    /// Two threads at once: one strides by A over the first half of the region, the other by B
+    /// over the second half (`two:A,B`); each visits its half once per pass.
+    Two(usize, usize),
 }
 
 impl FromStr for Pattern {
@@ -23,12 +26,26 @@ impl FromStr for Pattern {
         match s {
             "seq" => Ok(Pattern::Seq),
             "random" => Ok(Pattern::Random),
-            _ => match s.strip_prefix("stride:").map(str::parse::<usize>) {
-                Some(Ok(n)) if n > 0 => Ok(Pattern::Stride(n)),
-                _ => Err(format!(
-                    "`{s}` is not a pattern: use seq, stride:N (N > 0) or random"
-                )),
-            },
+            _ => {
+                let bad = || {
+                    format!(
+                        "`{s}` is not a pattern: use seq, stride:N (N > 0), random or two:A,B \
+                         (A, B > 0)"
+                    )
+                };
+                if let Some(ab) = s.strip_prefix("two:") {
+                    let (a, b) = ab.split_once(',').ok_or_else(bad)?;
+                    match (a.parse::<usize>(), b.parse::<usize>()) {
+                        (Ok(a), Ok(b)) if a > 0 && b > 0 => Ok(Pattern::Two(a, b)),
+                        _ => Err(bad()),
+                    }
+                } else {
+                    match s.strip_prefix("stride:").map(str::parse::<usize>) {
+                        Some(Ok(n)) if n > 0 => Ok(Pattern::Stride(n)),
+                        _ => Err(bad()),
+                    }
+                }
+            }
         }
     }
 }
@@ -39,14 +56,28 @@ impl fmt::Display for Pattern {
             Pattern::Seq => write!(f, "seq"),
             Pattern::Stride(n) => write!(f, "stride:{n}"),
             Pattern::Random => write!(f, "random"),
+            Pattern::Two(a, b) => write!(f, "two:{a},{b}"),
         }
     }
 }
 
 impl Pattern {
-    /// The pages of pass `pass` over `pages` pages.
-    pub fn pages(&self, pages: usize, pass: u32) -> Box<dyn Iterator<Item = usize>> {
+    /// The streams of pass `pass`, one per thread: two for `two:A,B`, else one.
+    pub fn streams(&self, pages: usize, pass: u32) -> Vec<Box<dyn Iterator<Item = usize> + Send>> {
         match *self {
+            Pattern::Two(a, b) => {
+                let half = pages / 2;
+                vec![strided(0, half, a), strided(half, pages, b)]
+            }
+            _ => vec![self.pages(pages, pass)],
+        }
+    }
+
+    /// The pages of pass `pass` over `pages` pages (for `two:A,B`, both streams one after the
+    /// other).
+    pub fn pages(&self, pages: usize, pass: u32) -> Box<dyn Iterator<Item = usize> + Send> {
+        match *self {
+            Pattern::Two(..) => Box::new(self.streams(pages, pass).into_iter().flatten()),
             Pattern::Seq => Box::new(0..pages),
             Pattern::Stride(n) => {
                 let n = n.min(pages.max(1));
@@ -72,6 +103,12 @@ impl Pattern {
                 acc.wrapping_add(expected_word(p, p % (PAGE_SIZE / 8)))
             })
     }
+}
+
+/// Pages `lo..hi`, every `n`-th, then shifted by one, ... so each is visited once.
+fn strided(lo: usize, hi: usize, n: usize) -> Box<dyn Iterator<Item = usize> + Send> {
+    let n = n.min((hi - lo).max(1));
+    Box::new((0..n).flat_map(move |start| (lo + start..hi).step_by(n)))
 }
 
 fn splitmix(mut x: u64) -> u64 {
@@ -114,6 +151,16 @@ mod tests {
         v.sort();
         assert_eq!(v, (0..25).collect::<Vec<_>>());
         assert!(Pattern::Random.pages(100, 0).all(|p| p < 100));
+        let two: Pattern = "two:3,5".parse().unwrap();
+        assert_eq!(two.to_string(), "two:3,5");
+        assert!("two:3".parse::<Pattern>().is_err());
+        assert!("two:0,5".parse::<Pattern>().is_err());
+        let s = two.streams(20, 0);
+        assert_eq!(s.len(), 2);
+        let mut all: Vec<usize> = two.pages(20, 0).collect();
+        assert_eq!(&all[..4], &[0, 3, 6, 9]);
+        all.sort();
+        assert_eq!(all, (0..20).collect::<Vec<_>>());
         assert_ne!(
             Pattern::Random.pages(100, 0).collect::<Vec<_>>(),
             Pattern::Random.pages(100, 1).collect::<Vec<_>>()
