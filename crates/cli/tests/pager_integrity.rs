@@ -470,6 +470,11 @@ fn integrity_under_policies(prefetch: &str, install: &str, evict: &str) {
                 s.faults.prefetch_hit > 0,
                 "staged pages are used through faults"
             );
+            let (p50, p95) = (s.prefetch.timeliness_p50_us, s.prefetch.timeliness_p95_us);
+            assert!(
+                p50.is_some_and(|p| p > 0.0) && p95 >= p50,
+                "timeliness {p50:?} {p95:?}"
+            );
         }
     } else {
         assert_eq!(s.prefetch.issued, 0);

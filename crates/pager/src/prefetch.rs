@@ -19,6 +19,8 @@
 //!   fault served locally (no network), so every hit is seen exactly, at the price of a
 //!   userfaultfd round trip per page.
 //!
+//! Timeliness (Leap): the time from a staged page's arrival to its first use (p50, p95).
+//!
 //! Staged pages hold budget slots; the staging buffer is bounded and drops its oldest entry (the
 //! page stays REMOTE, its memnode copy valid) when full. Metrics follow Leap: accuracy = used /
 //! issued, coverage = used / (used + demand misses), and late prefetches counted apart.
@@ -26,11 +28,12 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
+use std::time::Instant;
 
 use gleaner_policy::prefetch::{Fault, Prefetcher, PrefetcherKind};
 use serde::Serialize;
 
-use crate::stats::Counters;
+use crate::stats::{Counters, LatencyHistogram};
 use crate::PAGE_SIZE;
 
 /// How prefetched pages reach the program.
@@ -73,6 +76,8 @@ pub(crate) struct Staged {
     /// Pages of the same window installed at once (marker mode): they count as used when this
     /// marker is used, and as wasted when it is dropped unused.
     pub(crate) window: Vec<usize>,
+    /// When it arrived (for timeliness: prefetch to first use).
+    staged_at: Instant,
 }
 
 #[derive(Default)]
@@ -95,6 +100,8 @@ pub(crate) struct Prefetch {
     wasted: AtomicU64,
     windows: AtomicU64,
     staged_hits: AtomicU64,
+    /// Time from a staged page's arrival to its first use.
+    timeliness: LatencyHistogram,
 }
 
 /// Prefetch statistics (Leap's definitions).
@@ -120,6 +127,11 @@ pub struct PrefetchStats {
     pub staged_hits: u64,
     /// Pages staged now.
     pub staged_now: usize,
+    /// Timeliness (Leap): time from a staged prefetched page's arrival to its first use, median,
+    /// in microseconds (none before the first staged hit).
+    pub timeliness_p50_us: Option<f64>,
+    /// The same, 95th percentile (the percentile Leap quotes).
+    pub timeliness_p95_us: Option<f64>,
     /// used / issued.
     pub accuracy: f64,
     /// used / (used + demand remote faults).
@@ -143,6 +155,7 @@ impl Prefetch {
             wasted: AtomicU64::new(0),
             windows: AtomicU64::new(0),
             staged_hits: AtomicU64::new(0),
+            timeliness: LatencyHistogram::default(),
         }
     }
 
@@ -197,6 +210,7 @@ impl Prefetch {
             .remove(&page)?;
         Counters::add(&self.used, 1 + st.window.len() as u64);
         Counters::add(&self.staged_hits, 1);
+        self.timeliness.record(st.staged_at.elapsed());
         Some(st)
     }
 
@@ -261,7 +275,12 @@ impl Prefetch {
                 dropped += 1;
             }
         }
-        if let Some(old) = s.pages.insert(page, Staged { data: buf, window }) {
+        let staged = Staged {
+            data: buf,
+            window,
+            staged_at: Instant::now(),
+        };
+        if let Some(old) = s.pages.insert(page, staged) {
             // Staged again (a second prefetch raced with the first one's staging): the older
             // copy's slot goes back.
             Counters::add(&self.wasted, 1 + old.window.len() as u64);
@@ -307,6 +326,8 @@ impl Prefetch {
             windows: get(&self.windows),
             staged_hits: get(&self.staged_hits),
             staged_now: self.staging.lock().expect("staging lock").pages.len(),
+            timeliness_p50_us: self.timeliness.quantile_us(0.50),
+            timeliness_p95_us: self.timeliness.quantile_us(0.95),
             accuracy: ratio(used, issued),
             coverage: ratio(used, used + demand_misses),
             late_ratio: ratio(get(&self.late), issued),

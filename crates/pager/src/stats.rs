@@ -58,6 +58,12 @@ impl LatencyHistogram {
         LatencySummary::of(&h)
     }
 
+    /// The `q` quantile in microseconds, or None without samples.
+    pub(crate) fn quantile_us(&self, q: f64) -> Option<f64> {
+        let h = self.0.lock().expect("histogram lock");
+        (!h.is_empty()).then(|| h.value_at_quantile(q) as f64 / 1000.0)
+    }
+
     pub(crate) fn reset(&self) {
         self.0.lock().expect("histogram lock").reset();
     }
