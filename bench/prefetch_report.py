@@ -9,7 +9,8 @@ import os
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DOC = os.path.join(ROOT, "docs", "BENCHMARKS.md")
+sys.path.insert(0, ROOT)
+from bench.doc_section import DOC, write_section  # noqa: E402
 BEGIN, END = "<!-- prefetch:begin -->", "<!-- prefetch:end -->"
 
 
@@ -46,7 +47,9 @@ def micro_section(res):
               "|---|---|---|---|---|---|---|---|---|---|"]
         for r in rows:
             speed = none["ns_per_access"] / r["ns_per_access"] if none else None
-            L.append(f"| {r['prefetch']} | {r['install']} | {r['ns_per_access']:.0f} | "
+            reps = r.get("reps_ns_per_access")
+            spread = f" (median of {len(reps)}: {min(reps):.0f}–{max(reps):.0f})" if reps else ""
+            L.append(f"| {r['prefetch']} | {r['install']} | {r['ns_per_access']:.0f}{spread} | "
                      f"{'' if speed is None else f'{speed:.2f}×'} | {r['remote_faults']} | "
                      f"{r['prefetch_hit_faults']} | {r['issued']} | {pct(r['accuracy'])} | "
                      f"{pct(r['coverage'])} | {pct(r['late_ratio'])} |")
@@ -102,16 +105,7 @@ def main():
     with open(src) as f:
         res = json.load(f)
     text = section(res, os.path.relpath(src, ROOT))
-    with open(DOC) as f:
-        doc = f.read()
-    if BEGIN in doc:
-        a, b = doc.index(BEGIN), doc.index(END) + len(END)
-        doc = doc[:a] + text + doc[b:]
-    else:
-        marker = "<!-- harness:begin -->"
-        doc = doc.replace(marker, text + "\n\n" + marker) if marker in doc else doc + "\n" + text + "\n"
-    with open(DOC, "w") as f:
-        f.write(doc)
+    write_section(text, BEGIN, END)
     print(f"rendered {src} into {DOC}")
 
 

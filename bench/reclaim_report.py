@@ -9,10 +9,11 @@ import os
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DOC = os.path.join(ROOT, "docs", "BENCHMARKS.md")
+sys.path.insert(0, ROOT)
+from bench.doc_section import DOC, write_section  # noqa: E402
+
 PLOTS = os.path.join(ROOT, "bench", "results", "reclaim-plots")
 BEGIN, END = "<!-- reclaim:begin -->", "<!-- reclaim:end -->"
-sys.path.insert(0, ROOT)
 from bench.reclaim import P99_TARGET_US  # noqa: E402
 
 
@@ -159,16 +160,7 @@ def main():
     with open(src) as f:
         res = json.load(f)
     text = section(res, os.path.relpath(src, ROOT))
-    with open(DOC) as f:
-        doc = f.read()
-    if BEGIN in doc:
-        a, b = doc.index(BEGIN), doc.index(END) + len(END)
-        doc = doc[:a] + text + doc[b:]
-    else:
-        marker = "<!-- harness:begin -->"
-        doc = doc.replace(marker, text + "\n\n" + marker) if marker in doc else doc + "\n" + text + "\n"
-    with open(DOC, "w") as f:
-        f.write(doc)
+    write_section(text, BEGIN, END)
     print(f"rendered {src} into {DOC}")
 
 

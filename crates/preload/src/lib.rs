@@ -101,6 +101,10 @@ fn config_from_env() -> Result<Option<Config>, String> {
         return Ok(None);
     }
     let size = |k: &str, v: &str| parse_size(v).map_err(|e| format!("{k}: {e}"));
+    // `%p` becomes the pid, so that every process of a run (children that exec another program
+    // under the same environment) writes its own file.
+    let per_process_path =
+        |k: &str| var(k).map(|p| PathBuf::from(p.replace("%p", &std::process::id().to_string())));
     Ok(Some(Config {
         local: size("GLEANER_LOCAL_MEM", &local)?,
         memnode: var("GLEANER_MEMNODE"),
@@ -109,48 +113,30 @@ fn config_from_env() -> Result<Option<Config>, String> {
             "GLEANER_ARENA_SIZE",
             &var("GLEANER_ARENA_SIZE").unwrap_or("64G".into()),
         )?,
-        handlers: var("GLEANER_HANDLERS")
-            .map(|v| {
-                v.parse()
-                    .map_err(|_| format!("GLEANER_HANDLERS: `{v}` is not a number"))
-            })
-            .transpose()?
-            .unwrap_or(2),
-        // `%p` becomes the pid, so that every process of a run (children that exec another
-        // program under the same environment) writes its own file.
-        stats: var("GLEANER_STATS")
-            .map(|p| PathBuf::from(p.replace("%p", &std::process::id().to_string()))),
-        reclaim: var("GLEANER_RECLAIM")
-            .map(|v| v.parse().map_err(|e| format!("GLEANER_RECLAIM: {e}")))
-            .transpose()?
-            .unwrap_or_default(),
-        max_reclaimers: var("GLEANER_MAX_RECLAIMERS")
-            .map(|v| {
-                v.parse()
-                    .map_err(|_| format!("GLEANER_MAX_RECLAIMERS: `{v}` is not a number"))
-            })
-            .transpose()?
-            .unwrap_or(4),
-        stats_trace: var("GLEANER_STATS_TRACE")
-            .map(|p| PathBuf::from(p.replace("%p", &std::process::id().to_string()))),
-        prefetch: var("GLEANER_PREFETCH")
-            .map(|v| v.parse().map_err(|e| format!("GLEANER_PREFETCH: {e}")))
-            .transpose()?
-            .unwrap_or(PrefetcherKind::None),
-        prefetch_install: var("GLEANER_PREFETCH_INSTALL")
-            .map(|v| {
-                v.parse()
-                    .map_err(|e| format!("GLEANER_PREFETCH_INSTALL: {e}"))
-            })
-            .transpose()?
-            .unwrap_or_default(),
-        evict: var("GLEANER_EVICT")
-            .map(|v| v.parse().map_err(|e| format!("GLEANER_EVICT: {e}")))
-            .transpose()?
-            .unwrap_or(EvictKind::Fifo),
-        trace: var("GLEANER_TRACE")
-            .map(|p| PathBuf::from(p.replace("%p", &std::process::id().to_string()))),
+        handlers: parsed("GLEANER_HANDLERS")?.unwrap_or(2),
+        stats: per_process_path("GLEANER_STATS"),
+        reclaim: parsed("GLEANER_RECLAIM")?.unwrap_or_default(),
+        max_reclaimers: parsed("GLEANER_MAX_RECLAIMERS")?.unwrap_or(4),
+        stats_trace: per_process_path("GLEANER_STATS_TRACE"),
+        prefetch: parsed("GLEANER_PREFETCH")?.unwrap_or(PrefetcherKind::None),
+        prefetch_install: parsed("GLEANER_PREFETCH_INSTALL")?.unwrap_or_default(),
+        evict: parsed("GLEANER_EVICT")?.unwrap_or(EvictKind::Fifo),
+        trace: per_process_path("GLEANER_TRACE"),
     }))
+}
+
+/// The variable `name` parsed as a `T`, if set and not empty; an error names the variable.
+fn parsed<T: std::str::FromStr>(name: &str) -> Result<Option<T>, String>
+where
+    T::Err: std::fmt::Display,
+{
+    match std::env::var(name).ok().filter(|v| !v.is_empty()) {
+        None => Ok(None),
+        Some(v) => v
+            .parse()
+            .map(Some)
+            .map_err(|e| format!("{name}: `{v}`: {e}")),
+    }
 }
 
 fn start() -> Result<(), String> {
