@@ -149,10 +149,10 @@ fn one_gib_at_ten_percent_over_tcp_loopback_memnode_process() {
 /// above, same 10% budget), with each mode's own machinery checked to have done the work.
 fn integrity_under_reclaim_mode(mode: &str) {
     gleaner_bin();
-    let mut cfg = RegionConfig::new(GIB / 4, GIB / 40);
+    let mut cfg = RegionConfig::new(GIB / 8, GIB / 80);
     cfg.reclaim = mode.parse().unwrap();
     let region = Region::new(cfg).unwrap();
-    random_ops_then_verify_all(&region, 2, 30_000);
+    random_ops_then_verify_all(&region, 2, 20_000);
     let r = region.stats().reclaim;
     assert_eq!(r.scheduler.mode, mode);
     match mode {
