@@ -517,8 +517,7 @@ fn integrity_with_rackmem_eviction_and_leap() {
 }
 
 /// Staged prefetched pages that the program discards (munmap, MADV_DONTNEED) must read as zeros
-/// afterwards, not as the staged copy; pages brought home before fork likewise get their current
-/// data.
+/// afterwards, never as the staged copy, and rewritten pages must never come back stale.
 #[test]
 fn discarded_pages_never_come_back_from_the_staging_buffer() {
     gleaner_bin();
@@ -609,4 +608,36 @@ fn fault_trace_records_every_fault() {
         count(Kind::MissingRead) > 0,
         "the second pass reads evicted pages"
     );
+}
+
+/// Before `fork`, every page comes home, staged prefetched pages included (their staged copies
+/// are forgotten, not left to go stale), and the data is intact afterwards.
+#[test]
+fn prepare_fork_brings_staged_pages_home_and_forgets_their_copies() {
+    gleaner_bin();
+    let mut cfg = RegionConfig::new(2048 * PAGE_SIZE, 1 << 20);
+    cfg.prefetch = "next:32".parse().unwrap();
+    cfg.prefetch_install = "staged".parse().unwrap();
+    cfg.fork_visible = true;
+    let region = Region::new(cfg).unwrap();
+    let pages = region.len() / PAGE_SIZE;
+    let base = Base(region.as_ptr() as usize);
+    for p in 0..pages {
+        base.write(p, 1);
+    }
+    for p in 0..pages / 2 {
+        assert!(base.check(p, 1).is_none());
+    }
+    assert!(region.stats().prefetch.staged_now > 0, "nothing staged");
+    region.prepare_fork();
+    let s = region.stats();
+    assert_eq!(s.remote_pages, 0, "every page is home before fork");
+    assert_eq!(s.prefetch.staged_now, 0, "no staged copy survives");
+    region.after_fork();
+    for p in 0..pages {
+        base.write(p, 2);
+    }
+    for p in 0..pages {
+        assert!(base.check(p, 2).is_none(), "page {p}");
+    }
 }
