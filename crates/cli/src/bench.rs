@@ -61,9 +61,9 @@ pub struct MicroArgs {
     /// than 8 MiB are free), or `direct` (faulting threads reclaim synchronously).
     #[arg(long, default_value = "hermit")]
     reclaim: ReclaimMode,
-    /// The most reclaim threads `hermit` mode runs at once.
-    #[arg(long, default_value_t = 4)]
-    max_reclaimers: usize,
+    /// The most reclaim threads `hermit` mode runs at once (default: half the CPUs, at least 1).
+    #[arg(long)]
+    max_reclaimers: Option<usize>,
     /// Prefetcher: `none`, `next:N`, `stride`, `readahead`, `leap` or `leap:PWMAX`.
     #[arg(long, default_value = "none")]
     prefetch: PrefetcherKind,
@@ -201,7 +201,9 @@ fn micro(args: &MicroArgs) -> Result<MicroReport, String> {
     let local = parse_local(&args.local, args.size)?;
     let mut cfg = RegionConfig::new(args.size as usize, local as usize);
     cfg.reclaim = args.reclaim;
-    cfg.max_reclaim_threads = args.max_reclaimers;
+    if let Some(n) = args.max_reclaimers {
+        cfg.max_reclaim_threads = n;
+    }
     cfg.prefetch = args.prefetch;
     cfg.prefetch_install = args.prefetch_install;
     cfg.evict = args.evict;

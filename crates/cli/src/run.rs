@@ -65,9 +65,10 @@ pub struct RunArgs {
     /// than 8 MiB are free), or `direct` (faulting threads reclaim synchronously, like Linux).
     #[arg(long, value_name = "MODE", default_value = "hermit")]
     reclaim: gleaner_pager::ReclaimMode,
-    /// The most reclaim threads `hermit` mode runs at once, per process.
-    #[arg(long, value_name = "N", default_value_t = 4)]
-    max_reclaimers: usize,
+    /// The most reclaim threads `hermit` mode runs at once, per process (default: half the CPUs,
+    /// at least 1).
+    #[arg(long, value_name = "N")]
+    max_reclaimers: Option<usize>,
     /// Append a line of reclaim and fault counters to FILE every 100 ms, per process (`%p` in
     /// FILE is replaced by the process id).
     #[arg(long, value_name = "FILE")]
@@ -170,7 +171,12 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
         .env("GLEANER_ARENA_SIZE", budget.arena.to_string())
         .env("GLEANER_HANDLERS", args.handlers.to_string())
         .env("GLEANER_RECLAIM", args.reclaim.to_string())
-        .env("GLEANER_MAX_RECLAIMERS", args.max_reclaimers.to_string())
+        .env(
+            "GLEANER_MAX_RECLAIMERS",
+            args.max_reclaimers
+                .unwrap_or_else(gleaner_pager::default_max_reclaim_threads)
+                .to_string(),
+        )
         .env("GLEANER_PREFETCH", args.prefetch.to_string())
         .env(
             "GLEANER_PREFETCH_INSTALL",

@@ -16,6 +16,13 @@ use crate::{PagerError, PAGE_SIZE};
 /// one batch being evicted, one batch of headroom being refilled, and room for in-flight faults.
 pub const MIN_BUDGET_BATCHES: usize = 4;
 
+/// The default cap on `hermit`'s reclaim threads: half this machine's CPUs, at least one.
+/// Reclaim threads only help when they have cores to run on: on a 2-vCPU machine 4 threads made
+/// memcached sustain 4× less load than 1 (`docs/BENCHMARKS.md`, reclamation).
+pub fn default_max_reclaim_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
+}
+
 /// Which memnode a region keeps its evicted pages on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MemnodeTarget {
@@ -71,7 +78,8 @@ pub struct RegionConfig {
     /// `static:N` (N threads once fewer than 8 MiB are free) or `direct` (faulting threads
     /// reclaim synchronously, like Linux).
     pub reclaim: ReclaimMode,
-    /// The most reclaim threads `hermit` mode runs at once. Default 4.
+    /// The most reclaim threads `hermit` mode runs at once. Default: half the CPUs, at least one
+    /// ([`default_max_reclaim_threads`]).
     pub max_reclaim_threads: usize,
     /// If set, a line of JSON with the reclaim scheduler's state and the fault and eviction
     /// counters is appended to this file every [`crate::STATS_TRACE_INTERVAL`].
@@ -103,7 +111,7 @@ impl RegionConfig {
             thread_start_hook: None,
             sparse: false,
             reclaim: ReclaimMode::default(),
-            max_reclaim_threads: 4,
+            max_reclaim_threads: default_max_reclaim_threads(),
             stats_trace: None,
             prefetch: PrefetcherKind::None,
             prefetch_install: PrefetchInstall::default(),

@@ -33,8 +33,8 @@ mod stats;
 mod thread;
 
 pub use config::{
-    EvictKind, MemnodeTarget, PrefetchInstall, PrefetcherKind, ReclaimMode, RegionConfig,
-    MIN_BUDGET_BATCHES,
+    default_max_reclaim_threads, EvictKind, MemnodeTarget, PrefetchInstall, PrefetcherKind,
+    ReclaimMode, RegionConfig, MIN_BUDGET_BATCHES,
 };
 pub use embedded::EmbeddedMemnode;
 pub use fatal::FATAL_EXIT_CODE;

@@ -38,7 +38,9 @@ pub(crate) struct Reclaim {
     /// Per page: when it was last evicted, in [`EVICT_TICK_NS`] ticks since `epoch` plus one
     /// (0: never evicted).
     evicted_at: Box<[AtomicU32]>,
-    wake: (Mutex<()>, Condvar),
+    /// One wake-up flag and condition variable per pool thread, so a charge wakes exactly the
+    /// threads the scheduler asks for (no thundering herd on a small machine).
+    wake: Box<[(Mutex<bool>, Condvar)]>,
     /// Pool threads not asleep.
     awake: AtomicUsize,
     /// Batches in progress (pool and direct); `prepare_fork` waits for none.
@@ -106,7 +108,9 @@ impl Reclaim {
             pool_size,
             epoch: Instant::now(),
             evicted_at,
-            wake: (Mutex::new(()), Condvar::new()),
+            wake: (0..pool_size)
+                .map(|_| (Mutex::new(false), Condvar::new()))
+                .collect(),
             awake: AtomicUsize::new(0),
             in_batch: AtomicUsize::new(0),
             pool_cpu_ns: AtomicU64::new(0),
@@ -176,15 +180,21 @@ impl Reclaim {
             }
         };
         if decision > self.awake.load(Ordering::Relaxed) {
-            self.wake_pool();
+            self.wake_threads(decision);
         }
     }
 
-    /// Wakes every sleeping reclaim thread; each re-reads the scheduler.
+    /// Wakes every reclaim thread; each re-reads the scheduler.
     pub(crate) fn wake_pool(&self) {
-        let (m, cv) = &self.wake;
-        let _g = m.lock().expect("reclaim wake lock");
-        cv.notify_all();
+        self.wake_threads(self.pool_size);
+    }
+
+    /// Wakes reclaim threads `0..n`.
+    fn wake_threads(&self, n: usize) {
+        for (m, cv) in self.wake.iter().take(n) {
+            *m.lock().expect("reclaim wake lock") = true;
+            cv.notify_one();
+        }
     }
 
     /// How many reclaim threads should run now.
@@ -299,15 +309,17 @@ pub(crate) fn run_pool_thread(shared: Arc<Shared>, id: usize, mut conn: Connecti
         if id >= r.wanted(&shared) {
             r.awake.fetch_sub(1, Ordering::Relaxed);
             {
-                let (m, cv) = &r.wake;
-                let g = m.lock().expect("reclaim wake lock");
-                // Re-check under the lock: a charge that asked for us after the check above
-                // notifies only once we wait.
-                if id >= r.wanted(&shared) && !shared.stopping() {
-                    let _ = cv
-                        .wait_timeout(g, POOL_IDLE_RECHECK)
-                        .expect("reclaim wake lock");
+                let (m, cv) = &r.wake[id];
+                let mut woken = m.lock().expect("reclaim wake lock");
+                // Re-check under the lock: a charge that asked for this thread after the check
+                // above sets the flag, so the wake-up cannot be lost.
+                if !*woken && id >= r.wanted(&shared) && !shared.stopping() {
+                    woken = cv
+                        .wait_timeout(woken, POOL_IDLE_RECHECK)
+                        .expect("reclaim wake lock")
+                        .0;
                 }
+                *woken = false;
             }
             let now = r.awake.fetch_add(1, Ordering::Relaxed) + 1;
             r.peak_awake.fetch_max(now, Ordering::Relaxed);

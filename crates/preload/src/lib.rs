@@ -17,7 +17,7 @@
 //! | `GLEANER_HANDLERS` | fault-handler threads | `2` |
 //! | `GLEANER_STATS` | write the region's stats JSON here at exit (`%p` is replaced by the pid) | — |
 //! | `GLEANER_RECLAIM` | who reclaims: `hermit`, `hermit:paper`, `static:N` or `direct` | `hermit` |
-//! | `GLEANER_MAX_RECLAIMERS` | the most reclaim threads `hermit` runs at once | `4` |
+//! | `GLEANER_MAX_RECLAIMERS` | the most reclaim threads `hermit` runs at once | half the CPUs, at least 1 |
 //! | `GLEANER_PREFETCH` | prefetcher: `none`, `next:N`, `stride`, `readahead`, `leap`, `leap:PWMAX` | `none` |
 //! | `GLEANER_PREFETCH_INSTALL` | how prefetched pages reach the program: `marker` or `staged` | `marker` |
 //! | `GLEANER_EVICT` | eviction order: `fifo`, `clock` or `rackmem` | `fifo` |
@@ -116,7 +116,8 @@ fn config_from_env() -> Result<Option<Config>, String> {
         handlers: parsed("GLEANER_HANDLERS")?.unwrap_or(2),
         stats: per_process_path("GLEANER_STATS"),
         reclaim: parsed("GLEANER_RECLAIM")?.unwrap_or_default(),
-        max_reclaimers: parsed("GLEANER_MAX_RECLAIMERS")?.unwrap_or(4),
+        max_reclaimers: parsed("GLEANER_MAX_RECLAIMERS")?
+            .unwrap_or_else(gleaner_pager::default_max_reclaim_threads),
         stats_trace: per_process_path("GLEANER_STATS_TRACE"),
         prefetch: parsed("GLEANER_PREFETCH")?.unwrap_or(PrefetcherKind::None),
         prefetch_install: parsed("GLEANER_PREFETCH_INSTALL")?.unwrap_or_default(),
