@@ -17,8 +17,9 @@ use crate::{PagerError, PAGE_SIZE};
 pub const MIN_BUDGET_BATCHES: usize = 4;
 
 /// The default cap on `hermit`'s reclaim threads: half this machine's CPUs, at least one.
-/// Reclaim threads only help when they have cores to run on: on a 2-vCPU machine 4 threads made
-/// memcached sustain 4× less load than 1 (`docs/BENCHMARKS.md`, reclamation).
+/// Reclaim threads only help when they have cores to run on: on a 2-vCPU machine a 4-thread pool
+/// never did better than one thread under memcached, and once sustained a quarter of its load
+/// (`docs/BENCHMARKS.md`, reclamation).
 pub fn default_max_reclaim_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
 }
