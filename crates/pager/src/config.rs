@@ -190,15 +190,6 @@ impl RegionConfig {
         Ok((pages, budget.min(pages.max(min))))
     }
 
-    /// How many reclaim threads the region starts (each with its own memnode connection).
-    pub fn reclaim_pool_size(&self) -> usize {
-        match self.reclaim {
-            ReclaimMode::Hermit { .. } => self.max_reclaim_threads.max(1),
-            ReclaimMode::Static(n) => n,
-            ReclaimMode::Direct => 0,
-        }
-    }
-
     /// The smallest workable budget in pages.
     pub fn min_budget_pages(&self) -> usize {
         MIN_BUDGET_BATCHES * self.evict_batch + self.handler_threads

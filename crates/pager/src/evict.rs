@@ -35,12 +35,6 @@ pub(crate) struct Evictor {
     victims: Vec<(usize, bool)>,
 }
 
-impl Default for Evictor {
-    fn default() -> Self {
-        Evictor::new()
-    }
-}
-
 impl Evictor {
     /// Opens `/proc/self/mem` (stopping the program if that fails: it cannot evict without it).
     pub(crate) fn new() -> Evictor {

@@ -30,6 +30,8 @@ struct Handler {
     /// Prefetch candidates and the pages claimed for a prefetch.
     candidates: Vec<u64>,
     claimed: Vec<u64>,
+    /// A copy of a fetched page, kept while a direct reclaim reuses the connection.
+    stash: Box<[u8; PAGE_SIZE]>,
 }
 
 /// One handler thread's loop: wait for events (or the stop signal), resolve each.
@@ -40,6 +42,7 @@ pub(crate) fn run(shared: Arc<Shared>, conn: Connection) {
         evictor: None,
         candidates: Vec::new(),
         claimed: Vec::new(),
+        stash: Box::new([0; PAGE_SIZE]),
     };
     while shared.wait_for_events() {
         match shared.uffd.read_events(&mut events, 16) {
@@ -75,7 +78,6 @@ pub(crate) fn run(shared: Arc<Shared>, conn: Connection) {
 fn on_missing(shared: &Shared, h: &mut Handler, page: usize, tid: u32, write: bool) {
     let started = Instant::now();
     let c = &shared.counters;
-    let mut stash = [0u8; PAGE_SIZE];
     loop {
         match shared.table.get(page) {
             PageState::Absent => {
@@ -143,9 +145,9 @@ fn on_missing(shared: &Shared, h: &mut Handler, page: usize, tid: u32, write: bo
                 } else {
                     // Only a direct reclaim makes room, and it needs the connection whose
                     // receive buffer holds the page: keep a copy meanwhile.
-                    stash.copy_from_slice(data);
+                    h.stash.copy_from_slice(data);
                     shared.take_slot(&mut h.conn, &mut h.evictor, Some(page));
-                    &stash[..]
+                    &h.stash[..]
                 };
                 install_clean_or_dirty(shared, page, data, write, false);
                 Counters::add(&c.remote_faults, 1);
@@ -257,7 +259,7 @@ fn install_clean_or_dirty(
     prefetched: bool,
 ) {
     // SAFETY: `data` is one page of handler-owned memory (a connection's receive buffer, a
-    // staging buffer or this thread's stack copy), outside every registered range; the
+    // staging buffer or the handler's own copy), outside every registered range; the
     // destination is an aligned page of the region.
     let r = unsafe {
         shared

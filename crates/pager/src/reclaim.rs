@@ -129,19 +129,20 @@ impl Reclaim {
         self.pool_size
     }
 
-    fn now_ns(&self) -> u64 {
+    /// Nanoseconds since the region started (the eviction clock's time base).
+    pub(crate) fn clock_ns(&self) -> u64 {
         self.epoch.elapsed().as_nanos() as u64
+    }
+
+    /// The eviction clock's reading at `now_ns`: [`EVICT_TICK_NS`] ticks plus one, wrapping,
+    /// never 0 (which means "never evicted").
+    fn tick(now_ns: u64) -> u32 {
+        ((now_ns / EVICT_TICK_NS).wrapping_add(1) as u32).max(1)
     }
 
     /// Records that `page` was just evicted (for its turnaround when it comes back).
     pub(crate) fn stamp_eviction(&self, page: usize, now_ns: u64) {
-        let tick = (now_ns / EVICT_TICK_NS).wrapping_add(1) as u32;
-        self.evicted_at[page].store(tick.max(1), Ordering::Relaxed);
-    }
-
-    /// Nanoseconds since the region started (the eviction clock's time base).
-    pub(crate) fn clock_ns(&self) -> u64 {
-        self.now_ns()
+        self.evicted_at[page].store(Self::tick(now_ns), Ordering::Relaxed);
     }
 
     /// The turnaround of `page`, evicted earlier and faulting now, if it was ever evicted.
@@ -150,8 +151,7 @@ impl Reclaim {
         if at == 0 {
             return None;
         }
-        let now_tick = (now_ns / EVICT_TICK_NS).wrapping_add(1) as u32;
-        Some(u64::from(now_tick.wrapping_sub(at)) * EVICT_TICK_NS)
+        Some(u64::from(Self::tick(now_ns).wrapping_sub(at)) * EVICT_TICK_NS)
     }
 
     /// Whether a faulting thread must reclaim synchronously before charging a page, and how
@@ -165,7 +165,7 @@ impl Reclaim {
     /// the memnode (its turnaround is reported). Wakes the pool when the scheduler asks for more
     /// threads than are awake.
     pub(crate) fn on_charge(&self, resident: usize, refault: Option<usize>) {
-        let now = self.now_ns();
+        let now = self.clock_ns();
         let turnaround = refault.and_then(|p| self.turnaround_ns(p, now));
         let decision = {
             let mut s = self.sched.lock().expect("reclaim scheduler lock");

@@ -358,9 +358,11 @@ impl Region {
                 pages - budget
             );
         }
+        // The scheduler says how many reclaim threads its mode runs: one connection each.
+        let reclaim = Reclaim::new(pages, budget, cfg.reclaim, cfg.max_reclaim_threads);
+        let pool = reclaim.pool_size();
         let mut conns = Vec::new();
-        let pool_threads = cfg.reclaim_pool_size();
-        for _ in 0..cfg.handler_threads + pool_threads {
+        for _ in 0..cfg.handler_threads + pool {
             conns.push(target.attach()?);
         }
 
@@ -389,8 +391,6 @@ impl Region {
         }
         // SAFETY: `efd` was just returned by the kernel and is owned by nothing else.
         let stop_fd = unsafe { OwnedFd::from_raw_fd(efd) };
-        let reclaim = Reclaim::new(pages, budget, cfg.reclaim, cfg.max_reclaim_threads);
-        let pool = reclaim.pool_size();
         let policy = crate::policy::build(cfg.evict, budget).map_err(PagerError::Config)?;
         let prefetch = Prefetch::new(
             cfg.prefetch,
@@ -444,7 +444,6 @@ impl Region {
         };
         let mut threads = Vec::new();
         let hook = cfg.thread_start_hook;
-        debug_assert_eq!(pool, pool_threads);
         for id in 0..pool {
             let conn = conns.pop().expect("one connection per thread");
             let s = shared.clone();
