@@ -11,7 +11,11 @@
    25%: completion time per mode, all-local beside it, result checked against all-local.
 3. Reclaim throughput per thread and the per-step cost (`gleaner bench micro`, sequential, 25%).
 
-    python3 bench/reclaim.py [--quick] [--out bench/results/reclaim.json]
+    python3 bench/reclaim.py [--quick] [--reps N] [--only PART] [--out bench/results/reclaim.json]
+
+Every memcached mode runs --reps times (default 3), interleaved; the report takes medians. Each
+rate step also records the VM's CPU steal and, from the pager's `--stats-trace`, the fault-in
+rate, the reclaim pool's busy fraction and any fault that had to wait for room.
 
 Needs a release build and the harness's load generator (make bench-setup).
 """
@@ -50,12 +54,12 @@ def mc(args, timeout):
     return j
 
 
-def launcher(mode, budget, stats):
+def launcher(mode, budget, stats, trace=None):
     if mode is None:
         return []
-    extra = []
+    extra = ["--stats-trace", trace] if trace else []
     if mode == "hermit:max4":
-        mode, extra = "hermit", ["--max-reclaimers", "4"]
+        mode, extra = "hermit", extra + ["--max-reclaimers", "4"]
     return [GLEANER, "run", "-q", "--local-mem", str(budget), "--reclaim", mode] + extra + [
         "--stats", stats, "--"]
 
@@ -69,6 +73,7 @@ def reclaim_stats(path):
         "direct_wait_ratio": r["direct_wait_ratio"],
         "direct_waits": r["direct_waits"],
         "pool_cpu_s": r["pool_cpu_ns"] / 1e9,
+        "pool_busy_s": r["pool_busy_ns"] / 1e9,
         "pool_pages": r["pool_pages"],
         "direct_pages": r["direct_pages"],
         "direct_s": r["direct_ns"] / 1e9,
@@ -84,13 +89,63 @@ def reclaim_stats(path):
     }
 
 
+def cpu_jiffies():
+    """(steal, total) jiffies over all CPUs, from /proc/stat."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return v[7], sum(v[:8])
+
+
+def trace_lines(path):
+    """The complete lines of a `--stats-trace` file so far, parsed."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError:
+        return []
+    out = []
+    for line in text.splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            pass    # a line being written
+    return out
+
+
+def trace_t_ms(path):
+    lines = trace_lines(path)
+    return lines[-1]["t_ms"] if lines else None
+
+
+def step_pressure(lines, t0, t1):
+    """What the pager did between trace times t0 and t1 (ms): fault-in and eviction rates, the
+    reclaim pool's busy fraction (all threads' busy time over the step's wall time; one thread
+    working the whole time is 1.0) on average and in the busiest 100 ms window, and the faults
+    that had to wait for room."""
+    win = [x for x in lines if t0 is not None and t1 is not None and t0 <= x["t_ms"] <= t1]
+    if len(win) < 2:
+        return None
+    a, b = win[0], win[-1]
+    secs = (b["t_ms"] - a["t_ms"]) / 1000
+    faults = lambda x: x["remote_faults"] + x["zero_fill"]  # noqa: E731
+    peak = max(((y["pool_busy_ns"] - x["pool_busy_ns"]) / ((y["t_ms"] - x["t_ms"]) * 1e6)
+                for x, y in zip(win, win[1:]) if y["t_ms"] > x["t_ms"]), default=0.0)
+    return {"faults_per_s": round((faults(b) - faults(a)) / secs),
+            "evictions_per_s": round((b["evicted"] - a["evicted"]) / secs),
+            "reclaim_busy_frac": round((b["pool_busy_ns"] - a["pool_busy_ns"]) / (secs * 1e9), 4),
+            "reclaim_busy_frac_peak_100ms": round(peak, 4),
+            "waited_on_budget": b["waited_on_budget"] - a["waited_on_budget"],
+            "direct_waits": b["direct_waits"] - a["direct_waits"]}
+
+
 def memcached_run(p, mode, budget, rates):
     """One memcached server: load, the open-loop rate ladder, verify. Returns the record."""
     tmp = tempfile.mkdtemp(prefix="gleaner-reclaim-")
     stats = os.path.join(tmp, "stats.json")
+    trace = os.path.join(tmp, "trace.jsonl")
     port = free_port()
     mb = int(p["keys"] * (p["value_size"] + 100) * 1.3 / (1 << 20)) + 64
-    cmd = launcher(mode, budget, stats) + ["memcached", "-p", str(port), "-U", "0", "-l",
+    cmd = launcher(mode, budget, stats, trace) + ["memcached", "-p", str(port), "-U", "0", "-l",
                                            "127.0.0.1", "-m", str(mb), "-t", "2", "-u", "root"]
     err = open(os.path.join(tmp, "stderr"), "w")
     srv = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
@@ -105,12 +160,18 @@ def memcached_run(p, mode, budget, rates):
         pid = srv.pid if mode is None else next(
             (q for q in descendants(srv.pid) if comm(q).startswith("memcached")), None)
         rec["rss_after_load"] = vm_hwm(pid) if pid else None
+        steps = []
         for i, rate in enumerate(rates):
+            steal0, total0, t0 = *cpu_jiffies(), trace_t_ms(trace)
             o = mc(["open"] + base + [rate, p["secs"], 95, 0.99, 4, 10 + i], p["secs"] + 60)
+            steal1, total1 = cpu_jiffies()
+            time.sleep(0.25)    # let the trace get its next line
+            steps.append((t0, trace_t_ms(trace)))
             row = {"offered_rps": rate, "achieved_rps": o["throughput_rps"],
                    "p50_us": o["latency_us"]["p50"], "p99_us": o["latency_us"]["p99"],
                    "p999_us": o["latency_us"]["p999"], "unanswered": o["unanswered"],
-                   "sent": o["sent"], "hits_checked": o["hits"], "misses": o["misses"]}
+                   "sent": o["sent"], "hits_checked": o["hits"], "misses": o["misses"],
+                   "steal_pct": round(100 * (steal1 - steal0) / max(1, total1 - total0), 2)}
             rec["rates"].append(row)
             log(f"  {rec['mode']:9s} {rate:6d} rps: p50 {row['p50_us']:8.0f} us, p99 "
                 f"{row['p99_us']:9.0f} us, unanswered {row['unanswered']}")
@@ -130,6 +191,9 @@ def memcached_run(p, mode, budget, rates):
         err.close()
     if mode is not None:
         rec["reclaim"] = reclaim_stats(stats)
+        lines = trace_lines(trace)
+        for row, (t0, t1) in zip(rec["rates"], steps):
+            row["pager"] = step_pressure(lines, t0, t1)
     ok = [r["offered_rps"] for r in rec["rates"] if not r["unanswered"] and r["p99_us"] <= P99_TARGET_US]
     rec["sustained_rps_under_target"] = max(ok) if ok else 0
     return rec
@@ -170,6 +234,7 @@ def micro_run(mode, size):
             "pool_pages_per_s_per_thread": st["reclaim"]["pool_pages_per_s"],
             "step_ns_per_page": {"protect": per(ev["protect_ns"]), "read": per(ev["read_ns"]),
                                  "send": per(ev["send_ns"]), "drop": per(ev["drop_ns"])},
+            "vectored_drop": ev.get("vectored_drop"),
             "evicted_clean": ev["clean"], "evicted_dirty": ev["dirty"], "batches": ev["batches"]}
 
 
@@ -178,8 +243,11 @@ def main():
     ap.add_argument("--quick", action="store_true", help="small sizes, a few minutes")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "reclaim.json"))
     ap.add_argument("--only", choices=["memcached", "phases", "micro"], action="append")
+    ap.add_argument("--reps", type=int, help="passes over every memcached mode (default 3; 1 "
+                    "with --quick)")
     a = ap.parse_args()
     only = set(a.only or ["memcached", "phases", "micro"])
+    reps = a.reps or (1 if a.quick else 3)
     if a.quick:
         mcp = {"keys": 60000, "value_size": 1024, "secs": 3}
         rates = [5000, 20000]
@@ -187,25 +255,31 @@ def main():
         micro_size = "128M"
     else:
         mcp = {"keys": 250000, "value_size": 1024, "secs": 5}
-        rates = [2500, 5000, 10000, 20000, 40000]
+        rates = [2500, 5000, 10000, 15000, 20000, 30000, 40000]
         php = {"mib": 384, "rounds": 3}
         micro_size = "512M"
-    res = {"schema": 1, "date": now_iso(), "git_commit": git_commit(), "machine": machine(),
-           "command": "python3 bench/reclaim.py" + (" --quick" if a.quick else ""),
+    res = {"schema": 2, "date": now_iso(), "git_commit": git_commit(), "machine": machine(),
+           "command": "python3 bench/reclaim.py" + (" --quick" if a.quick else "")
+           + (f" --reps {a.reps}" if a.reps else ""),
            "p99_target_us": P99_TARGET_US, "memcached": {}, "phases": {}, "micro": []}
     if "memcached" in only:
-        log("memcached all-local")
-        local = memcached_run(mcp, None, None, rates)
-        foot = local["rss_after_load"]
-        res["memcached"] = {"params": mcp, "rates": rates, "footprint_bytes": foot,
-                            "all_local": local, "by_ratio": {}}
-        for ratio in (70, 50):
-            budget = int(foot * ratio / 100)
-            runs = []
-            for mode in MODES:
-                log(f"memcached {ratio}% {mode}")
-                runs.append(memcached_run(mcp, mode, budget, rates))
-            res["memcached"]["by_ratio"][str(ratio)] = runs
+        # Repetitions are whole passes over every mode, the mode order rotated each time, so a
+        # slow spell of the VM falls on different modes in different passes.
+        local_runs, by_ratio, foot = [], {"70": [], "50": []}, None
+        for rep in range(reps):
+            log(f"memcached all-local (pass {rep + 1}/{reps})")
+            local = memcached_run(mcp, None, None, rates)
+            local["rep"] = rep
+            local_runs.append(local)
+            foot = foot or local["rss_after_load"]
+            for ratio in (70, 50):
+                for mode in MODES[rep % len(MODES):] + MODES[:rep % len(MODES)]:
+                    log(f"memcached {ratio}% {mode} (pass {rep + 1}/{reps})")
+                    r = memcached_run(mcp, mode, int(foot * ratio / 100), rates)
+                    r["rep"] = rep
+                    by_ratio[str(ratio)].append(r)
+        res["memcached"] = {"params": mcp, "rates": rates, "reps": reps, "footprint_bytes": foot,
+                            "all_local": local_runs, "by_ratio": by_ratio}
     if "phases" in only:
         log("phases all-local")
         local = phases_run(None, None, php)

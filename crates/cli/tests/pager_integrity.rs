@@ -431,6 +431,18 @@ fn stats_trace_follows_the_run_over_time() {
     assert!(last["evicted"].as_u64().unwrap() > 0);
     assert!(last["remote_faults"].as_u64().unwrap() > 0);
     assert!(last["low_watermark_pages"].as_u64().unwrap() > 0);
+    let busy: Vec<u64> = lines
+        .iter()
+        .map(|l| {
+            l["pool_busy_ns"]
+                .as_u64()
+                .expect("pool_busy_ns in every line")
+        })
+        .collect();
+    assert!(
+        busy.windows(2).all(|w| w[0] <= w[1]),
+        "reclaim busy time only grows: {busy:?}"
+    );
 }
 
 /// Sequential passes (which make every prefetcher fire), then the random workload, under a

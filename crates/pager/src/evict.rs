@@ -7,8 +7,9 @@
 //!    blocks in a write-protect fault instead of changing the page;
 //! 3. copy the dirty ones out through `/proc/self/mem` (never by dereferencing the region, so this
 //!    thread cannot fault on memory it is responsible for) and send them in one batched write;
-//! 4. only after the memnode acknowledges: drop every victim with one `MADV_DONTNEED` per
-//!    contiguous run, mark them REMOTE, and wake the faults that waited.
+//! 4. only after the memnode acknowledges: drop every victim (`MADV_DONTNEED` on each contiguous
+//!    run, all runs in one vectored `process_madvise` where the kernel allows it), mark them
+//!    REMOTE, and wake the faults that waited.
 //!
 //! If the memnode refuses the write (full), the batch is undone: pages go back to their
 //! resident states, nothing is dropped, and the region keeps them locally while it can.
@@ -96,13 +97,11 @@ impl Evictor {
             }
         }
         let t3 = Instant::now();
-        for (start, len) in runs(self.victims.iter().map(|v| v.0)) {
-            if let Err(e) =
-                s.mapping
-                    .madvise(start * PAGE_SIZE, len * PAGE_SIZE, libc::MADV_DONTNEED)
-            {
-                fatal(&format!("dropping evicted pages: {e}"));
-            }
+        if let Err(e) = s
+            .mapping
+            .discard_ranges(&runs(self.victims.iter().map(|v| v.0)))
+        {
+            fatal(&format!("dropping evicted pages: {e}"));
         }
         let now = s.reclaim.clock_ns();
         for &(page, _) in &self.victims {

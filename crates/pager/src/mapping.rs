@@ -6,8 +6,23 @@
 //! pager (a `madvise` from the evictor would re-enter `Region::discard`).
 
 use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::PAGE_SIZE;
+
+/// `PIDFD_SELF_THREAD` (Linux 6.15, newer than Debian's headers): a pidfd argument meaning "the
+/// calling thread", whose memory is the whole process's, so no pidfd has to be opened (or
+/// reopened after `fork`). (`PIDFD_SELF_THREAD_GROUP`, -20000, is refused by `process_madvise`
+/// on 6.18.)
+const PIDFD_SELF_THREAD: libc::c_int = -10000;
+
+/// Ranges handed to one `process_madvise` call (the kernel's `UIO_MAXIOV`).
+const MAX_IOVECS: usize = 1024;
+
+/// Cleared the first time the kernel refuses a vectored `MADV_DONTNEED` on the calling process
+/// (before Linux 6.13 `process_madvise` took only non-destructive advice; before 6.15 it had no
+/// `PIDFD_SELF`): every later drop uses one `madvise` per range.
+static VECTORED_DROP: AtomicBool = AtomicBool::new(true);
 
 /// An anonymous, private, `MAP_NORESERVE` mapping owned by a region.
 #[derive(Debug)]
@@ -67,11 +82,152 @@ impl Mapping {
         }
         Ok(())
     }
+
+    /// Discards the pages of several ranges, `(first page, page count)` each, as
+    /// `MADV_DONTNEED` would. One vectored `process_madvise` covers up to [`MAX_IOVECS`] ranges
+    /// with a single TLB flush, where one `madvise` per range flushes (and interrupts every other
+    /// CPU running the program) once per range: measured 1.6 against 17-22 µs per scattered
+    /// page on the 2-vCPU test VM. Falls back to one `madvise` per range where the kernel
+    /// refuses.
+    pub(crate) fn discard_ranges(&self, ranges: &[(usize, usize)]) -> io::Result<()> {
+        let mut rest = ranges;
+        while !rest.is_empty() && VECTORED_DROP.load(Ordering::Relaxed) {
+            let chunk = &rest[..rest.len().min(MAX_IOVECS)];
+            let iov: Vec<libc::iovec> = chunk
+                .iter()
+                .map(|&(first, count)| {
+                    assert!(
+                        (first + count) * PAGE_SIZE <= self.len,
+                        "discard outside the mapping"
+                    );
+                    libc::iovec {
+                        iov_base: (self.addr + first * PAGE_SIZE) as *mut libc::c_void,
+                        iov_len: count * PAGE_SIZE,
+                    }
+                })
+                .collect();
+            // SAFETY: every iovec lies inside this mapping (asserted above) and `iov` outlives
+            // the call; the target is the calling process itself. MADV_DONTNEED discards the
+            // contents, which callers only do for pages whose data is safe elsewhere, exactly
+            // as in `madvise`.
+            let r = unsafe {
+                libc::syscall(
+                    libc::SYS_process_madvise,
+                    PIDFD_SELF_THREAD,
+                    iov.as_ptr(),
+                    iov.len(),
+                    libc::MADV_DONTNEED,
+                    0u32,
+                )
+            };
+            if r < 0 {
+                let e = io::Error::last_os_error();
+                log::debug!("vectored MADV_DONTNEED refused ({e}); dropping one range at a time");
+                VECTORED_DROP.store(false, Ordering::Relaxed);
+                break;
+            }
+            // A short count means the kernel stopped part-way: skip what it covered, retry the rest.
+            let mut done = r as usize;
+            let mut whole = 0;
+            for &(_, count) in chunk {
+                if done < count * PAGE_SIZE {
+                    break;
+                }
+                done -= count * PAGE_SIZE;
+                whole += 1;
+            }
+            if whole == 0 {
+                // Not even the first range went through: let `madvise` report why.
+                break;
+            }
+            rest = &rest[whole..];
+        }
+        for &(first, count) in rest {
+            self.madvise(first * PAGE_SIZE, count * PAGE_SIZE, libc::MADV_DONTNEED)?;
+        }
+        Ok(())
+    }
+}
+
+/// Whether drops still go through the vectored `process_madvise` (false once the kernel refused).
+pub(crate) fn vectored_drops() -> bool {
+    VECTORED_DROP.load(Ordering::Relaxed)
 }
 
 impl Drop for Mapping {
     fn drop(&mut self) {
         // SAFETY: unmapping exactly the range mapped in `reserve`, once.
         unsafe { libc::syscall(libc::SYS_munmap, self.addr, self.len) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Writes a marker into every page of `m` through a raw pointer.
+    fn fill(m: &Mapping, pages: usize) {
+        for p in 0..pages {
+            // SAFETY: page `p` lies inside the mapping, which is readable and writable and used
+            // by nothing else in this test.
+            unsafe { *((m.addr() + p * PAGE_SIZE) as *mut u8) = 0xA5 };
+        }
+    }
+
+    /// The first byte of every page.
+    fn first_bytes(m: &Mapping, pages: usize) -> Vec<u8> {
+        (0..pages)
+            // SAFETY: as in `fill`.
+            .map(|p| unsafe { *((m.addr() + p * PAGE_SIZE) as *const u8) })
+            .collect()
+    }
+
+    #[test]
+    fn discard_ranges_zeroes_exactly_the_given_pages() {
+        let pages = 64;
+        let m = Mapping::reserve(pages * PAGE_SIZE).unwrap();
+        fill(&m, pages);
+        let ranges = [(1, 2), (5, 1), (10, 3), (63, 1)];
+        m.discard_ranges(&ranges).unwrap();
+        let dropped = |p: usize| ranges.iter().any(|&(f, n)| p >= f && p < f + n);
+        for (p, b) in first_bytes(&m, pages).into_iter().enumerate() {
+            assert_eq!(b, if dropped(p) { 0 } else { 0xA5 }, "page {p}");
+        }
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+        let mut v = release.split(|c: char| !c.is_ascii_digit());
+        let major: u32 = v.next().and_then(|x| x.parse().ok()).unwrap_or(0);
+        let minor: u32 = v.next().and_then(|x| x.parse().ok()).unwrap_or(0);
+        if (major, minor) >= (6, 15) {
+            assert!(
+                vectored_drops(),
+                "kernel {release}: vectored MADV_DONTNEED was refused"
+            );
+        } else {
+            eprintln!(
+                "NOTE: kernel {} predates PIDFD_SELF (6.15): only the one-madvise-per-range \
+                 fallback ran here",
+                release.trim()
+            );
+        }
+    }
+
+    #[test]
+    fn discard_ranges_handles_more_ranges_than_one_call_takes() {
+        let pages = 2 * MAX_IOVECS + 400;
+        let m = Mapping::reserve(pages * PAGE_SIZE).unwrap();
+        fill(&m, pages);
+        let ranges: Vec<(usize, usize)> = (0..pages).step_by(2).map(|p| (p, 1)).collect();
+        assert!(ranges.len() > MAX_IOVECS);
+        m.discard_ranges(&ranges).unwrap();
+        for (p, b) in first_bytes(&m, pages).into_iter().enumerate() {
+            assert_eq!(b, if p % 2 == 0 { 0 } else { 0xA5 }, "page {p}");
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "discard outside the mapping")]
+    fn discard_ranges_refuses_a_range_past_the_end() {
+        let m = Mapping::reserve(4 * PAGE_SIZE).unwrap();
+        let _ = m.discard_ranges(&[(3, 2)]);
     }
 }

@@ -287,6 +287,7 @@ impl Shared {
                 read_ns: get(&c.evict_read_ns),
                 send_ns: get(&c.evict_send_ns),
                 drop_ns: get(&c.evict_drop_ns),
+                vectored_drop: crate::mapping::vectored_drops(),
             },
             discarded_pages: get(&c.discarded),
             bytes_in: get(&c.bytes_in),

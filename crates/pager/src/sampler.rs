@@ -36,6 +36,7 @@ struct Sample {
     turnaround_avg_ns: Option<u64>,
     direct_waits: u64,
     pool_cpu_ns: u64,
+    pool_busy_ns: u64,
 }
 
 /// Opens the trace file (truncating it); an error names the path.
@@ -70,6 +71,7 @@ pub(crate) fn run(shared: Arc<Shared>, mut out: BufWriter<File>) {
             turnaround_avg_ns: r.scheduler.turnaround_avg_ns,
             direct_waits: r.direct_waits,
             pool_cpu_ns: r.pool_cpu_ns,
+            pool_busy_ns: r.pool_busy_ns,
         };
         let line = serde_json::to_string(&s).expect("sample serialises");
         if let Err(e) = writeln!(out, "{line}").and_then(|_| out.flush()) {

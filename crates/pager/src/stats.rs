@@ -140,8 +140,11 @@ pub struct EvictionStats {
     pub read_ns: u64,
     /// Nanoseconds spent sending write-backs and waiting for the memnode's acknowledgement.
     pub send_ns: u64,
-    /// Nanoseconds spent dropping victims with `madvise(MADV_DONTNEED)`.
+    /// Nanoseconds spent dropping victims (`MADV_DONTNEED`).
     pub drop_ns: u64,
+    /// Whether drops go through one vectored `process_madvise` per batch (false: one `madvise`
+    /// per contiguous run, because the kernel refused the vectored call).
+    pub vectored_drop: bool,
 }
 
 /// A snapshot of one region's statistics (the JSON that `stats_json` and the exit dump print).
