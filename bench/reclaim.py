@@ -10,6 +10,8 @@
 2. A batch program with phases (allocation bursts, then scans; bench/phases_job.py) at 50% and
    25%: completion time per mode, all-local beside it, result checked against all-local.
 3. Reclaim throughput per thread and the per-step cost (`gleaner bench micro`, sequential, 25%).
+4. (`predict`) The same memcached ladder under `hermit` with write prediction on (the default)
+   and off: write-protect faults saved, write-backs added, latency.
 
     python3 bench/reclaim.py [--quick] [--reps N] [--only PART] [--out bench/results/reclaim.json]
 
@@ -39,6 +41,8 @@ MODES = ["hermit", "hermit:max4", "static:1", "static:4", "direct"]
 # 5 ms: on this VM all-local memcached itself shows a p99 of up to ~5 ms at low load (thread
 # wake-up latency; see the all-local row), so a tighter target would measure VM noise.
 P99_TARGET_US = 5000.0
+# A mode suffix: the same mode with write prediction off (every read fetch write-protected).
+PREDICT_OFF = "/predict-off"
 
 
 def log(*a):
@@ -58,6 +62,8 @@ def launcher(mode, budget, stats, trace=None):
     if mode is None:
         return []
     extra = ["--stats-trace", trace] if trace else []
+    if mode.endswith(PREDICT_OFF):
+        mode, extra = mode[:-len(PREDICT_OFF)], extra + ["--predict-writes", "off"]
     if mode == "hermit:max4":
         mode, extra = "hermit", extra + ["--max-reclaimers", "4"]
     return [GLEANER, "run", "-q", "--local-mem", str(budget), "--reclaim", mode] + extra + [
@@ -86,6 +92,12 @@ def reclaim_stats(path):
         "remote_faults": st["faults"]["remote"],
         "waited_on_budget": st["faults"]["waited_on_budget"],
         "evicted": st["evictions"]["clean"] + st["evictions"]["dirty"],
+        "evicted_dirty": st["evictions"]["dirty"],
+        "bytes_out": st["bytes_out"],
+        "write_protect_faults": st["faults"]["write_protect"],
+        "concurrent_duplicate_faults": st["faults"]["concurrent_duplicate"],
+        "waited_on_eviction": st["faults"]["waited_on_eviction"],
+        "write_prediction": st.get("write_prediction"),
     }
 
 
@@ -242,11 +254,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small sizes, a few minutes")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "reclaim.json"))
-    ap.add_argument("--only", choices=["memcached", "phases", "micro"], action="append")
+    ap.add_argument("--only", choices=["memcached", "predict", "phases", "micro"], action="append")
     ap.add_argument("--reps", type=int, help="passes over every memcached mode (default 3; 1 "
                     "with --quick)")
     a = ap.parse_args()
-    only = set(a.only or ["memcached", "phases", "micro"])
+    only = set(a.only or ["memcached", "predict", "phases", "micro"])
     reps = a.reps or (1 if a.quick else 3)
     if a.quick:
         mcp = {"keys": 60000, "value_size": 1024, "secs": 3}
@@ -261,7 +273,8 @@ def main():
     res = {"schema": 2, "date": now_iso(), "git_commit": git_commit(), "machine": machine(),
            "command": "python3 bench/reclaim.py" + (" --quick" if a.quick else "")
            + (f" --reps {a.reps}" if a.reps else ""),
-           "p99_target_us": P99_TARGET_US, "memcached": {}, "phases": {}, "micro": []}
+           "p99_target_us": P99_TARGET_US, "memcached": {}, "predict": {}, "phases": {},
+           "micro": []}
     if "memcached" in only:
         # Repetitions are whole passes over every mode, the mode order rotated each time, so a
         # slow spell of the VM falls on different modes in different passes.
@@ -280,6 +293,25 @@ def main():
                     by_ratio[str(ratio)].append(r)
         res["memcached"] = {"params": mcp, "rates": rates, "reps": reps, "footprint_bytes": foot,
                             "all_local": local_runs, "by_ratio": by_ratio}
+    if "predict" in only:
+        # Write prediction on (the default) against off, under the default reclaim mode, in
+        # interleaved passes like the mode comparison.
+        local_runs, by_ratio, foot = [], {"70": [], "50": []}, None
+        variants = ["hermit", "hermit" + PREDICT_OFF]
+        for rep in range(reps):
+            log(f"predict: memcached all-local (pass {rep + 1}/{reps})")
+            local = memcached_run(mcp, None, None, rates)
+            local["rep"] = rep
+            local_runs.append(local)
+            foot = foot or local["rss_after_load"]
+            for ratio in (70, 50):
+                for mode in (variants if rep % 2 == 0 else variants[::-1]):
+                    log(f"predict: memcached {ratio}% {mode} (pass {rep + 1}/{reps})")
+                    r = memcached_run(mcp, mode, int(foot * ratio / 100), rates)
+                    r["rep"] = rep
+                    by_ratio[str(ratio)].append(r)
+        res["predict"] = {"params": mcp, "rates": rates, "reps": reps, "footprint_bytes": foot,
+                          "all_local": local_runs, "by_ratio": by_ratio}
     if "phases" in only:
         log("phases all-local")
         local = phases_run(None, None, php)
@@ -304,7 +336,7 @@ def main():
         with open(a.out) as f:
             old = json.load(f)
         res["kept_from_earlier_run"] = {}
-        for key in ("memcached", "phases", "micro"):
+        for key in ("memcached", "predict", "phases", "micro"):
             if key not in only and old.get(key):
                 res[key] = old[key]
                 res["kept_from_earlier_run"][key] = {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use gleaner_pager::{
     EmbeddedMemnode, EvictKind, LatencySummary, PrefetchInstall, PrefetcherKind, ReclaimMode,
-    Region, RegionConfig, RegionStats, PAGE_SIZE,
+    Region, RegionConfig, RegionStats, WritePrediction, PAGE_SIZE,
 };
 use gleaner_proto::units::{format_size, parse_size};
 use gleaner_proto::Endpoint;
@@ -74,6 +74,11 @@ pub struct MicroArgs {
     /// Eviction order: `fifo`, `clock` or `rackmem`.
     #[arg(long, default_value = "fifo")]
     evict: EvictKind,
+    /// Write prediction: `on` installs a page that was seen written writable on its next read
+    /// fetches (saving the write-protect fault its first write would take); `off` tracks every
+    /// read fetch and reports how often prediction would have been right.
+    #[arg(long, value_name = "on|off", default_value = "on")]
+    predict_writes: WritePrediction,
     /// Samples for each floor measurement (0 skips the floors).
     #[arg(long, default_value_t = 4000)]
     floor_samples: usize,
@@ -207,6 +212,7 @@ fn micro(args: &MicroArgs) -> Result<MicroReport, String> {
     cfg.prefetch = args.prefetch;
     cfg.prefetch_install = args.prefetch_install;
     cfg.evict = args.evict;
+    cfg.predict_writes = args.predict_writes;
     // Validate before starting anything, so a bad budget is reported first and alone.
     cfg.validate_only().map_err(|e| e.to_string())?;
     let floor_bytes = (args.floor_samples * PAGE_SIZE) as u64;

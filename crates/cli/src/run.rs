@@ -82,6 +82,11 @@ pub struct RunArgs {
     /// Eviction order: `fifo`, `clock` or `rackmem`.
     #[arg(long, value_name = "NAME", default_value = "fifo")]
     evict: gleaner_pager::EvictKind,
+    /// Write prediction: `on` installs a page that was seen written writable on its next read
+    /// fetches (saving the write-protect fault its first write would take); `off` tracks every
+    /// read fetch and reports how often prediction would have been right.
+    #[arg(long, value_name = "on|off", default_value = "on")]
+    predict_writes: gleaner_pager::WritePrediction,
     /// Record every page fault to FILE (`%p` is replaced by the process id), for
     /// `gleaner trace replay`.
     #[arg(long, value_name = "FILE")]
@@ -183,6 +188,7 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
             args.prefetch_install.to_string(),
         )
         .env("GLEANER_EVICT", args.evict.to_string())
+        .env("GLEANER_PREDICT_WRITES", args.predict_writes.to_string())
         .env("GLEANER_MEMNODE", endpoint.to_string())
         .env("GLEANER_TOKEN_FILE", &token_file)
         .env("GLEANER_STATS", stats_dir.0.join("stats-%p.json"))
@@ -240,6 +246,7 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
         "reclaim": args.reclaim.to_string(),
         "prefetch": args.prefetch.to_string(),
         "evict": args.evict.to_string(),
+        "predict_writes": args.predict_writes.to_string(),
     });
     if let Some(path) = &args.stats {
         let text = serde_json::to_string_pretty(&report).expect("JSON values serialise");
@@ -544,7 +551,8 @@ fn summary(report: &Value, wall: Duration) -> String {
     let lat = &t["remote_fault_latency"];
     format!(
         "gleaner run: {} {} in {:.2} s | local budget {} per process, {} process{} | faults: {} \
-         zero-fill, {} remote (p50 {:.1} us, p99 {:.1} us), {} write-protect | evicted: {} \
+         zero-fill, {} remote (p50 {:.1} us, p99 {:.1} us; {} installed writable by write \
+         prediction), {} write-protect | evicted: {} \
          clean, {} dirty | reclaim {}: {} pages by reclaim threads ({:.2} s CPU), {} faults \
          waited on direct reclaim | in {} / out {}",
         report["command"][0].as_str().unwrap_or(""),
@@ -557,6 +565,7 @@ fn summary(report: &Value, wall: Duration) -> String {
         n(&t["faults"]["remote"]),
         lat["p50_us"].as_f64().unwrap_or(0.0),
         lat["p99_us"].as_f64().unwrap_or(0.0),
+        n(&t["write_prediction"]["predicted"]),
         n(&t["faults"]["write_protect"]),
         n(&t["evictions"]["clean"]),
         n(&t["evictions"]["dirty"]),

@@ -369,3 +369,44 @@ fn preload_library_alone_prints_its_configuration() {
         "{err}"
     );
 }
+
+/// The policy flags of `gleaner run` reach the pager of the program it starts.
+#[test]
+fn policy_flags_reach_the_program() {
+    let dir = TempDir::new("flags");
+    let trace = dir.path().join("trace-%p.jsonl");
+    let trace_s = trace.to_string_lossy().into_owned();
+    let (code, out, err, stats) = run_program(
+        "12M",
+        "mixed",
+        "64",
+        &[
+            "--predict-writes",
+            "off",
+            "--reclaim",
+            "static:1",
+            "--evict",
+            "clock",
+            "--stats-trace",
+            &trace_s,
+        ],
+    );
+    assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
+    assert!(out.contains("mixed ok"), "{out}");
+    let p = &stats["processes"][0]["stats"];
+    assert_eq!(p["write_prediction"]["enabled"], false, "{stats}");
+    assert_eq!(p["reclaim"]["scheduler"]["mode"], "static:1", "{stats}");
+    assert_eq!(p["policy"], "clock", "{stats}");
+    let traces: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("trace-"))
+        .collect();
+    assert_eq!(traces.len(), 1, "one stats trace per process");
+    let lines = std::fs::read_to_string(traces[0].path()).unwrap();
+    assert!(lines.lines().count() >= 1, "the trace has samples");
+
+    let (code, _, err, _) = run_program("12M", "mixed", "8", &["--predict-writes", "maybe"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("expected `on` or `off`"), "{err}");
+}

@@ -7,6 +7,7 @@ pub use gleaner_policy::evict::EvictKind;
 pub use gleaner_policy::prefetch::PrefetcherKind;
 pub use gleaner_policy::reclaim::ReclaimMode;
 
+pub use crate::predict::WritePrediction;
 pub use crate::prefetch::PrefetchInstall;
 use gleaner_proto::Endpoint;
 
@@ -93,6 +94,9 @@ pub struct RegionConfig {
     pub evict: EvictKind,
     /// If set, every fault is recorded here (the `gleaner trace` format) for offline replay.
     pub trace: Option<PathBuf>,
+    /// Install pages that were seen written writable on their next read fetches, saving the
+    /// write-protect fault (`on`, default), or track every read fetch (`off`).
+    pub predict_writes: WritePrediction,
 }
 
 impl RegionConfig {
@@ -118,6 +122,7 @@ impl RegionConfig {
             prefetch_install: PrefetchInstall::default(),
             evict: EvictKind::Fifo,
             trace: None,
+            predict_writes: WritePrediction::On,
         }
     }
 

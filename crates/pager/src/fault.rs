@@ -104,6 +104,9 @@ fn on_missing(shared: &Shared, h: &mut Handler, page: usize, tid: u32, write: bo
                     shared.uffd.zeropage(addr, PAGE_SIZE, true)
                 };
                 install_outcome(shared, page, r);
+                if write {
+                    shared.writes.on_installed_for_write(page);
+                }
                 shared.installed(page, PageState::Dirty, false);
                 Counters::add(&c.zero_fills, 1);
                 return;
@@ -149,7 +152,14 @@ fn on_missing(shared: &Shared, h: &mut Handler, page: usize, tid: u32, write: bo
                     shared.take_slot(&mut h.conn, &mut h.evictor, Some(page));
                     &h.stash[..]
                 };
-                install_clean_or_dirty(shared, page, data, write, false);
+                // A page seen written goes in writable (no write-protect fault to follow).
+                let writable = if write {
+                    shared.writes.on_installed_for_write(page);
+                    true
+                } else {
+                    shared.writes.install_writable(page)
+                };
+                install_clean_or_dirty(shared, page, data, writable, false);
                 Counters::add(&c.remote_faults, 1);
                 Counters::add(&c.bytes_in, PAGE_SIZE as u64);
                 shared.remote_latency.record(started.elapsed());
@@ -209,6 +219,7 @@ fn on_write_protect(shared: &Shared, page: usize) {
                 {
                     fatal(&format!("lifting write protection on page {page}: {e}"));
                 }
+                shared.writes.on_tracked_write(page);
                 shared.table.release(page, PageState::Dirty);
                 shared.policy.lock().expect("policy lock").on_access(page);
                 Counters::add(&c.wp_faults, 1);
@@ -249,8 +260,8 @@ fn on_write_protect(shared: &Shared, page: usize) {
 
 /// Installs `data` as `page` (owned in FETCHING, its budget slot taken) and publishes it. A read
 /// installs the page write-protected (clean: its memnode copy is valid, so it can later be
-/// dropped with no write); a write installs it writable and dirty, saving the write-protect fault
-/// that would follow at once.
+/// dropped with no write); a write, or a read of a page write prediction expects to be written,
+/// installs it writable and dirty, saving the write-protect fault that would follow.
 fn install_clean_or_dirty(
     shared: &Shared,
     page: usize,

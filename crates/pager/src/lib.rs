@@ -24,6 +24,7 @@ mod fault;
 mod link;
 mod mapping;
 pub mod policy;
+mod predict;
 mod prefetch;
 mod reclaim;
 mod region;
@@ -34,10 +35,11 @@ mod thread;
 
 pub use config::{
     default_max_reclaim_threads, EvictKind, MemnodeTarget, PrefetchInstall, PrefetcherKind,
-    ReclaimMode, RegionConfig, MIN_BUDGET_BATCHES,
+    ReclaimMode, RegionConfig, WritePrediction, MIN_BUDGET_BATCHES,
 };
 pub use embedded::EmbeddedMemnode;
 pub use fatal::FATAL_EXIT_CODE;
+pub use predict::{WritePredictionStats, PREDICTED_RESIDENCIES};
 pub use prefetch::PrefetchStats;
 pub use reclaim::ReclaimStats;
 pub use region::Region;

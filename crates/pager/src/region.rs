@@ -19,6 +19,7 @@ use crate::fatal::fatal;
 use crate::link::{load_token, SessionTarget};
 use crate::mapping::Mapping;
 use crate::policy::EvictionPolicy;
+use crate::predict::{WritePrediction, WritePredictor};
 use crate::prefetch::Prefetch;
 use crate::reclaim::Reclaim;
 use crate::state::{PageState, PageTable};
@@ -42,6 +43,8 @@ pub(crate) struct Shared {
     pub(crate) reclaim: Reclaim,
     /// What to fetch ahead of demand, and the staging buffer.
     pub(crate) prefetch: Prefetch,
+    /// Which read fetches to install writable (pages seen written).
+    pub(crate) writes: WritePredictor,
     /// The fault trace being recorded (`RegionConfig::trace`).
     trace: Option<Mutex<TraceWriter<BufWriter<File>>>>,
     /// How far past the budget the region may grow while the memnode refuses writes.
@@ -295,6 +298,7 @@ impl Shared {
             remote_fault_latency: self.remote_latency.summary(),
             policy: self.policy.lock().expect("policy lock").name(),
             prefetch: self.prefetch.stats(get(&c.remote_faults)),
+            write_prediction: self.writes.stats(),
             memnode,
             uffd_mode: match self.uffd.mode() {
                 Mode::Full => "full",
@@ -426,6 +430,7 @@ impl Region {
             evict_batch: cfg.evict_batch,
             reclaim,
             prefetch,
+            writes: WritePredictor::new(pages, cfg.predict_writes == WritePrediction::On),
             trace,
             full_overflow: cfg.full_overflow.unwrap_or(cfg.local_budget / 4) / PAGE_SIZE,
             memnode_full: AtomicBool::new(false),
@@ -567,6 +572,8 @@ impl Region {
             }
         }
         for page in first..first + count {
+            // Whatever comes here next is new data: it inherits no write prediction.
+            s.writes.forget(page);
             s.table.release(page, PageState::Absent);
         }
         s.resident.fetch_sub(resident, Ordering::AcqRel);

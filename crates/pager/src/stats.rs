@@ -162,6 +162,8 @@ pub struct RegionStats {
     pub faults: FaultStats,
     /// Prefetching: issued, used, late, wasted; accuracy and coverage.
     pub prefetch: crate::prefetch::PrefetchStats,
+    /// Write prediction: read fetches installed writable, or (off) its shadow precision.
+    pub write_prediction: crate::predict::WritePredictionStats,
     /// Reclaim: the scheduler's watermarks and feedback, the pool, direct reclaims.
     pub reclaim: crate::reclaim::ReclaimStats,
     /// Evictions.

@@ -21,6 +21,7 @@
 //! | `GLEANER_PREFETCH` | prefetcher: `none`, `next:N`, `stride`, `readahead`, `leap`, `leap:PWMAX` | `none` |
 //! | `GLEANER_PREFETCH_INSTALL` | how prefetched pages reach the program: `marker` or `staged` | `marker` |
 //! | `GLEANER_EVICT` | eviction order: `fifo`, `clock` or `rackmem` | `fifo` |
+//! | `GLEANER_PREDICT_WRITES` | install pages seen written writable on later read fetches: `on` or `off` | `on` |
 //! | `GLEANER_TRACE` | record every fault here for `gleaner trace replay` (`%p`: pid) | — |
 //! | `GLEANER_STATS_TRACE` | append a JSON line of reclaim and fault counters here every 100 ms (`%p`: pid) | — |
 //! | `GLEANER_LOG` | pager messages on stderr: `error`, `warn`, `info`, `debug`, `trace` | `warn` |
@@ -45,6 +46,7 @@ use std::sync::OnceLock;
 
 use gleaner_pager::{
     EvictKind, MemnodeTarget, PrefetchInstall, PrefetcherKind, ReclaimMode, Region, RegionConfig,
+    WritePrediction,
 };
 use gleaner_proto::units::{format_size, parse_size};
 
@@ -87,6 +89,7 @@ struct Config {
     prefetch: PrefetcherKind,
     prefetch_install: PrefetchInstall,
     evict: EvictKind,
+    predict_writes: WritePrediction,
     trace: Option<PathBuf>,
 }
 
@@ -122,6 +125,7 @@ fn config_from_env() -> Result<Option<Config>, String> {
         prefetch: parsed("GLEANER_PREFETCH")?.unwrap_or(PrefetcherKind::None),
         prefetch_install: parsed("GLEANER_PREFETCH_INSTALL")?.unwrap_or_default(),
         evict: parsed("GLEANER_EVICT")?.unwrap_or(EvictKind::Fifo),
+        predict_writes: parsed("GLEANER_PREDICT_WRITES")?.unwrap_or_default(),
         trace: per_process_path("GLEANER_TRACE"),
     }))
 }
@@ -149,7 +153,7 @@ fn start() -> Result<(), String> {
         eprintln!(
             "gleaner: local {} | memnode {} | token {} | arena {} | handlers {} | stats {} | \
              reclaim {} (at most {} threads) | stats trace {} | prefetch {} ({}) | evict {} | \
-             fault trace {}",
+             predict writes {} | fault trace {}",
             format_size(cfg.local),
             cfg.memnode.as_deref().unwrap_or("embedded"),
             cfg.token_file
@@ -168,6 +172,7 @@ fn start() -> Result<(), String> {
             cfg.prefetch,
             cfg.prefetch_install,
             cfg.evict,
+            cfg.predict_writes,
             cfg.trace
                 .as_ref()
                 .map_or("-".into(), |p| p.display().to_string()),
@@ -187,6 +192,7 @@ fn start() -> Result<(), String> {
     rc.prefetch = cfg.prefetch;
     rc.prefetch_install = cfg.prefetch_install;
     rc.evict = cfg.evict;
+    rc.predict_writes = cfg.predict_writes;
     rc.trace = cfg.trace;
     rc.fork_visible = true;
     rc.sparse = true;
