@@ -98,7 +98,18 @@ def reclaim_stats(path):
         "concurrent_duplicate_faults": st["faults"]["concurrent_duplicate"],
         "waited_on_eviction": st["faults"]["waited_on_eviction"],
         "write_prediction": st.get("write_prediction"),
+        "evict_step_ns_per_page": evict_steps(st),
     }
+
+
+def evict_steps(st):
+    """Each eviction step's time per evicted page (ns), from a region's stats."""
+    ev = st["evictions"]
+    pages = ev["clean"] + ev["dirty"]
+    return {k: round(ev[f"{k}_ns"] / pages, 1) if pages else None
+            for k in ("protect", "read", "send", "drop")} | {
+        "pages_per_batch": round(pages / ev["batches"], 1) if ev["batches"] else None,
+        "vectored_drop": ev.get("vectored_drop")}
 
 
 def cpu_jiffies():
@@ -339,9 +350,10 @@ def main():
         for key in ("memcached", "predict", "phases", "micro"):
             if key not in only and old.get(key):
                 res[key] = old[key]
-                res["kept_from_earlier_run"][key] = {
-                    "date": old.get("date"), "git_commit": old.get("git_commit"),
-                    "command": old.get("command")}
+                # A part the old file had itself kept keeps its own origin.
+                res["kept_from_earlier_run"][key] = (old.get("kept_from_earlier_run") or {}).get(
+                    key, {"date": old.get("date"), "git_commit": old.get("git_commit"),
+                          "command": old.get("command")})
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     with open(a.out, "w") as f:
         json.dump(res, f, indent=1)

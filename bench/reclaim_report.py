@@ -17,6 +17,10 @@ BEGIN, END = "<!-- reclaim:begin -->", "<!-- reclaim:end -->"
 from bench.reclaim import P99_TARGET_US  # noqa: E402
 # Looser p99 targets shown beside the fixed one, to show how much a ranking depends on it.
 LOOSER = [2 * P99_TARGET_US, 5 * P99_TARGET_US]
+# The median latency under which a rate counts as kept up with (the capacity column).
+P50_LIMIT_US = 5000.0
+# CPU steal (percent of a step) above which a step counts as disturbed by the hypervisor.
+STEAL_CUT = 8.0
 
 
 def sustained(run, target):
@@ -45,6 +49,20 @@ def p99_by_rate(passes, rates):
             vals.append(INF if x is None or x["unanswered"] else x["p99_us"])
         out[rate] = median(vals)
     return out
+
+
+def capacity(passes, rates, p50_limit=P50_LIMIT_US):
+    """The highest rate whose median p50 over the passes is within `p50_limit` µs: where the
+    server stops keeping up, which CPU steal moves far less than the tail."""
+    ok = []
+    for rate in rates:
+        vals = []
+        for r in passes:
+            x = next((y for y in r["rates"] if y["offered_rps"] == rate), None)
+            vals.append(INF if x is None or x["unanswered"] else x["p50_us"])
+        if median(vals) <= p50_limit:
+            ok.append(rate)
+    return max(ok) if ok else 0
 
 
 def sustained_median(passes, rates, target):
@@ -99,17 +117,43 @@ def latency_table(groups, rates, target):
     """Markdown rows: per mode, the rate sustained under `target` (median p99 over the passes),
     each pass's own, the rates sustained under the looser targets, and the median p99 per rate."""
     L = ["| mode | sustained rps (median p99 ≤ target) | each pass | " +
-         " | ".join(f"≤ {us(t)}" for t in LOOSER) + " | " +
+         " | ".join(f"p99 ≤ {us(t)}" for t in LOOSER) + f" | capacity (p50 ≤ {us(P50_LIMIT_US)}) | " +
          " | ".join(f"p99 @ {r}" for r in rates) + " |",
-         "|---" * (len(rates) + 3 + len(LOOSER)) + "|"]
+         "|---" * (len(rates) + 4 + len(LOOSER)) + "|"]
     for mode, passes in groups.items():
         med = p99_by_rate(passes, rates)
         each = " / ".join(str(sustained(r, target)) for r in passes)
         L.append(f"| {mode} | {sustained_median(passes, rates, target)} | {each} | " +
-                 " | ".join(str(sustained_median(passes, rates, t)) for t in LOOSER) + " | " +
+                 " | ".join(str(sustained_median(passes, rates, t)) for t in LOOSER) +
+                 f" | {capacity(passes, rates)} | " +
                  " | ".join("past saturation" if med[r] == INF else us(med[r]) for r in rates) +
                  " |")
     return L
+
+
+def steps(rc):
+    """Median µs per evicted page of each eviction step over runs, or — if not recorded."""
+    s = [x["evict_step_ns_per_page"] for x in rc if x.get("evict_step_ns_per_page")]
+    if not s:
+        return "—"
+    return " / ".join(f"{median([y[k] for y in s]) / 1000:.1f}"
+                      for k in ("protect", "read", "send", "drop"))
+
+
+def steal_effect(m, target, cut=STEAL_CUT):
+    """One sentence: how the far-memory runs' steps that kept up (p50 within the capacity limit)
+    fared against the p99 target with and without much CPU steal."""
+    steps = [x for runs in m["by_ratio"].values() for r in runs for x in r["rates"]
+             if x.get("steal_pct") is not None and not x["unanswered"] and x["p50_us"] <= P50_LIMIT_US]
+    hi = [x["p99_us"] for x in steps if x["steal_pct"] >= cut]
+    lo = [x["p99_us"] for x in steps if x["steal_pct"] < cut]
+    if not hi or not lo:
+        return ""
+    miss = lambda v: 100 * sum(p > target for p in v) / len(v)  # noqa: E731
+    return (f"Of the far-memory steps that kept up (p50 ≤ {us(P50_LIMIT_US)}), the {len(hi)} with "
+            f"≥ {cut:.0f}% steal missed the p99 target {miss(hi):.0f}% of the time (median p99 "
+            f"{us(median(hi))}), the {len(lo)} with less {miss(lo):.0f}% (median p99 "
+            f"{us(median(lo))}).")
 
 
 def pressure(passes):
@@ -153,7 +197,9 @@ def section(res, src):
               f"p99 shown is the median over the passes. A rate counts as sustained when every "
               f"request was answered and the median p99 ≤ {us(target)} (all-local memcached "
               "itself reaches a p99 of a few ms at low load on this VM: thread wake-up latency); "
-              "the rates sustained under two looser targets stand beside it. "
+              "the rates sustained under two looser targets stand beside it, and the capacity: "
+              f"the highest rate whose median p50 stays within {us(P50_LIMIT_US)} (where the "
+              "server stops keeping up, which CPU steal moves far less than the tail). "
               "Every GET answer is checked byte for byte; a 1/7 sample of all keys is read back "
               "at the end of each run. A pass stops its ladder at the first rate past "
               "saturation (counted as missed at the higher rates).", "",
@@ -162,7 +208,8 @@ def section(res, src):
               "reclaim pool's busy fraction (busy time over wall time, all threads summed: 1.0 is "
               "one thread working all the time) on average and in the busiest 100 ms, the faults "
               "that had to wait for room (budget waits + direct reclaims) during the ladders, and "
-              "over whole runs (loading included) the direct-wait ratio and the reclaim CPU time.",
+              "over whole runs (loading included) the direct-wait ratio, the reclaim CPU time "
+              "and each eviction step's time per page (wall time, so CPU contention counts).",
               ""]
         local = m["all_local"] if isinstance(m["all_local"], list) else [m["all_local"]]
         steal = [x.get("steal_pct") for r in local for x in r["rates"] if x.get("steal_pct") is not None]
@@ -178,8 +225,8 @@ def section(res, src):
             sus = {mode: sustained_median(passes, rates, target) for mode, passes in groups.items()}
             L += ["", "| mode | peak faults/s | reclaim busy, mean | reclaim busy, busiest 100 ms | "
                   "faults waiting for room (ladders) | direct-wait ratio (whole runs) | reclaim "
-                  "CPU per run | peak threads |",
-                  "|---|---|---|---|---|---|---|---|"]
+                  "CPU per run | peak threads | µs per evicted page: protect / copy / send / drop |",
+                  "|---|---|---|---|---|---|---|---|---|"]
             for mode, passes in by_mode(runs).items():
                 pr = pressure(passes)
                 rc = [r["reclaim"] for r in passes]
@@ -191,7 +238,7 @@ def section(res, src):
                 L.append(f"| {mode} | " + " | ".join(cells) +
                          f" | {100 * dw / faults:.2f}% ({dw}) | "
                          f"{median([x['pool_cpu_s'] for x in rc]):.2f} s | "
-                         f"{max(x['peak_threads_awake'] for x in rc)} |")
+                         f"{max(x['peak_threads_awake'] for x in rc)} | {steps(rc)} |")
             best_static = max((v for k, v in sus.items() if k.startswith("static")), default=0)
             s1, h = sus.get("static:1", 0), sus.get("hermit", 0)
             h4 = sus.get("hermit:max4")
@@ -202,7 +249,7 @@ def section(res, src):
         if steal:
             L += [f"CPU steal (the hypervisor running someone else) during the rate steps: median "
                   f"{median(steal):.1f}%, worst step {max(steal):.1f}% (recorded per step in the "
-                  "JSON).", ""]
+                  "JSON). " + steal_effect(m, target), ""]
     pr = res.get("predict") or {}
     if pr:
         rates = pr["rates"]

@@ -705,30 +705,33 @@ fn read_modify_write_passes(predict: &str, passes: u32) -> gleaner_pager::Region
     region.stats()
 }
 
-/// Write prediction: pages the program writes after every read come back writable, so their
-/// write-protect faults disappear; with prediction off they are all taken, and the shadow
-/// predictor reports that nearly every would-be prediction was right. Data verified both ways.
+/// Write prediction: a page rewritten after coming back from the memnode is installed writable
+/// on its next `PREDICTED_RESIDENCIES` (3) fetches, then tracked once more (which re-arms it), so
+/// in 5 read-modify-write passes only passes 1 and 5 take write-protect faults; with prediction
+/// off every pass does, and the shadow predictor reports how often it would have been right.
+/// First-touch writes arm nothing. Data verified both ways.
 #[test]
 fn write_prediction_saves_the_write_protect_faults_of_rewritten_pages() {
-    let on = read_modify_write_passes("on", 3);
-    let off = read_modify_write_passes("off", 3);
-    assert!(on.faults.remote > 3 * 3000 && off.faults.remote > 3 * 3000);
+    let on = read_modify_write_passes("on", 5);
+    let off = read_modify_write_passes("off", 5);
+    assert!(on.faults.remote > 5 * 3000 && off.faults.remote > 5 * 3000);
     assert!(
-        off.faults.write_protect > 3 * 3000,
+        off.faults.write_protect > 5 * 3000,
         "off: every fetched page takes a write-protect fault ({})",
         off.faults.write_protect
     );
     assert!(
-        on.faults.write_protect * 20 < off.faults.write_protect,
-        "on: {} write-protect faults, off: {}",
+        on.faults.write_protect * 2 < off.faults.write_protect
+            && on.faults.write_protect > off.faults.write_protect / 4,
+        "on: {} write-protect faults (passes 1 and 5), off: {} (all 5 passes)",
         on.faults.write_protect,
         off.faults.write_protect
     );
     assert!(on.write_prediction.enabled && !off.write_prediction.enabled);
     assert!(on.write_prediction.predicted > 3 * 3000);
     assert_eq!(on.write_prediction.shadow_confirmed, 0);
-    // Every fetch is a would-be prediction: the 3 read-modify-write passes confirm theirs, the
-    // final read-only check does not.
+    // Shadow predictions: passes 2-4 (confirmed by their writes) and the final read-only check
+    // (not confirmed).
     let precision = off
         .write_prediction
         .shadow_precision
@@ -739,8 +742,9 @@ fn write_prediction_saves_the_write_protect_faults_of_rewritten_pages() {
     );
 }
 
-/// A page written once and then only read stops being predicted after
-/// `PREDICTED_RESIDENCIES` fetches, so it stops costing write-backs.
+/// A page rewritten once and then only read stops being predicted after
+/// `PREDICTED_RESIDENCIES` fetches, so it stops costing write-backs; the first fill of a page
+/// arms no prediction.
 #[test]
 fn write_prediction_expires_for_pages_no_longer_written() {
     gleaner_bin();
@@ -750,10 +754,23 @@ fn write_prediction_expires_for_pages_no_longer_written() {
     for p in 0..pages {
         base.write(p, 1);
     }
+    for p in 0..pages {
+        if let Some((i, got, want)) = base.check(p, 1) {
+            panic!("page {p} word {i}: got {got:#x}, want {want:#x}");
+        }
+    }
+    assert_eq!(
+        region.stats().write_prediction.predicted,
+        0,
+        "filling a page arms no prediction"
+    );
+    for p in 0..pages {
+        base.write(p, 2);
+    }
     let read_passes = gleaner_pager::PREDICTED_RESIDENCIES as usize + 3;
     for _ in 0..read_passes {
         for p in 0..pages {
-            if let Some((i, got, want)) = base.check(p, 1) {
+            if let Some((i, got, want)) = base.check(p, 2) {
                 panic!("page {p} word {i}: got {got:#x}, want {want:#x}");
             }
         }
@@ -765,9 +782,5 @@ fn write_prediction_expires_for_pages_no_longer_written() {
         "predicted {} read fetches; at most {most} expected",
         s.write_prediction.predicted
     );
-    assert!(s.faults.remote as usize > pages * (read_passes - 1));
-    assert_eq!(
-        s.faults.write_protect, 0,
-        "the program never wrote after the first pass"
-    );
+    assert!(s.faults.remote as usize > pages * read_passes);
 }

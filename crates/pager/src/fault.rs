@@ -104,9 +104,6 @@ fn on_missing(shared: &Shared, h: &mut Handler, page: usize, tid: u32, write: bo
                     shared.uffd.zeropage(addr, PAGE_SIZE, true)
                 };
                 install_outcome(shared, page, r);
-                if write {
-                    shared.writes.on_installed_for_write(page);
-                }
                 shared.installed(page, PageState::Dirty, false);
                 Counters::add(&c.zero_fills, 1);
                 return;
@@ -152,9 +149,9 @@ fn on_missing(shared: &Shared, h: &mut Handler, page: usize, tid: u32, write: bo
                     shared.take_slot(&mut h.conn, &mut h.evictor, Some(page));
                     &h.stash[..]
                 };
-                // A page seen written goes in writable (no write-protect fault to follow).
+                // A page seen rewritten goes in writable (no write-protect fault to follow).
                 let writable = if write {
-                    shared.writes.on_installed_for_write(page);
+                    shared.writes.on_write_fetch(page);
                     true
                 } else {
                     shared.writes.install_writable(page)

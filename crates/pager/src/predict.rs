@@ -4,7 +4,8 @@
 //! second fault (a write-protect fault, a full userfaultfd round trip). Some programs write
 //! almost every page they read: memcached updates an item's access time and LRU links on every
 //! GET, and in one 70% run took 33,000 write-protect faults beside 58,000 remote faults. A page
-//! that was written while tracked is therefore likely to be written again: its next
+//! that was rewritten after coming back from the memnode (a write-protect fault while tracked,
+//! or a fetch for a write) is therefore likely to be rewritten again: its next
 //! [`PREDICTED_RESIDENCIES`] read fetches install it writable and dirty (no second fault; the
 //! price of a wrong guess is one unneeded write-back at eviction, a few microseconds of a batched
 //! write). Then it is tracked again for one residency, so a page that stopped being written
@@ -122,10 +123,12 @@ impl WritePredictor {
         e.store(PREDICTED_RESIDENCIES, Ordering::Relaxed);
     }
 
-    /// `page` was installed for a write (fetched, or zero-filled on first touch), writable and
-    /// dirty: predict its next read fetches too. Not a confirmation: this residency was not a
-    /// predicted one.
-    pub(crate) fn on_installed_for_write(&self, page: usize) {
+    /// `page` came back from the memnode for a write (installed writable and dirty): it is
+    /// rewritten, so predict its next read fetches too. Not a confirmation: this residency was
+    /// not a predicted one. (A first-touch write arms nothing: initialising a page says nothing
+    /// about rewriting it, and arming there would cost needless write-backs to every page a
+    /// program fills once and then only reads.)
+    pub(crate) fn on_write_fetch(&self, page: usize) {
         self.left[page].store(PREDICTED_RESIDENCIES, Ordering::Relaxed);
     }
 
