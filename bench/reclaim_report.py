@@ -304,7 +304,8 @@ def section(res, src):
               "dirty then clean evictions). Pages per second of reclaim-thread busy time, and "
               "each step's time per evicted page (protect: write-protect dirty victims; read: "
               "copy them out through /proc/self/mem; send: batched write and its "
-              "acknowledgement; drop: one MADV_DONTNEED per contiguous run).", "",
+              "acknowledgement; drop: MADV_DONTNEED on every contiguous run, one vectored "
+              "process_madvise per batch).", "",
               "| mode | pool pages/s per thread | dirty evictions/s | clean evictions/s | protect "
               "ns/page | read ns/page | send ns/page | drop ns/page |",
               "|---|---|---|---|---|---|---|---|"]
