@@ -74,9 +74,10 @@ pub struct MicroArgs {
     /// Eviction order: `fifo`, `clock` or `rackmem`.
     #[arg(long, default_value = "fifo")]
     evict: EvictKind,
-    /// Write prediction: `on` installs a page that was seen written writable on its next read
-    /// fetches (saving the write-protect fault its first write would take); `off` tracks every
-    /// read fetch and reports how often prediction would have been right.
+    /// Write prediction: `on` installs a page that was rewritten after coming back from the
+    /// memnode writable on its next 3 read fetches (saving the write-protect fault its next write
+    /// would take); `off` tracks every read fetch and reports how often prediction would have
+    /// been right.
     #[arg(long, value_name = "on|off", default_value = "on")]
     predict_writes: WritePrediction,
     /// Samples for each floor measurement (0 skips the floors).

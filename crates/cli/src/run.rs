@@ -82,9 +82,10 @@ pub struct RunArgs {
     /// Eviction order: `fifo`, `clock` or `rackmem`.
     #[arg(long, value_name = "NAME", default_value = "fifo")]
     evict: gleaner_pager::EvictKind,
-    /// Write prediction: `on` installs a page that was seen written writable on its next read
-    /// fetches (saving the write-protect fault its first write would take); `off` tracks every
-    /// read fetch and reports how often prediction would have been right.
+    /// Write prediction: `on` installs a page that was rewritten after coming back from the
+    /// memnode writable on its next 3 read fetches (saving the write-protect fault its next write
+    /// would take); `off` tracks every read fetch and reports how often prediction would have
+    /// been right.
     #[arg(long, value_name = "on|off", default_value = "on")]
     predict_writes: gleaner_pager::WritePrediction,
     /// Record every page fault to FILE (`%p` is replaced by the process id), for

@@ -94,8 +94,9 @@ pub struct RegionConfig {
     pub evict: EvictKind,
     /// If set, every fault is recorded here (the `gleaner trace` format) for offline replay.
     pub trace: Option<PathBuf>,
-    /// Install pages that were seen written writable on their next read fetches, saving the
-    /// write-protect fault (`on`, default), or track every read fetch (`off`).
+    /// Install pages that were rewritten after coming back from the memnode writable on their
+    /// next read fetches, saving the write-protect fault (`on`, default), or track every read
+    /// fetch (`off`; the predictor then reports its precision in shadow).
     pub predict_writes: WritePrediction,
 }
 

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
 use serde::Serialize;
 
-/// Whether pages seen written are installed writable on their next read fetches.
+/// Whether pages seen rewritten are installed writable on their next read fetches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum WritePrediction {
     /// Predict (the default).

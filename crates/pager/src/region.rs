@@ -43,7 +43,7 @@ pub(crate) struct Shared {
     pub(crate) reclaim: Reclaim,
     /// What to fetch ahead of demand, and the staging buffer.
     pub(crate) prefetch: Prefetch,
-    /// Which read fetches to install writable (pages seen written).
+    /// Which read fetches to install writable (pages seen rewritten).
     pub(crate) writes: WritePredictor,
     /// The fault trace being recorded (`RegionConfig::trace`).
     trace: Option<Mutex<TraceWriter<BufWriter<File>>>>,
