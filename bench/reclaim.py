@@ -222,6 +222,26 @@ def memcached_run(p, mode, budget, rates):
     return rec
 
 
+def memcached_passes(label, mcp, rates, reps, order):
+    """`reps` interleaved passes: each runs all-local memcached, then every mode of
+    `order(pass)` at 70% and 50% of the first pass's all-local footprint."""
+    local_runs, by_ratio, foot = [], {"70": [], "50": []}, None
+    for rep in range(reps):
+        log(f"{label}memcached all-local (pass {rep + 1}/{reps})")
+        local = memcached_run(mcp, None, None, rates)
+        local["rep"] = rep
+        local_runs.append(local)
+        foot = foot or local["rss_after_load"]
+        for ratio in (70, 50):
+            for mode in order(rep):
+                log(f"{label}memcached {ratio}% {mode} (pass {rep + 1}/{reps})")
+                r = memcached_run(mcp, mode, int(foot * ratio / 100), rates)
+                r["rep"] = rep
+                by_ratio[str(ratio)].append(r)
+    return {"params": mcp, "rates": rates, "reps": reps, "footprint_bytes": foot,
+            "all_local": local_runs, "by_ratio": by_ratio}
+
+
 def phases_run(mode, budget, p):
     tmp = tempfile.mkdtemp(prefix="gleaner-reclaim-")
     stats = os.path.join(tmp, "stats.json")
@@ -289,40 +309,13 @@ def main():
     if "memcached" in only:
         # Repetitions are whole passes over every mode, the mode order rotated each time, so a
         # slow spell of the VM falls on different modes in different passes.
-        local_runs, by_ratio, foot = [], {"70": [], "50": []}, None
-        for rep in range(reps):
-            log(f"memcached all-local (pass {rep + 1}/{reps})")
-            local = memcached_run(mcp, None, None, rates)
-            local["rep"] = rep
-            local_runs.append(local)
-            foot = foot or local["rss_after_load"]
-            for ratio in (70, 50):
-                for mode in MODES[rep % len(MODES):] + MODES[:rep % len(MODES)]:
-                    log(f"memcached {ratio}% {mode} (pass {rep + 1}/{reps})")
-                    r = memcached_run(mcp, mode, int(foot * ratio / 100), rates)
-                    r["rep"] = rep
-                    by_ratio[str(ratio)].append(r)
-        res["memcached"] = {"params": mcp, "rates": rates, "reps": reps, "footprint_bytes": foot,
-                            "all_local": local_runs, "by_ratio": by_ratio}
+        res["memcached"] = memcached_passes(
+            "", mcp, rates, reps, lambda rep: MODES[rep % len(MODES):] + MODES[:rep % len(MODES)])
     if "predict" in only:
-        # Write prediction on (the default) against off, under the default reclaim mode, in
-        # interleaved passes like the mode comparison.
-        local_runs, by_ratio, foot = [], {"70": [], "50": []}, None
+        # Write prediction on (the default) against off, under the default reclaim mode.
         variants = ["hermit", "hermit" + PREDICT_OFF]
-        for rep in range(reps):
-            log(f"predict: memcached all-local (pass {rep + 1}/{reps})")
-            local = memcached_run(mcp, None, None, rates)
-            local["rep"] = rep
-            local_runs.append(local)
-            foot = foot or local["rss_after_load"]
-            for ratio in (70, 50):
-                for mode in (variants if rep % 2 == 0 else variants[::-1]):
-                    log(f"predict: memcached {ratio}% {mode} (pass {rep + 1}/{reps})")
-                    r = memcached_run(mcp, mode, int(foot * ratio / 100), rates)
-                    r["rep"] = rep
-                    by_ratio[str(ratio)].append(r)
-        res["predict"] = {"params": mcp, "rates": rates, "reps": reps, "footprint_bytes": foot,
-                          "all_local": local_runs, "by_ratio": by_ratio}
+        res["predict"] = memcached_passes(
+            "predict: ", mcp, rates, reps, lambda rep: variants if rep % 2 == 0 else variants[::-1])
     if "phases" in only:
         log("phases all-local")
         local = phases_run(None, None, php)

@@ -38,30 +38,29 @@ def median(xs):
 INF = float("inf")
 
 
-def p99_by_rate(passes, rates):
-    """Median p99 over the passes at each rate; a pass that stopped before a rate (saturated) or
-    left requests unanswered counts as infinitely slow there."""
+def median_by_rate(passes, rates, field):
+    """Median of `field` over the passes at each rate; a pass that stopped before a rate
+    (saturated) or left requests unanswered counts as infinitely slow there."""
     out = {}
     for rate in rates:
         vals = []
         for r in passes:
             x = next((y for y in r["rates"] if y["offered_rps"] == rate), None)
-            vals.append(INF if x is None or x["unanswered"] else x["p99_us"])
+            vals.append(INF if x is None or x["unanswered"] else x[field])
         out[rate] = median(vals)
     return out
+
+
+def p99_by_rate(passes, rates):
+    """Median p99 over the passes at each rate (see `median_by_rate`)."""
+    return median_by_rate(passes, rates, "p99_us")
 
 
 def capacity(passes, rates, p50_limit=P50_LIMIT_US):
     """The highest rate whose median p50 over the passes is within `p50_limit` µs: where the
     server stops keeping up, which CPU steal moves far less than the tail."""
-    ok = []
-    for rate in rates:
-        vals = []
-        for r in passes:
-            x = next((y for y in r["rates"] if y["offered_rps"] == rate), None)
-            vals.append(INF if x is None or x["unanswered"] else x["p50_us"])
-        if median(vals) <= p50_limit:
-            ok.append(rate)
+    med = median_by_rate(passes, rates, "p50_us")
+    ok = [rate for rate in rates if med[rate] <= p50_limit]
     return max(ok) if ok else 0
 
 
