@@ -23,8 +23,13 @@ use gleaner_proto::{
     SESSION_KEY_LEN,
 };
 
+use std::os::fd::AsFd;
+
+use gleaner_proto::fdpass::write_frame_with_fd;
+
 use crate::server::Shared;
 use crate::session::{AttachError, Session};
+use crate::slabs::GrantError;
 use crate::stats::bump;
 use crate::store::{stage, Page};
 
@@ -92,6 +97,8 @@ enum Reply {
     Pong,
     Stats(String),
     Error(ErrorCode, String),
+    /// A slab for the client: its number, its pages and its memfd, sent with the frame.
+    Grant(u32, u64, std::os::fd::OwnedFd),
 }
 
 struct Conn<'a> {
@@ -245,14 +252,27 @@ impl Conn<'_> {
     ) -> Result<(Reply, bool), End> {
         use MessageKind as K;
         match header.kind {
-            K::Read | K::Write | K::Free | K::Ping | K::StatsRequest | K::Goodbye => {}
+            K::Read
+            | K::Write
+            | K::Free
+            | K::Ping
+            | K::StatsRequest
+            | K::Goodbye
+            | K::GrantRequest => {}
             K::Auth => {
                 return Err(End::Malformed {
                     reason: "Auth frame on an already authenticated connection".into(),
                     req_id: header.req_id,
                 })
             }
-            K::Challenge | K::Welcome | K::Pages | K::Ack | K::Pong | K::Stats | K::Error => {
+            K::Challenge
+            | K::Welcome
+            | K::Pages
+            | K::Ack
+            | K::Pong
+            | K::Stats
+            | K::Error
+            | K::Grant => {
                 return Err(End::Malformed {
                     reason: format!("{:?} is a server-to-client message", header.kind),
                     req_id: header.req_id,
@@ -336,6 +356,44 @@ impl Conn<'_> {
             Message::Ping => {
                 bump(&counters.req_ping, 1);
                 Reply::Pong
+            }
+            Message::GrantRequest { pages } => {
+                bump(&counters.req_grant, 1);
+                if !matches!(self.stream, Stream::Unix(_)) {
+                    Reply::Error(
+                        ErrorCode::BadRequest,
+                        "shared-memory slabs are granted only over a Unix socket (a client on \
+                         this host); use Read and Write over TCP"
+                            .into(),
+                    )
+                } else {
+                    match session.grant(pages, &shared.capacity) {
+                        Ok(None) => ended(session),
+                        Ok(Some((id, granted, fd))) => {
+                            bump(&counters.slabs_granted, 1);
+                            bump(&counters.slab_pages_granted, granted);
+                            log::debug!(
+                                "session {}: slab {id} of {granted} pages granted",
+                                session.id()
+                            );
+                            Reply::Grant(id, granted, fd)
+                        }
+                        Err(GrantError::Full { total }) => {
+                            bump(&counters.errors_full, 1);
+                            Reply::Error(
+                                ErrorCode::Full,
+                                format!("memnode full: no free pages for a slab ({total} in all)"),
+                            )
+                        }
+                        Err(e @ GrantError::Refused(_)) => {
+                            Reply::Error(ErrorCode::BadRequest, e.to_string())
+                        }
+                        Err(e @ GrantError::Os(_)) => {
+                            log::warn!("session {}: {e}", session.id());
+                            Reply::Error(ErrorCode::Internal, e.to_string())
+                        }
+                    }
+                }
             }
             Message::StatsRequest => {
                 bump(&counters.req_stats, 1);
@@ -455,6 +513,18 @@ impl Conn<'_> {
                     message: &message,
                 },
             ),
+            Reply::Grant(slab_id, pages, fd) => {
+                let Stream::Unix(sock) = &self.stream else {
+                    unreachable!("grants are refused on TCP connections");
+                };
+                self.tx.clear();
+                Message::Grant { slab_id, pages }.encode(&mut self.tx);
+                write_frame_with_fd(sock, MessageKind::Grant, req_id, &self.tx, fd.as_fd())
+                    .map_err(send_failed)?;
+                let n = (HEADER_LEN + self.tx.len()) as u64;
+                bump(&self.shared.counters.bytes_out, n);
+                Ok(n)
+            }
         }
     }
 

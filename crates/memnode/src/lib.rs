@@ -10,7 +10,10 @@
 //! * all sessions share one **capacity** (in pages), accounted exactly; a write that does not fit
 //!   stores nothing;
 //! * a session ends with `Goodbye`, or a **lease** after its last connection closed, and its pages
-//!   return to the pool.
+//!   return to the pool;
+//! * a client on the same host (Unix socket) can instead be granted **shared-memory slabs**
+//!   (memfds passed over the socket) and keep its pages in them itself, with no request on the
+//!   data path; slabs count against the same capacity.
 //!
 //! The crate is a library ([`Server`], usable in-process by tests and benchmarks) plus the
 //! `gleaner memnode` subcommand ([`cli`]). Modules, one job each:
@@ -23,6 +26,7 @@
 //! | `conn` | one connection: handshake, then the request loop |
 //! | `session` | the session table: create, attach, detach, lease expiry |
 //! | `store` | one session's pages and the shared capacity pool |
+//! | `slabs` | one session's shared-memory slabs (memfds granted to a client on this host) |
 //! | [`stats`] | counters and the JSON stats document |
 //! | [`cli`] | the command line |
 #![deny(missing_docs)]
@@ -34,6 +38,7 @@ mod error;
 mod listener;
 pub mod server;
 mod session;
+mod slabs;
 pub mod stats;
 mod store;
 

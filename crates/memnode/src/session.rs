@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use gleaner_proto::{random_bytes, SessionKey};
 
+use crate::slabs::{GrantError, SlabUsage, Slabs};
 use crate::store::{Capacity, PageStore};
 
 /// Longest client name kept (longer names are cut at a character boundary): names end up in
@@ -27,6 +28,8 @@ pub(crate) struct Session {
     client: String,
     created: Instant,
     store: RwLock<PageStore>,
+    /// Shared-memory slabs granted to the session's client (same host only).
+    slabs: Mutex<Slabs>,
     /// Frame bytes received on the session's connections (after the handshake).
     pub(crate) bytes_in: AtomicU64,
     /// Frame bytes sent on the session's connections (after the handshake).
@@ -68,9 +71,37 @@ impl Session {
         self.store.write().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Drops all pages and marks the session ended; returns the pages released.
+    /// Drops all pages and slabs and marks the session ended; returns the pages released.
     pub(crate) fn end(&self, capacity: &Capacity) -> u64 {
-        self.store_mut().end(capacity)
+        // The store's lock first: a grant checks it (under the same order) for an ended session.
+        let mut store = self.store_mut();
+        let pages = store.end(capacity);
+        pages + self.slabs().end(capacity)
+    }
+
+    fn slabs(&self) -> MutexGuard<'_, Slabs> {
+        self.slabs.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Grants the session a shared-memory slab of up to `pages` pages; `Ok(None)` if the session
+    /// has ended. Returns the slab's number, its pages and a descriptor to send to the client.
+    pub(crate) fn grant(
+        &self,
+        pages: u64,
+        capacity: &Capacity,
+    ) -> Result<Option<(u32, u64, std::os::fd::OwnedFd)>, GrantError> {
+        let store = self.store();
+        if store.is_ended() {
+            return Ok(None);
+        }
+        let granted = self.slabs().grant(pages, capacity)?;
+        drop(store);
+        Ok(Some(granted))
+    }
+
+    /// The session's slabs: how many, their pages, the memory they occupy.
+    pub(crate) fn slab_usage(&self) -> SlabUsage {
+        self.slabs().usage()
     }
 }
 
@@ -135,6 +166,7 @@ impl SessionTable {
             client: truncate(client, MAX_CLIENT_NAME).to_string(),
             created: Instant::now(),
             store: RwLock::new(PageStore::new(self.hash_seed ^ id)),
+            slabs: Mutex::new(Slabs::default()),
             bytes_in: AtomicU64::new(0),
             bytes_out: AtomicU64::new(0),
             requests: AtomicU64::new(0),

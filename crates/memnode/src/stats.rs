@@ -26,6 +26,9 @@ pub(crate) struct Counters {
     pub req_ping: AtomicU64,
     pub req_stats: AtomicU64,
     pub req_goodbye: AtomicU64,
+    pub req_grant: AtomicU64,
+    pub slabs_granted: AtomicU64,
+    pub slab_pages_granted: AtomicU64,
     pub pages_read: AtomicU64,
     pub pages_written: AtomicU64,
     pub pages_freed: AtomicU64,
@@ -56,12 +59,15 @@ fn get(c: &AtomicU64) -> u64 {
 pub struct StatsSnapshot {
     /// Total capacity in pages.
     pub capacity_pages: u64,
-    /// Pages stored by all sessions together.
+    /// Pages in use by all sessions together: stored pages plus pages of granted slabs.
     pub used_pages: u64,
     /// `capacity_pages - used_pages`.
     pub free_pages: u64,
     /// Bytes per page.
     pub page_size: u64,
+    /// Memory the far pages really occupy on this host: stored pages plus the written parts
+    /// of shared-memory slabs (slabs are allocated as their client writes them).
+    pub host_bytes: u64,
     /// Seconds since the server started.
     pub uptime_s: f64,
     /// How long a session outlives its last connection, in milliseconds.
@@ -115,6 +121,10 @@ pub struct Totals {
     pub sessions_ended_by_goodbye: u64,
     /// Sessions released because their lease ran out with no connection attached.
     pub sessions_released_by_lease: u64,
+    /// Shared-memory slabs granted.
+    pub slabs_granted: u64,
+    /// Pages of the slabs granted.
+    pub slab_pages_granted: u64,
 }
 
 /// Requests served, by kind.
@@ -132,6 +142,8 @@ pub struct RequestCounts {
     pub stats: u64,
     /// `Goodbye`.
     pub goodbye: u64,
+    /// `GrantRequest`.
+    pub grant: u64,
 }
 
 /// One session.
@@ -141,8 +153,14 @@ pub struct SessionStats {
     pub id: u64,
     /// The client name given by the connection that created it.
     pub client: String,
-    /// Pages stored.
+    /// Pages stored (requests over the socket).
     pub pages: u64,
+    /// Shared-memory slabs held.
+    pub shm_slabs: u64,
+    /// Pages of those slabs.
+    pub shm_pages: u64,
+    /// Memory those slabs really occupy.
+    pub shm_resident_bytes: u64,
     /// Frame bytes received on its connections after their handshakes.
     pub bytes_in: u64,
     /// Frame bytes sent on its connections after their handshakes.
@@ -169,6 +187,7 @@ impl Counters {
                 ping: get(&self.req_ping),
                 stats: get(&self.req_stats),
                 goodbye: get(&self.req_goodbye),
+                grant: get(&self.req_grant),
             },
             pages_read: get(&self.pages_read),
             pages_written: get(&self.pages_written),
@@ -184,13 +203,15 @@ impl Counters {
             sessions_created: get(&self.sessions_created),
             sessions_ended_by_goodbye: get(&self.sessions_ended_by_goodbye),
             sessions_released_by_lease: get(&self.sessions_released_by_lease),
+            slabs_granted: get(&self.slabs_granted),
+            slab_pages_granted: get(&self.slab_pages_granted),
         }
     }
 
     /// Total requests of every kind.
     pub(crate) fn requests(&self) -> u64 {
         let r = self.totals().requests;
-        r.read + r.write + r.free + r.ping + r.stats + r.goodbye
+        r.read + r.write + r.free + r.ping + r.stats + r.goodbye + r.grant
     }
 }
 
@@ -209,20 +230,34 @@ pub(crate) fn snapshot(inputs: Inputs<'_>) -> StatsSnapshot {
     let mut sessions: Vec<SessionStats> = inputs
         .sessions
         .iter()
-        .map(|v| SessionStats {
-            id: v.session.id(),
-            client: v.session.client().to_string(),
-            pages: v.session.store().len() as u64,
-            bytes_in: get(&v.session.bytes_in),
-            bytes_out: get(&v.session.bytes_out),
-            requests: get(&v.session.requests),
-            live_connections: v.live,
-            age_s: v.session.age().as_secs_f64(),
-            idle_s: v.idle_for.map(|d| d.as_secs_f64()),
+        .map(|v| {
+            let shm = v.session.slab_usage();
+            SessionStats {
+                id: v.session.id(),
+                client: v.session.client().to_string(),
+                pages: v.session.store().len() as u64,
+                shm_slabs: shm.slabs,
+                shm_pages: shm.pages,
+                shm_resident_bytes: shm.resident_bytes,
+                bytes_in: get(&v.session.bytes_in),
+                bytes_out: get(&v.session.bytes_out),
+                requests: get(&v.session.requests),
+                live_connections: v.live,
+                age_s: v.session.age().as_secs_f64(),
+                idle_s: v.idle_for.map(|d| d.as_secs_f64()),
+            }
         })
         .collect();
+    let host_bytes = sessions
+        .iter()
+        .map(|s| s.pages * gleaner_proto::PAGE_SIZE as u64 + s.shm_resident_bytes)
+        .sum();
     let total = sessions.len();
-    sessions.sort_unstable_by(|a, b| b.pages.cmp(&a.pages).then(a.id.cmp(&b.id)));
+    sessions.sort_unstable_by(|a, b| {
+        (b.pages + b.shm_pages)
+            .cmp(&(a.pages + a.shm_pages))
+            .then(a.id.cmp(&b.id))
+    });
     sessions.truncate(MAX_SESSIONS_LISTED);
     let capacity = inputs.capacity.total();
     let used = inputs.capacity.used();
@@ -231,6 +266,7 @@ pub(crate) fn snapshot(inputs: Inputs<'_>) -> StatsSnapshot {
         used_pages: used,
         free_pages: capacity.saturating_sub(used),
         page_size: gleaner_proto::PAGE_SIZE as u64,
+        host_bytes,
         uptime_s: inputs.uptime.as_secs_f64(),
         lease_ms: inputs.lease.as_millis().try_into().unwrap_or(u64::MAX),
         live_connections: inputs.live_connections,

@@ -184,6 +184,15 @@ pub enum ClientError {
         /// The kind it sent.
         got: MessageKind,
     },
+    /// Shared memory was asked of a memnode reached over TCP.
+    #[error(
+        "memnode at {endpoint} is reached over TCP; shared-memory slabs need a memnode on this \
+         host reached through a Unix socket (unix:PATH)"
+    )]
+    NotLocal {
+        /// The address.
+        endpoint: Endpoint,
+    },
 }
 
 impl ClientError {
@@ -228,6 +237,19 @@ impl Default for ConnectOptions {
             client_name: format!("pid {}", std::process::id()),
         }
     }
+}
+
+/// A shared-memory slab granted to the session: a sealed memfd of `pages` pages that the client
+/// maps and writes its far pages into; the memnode keeps the other reference and releases it
+/// with the session.
+#[derive(Debug)]
+pub struct SlabGrant {
+    /// The slab's number within the session (0, 1, 2, ... in grant order).
+    pub slab_id: u32,
+    /// Its length in pages.
+    pub pages: u64,
+    /// The memfd.
+    pub memfd: std::os::fd::OwnedFd,
 }
 
 /// A read sent with [`Connection::start_read`] whose reply has not been received yet.
@@ -404,6 +426,16 @@ impl Connection {
     fn receive_reply(&mut self, req_id: u32) -> Result<MessageKind, ClientError> {
         let header =
             read_frame(&mut self.stream, &mut self.rx).map_err(|e| self.transport_error(e))?;
+        self.check_reply(header, req_id)
+    }
+
+    /// Checks a reply header read into `self.rx` against the outstanding request; a memnode
+    /// `Error` reply becomes [`ClientError::Server`].
+    fn check_reply(
+        &mut self,
+        header: crate::FrameHeader,
+        req_id: u32,
+    ) -> Result<MessageKind, ClientError> {
         if header.req_id != req_id {
             return Err(self.transport_error(ProtoError::Malformed {
                 kind: header.kind,
@@ -521,6 +553,46 @@ impl Connection {
             Ok(Message::Stats { json }) => Ok(json.to_string()),
             _ => Err(self.unexpected(kind)),
         }
+    }
+
+    /// Asks for a shared-memory slab of up to `pages` pages (the memnode grants fewer, at least
+    /// one, when it has less free; [`ErrorCode::Full`] when it has none). Only over a Unix
+    /// socket: the slab's memfd comes with the reply.
+    pub fn grant(&mut self, pages: u64) -> Result<SlabGrant, ClientError> {
+        let Stream::Unix(sock) = &self.stream else {
+            return Err(ClientError::NotLocal {
+                endpoint: self.endpoint.clone(),
+            });
+        };
+        let sock = sock
+            .try_clone()
+            .map_err(|e| self.transport_error(e.into()))?;
+        self.tx.clear();
+        Message::GrantRequest { pages }.encode(&mut self.tx);
+        let req_id = self.send_request(MessageKind::GrantRequest)?;
+        let mut fds = Vec::new();
+        let header = crate::fdpass::read_frame_with_fds(&sock, &mut self.rx, &mut fds)
+            .map_err(|e| self.transport_error(e))?;
+        let kind = self.check_reply(header, req_id)?;
+        let (slab_id, granted) = match Message::decode(kind, &self.rx) {
+            Ok(Message::Grant { slab_id, pages }) => (slab_id, pages),
+            _ => return Err(self.unexpected(kind)),
+        };
+        if fds.len() != 1 || granted == 0 || granted > pages {
+            return Err(self.transport_error(ProtoError::Malformed {
+                kind,
+                why: format!(
+                    "a grant of {granted} pages (asked {pages}) arrived with {} descriptors; \
+                     expected one descriptor and 1..={pages} pages",
+                    fds.len()
+                ),
+            }));
+        }
+        Ok(SlabGrant {
+            slab_id,
+            pages: granted,
+            memfd: fds.pop().expect("one descriptor"),
+        })
     }
 
     /// Ends the whole session: the memnode releases every page it holds for it.

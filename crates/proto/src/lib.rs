@@ -17,6 +17,7 @@
 
 mod auth;
 pub mod client;
+pub mod fdpass;
 mod frame;
 mod message;
 pub mod units;
@@ -26,7 +27,7 @@ pub use auth::{
     write_token_file, Nonce, Proof, Token, NONCE_LEN, PROOF_LEN, TOKEN_LEN,
 };
 pub use client::{
-    ClientError, ConnectOptions, Connection, Endpoint, PendingRead, SessionInfo, Stream,
+    ClientError, ConnectOptions, Connection, Endpoint, PendingRead, SessionInfo, SlabGrant, Stream,
 };
 pub use frame::{read_frame, write_frame, FrameHeader, HEADER_LEN, MAGIC};
 pub use message::{
@@ -36,7 +37,7 @@ pub use message::{
 /// Size of one page on the wire and in the memnode's store.
 pub const PAGE_SIZE: usize = 4096;
 /// Protocol version spoken by this build. A peer with another version is refused at the handshake.
-pub const PROTOCOL_VERSION: u8 = 1;
+pub const PROTOCOL_VERSION: u8 = 2;
 /// Most pages one read or write request may carry.
 pub const MAX_BATCH_PAGES: usize = 256;
 /// Most page ranges one free request may carry.

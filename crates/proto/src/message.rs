@@ -46,6 +46,10 @@ pub enum MessageKind {
     Goodbye = 13,
     /// Server → client: the request failed.
     Error = 14,
+    /// Client → server (Unix sockets only): grant the session a shared-memory slab.
+    GrantRequest = 15,
+    /// Server → client: a slab was granted; the frame carries its memfd (`SCM_RIGHTS`).
+    Grant = 16,
 }
 
 impl MessageKind {
@@ -67,6 +71,8 @@ impl MessageKind {
             12 => Stats,
             13 => Goodbye,
             14 => Error,
+            15 => GrantRequest,
+            16 => Grant,
             _ => return None,
         })
     }
@@ -184,6 +190,18 @@ pub enum Message<'a> {
         /// A human-readable explanation.
         message: &'a str,
     },
+    /// See [`MessageKind::GrantRequest`].
+    GrantRequest {
+        /// Pages wanted; the server may grant fewer (at least one) when it has less free.
+        pages: u64,
+    },
+    /// See [`MessageKind::Grant`].
+    Grant {
+        /// The slab's number within the session (0, 1, 2, ... in grant order).
+        slab_id: u32,
+        /// Pages granted (the memfd is exactly this many pages long, sealed against resizing).
+        pages: u64,
+    },
 }
 
 impl<'a> Message<'a> {
@@ -204,6 +222,8 @@ impl<'a> Message<'a> {
             Message::Stats { .. } => MessageKind::Stats,
             Message::Goodbye => MessageKind::Goodbye,
             Message::Error { .. } => MessageKind::Error,
+            Message::GrantRequest { .. } => MessageKind::GrantRequest,
+            Message::Grant { .. } => MessageKind::Grant,
         }
     }
 
@@ -246,6 +266,11 @@ impl<'a> Message<'a> {
             Message::Error { code, message } => {
                 out.extend_from_slice(&(code as u16).to_le_bytes());
                 put_text(out, message);
+            }
+            Message::GrantRequest { pages } => out.extend_from_slice(&pages.to_le_bytes()),
+            Message::Grant { slab_id, pages } => {
+                out.extend_from_slice(&slab_id.to_le_bytes());
+                out.extend_from_slice(&pages.to_le_bytes());
             }
         }
     }
@@ -310,6 +335,11 @@ impl<'a> Message<'a> {
                     message: c.text()?,
                 }
             }
+            MessageKind::GrantRequest => Message::GrantRequest { pages: c.u64()? },
+            MessageKind::Grant => Message::Grant {
+                slab_id: c.u32()?,
+                pages: c.u64()?,
+            },
         };
         c.finish()?;
         Ok(msg)
@@ -628,6 +658,11 @@ mod tests {
                 code: ErrorCode::Full,
                 message: "memnode full",
             },
+            Message::GrantRequest { pages: 16384 },
+            Message::Grant {
+                slab_id: 3,
+                pages: 16384,
+            },
         ] {
             round_trip(msg);
         }
@@ -689,7 +724,7 @@ mod tests {
         PageBatch::begin(&mut valid);
         PageBatch::push(&mut valid, 1, &[1u8; PAGE_SIZE]);
         for _ in 0..20_000 {
-            let kind = MessageKind::from_u8((next() % 14 + 1) as u8).unwrap();
+            let kind = MessageKind::from_u8((next() % 16 + 1) as u8).unwrap();
             let len = (next() % 64) as usize;
             let mut payload: Vec<u8> = (0..len).map(|_| next() as u8).collect();
             if next() % 2 == 0 {
