@@ -9,6 +9,7 @@ pub use gleaner_policy::reclaim::ReclaimMode;
 
 pub use crate::predict::WritePrediction;
 pub use crate::prefetch::PrefetchInstall;
+pub use crate::store::DataPath;
 use gleaner_proto::Endpoint;
 
 use crate::{PagerError, PAGE_SIZE};
@@ -16,6 +17,9 @@ use crate::{PagerError, PAGE_SIZE};
 /// The smallest budget, in eviction batches, with which the engine can always make progress:
 /// one batch being evicted, one batch of headroom being refilled, and room for in-flight faults.
 pub const MIN_BUDGET_BATCHES: usize = 4;
+
+/// The most fault handlers started by default (one per CPU up to this many).
+pub const MAX_AUTO_HANDLERS: usize = 16;
 
 /// The default cap on `hermit`'s reclaim threads: half this machine's CPUs, at least one.
 /// Reclaim threads only help when they have cores to run on: on a 2-vCPU machine a 4-thread pool
@@ -50,8 +54,20 @@ pub struct RegionConfig {
     pub local_budget: usize,
     /// Where evicted pages go.
     pub memnode: MemnodeTarget,
-    /// Fault-handler threads (each with its own memnode connection). Default 2.
+    /// Fault-handler threads (each with its own store handle: a connection on the socket data
+    /// path). Default 0: one per CPU this process may run on (at most
+    /// [`MAX_AUTO_HANDLERS`]).
     pub handler_threads: usize,
+    /// Pin each fault handler to one CPU of the process's affinity mask (round robin), so the
+    /// handler on a faulting thread's CPU serves it without an inter-processor wake-up. Default
+    /// true.
+    pub pin_handlers: bool,
+    /// How long a handler keeps polling the userfaultfd without blocking after its last message
+    /// (zero: it blocks at once). Default zero (measured in `docs/BENCHMARKS.md`).
+    pub handler_spin: Duration,
+    /// How pages reach the memnode: shared memory for a memnode on this host, or the socket.
+    /// Default `auto` (shared memory whenever the memnode is reached through a Unix socket).
+    pub data_path: DataPath,
     /// Pages per eviction batch. Default 32.
     pub evict_batch: usize,
     /// Accept a user-mode-only userfaultfd (kernel-mode accesses such as `read(2)` into the region
@@ -107,7 +123,10 @@ impl RegionConfig {
             size,
             local_budget,
             memnode: MemnodeTarget::Embedded,
-            handler_threads: 2,
+            handler_threads: 0,
+            pin_handlers: true,
+            handler_spin: Duration::ZERO,
+            data_path: DataPath::Auto,
             evict_batch: 32,
             allow_user_mode_only: false,
             stats_path: None,
@@ -146,9 +165,9 @@ impl RegionConfig {
         if self.size == 0 {
             return Err(PagerError::Config("region size must be above zero".into()));
         }
-        if self.handler_threads == 0 || self.handler_threads > 64 {
+        if self.handler_threads > 64 {
             return Err(PagerError::Config(format!(
-                "handler_threads must be between 1 and 64, not {}",
+                "handler_threads must be between 1 and 64 (or 0: one per CPU), not {}",
                 self.handler_threads
             )));
         }
@@ -198,7 +217,27 @@ impl RegionConfig {
 
     /// The smallest workable budget in pages.
     pub fn min_budget_pages(&self) -> usize {
-        MIN_BUDGET_BATCHES * self.evict_batch + self.handler_threads
+        MIN_BUDGET_BATCHES * self.evict_batch + self.handler_count()
+    }
+
+    /// How many fault handlers the region runs: `handler_threads`, or with 0 one per CPU the
+    /// process may run on (at most [`MAX_AUTO_HANDLERS`]).
+    pub fn handler_count(&self) -> usize {
+        if self.handler_threads > 0 {
+            self.handler_threads
+        } else {
+            crate::handler::allowed_cpus()
+                .len()
+                .clamp(1, MAX_AUTO_HANDLERS)
+        }
+    }
+
+    /// Each handler's CPU (None: not pinned), in order.
+    pub(crate) fn handler_placement(&self) -> Vec<Option<usize>> {
+        let cpus = crate::handler::allowed_cpus();
+        (0..self.handler_count())
+            .map(|i| (self.pin_handlers && !cpus.is_empty()).then(|| cpus[i % cpus.len()]))
+            .collect()
     }
 }
 
@@ -208,10 +247,9 @@ mod tests {
 
     #[test]
     fn too_small_budget_is_refused_with_the_minimum_named() {
-        let err = RegionConfig::new(1 << 30, 64 * 1024)
-            .validate()
-            .unwrap_err();
-        let msg = err.to_string();
+        let mut cfg = RegionConfig::new(1 << 30, 64 * 1024);
+        cfg.handler_threads = 2;
+        let msg = cfg.validate().unwrap_err().to_string();
         assert!(msg.contains("too small"), "{msg}");
         assert!(msg.contains("130 pages"), "{msg}");
         assert!(RegionConfig::new(1 << 30, 1 << 20).validate().is_ok());

@@ -19,12 +19,11 @@ use std::os::unix::fs::FileExt;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use gleaner_proto::{Connection, ErrorCode, PageBatch};
-
+use crate::engine::Engine;
 use crate::fatal::fatal;
-use crate::region::Shared;
 use crate::state::PageState;
 use crate::stats::Counters;
+use crate::store::{StoreError, StoreHandle};
 use crate::PAGE_SIZE;
 
 /// One evicting thread's tools: its view of the region's memory and its scratch lists. Reclaim
@@ -34,6 +33,8 @@ pub(crate) struct Evictor {
     candidates: Vec<usize>,
     /// Claimed victims, sorted by page: (page, was dirty).
     victims: Vec<(usize, bool)>,
+    /// The dirty victims' page numbers, for the store.
+    dirty: Vec<u64>,
 }
 
 impl Evictor {
@@ -47,57 +48,61 @@ impl Evictor {
             mem,
             candidates: Vec::new(),
             victims: Vec::new(),
+            dirty: Vec::new(),
         }
     }
 
-    /// Evicts one batch through `conn`. Returns the number of pages evicted (0 when nothing
+    /// Evicts one batch through `store`. Returns the number of pages evicted (0 when nothing
     /// could be claimed or the memnode refused the write).
-    pub(crate) fn evict_batch(&mut self, s: &Shared, conn: &mut Connection) -> usize {
+    pub(crate) fn evict_batch(&mut self, s: &Engine, store: &mut dyn StoreHandle) -> usize {
         let c = &s.counters;
+        let mem = &s.mem;
         self.claim(s);
         if self.victims.is_empty() {
             return 0;
         }
         let t0 = Instant::now();
         for (start, len) in runs(self.victims.iter().filter(|v| v.1).map(|v| v.0)) {
-            if let Err(e) = s
+            if let Err(e) = mem
                 .uffd
-                .write_protect(s.addr_of(start), len * PAGE_SIZE, true, false)
+                .write_protect(mem.addr_of(start), len * PAGE_SIZE, true, false)
             {
                 fatal(&format!("write-protecting pages for eviction: {e}"));
             }
         }
         let t1 = Instant::now();
-        let dirty = self.victims.iter().filter(|v| v.1).count();
+        self.dirty.clear();
+        self.dirty
+            .extend(self.victims.iter().filter(|v| v.1).map(|v| v.0 as u64));
+        let dirty = self.dirty.len();
+        // Copying out (t1..t2) happens inside the store's write, which also sends (t2..t3); the
+        // copy is timed from the fill callback.
+        let mut copy_ns = 0u64;
         if dirty > 0 {
-            let buf = conn.write_buffer();
-            PageBatch::begin(buf);
-            for &(page, _) in self.victims.iter().filter(|v| v.1) {
-                let slot = PageBatch::push_slot(buf, page as u64);
-                if let Err(e) = self.mem.read_exact_at(slot, s.addr_of(page) as u64) {
-                    fatal(&format!(
-                        "reading page {page} for write-back failed ({e}); it should be resident"
-                    ));
-                }
-            }
-        }
-        let t2 = Instant::now();
-        if dirty > 0 {
-            match conn.write_built_batch() {
-                Ok(()) => s.memnode_full.store(false, Ordering::Relaxed),
-                Err(e) if e.server_code() == Some(ErrorCode::Full) => {
-                    self.undo(s, &e.to_string());
+            let file = &self.mem;
+            let pages = &self.dirty;
+            let r = store.write(pages, &mut |i, dst| {
+                let t = Instant::now();
+                let r = file.read_exact_at(dst, mem.addr_of(pages[i] as usize) as u64);
+                copy_ns += t.elapsed().as_nanos() as u64;
+                r
+            });
+            match r {
+                Ok(()) => s.budget.memnode_full.store(false, Ordering::Relaxed),
+                Err(StoreError::Full(why)) => {
+                    self.undo(s, &why);
                     return 0;
                 }
-                Err(e) => fatal(&format!(
-                    "writing back {dirty} pages failed: {e}; {} pages held only on the memnode \
-                     are lost",
-                    s.table.census()[PageState::Remote as usize]
+                Err(StoreError::Lost(why)) => fatal(&format!(
+                    "writing back {dirty} pages failed: {why}; {} pages held only on the \
+                     memnode are lost",
+                    mem.table.census()[PageState::Remote as usize]
                 )),
             }
         }
+        let t2 = t1 + std::time::Duration::from_nanos(copy_ns);
         let t3 = Instant::now();
-        if let Err(e) = s
+        if let Err(e) = mem
             .mapping
             .discard_ranges(&runs(self.victims.iter().map(|v| v.0)))
         {
@@ -106,11 +111,11 @@ impl Evictor {
         let now = s.reclaim.clock_ns();
         for &(page, _) in &self.victims {
             s.reclaim.stamp_eviction(page, now);
-            s.table.release(page, PageState::Remote);
+            mem.table.release(page, PageState::Remote);
         }
-        s.resident.fetch_sub(self.victims.len(), Ordering::AcqRel);
+        s.budget.release(self.victims.len());
         let t4 = Instant::now();
-        s.notify_evict_progress();
+        s.budget.notify_progress();
         Counters::add(&c.evicted_dirty, dirty as u64);
         Counters::add(&c.evicted_clean, (self.victims.len() - dirty) as u64);
         Counters::add(&c.evict_batches, 1);
@@ -123,22 +128,21 @@ impl Evictor {
     }
 
     /// Takes candidates from the policy and claims those that are resident and idle.
-    fn claim(&mut self, s: &Shared) {
+    fn claim(&mut self, s: &Engine) {
         self.candidates.clear();
         self.victims.clear();
+        let table = &s.mem.table;
         let mut policy = s.policy.lock().expect("policy lock");
         policy.pick(s.evict_batch, &mut self.candidates);
         for &page in &self.candidates {
-            match s.table.get(page) {
+            match table.get(page) {
                 PageState::Clean
-                    if s.table
-                        .transition(page, PageState::Clean, PageState::Evicting) =>
+                    if table.transition(page, PageState::Clean, PageState::Evicting) =>
                 {
                     self.victims.push((page, false))
                 }
                 PageState::Dirty
-                    if s.table
-                        .transition(page, PageState::Dirty, PageState::Evicting) =>
+                    if table.transition(page, PageState::Dirty, PageState::Evicting) =>
                 {
                     self.victims.push((page, true))
                 }
@@ -154,11 +158,12 @@ impl Evictor {
     }
 
     /// The memnode refused the write: put every victim back as it was.
-    fn undo(&mut self, s: &Shared, why: &str) {
+    fn undo(&mut self, s: &Engine, why: &str) {
+        let mem = &s.mem;
         for (start, len) in runs(self.victims.iter().filter(|v| v.1).map(|v| v.0)) {
-            if let Err(e) = s
+            if let Err(e) = mem
                 .uffd
-                .write_protect(s.addr_of(start), len * PAGE_SIZE, false, true)
+                .write_protect(mem.addr_of(start), len * PAGE_SIZE, false, true)
             {
                 fatal(&format!(
                     "undoing write protection after a refused write-back: {e}"
@@ -167,7 +172,7 @@ impl Evictor {
         }
         let mut policy = s.policy.lock().expect("policy lock");
         for &(page, dirty) in &self.victims {
-            s.table.release(
+            mem.table.release(
                 page,
                 if dirty {
                     PageState::Dirty
@@ -179,13 +184,13 @@ impl Evictor {
         }
         drop(policy);
         Counters::add(&s.counters.evict_aborted, 1);
-        if !s.memnode_full.swap(true, Ordering::Relaxed) {
+        if !s.budget.memnode_full.swap(true, Ordering::Relaxed) {
             log::warn!(
                 "memnode full ({why}); keeping pages locally beyond the budget while the \
                  overflow allowance lasts"
             );
         }
-        s.notify_evict_progress();
+        s.budget.notify_progress();
     }
 }
 

@@ -16,13 +16,17 @@
 //! ```
 #![deny(missing_docs)]
 
+mod budget;
 mod config;
 mod embedded;
+mod engine;
 mod evict;
 mod fatal;
 mod fault;
-mod link;
+mod fetch;
+mod handler;
 mod mapping;
+mod mem;
 pub mod policy;
 mod predict;
 mod prefetch;
@@ -31,11 +35,14 @@ mod region;
 mod sampler;
 mod state;
 mod stats;
+mod store;
 mod thread;
+mod trace;
 
 pub use config::{
-    default_max_reclaim_threads, EvictKind, MemnodeTarget, PrefetchInstall, PrefetcherKind,
-    ReclaimMode, RegionConfig, WritePrediction, MIN_BUDGET_BATCHES,
+    default_max_reclaim_threads, DataPath, EvictKind, MemnodeTarget, PrefetchInstall,
+    PrefetcherKind, ReclaimMode, RegionConfig, WritePrediction, MAX_AUTO_HANDLERS,
+    MIN_BUDGET_BATCHES,
 };
 pub use embedded::EmbeddedMemnode;
 pub use fatal::FATAL_EXIT_CODE;
@@ -44,7 +51,8 @@ pub use prefetch::PrefetchStats;
 pub use reclaim::ReclaimStats;
 pub use region::Region;
 pub use sampler::STATS_TRACE_INTERVAL;
-pub use stats::{EvictionStats, FaultStats, LatencySummary, RegionStats};
+pub use stats::{EvictionStats, FaultBreakdown, FaultStats, LatencySummary, RegionStats};
+pub use store::StoreStats;
 
 /// The page size gleaner manages (the base page size of x86-64 and most arm64 kernels).
 pub const PAGE_SIZE: usize = gleaner_proto::PAGE_SIZE;

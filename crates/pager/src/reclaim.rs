@@ -16,12 +16,12 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use gleaner_policy::reclaim::{ReclaimMode, ReclaimParams, ReclaimScheduler, ReclaimSnapshot};
-use gleaner_proto::Connection;
 use serde::Serialize;
 
+use crate::engine::Engine;
 use crate::evict::Evictor;
-use crate::region::Shared;
 use crate::stats::Counters;
+use crate::store::StoreHandle;
 
 /// Resolution of the per-page eviction clock: 64 µs, so a `u32` covers about 76 hours.
 const EVICT_TICK_NS: u64 = 64_000;
@@ -198,11 +198,11 @@ impl Reclaim {
     }
 
     /// How many reclaim threads should run now.
-    fn wanted(&self, shared: &Shared) -> usize {
-        if shared.evict_paused.load(Ordering::SeqCst) {
+    fn wanted(&self, shared: &Engine) -> usize {
+        if shared.budget.evict_paused.load(Ordering::SeqCst) {
             return 0;
         }
-        let resident = shared.resident.load(Ordering::Acquire) as u64;
+        let resident = shared.budget.resident() as u64;
         self.sched
             .lock()
             .expect("reclaim scheduler lock")
@@ -248,9 +248,9 @@ impl Reclaim {
 /// Enters a batch unless eviction is paused (around `fork`). The increment comes before the
 /// check, so `prepare_fork` (which sets the pause, then waits for no batch) and a batch never
 /// both proceed.
-pub(crate) fn enter_batch(shared: &Shared) -> bool {
+pub(crate) fn enter_batch(shared: &Engine) -> bool {
     shared.reclaim.in_batch.fetch_add(1, Ordering::SeqCst);
-    if shared.evict_paused.load(Ordering::SeqCst) {
+    if shared.budget.evict_paused.load(Ordering::SeqCst) {
         shared.reclaim.in_batch.fetch_sub(1, Ordering::SeqCst);
         return false;
     }
@@ -258,16 +258,16 @@ pub(crate) fn enter_batch(shared: &Shared) -> bool {
 }
 
 /// Leaves a batch entered with [`enter_batch`].
-pub(crate) fn leave_batch(shared: &Shared) {
+pub(crate) fn leave_batch(shared: &Engine) {
     shared.reclaim.in_batch.fetch_sub(1, Ordering::SeqCst);
 }
 
 /// A faulting thread reclaims `pages` pages synchronously (the budget is exhausted, or the mode
 /// is `direct`). Returns the pages evicted.
 pub(crate) fn reclaim_directly(
-    shared: &Shared,
+    shared: &Engine,
     ev: &mut Evictor,
-    conn: &mut Connection,
+    store: &mut dyn StoreHandle,
     pages: usize,
 ) -> usize {
     let r = &shared.reclaim;
@@ -277,7 +277,7 @@ pub(crate) fn reclaim_directly(
         if !enter_batch(shared) {
             break;
         }
-        let n = ev.evict_batch(shared, conn);
+        let n = ev.evict_batch(shared, store);
         leave_batch(shared);
         if n == 0 {
             break;
@@ -298,7 +298,7 @@ pub(crate) fn reclaim_directly(
 
 /// Reclaim thread `id`'s loop: run batches while the scheduler wants at least `id + 1` threads,
 /// sleep otherwise.
-pub(crate) fn run_pool_thread(shared: Arc<Shared>, id: usize, mut conn: Connection) {
+pub(crate) fn run_pool_thread(shared: Arc<Engine>, id: usize, mut store: Box<dyn StoreHandle>) {
     let r = &shared.reclaim;
     let mut ev = Evictor::new();
     r.awake.fetch_add(1, Ordering::Relaxed);
@@ -326,19 +326,19 @@ pub(crate) fn run_pool_thread(shared: Arc<Shared>, id: usize, mut conn: Connecti
             continue;
         }
         if !enter_batch(&shared) {
-            shared.wait_evict_progress_or_timeout(Duration::from_millis(2));
+            shared.budget.wait_progress(Duration::from_millis(2));
             continue;
         }
         let cpu0 = thread_cpu_ns();
         let t0 = Instant::now();
-        let n = ev.evict_batch(&shared, &mut conn);
+        let n = ev.evict_batch(&shared, &mut *store);
         let busy = t0.elapsed().as_nanos() as u64;
         leave_batch(&shared);
         Counters::add(&r.pool_cpu_ns, thread_cpu_ns().saturating_sub(cpu0));
         if n == 0 {
             // Nothing could be claimed (all candidates busy, or the memnode is full): let the
             // other threads move, then look again.
-            shared.wait_evict_progress_or_timeout(Duration::from_millis(2));
+            shared.budget.wait_progress(Duration::from_millis(2));
             continue;
         }
         Counters::add(&r.pool_busy_ns, busy);

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::region::Shared;
+use crate::engine::Engine;
 
 /// How often the stats trace gets a line.
 pub const STATS_TRACE_INTERVAL: Duration = Duration::from_millis(100);
@@ -45,10 +45,12 @@ pub(crate) fn open(path: &Path) -> std::io::Result<BufWriter<File>> {
 }
 
 /// The sampler's loop: one line per interval until the region stops, then a last one.
-pub(crate) fn run(shared: Arc<Shared>, mut out: BufWriter<File>) {
+pub(crate) fn run(shared: Arc<Engine>, mut out: BufWriter<File>) {
     let started = Instant::now();
     loop {
-        let stopping = shared.sleep_unless_stopping(STATS_TRACE_INTERVAL);
+        let stopping = shared
+            .budget
+            .sleep_unless(STATS_TRACE_INTERVAL, || shared.stopping());
         let c = &shared.counters;
         let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
         let r = shared
@@ -56,7 +58,7 @@ pub(crate) fn run(shared: Arc<Shared>, mut out: BufWriter<File>) {
             .stats(get(&c.zero_fills) + get(&c.remote_faults));
         let s = Sample {
             t_ms: started.elapsed().as_millis() as u64,
-            resident_pages: shared.resident.load(Ordering::Relaxed),
+            resident_pages: shared.budget.resident(),
             zero_fill: get(&c.zero_fills),
             remote_faults: get(&c.remote_faults),
             evicted: get(&c.evicted_clean) + get(&c.evicted_dirty),

@@ -28,12 +28,67 @@ pub(crate) struct Counters {
     pub evict_drop_ns: AtomicU64,
     pub discarded: AtomicU64,
     pub prefetch_hit_faults: AtomicU64,
+    /// Remote faults whose steps were timed, and the time each step took in all.
+    pub timed_faults: AtomicU64,
+    pub lookup_ns: AtomicU64,
+    pub fetch_ns: AtomicU64,
+    pub install_ns: AtomicU64,
+    /// Handler wake-ups with at least one message, and the messages they read.
+    pub handler_wakeups: AtomicU64,
+    pub handler_messages: AtomicU64,
 }
 
 impl Counters {
     pub(crate) fn add(counter: &AtomicU64, v: u64) {
         counter.fetch_add(v, Ordering::Relaxed);
     }
+
+    /// Where remote faults' time went, from the counters.
+    pub(crate) fn breakdown(&self) -> FaultBreakdown {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let n = get(&self.timed_faults);
+        let mean_us = |ns: u64| {
+            if n == 0 {
+                0.0
+            } else {
+                ns as f64 / n as f64 / 1000.0
+            }
+        };
+        let wakeups = get(&self.handler_wakeups);
+        FaultBreakdown {
+            timed_faults: n,
+            lookup_mean_us: mean_us(get(&self.lookup_ns)),
+            fetch_mean_us: mean_us(get(&self.fetch_ns)),
+            install_mean_us: mean_us(get(&self.install_ns)),
+            handler_wakeups: wakeups,
+            messages_per_wakeup: if wakeups == 0 {
+                0.0
+            } else {
+                get(&self.handler_messages) as f64 / wakeups as f64
+            },
+        }
+    }
+}
+
+/// Where a remote fault's time goes inside the handler, on average. The wait before it (from
+/// the fault to the handler reading its message) is not visible from inside the process, since
+/// the kernel does not timestamp fault messages: `gleaner bench micro` reports it as the fault
+/// time the program saw minus this service time.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct FaultBreakdown {
+    /// Remote faults timed.
+    pub timed_faults: u64,
+    /// Claiming the page, finding its data and charging the budget, µs.
+    pub lookup_mean_us: f64,
+    /// Getting the data: a copy's source in shared memory (nearly nothing), or the round trip
+    /// to the memnode over a socket, µs.
+    pub fetch_mean_us: f64,
+    /// `UFFDIO_COPY`, waking the thread, publishing the page, µs.
+    pub install_mean_us: f64,
+    /// Handler wake-ups that found messages.
+    pub handler_wakeups: u64,
+    /// Fault messages read per such wake-up.
+    pub messages_per_wakeup: f64,
 }
 
 /// A latency histogram in nanoseconds (1 µs .. 60 s, 3 significant digits).
@@ -160,6 +215,8 @@ pub struct RegionStats {
     pub remote_pages: u64,
     /// Faults by kind.
     pub faults: FaultStats,
+    /// Where remote faults' time goes inside the handler.
+    pub fault_breakdown: FaultBreakdown,
     /// Prefetching: issued, used, late, wasted; accuracy and coverage.
     pub prefetch: crate::prefetch::PrefetchStats,
     /// Write prediction: read fetches installed writable, or (off) its shadow precision.
@@ -180,6 +237,8 @@ pub struct RegionStats {
     pub policy: String,
     /// The memnode this region uses.
     pub memnode: String,
+    /// The store: the data path (`shm` or `socket`) and what it holds.
+    pub store: crate::store::StoreStats,
     /// Whether kernel-mode faults are served (`full`) or fail with EFAULT (`user-only`).
     pub uffd_mode: &'static str,
 }

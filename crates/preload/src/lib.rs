@@ -14,7 +14,9 @@
 //! | `GLEANER_MEMNODE` | memnode address (`HOST:PORT`, `unix:PATH`) | a private embedded memnode |
 //! | `GLEANER_TOKEN_FILE` | the memnode's token file | `~/.gleaner/token` |
 //! | `GLEANER_ARENA_SIZE` | address space reserved for managed memory | `64G` |
-//! | `GLEANER_HANDLERS` | fault-handler threads | `2` |
+//! | `GLEANER_HANDLERS` | fault-handler threads (0: one per CPU, each pinned to its CPU) | `0` |
+//! | `GLEANER_HANDLER_SPIN_US` | how long a handler polls without blocking after a message | `0` |
+//! | `GLEANER_DATA_PATH` | `auto` (shared memory for a memnode on this host), `shm` or `socket` | `auto` |
 //! | `GLEANER_STATS` | write the region's stats JSON here at exit (`%p` is replaced by the pid) | — |
 //! | `GLEANER_RECLAIM` | who reclaims: `hermit`, `hermit:paper`, `static:N` or `direct` | `hermit` |
 //! | `GLEANER_MAX_RECLAIMERS` | the most reclaim threads `hermit` runs at once | half the CPUs, at least 1 |
@@ -45,8 +47,8 @@ use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::OnceLock;
 
 use gleaner_pager::{
-    EvictKind, MemnodeTarget, PrefetchInstall, PrefetcherKind, ReclaimMode, Region, RegionConfig,
-    WritePrediction,
+    DataPath, EvictKind, MemnodeTarget, PrefetchInstall, PrefetcherKind, ReclaimMode, Region,
+    RegionConfig, WritePrediction,
 };
 use gleaner_proto::units::{format_size, parse_size};
 
@@ -82,6 +84,8 @@ struct Config {
     token_file: Option<PathBuf>,
     arena: u64,
     handlers: usize,
+    handler_spin_us: u64,
+    data_path: DataPath,
     stats: Option<PathBuf>,
     reclaim: ReclaimMode,
     max_reclaimers: usize,
@@ -116,7 +120,9 @@ fn config_from_env() -> Result<Option<Config>, String> {
             "GLEANER_ARENA_SIZE",
             &var("GLEANER_ARENA_SIZE").unwrap_or("64G".into()),
         )?,
-        handlers: parsed("GLEANER_HANDLERS")?.unwrap_or(2),
+        handlers: parsed("GLEANER_HANDLERS")?.unwrap_or(0),
+        handler_spin_us: parsed("GLEANER_HANDLER_SPIN_US")?.unwrap_or(0),
+        data_path: parsed("GLEANER_DATA_PATH")?.unwrap_or_default(),
         stats: per_process_path("GLEANER_STATS"),
         reclaim: parsed("GLEANER_RECLAIM")?.unwrap_or_default(),
         max_reclaimers: parsed("GLEANER_MAX_RECLAIMERS")?
@@ -151,16 +157,22 @@ fn start() -> Result<(), String> {
     logger::install();
     if std::env::var_os("GLEANER_PRINT_CONFIG").is_some() {
         eprintln!(
-            "gleaner: local {} | memnode {} | token {} | arena {} | handlers {} | stats {} | \
-             reclaim {} (at most {} threads) | stats trace {} | prefetch {} ({}) | evict {} | \
-             predict writes {} | fault trace {}",
+            "gleaner: local {} | memnode {} | token {} | arena {} | handlers {} (spin {} us) | \
+             data path {} | stats {} | reclaim {} (at most {} threads) | stats trace {} | \
+             prefetch {} ({}) | evict {} | predict writes {} | fault trace {}",
             format_size(cfg.local),
             cfg.memnode.as_deref().unwrap_or("embedded"),
             cfg.token_file
                 .as_ref()
                 .map_or("default".into(), |p| p.display().to_string()),
             format_size(cfg.arena),
-            cfg.handlers,
+            if cfg.handlers == 0 {
+                "one per CPU".to_string()
+            } else {
+                cfg.handlers.to_string()
+            },
+            cfg.handler_spin_us,
+            cfg.data_path,
             cfg.stats
                 .as_ref()
                 .map_or("-".into(), |p| p.display().to_string()),
@@ -186,6 +198,8 @@ fn start() -> Result<(), String> {
         };
     }
     rc.handler_threads = cfg.handlers;
+    rc.handler_spin = std::time::Duration::from_micros(cfg.handler_spin_us);
+    rc.data_path = cfg.data_path;
     rc.reclaim = cfg.reclaim;
     rc.max_reclaim_threads = cfg.max_reclaimers;
     rc.stats_trace = cfg.stats_trace;

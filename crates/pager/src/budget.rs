@@ -1,0 +1,113 @@
+//! The local budget: how many pages may be resident, how many are, and the waits around it.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::state::PageTable;
+
+/// Resident pages against the budget, and the signal that eviction made progress.
+pub(crate) struct Budget {
+    /// Resident pages plus installs in flight; never above the limit.
+    pub(crate) resident: AtomicUsize,
+    /// The most pages resident at once.
+    pub(crate) pages: usize,
+    /// How far past the budget the region may grow while the memnode refuses writes.
+    pub(crate) overflow: usize,
+    /// Set while the memnode refuses writes (full).
+    pub(crate) memnode_full: AtomicBool,
+    /// Set around `fork`: no new eviction batch starts.
+    pub(crate) evict_paused: AtomicBool,
+    /// Bumped after every eviction batch (or undo); waiters re-check their condition.
+    progress: (Mutex<u64>, Condvar),
+}
+
+impl Budget {
+    /// A budget of `pages` pages that may overflow by `overflow` while the memnode is full.
+    pub(crate) fn new(pages: usize, overflow: usize) -> Budget {
+        Budget {
+            resident: AtomicUsize::new(0),
+            pages,
+            overflow,
+            memnode_full: AtomicBool::new(false),
+            evict_paused: AtomicBool::new(false),
+            progress: (Mutex::new(0), Condvar::new()),
+        }
+    }
+
+    /// Pages resident now (installs in flight included).
+    pub(crate) fn resident(&self) -> usize {
+        self.resident.load(Ordering::Acquire)
+    }
+
+    /// The most pages the region may hold now: the budget, plus the overflow allowance while the
+    /// memnode refuses writes.
+    pub(crate) fn limit(&self) -> usize {
+        if self.memnode_full.load(Ordering::Relaxed) {
+            self.pages + self.overflow
+        } else {
+            self.pages
+        }
+    }
+
+    /// Charges one page unconditionally (over the limit if need be).
+    pub(crate) fn charge_over(&self) {
+        self.resident.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Gives `n` pages back.
+    pub(crate) fn release(&self, n: usize) {
+        if n > 0 {
+            self.resident.fetch_sub(n, Ordering::AcqRel);
+        }
+    }
+
+    /// Wakes everyone waiting for eviction progress.
+    pub(crate) fn notify_progress(&self) {
+        let (m, cv) = &self.progress;
+        *m.lock().expect("progress lock") += 1;
+        cv.notify_all();
+    }
+
+    /// Waits for eviction progress, at most `t`.
+    pub(crate) fn wait_progress(&self, t: Duration) {
+        let (m, cv) = &self.progress;
+        let g = m.lock().expect("progress lock");
+        let _ = cv.wait_timeout(g, t).expect("progress lock");
+    }
+
+    /// Sleeps for `d` or until `stopping()` (re-checked at every progress signal); returns
+    /// whether it is stopping.
+    pub(crate) fn sleep_unless(&self, d: Duration, stopping: impl Fn() -> bool) -> bool {
+        let (m, cv) = &self.progress;
+        let deadline = Instant::now() + d;
+        let mut g = m.lock().expect("progress lock");
+        loop {
+            if stopping() {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            g = cv.wait_timeout(g, deadline - now).expect("progress lock").0;
+        }
+    }
+
+    /// Blocks until `page` leaves the state another thread owns (EVICTING, DISCARDING, ...).
+    pub(crate) fn wait_while_busy(
+        &self,
+        table: &PageTable,
+        page: usize,
+        stopping: impl Fn() -> bool,
+    ) {
+        let (m, cv) = &self.progress;
+        let mut g = m.lock().expect("progress lock");
+        while table.is_busy(page) && !stopping() {
+            g = cv
+                .wait_timeout(g, Duration::from_millis(10))
+                .expect("progress lock")
+                .0;
+        }
+    }
+}

@@ -1,0 +1,240 @@
+//! The engine: what a region's threads share, as separate parts with one job each.
+//!
+//! | part | job | used by |
+//! |---|---|---|
+//! | [`Memory`] | the mapping, its userfaultfd, the page-state table; installing pages | everyone |
+//! | [`Budget`] | resident pages against the budget; waiting for eviction | faults, reclaim |
+//! | [`Reclaim`] | who evicts and when (Hermit's scheduler, the pool) | faults (charges), reclaim |
+//! | policy | eviction order | installs, eviction |
+//! | [`Prefetch`] | what to fetch ahead, the staging buffer | faults |
+//! | [`WritePredictor`] | which read fetches go in writable | faults |
+//! | store | where far pages live ([`PageStore`]) | every thread, through its own handle |
+//! | [`Counters`], latency, trace | observation | everyone |
+//!
+//! Threads get an `Arc<Engine>` but each activity lives in its own module (`fault.rs`,
+//! `evict.rs`, `reclaim.rs`, `prefetch.rs`) and touches only the parts above it needs.
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use gleaner_uffd::{FaultKind, Mode};
+
+use crate::budget::Budget;
+use crate::evict::Evictor;
+use crate::fatal::fatal;
+use crate::mem::Memory;
+use crate::policy::EvictionPolicy;
+use crate::predict::WritePredictor;
+use crate::prefetch::Prefetch;
+use crate::reclaim::Reclaim;
+use crate::state::PageState;
+use crate::stats::{Counters, EvictionStats, FaultStats, LatencyHistogram, RegionStats};
+use crate::store::{PageStore, StoreHandle};
+use crate::trace::FaultTrace;
+
+/// Everything a region's threads share.
+pub(crate) struct Engine {
+    pub(crate) mem: Memory,
+    pub(crate) budget: Budget,
+    pub(crate) reclaim: Reclaim,
+    pub(crate) policy: Mutex<Box<dyn EvictionPolicy>>,
+    pub(crate) prefetch: Prefetch,
+    pub(crate) writes: WritePredictor,
+    pub(crate) store: Box<dyn PageStore>,
+    pub(crate) counters: Counters,
+    /// Service time of remote faults, from reading the message to waking the thread.
+    pub(crate) remote_latency: LatencyHistogram,
+    pub(crate) trace: Option<FaultTrace>,
+    pub(crate) evict_batch: usize,
+    pub(crate) stop: Stop,
+}
+
+impl Engine {
+    /// Whether the region is shutting down.
+    pub(crate) fn stopping(&self) -> bool {
+        self.stop.requested()
+    }
+
+    /// Publishes a completed install (the caller owned `page`) and hands the page to the policy
+    /// (`prefetched`: installed ahead of demand).
+    pub(crate) fn installed(&self, page: usize, state: PageState, prefetched: bool) {
+        let mut policy = self.policy.lock().expect("policy lock");
+        self.mem.table.release(page, state);
+        policy.on_install(page, prefetched);
+    }
+
+    /// Appends a fault to the fault trace, if one is being recorded.
+    pub(crate) fn trace_fault(&self, page: usize, tid: u32, kind: FaultKind) {
+        if let Some(t) = &self.trace {
+            t.record(self.reclaim.clock_ns(), page, tid, kind);
+        }
+    }
+
+    /// Blocks until `page` leaves a state another thread owns.
+    pub(crate) fn wait_while_busy(&self, page: usize) {
+        self.budget
+            .wait_while_busy(&self.mem.table, page, || self.stopping());
+    }
+
+    /// Charges one budget slot to a page about to be installed (a remote page when `refault`
+    /// names it), unless room can only be made by reclaiming directly: then it returns false
+    /// and takes nothing. Never waits.
+    pub(crate) fn try_charge(&self, refault: Option<usize>) -> bool {
+        let b = &self.budget;
+        loop {
+            if b.evict_paused.load(Ordering::SeqCst) {
+                // Around fork nothing is evicted, and prepare_fork waits for in-flight installs:
+                // they must not wait for budget in turn.
+                b.charge_over();
+                return true;
+            }
+            let r = b.resident();
+            let full = b.memnode_full.load(Ordering::Relaxed);
+            if !full && self.reclaim.direct_need(r) > 0 {
+                return false;
+            }
+            if r >= b.limit() {
+                if full {
+                    fatal(&format!(
+                        "the memnode is full and the region has used its local budget ({} \
+                         pages) plus the overflow allowance ({} pages); there is nowhere left \
+                         to keep the program's data",
+                        b.pages, b.overflow
+                    ));
+                }
+                return false;
+            }
+            if b.resident
+                .compare_exchange(r, r + 1, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                self.reclaim.on_charge(r + 1, refault);
+                return true;
+            }
+        }
+    }
+
+    /// Charges one budget slot to a page about to be installed, reclaiming directly through
+    /// `store` first when the scheduler says so (the budget is exhausted, or the mode is
+    /// `direct`). While the memnode refuses writes the region may overflow the budget by the
+    /// configured allowance; past that the program is stopped rather than lose data.
+    pub(crate) fn charge(
+        &self,
+        store: &mut dyn StoreHandle,
+        evictor: &mut Option<Evictor>,
+        refault: Option<usize>,
+    ) {
+        let mut waited = false;
+        loop {
+            if self.try_charge(refault) || self.stopping() {
+                return;
+            }
+            let need = self.reclaim.direct_need(self.budget.resident());
+            if need > 0 {
+                let ev = evictor.get_or_insert_with(Evictor::new);
+                if crate::reclaim::reclaim_directly(self, ev, store, need) > 0 {
+                    self.budget.notify_progress();
+                    continue;
+                }
+            }
+            // Nothing could be reclaimed right now (every resident page is busy, or the memnode
+            // refused the write): wait for other threads to move.
+            if !waited {
+                waited = true;
+                Counters::add(&self.counters.waited_on_budget, 1);
+            }
+            self.reclaim.wake_pool();
+            self.budget.wait_progress(Duration::from_millis(10));
+        }
+    }
+
+    /// A snapshot of the region's statistics.
+    pub(crate) fn snapshot(&self) -> RegionStats {
+        let c = &self.counters;
+        let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        let remote = get(&c.remote_faults);
+        RegionStats {
+            size_bytes: self.mem.mapping.len() as u64,
+            budget_pages: self.budget.pages as u64,
+            resident_pages: self.budget.resident() as u64,
+            remote_pages: self.mem.table.census()[PageState::Remote as usize] as u64,
+            faults: FaultStats {
+                zero_fill: get(&c.zero_fills),
+                remote,
+                concurrent_duplicate: get(&c.duplicate_faults),
+                write_protect: get(&c.wp_faults),
+                waited_on_eviction: get(&c.waited_on_eviction),
+                waited_on_budget: get(&c.waited_on_budget),
+                prefetch_hit: get(&c.prefetch_hit_faults),
+            },
+            fault_breakdown: c.breakdown(),
+            reclaim: self.reclaim.stats(get(&c.zero_fills) + remote),
+            evictions: EvictionStats {
+                clean: get(&c.evicted_clean),
+                dirty: get(&c.evicted_dirty),
+                batches: get(&c.evict_batches),
+                aborted: get(&c.evict_aborted),
+                protect_ns: get(&c.evict_protect_ns),
+                read_ns: get(&c.evict_read_ns),
+                send_ns: get(&c.evict_send_ns),
+                drop_ns: get(&c.evict_drop_ns),
+                vectored_drop: crate::mapping::vectored_drops(),
+            },
+            discarded_pages: get(&c.discarded),
+            bytes_in: get(&c.bytes_in),
+            bytes_out: get(&c.bytes_out),
+            remote_fault_latency: self.remote_latency.summary(),
+            policy: self.policy.lock().expect("policy lock").name(),
+            prefetch: self.prefetch.stats(remote),
+            write_prediction: self.writes.stats(),
+            memnode: self.store.describe(),
+            store: self.store.stats(),
+            uffd_mode: match self.mem.uffd.mode() {
+                Mode::Full => "full",
+                Mode::UserOnly => "user-only",
+            },
+        }
+    }
+}
+
+/// The stop signal: a flag, and an eventfd that wakes threads blocked in `poll`.
+pub(crate) struct Stop {
+    flag: AtomicBool,
+    fd: OwnedFd,
+}
+
+impl Stop {
+    /// A stop signal not yet given.
+    pub(crate) fn new() -> std::io::Result<Stop> {
+        // SAFETY: eventfd(2) returns a new descriptor or -1; checked before taking ownership.
+        let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if efd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(Stop {
+            flag: AtomicBool::new(false),
+            // SAFETY: `efd` was just returned by the kernel and is owned by nothing else.
+            fd: unsafe { OwnedFd::from_raw_fd(efd) },
+        })
+    }
+
+    /// Whether stopping was requested.
+    pub(crate) fn requested(&self) -> bool {
+        self.flag.load(Ordering::Acquire)
+    }
+
+    /// The descriptor that becomes readable once stopping is requested.
+    pub(crate) fn fd(&self) -> i32 {
+        self.fd.as_raw_fd()
+    }
+
+    /// Requests stopping and wakes every thread polling [`Stop::fd`].
+    pub(crate) fn request(&self) {
+        self.flag.store(true, Ordering::Release);
+        let one: u64 = 1;
+        // SAFETY: writing 8 bytes from a live u64 to our own eventfd.
+        unsafe { libc::write(self.fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    }
+}

@@ -1,0 +1,144 @@
+//! Bringing pages in from the store: installing a fetched page, prefetching the prefetcher's
+//! candidates after a demand fault, and bringing every page home before `fork`.
+
+use crate::engine::Engine;
+use crate::fatal::fatal;
+use crate::fault::{lost, Handler};
+use crate::prefetch::PrefetchInstall;
+use crate::state::PageState;
+use crate::stats::Counters;
+use crate::store::StoreHandle;
+use crate::PAGE_SIZE;
+
+/// Installs `data` as `page` (owned in FETCHING or PREFETCHING, its budget slot taken) and
+/// publishes it. A read installs the page write-protected (clean: its far copy is valid, so it
+/// can later be dropped with no write); a write, or a read of a page write prediction expects to
+/// be written, installs it writable and dirty, saving the write-protect fault that would follow.
+pub(crate) fn install_fetched(
+    engine: &Engine,
+    page: usize,
+    data: &[u8],
+    writable: bool,
+    prefetched: bool,
+) {
+    engine.mem.install(page, data, writable);
+    let state = if writable {
+        PageState::Dirty
+    } else {
+        PageState::Clean
+    };
+    engine.installed(page, state, prefetched);
+}
+
+/// Fetches the prefetcher's candidates (in `h.candidates`) that are still remote, in one batched
+/// read after the demand fetch, and installs or stages them (see `prefetch.rs`).
+pub(crate) fn prefetch(engine: &Engine, h: &mut Handler) {
+    if h.candidates.is_empty() {
+        return;
+    }
+    let table = &engine.mem.table;
+    let pages = engine.mem.pages();
+    h.claimed.clear();
+    for &q in &h.candidates {
+        if h.claimed.len() >= gleaner_proto::MAX_BATCH_PAGES {
+            break;
+        }
+        let Ok(q) = usize::try_from(q) else { continue };
+        if q >= pages || h.claimed.contains(&(q as u64)) {
+            continue;
+        }
+        if engine.prefetch.is_staged(q) {
+            // Already fetched and waiting for its first use.
+            continue;
+        }
+        if !table.transition(q, PageState::Remote, PageState::Prefetching) {
+            continue;
+        }
+        // A prefetch never waits for room and never reclaims directly: past the point where
+        // only that would make room, the rest of the window is dropped.
+        if !engine.try_charge(None) {
+            // Handing the page back must not undo a demand fault's claim (PREFETCHING →
+            // FETCHING): then this handler owes that fault the page, over budget by one.
+            if table.transition(q, PageState::Prefetching, PageState::Remote) {
+                break;
+            }
+            engine.budget.charge_over();
+            h.claimed.push(q as u64);
+            break;
+        }
+        h.claimed.push(q as u64);
+    }
+    if h.claimed.is_empty() {
+        return;
+    }
+    engine.prefetch.count_issued(h.claimed.len());
+    let claimed = std::mem::take(&mut h.claimed);
+    if let Err(e) = h.store.request(&claimed) {
+        lost(engine, claimed[0] as usize, &e);
+    }
+    Counters::add(
+        &engine.counters.bytes_in,
+        (claimed.len() * PAGE_SIZE) as u64,
+    );
+    let marker_mode = engine.prefetch.install_mode() == PrefetchInstall::Marker;
+    let last = claimed.len() - 1;
+    let mut released = 0;
+    // Marker mode: the pages installed at once (not the late ones, which their demand faults
+    // counted), credited as used when the window's marker is used.
+    let mut window = Vec::new();
+    let r = h.store.receive(&mut |i, data| {
+        let q = claimed[i] as usize;
+        if !marker_mode || i == last {
+            let window = std::mem::take(&mut window);
+            let window_len = window.len();
+            // Staged before it is published REMOTE, so a fault that finds it REMOTE finds its
+            // data staged too.
+            released += engine.prefetch.stage(q, data, window);
+            if table.transition(q, PageState::Prefetching, PageState::Remote) {
+                return;
+            }
+            // A demand fault claimed it meanwhile: install it for that fault instead (taking a
+            // slot again if the staging buffer dropped the entry, and its slot, meanwhile). The
+            // fault reached the marker, which confirms the window.
+            if !engine.prefetch.unstage(q) {
+                engine.budget.charge_over();
+            }
+            engine.prefetch.credit_used(window_len);
+        } else if table.transition(q, PageState::Prefetching, PageState::Fetching) {
+            window.push(q);
+        }
+        // Installed now: a page of the window (marker mode), or one a demand fault claimed
+        // while the prefetch was in flight (state FETCHING: installed for that fault, and the
+        // install wakes its thread).
+        install_fetched(engine, q, data, false, true);
+    });
+    if let Err(e) = r {
+        lost(engine, claimed[0] as usize, &e);
+    }
+    h.claimed = claimed;
+    if released > 0 {
+        engine.budget.release(released);
+        engine.budget.notify_progress();
+    }
+}
+
+/// Fetches `ids` (pages the caller holds in FETCHING) and installs them clean, over budget.
+pub(crate) fn bring_home(engine: &Engine, store: &mut dyn StoreHandle, ids: &[u64]) {
+    if let Err(e) = store.request(ids) {
+        fatal(&format!(
+            "bringing pages home before fork failed: {e}; pages held only on the memnode are lost"
+        ));
+    }
+    let r = store.receive(&mut |i, data| {
+        let page = ids[i] as usize;
+        engine.mem.install(page, data, false);
+        engine.budget.charge_over();
+        engine.installed(page, PageState::Clean, false);
+    });
+    if let Err(e) = r {
+        fatal(&format!(
+            "bringing pages home before fork failed: {e}; pages held only on the memnode are lost"
+        ));
+    }
+    Counters::add(&engine.counters.bytes_in, (ids.len() * PAGE_SIZE) as u64);
+}

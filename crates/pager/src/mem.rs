@@ -1,0 +1,89 @@
+//! A region's memory as the engine handles it: the reserved mapping, the userfaultfd that serves
+//! it, and the per-page state table. Everything here is addressing and installing pages; no
+//! policy.
+
+use gleaner_uffd::{Installed, Uffd};
+
+use crate::fatal::fatal;
+use crate::mapping::Mapping;
+use crate::state::PageTable;
+use crate::PAGE_SIZE;
+
+/// The source for zero-filling a page that is written on first touch.
+static ZERO_PAGE: [u8; PAGE_SIZE] = [0; PAGE_SIZE];
+
+/// The mapping, its userfaultfd and its page table.
+pub(crate) struct Memory {
+    pub(crate) mapping: Mapping,
+    pub(crate) uffd: Uffd,
+    pub(crate) table: PageTable,
+}
+
+impl Memory {
+    /// Pages in the region.
+    pub(crate) fn pages(&self) -> usize {
+        self.mapping.len() / PAGE_SIZE
+    }
+
+    /// The page holding `addr`, if it lies in the region.
+    pub(crate) fn page_of(&self, addr: usize) -> Option<usize> {
+        let base = self.mapping.addr();
+        (addr >= base && addr < base + self.mapping.len()).then(|| (addr - base) / PAGE_SIZE)
+    }
+
+    /// The first address of `page`.
+    pub(crate) fn addr_of(&self, page: usize) -> usize {
+        self.mapping.addr() + page * PAGE_SIZE
+    }
+
+    /// Wakes threads blocked on faults in `page`.
+    pub(crate) fn wake(&self, page: usize) {
+        if let Err(e) = self.uffd.wake(self.addr_of(page), PAGE_SIZE) {
+            fatal(&format!("waking faulting threads on page {page}: {e}"));
+        }
+    }
+
+    /// Installs `data` (one page of memory outside every registered range) as `page`, which the
+    /// caller owns, and wakes the threads waiting on it. Write-protected unless `writable`.
+    pub(crate) fn install(&self, page: usize, data: &[u8], writable: bool) {
+        assert_eq!(data.len(), PAGE_SIZE, "a page install takes one page");
+        // SAFETY: `data` is one page of handler-owned memory (a receive buffer, a slot of the
+        // far arena, a staging buffer or the static zero page), never registered with any
+        // userfaultfd; the destination is an aligned page of this region's registered range.
+        let r = unsafe {
+            self.uffd.copy(
+                self.addr_of(page),
+                data.as_ptr(),
+                PAGE_SIZE,
+                !writable,
+                true,
+            )
+        };
+        self.outcome(page, r);
+    }
+
+    /// Serves a page's first touch without the network: a read maps the shared zero page (no
+    /// memory used until written); a write gets a private zeroed page at once, which saves the
+    /// copy-on-write fault that would follow the zero page.
+    pub(crate) fn install_zero(&self, page: usize, write: bool) {
+        if write {
+            self.install(page, &ZERO_PAGE, true);
+        } else {
+            let r = self.uffd.zeropage(self.addr_of(page), PAGE_SIZE, true);
+            self.outcome(page, r);
+        }
+    }
+
+    fn outcome(&self, page: usize, r: Result<Installed, gleaner_uffd::UffdError>) {
+        match r {
+            Ok(Installed::Done) => {}
+            // The caller owns the page, so nothing else installs it; a present page here means
+            // the program itself populated it behind the pager's back. Keep what is there.
+            Ok(Installed::AlreadyPresent) => {
+                log::warn!("page {page} was already present at install; kept");
+                self.wake(page);
+            }
+            Err(e) => fatal(&format!("installing page {page} failed: {e}")),
+        }
+    }
+}

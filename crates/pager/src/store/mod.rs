@@ -1,0 +1,340 @@
+//! Where a region's far pages live: the [`PageStore`] trait and its two implementations.
+//!
+//! * [`shm::ShmStore`]: the memnode runs on this host (a Unix socket). It grants the session
+//!   shared-memory slabs; the client maps them and keeps its own index of which page lives in
+//!   which slot. A fetch is a copy out of the client's own mapping and a write-back a copy into
+//!   it: no request, no memnode wake-up on the data path.
+//! * [`socket::SocketStore`]: any memnode, over TCP or a Unix socket: batched `Read` and
+//!   `Write` requests, one connection per thread that uses the store.
+//!
+//! The engine sees only the traits: a [`PageStore`] per region (session-wide operations) and a
+//! [`StoreHandle`] per thread (reads and writes). Pages cross the traits as plain 4 KiB pages;
+//! what a store does with them on the far side is its own business.
+
+pub(crate) mod shm;
+pub(crate) mod socket;
+
+use std::io;
+
+use gleaner_proto::{ConnectOptions, Endpoint, Token};
+use serde::Serialize;
+
+use crate::{PagerError, PAGE_SIZE};
+
+/// How a region reaches its memnode's pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DataPath {
+    /// Shared memory when the memnode is on this host (a Unix socket), else the socket.
+    #[default]
+    Auto,
+    /// Shared-memory slabs (refused for a memnode reached over TCP).
+    Shm,
+    /// `Read`/`Write` requests over the socket, even to a memnode on this host.
+    Socket,
+}
+
+impl std::str::FromStr for DataPath {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "auto" => Ok(DataPath::Auto),
+            "shm" => Ok(DataPath::Shm),
+            "socket" => Ok(DataPath::Socket),
+            _ => Err(format!(
+                "`{s}` is not a data path: use auto (shared memory for a memnode on this host), \
+                 shm or socket"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for DataPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            DataPath::Auto => "auto",
+            DataPath::Shm => "shm",
+            DataPath::Socket => "socket",
+        })
+    }
+}
+
+/// Why a store operation failed.
+#[derive(Debug)]
+pub(crate) enum StoreError {
+    /// No room on the far side: nothing of the write was stored.
+    Full(String),
+    /// The data cannot be had or kept: the memnode is unreachable, refused, or lost a page.
+    Lost(String),
+}
+
+impl std::fmt::Display for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreError::Full(why) | StoreError::Lost(why) => f.write_str(why),
+        }
+    }
+}
+
+/// What the stats JSON says about the store.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct StoreStats {
+    /// `shm` or `socket`.
+    pub data_path: &'static str,
+    /// Shared-memory slabs mapped (shm).
+    pub slabs: u64,
+    /// Pages of those slabs.
+    pub slab_pages: u64,
+    /// Slots holding a page now (shm).
+    pub slots_used: u64,
+    /// Grant requests that found the memnode full (shm).
+    pub grants_refused: u64,
+}
+
+/// The session-wide side of a store.
+pub(crate) trait PageStore: Send + Sync {
+    /// A handle for one thread (each fault handler and reclaim thread owns one).
+    fn handle(&self) -> Result<Box<dyn StoreHandle>, PagerError>;
+    /// Forgets `(first page, count)` ranges the program discarded. Only space is at stake: a
+    /// failure is logged, not fatal.
+    fn release(&self, ranges: &[(u64, u32)]);
+    /// Ends the session (the region is going away).
+    fn close(&self);
+    /// The memnode's address, for stats and messages.
+    fn describe(&self) -> String;
+    /// The memnode's total capacity in pages (shared with its other sessions).
+    fn capacity_pages(&self) -> u64;
+    /// What the store holds, for the stats JSON.
+    fn stats(&self) -> StoreStats;
+}
+
+/// One thread's access to the store.
+pub(crate) trait StoreHandle: Send {
+    /// Starts fetching `pages` (at most [`gleaner_proto::MAX_BATCH_PAGES`]): over a socket the
+    /// request leaves now, so the caller can do other work while the memnode answers. Complete
+    /// it with [`StoreHandle::receive`] before any other call.
+    fn request(&mut self, pages: &[u64]) -> Result<(), StoreError>;
+    /// Completes the last request: calls `f(i, data)` for each page, in request order, with its
+    /// 4 KiB of data (valid only during the call).
+    fn receive(&mut self, f: &mut dyn FnMut(usize, &[u8])) -> Result<(), StoreError>;
+    /// Stores `pages` (at most [`gleaner_proto::MAX_BATCH_PAGES`]): `fill(i, dst)` writes the
+    /// i-th page's contents into `dst` (4 KiB). All or nothing on [`StoreError::Full`].
+    fn write(
+        &mut self,
+        pages: &[u64],
+        fill: &mut dyn FnMut(usize, &mut [u8]) -> io::Result<()>,
+    ) -> Result<(), StoreError>;
+}
+
+/// Reads `pages` through `h` and returns copies (tests and slow paths).
+#[cfg(test)]
+pub(crate) fn read_copies(
+    h: &mut dyn StoreHandle,
+    pages: &[u64],
+) -> Result<Vec<Vec<u8>>, StoreError> {
+    h.request(pages)?;
+    let mut out = vec![Vec::new(); pages.len()];
+    h.receive(&mut |i, data| out[i] = data.to_vec())?;
+    Ok(out)
+}
+
+/// Opens the session on `endpoint` and the store for it: shared memory or the socket, as
+/// `path` says. `region_pages` bounds the pages the session can ever hold.
+pub(crate) fn open(
+    endpoint: Endpoint,
+    token: Token,
+    opts: ConnectOptions,
+    path: DataPath,
+    region_pages: usize,
+) -> Result<Box<dyn PageStore>, PagerError> {
+    let local = matches!(endpoint, Endpoint::Unix(_));
+    let use_shm = match path {
+        DataPath::Auto => local,
+        DataPath::Shm if !local => {
+            return Err(PagerError::Config(format!(
+                "--data-path shm needs a memnode on this host reached through a Unix socket \
+                 (unix:PATH); {endpoint} is a TCP address"
+            )))
+        }
+        DataPath::Shm => true,
+        DataPath::Socket => false,
+    };
+    let session = socket::Session::open(endpoint, token, opts)?;
+    if use_shm {
+        Ok(Box::new(shm::ShmStore::new(session, region_pages)?))
+    } else {
+        Ok(Box::new(socket::SocketStore::new(session)))
+    }
+}
+
+/// A page-sized scratch buffer.
+pub(crate) type PageBuf = Box<[u8; PAGE_SIZE]>;
+
+/// A zeroed page-sized buffer on the heap.
+pub(crate) fn page_buf() -> PageBuf {
+    Box::new([0u8; PAGE_SIZE])
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use gleaner_memnode::{Server, ServerConfig, ShutdownHandle};
+    use gleaner_proto::{generate_token, ConnectOptions, Endpoint};
+
+    use super::*;
+
+    /// A memnode on its own thread, on a Unix socket or TCP loopback.
+    struct Node {
+        endpoint: Endpoint,
+        token: gleaner_proto::Token,
+        stop: ShutdownHandle,
+        _dir: Option<std::path::PathBuf>,
+    }
+
+    impl Node {
+        fn start(unix: bool, capacity_pages: u64) -> Node {
+            let dir = std::env::temp_dir().join(format!(
+                "gleaner-store-test-{}-{}",
+                std::process::id(),
+                u64::from_le_bytes(gleaner_proto::random_bytes())
+            ));
+            std::fs::create_dir_all(&dir).unwrap();
+            let listen = if unix {
+                format!("unix:{}", dir.join("m.sock").display())
+            } else {
+                "127.0.0.1:0".into()
+            };
+            let token = generate_token();
+            let server = Server::bind(ServerConfig::new(
+                listen.parse().unwrap(),
+                capacity_pages,
+                token,
+            ))
+            .unwrap();
+            let endpoint = server.local_endpoint().clone();
+            let stop = server.shutdown_handle();
+            std::thread::spawn(move || server.run());
+            Node {
+                endpoint,
+                token,
+                stop,
+                _dir: Some(dir),
+            }
+        }
+
+        fn store(&self, path: DataPath, pages: usize) -> Result<Box<dyn PageStore>, PagerError> {
+            let opts = ConnectOptions {
+                reply_timeout: Duration::from_secs(10),
+                ..ConnectOptions::default()
+            };
+            open(self.endpoint.clone(), self.token, opts, path, pages)
+        }
+    }
+
+    impl Drop for Node {
+        fn drop(&mut self) {
+            self.stop.shutdown();
+            if let Some(d) = &self._dir {
+                let _ = std::fs::remove_dir_all(d);
+            }
+        }
+    }
+
+    fn page(seed: u64) -> Vec<u8> {
+        (0..PAGE_SIZE)
+            .map(|i| (seed as usize * 31 + i) as u8)
+            .collect()
+    }
+
+    /// Writes `ids` (contents from their id plus `version`), then reads them back.
+    fn round_trip(store: &dyn PageStore, ids: &[u64], version: u64) {
+        let mut h = store.handle().unwrap();
+        h.write(ids, &mut |i, dst| {
+            dst.copy_from_slice(&page(ids[i] + version));
+            Ok(())
+        })
+        .unwrap();
+        let mut other = store.handle().unwrap();
+        let got = read_copies(&mut *other, ids).unwrap();
+        for (i, data) in got.iter().enumerate() {
+            assert_eq!(data, &page(ids[i] + version), "page {}", ids[i]);
+        }
+    }
+
+    #[test]
+    fn both_data_paths_keep_pages_and_rewrite_them_in_place() {
+        let node = Node::start(true, 100_000);
+        for path in [DataPath::Shm, DataPath::Socket] {
+            let store = node.store(path, 50_000).unwrap();
+            let expect = if path == DataPath::Shm {
+                "shm"
+            } else {
+                "socket"
+            };
+            assert_eq!(store.stats().data_path, expect);
+            let ids: Vec<u64> = (0..200).map(|i| i * 7).collect();
+            round_trip(&*store, &ids, 0);
+            round_trip(&*store, &ids[..50], 1);
+            let mut h = store.handle().unwrap();
+            let got = read_copies(&mut *h, &ids[50..60]).unwrap();
+            assert_eq!(
+                got[0],
+                page(ids[50]),
+                "an untouched page keeps its first version"
+            );
+            if path == DataPath::Shm {
+                assert_eq!(store.stats().slots_used, 200, "rewrites reuse their slots");
+            }
+            store.close();
+        }
+    }
+
+    #[test]
+    fn released_slots_are_reused_and_a_page_without_one_is_lost_not_zero() {
+        let node = Node::start(true, 100_000);
+        let store = node.store(DataPath::Shm, 10_000).unwrap();
+        let ids: Vec<u64> = (0..100).collect();
+        round_trip(&*store, &ids, 3);
+        store.release(&[(0, 40)]);
+        assert_eq!(store.stats().slots_used, 60);
+        let mut h = store.handle().unwrap();
+        match read_copies(&mut *h, &[5]) {
+            Err(StoreError::Lost(why)) => assert!(why.contains("no slot"), "{why}"),
+            other => panic!("a released page read back as {other:?}"),
+        }
+        round_trip(&*store, &(1000..1040).collect::<Vec<_>>(), 0);
+        let s = store.stats();
+        assert_eq!(s.slots_used, 100);
+        assert_eq!(s.slabs, 1, "freed slots were reused before asking for more");
+    }
+
+    #[test]
+    fn a_full_memnode_refuses_the_whole_write() {
+        // Room for one small slab only.
+        let node = Node::start(true, 100);
+        let store = node.store(DataPath::Shm, 10_000).unwrap();
+        round_trip(&*store, &(0..100).collect::<Vec<_>>(), 0);
+        let mut h = store.handle().unwrap();
+        let mut filled = 0;
+        let r = h.write(&[500, 501], &mut |_, _| {
+            filled += 1;
+            Ok(())
+        });
+        assert!(matches!(r, Err(StoreError::Full(_))), "{r:?}");
+        assert_eq!(filled, 0, "nothing is written when it cannot all fit");
+        assert_eq!(store.stats().grants_refused, 1);
+        // Pages already stored are rewritten in place without new room.
+        round_trip(&*store, &(0..100).collect::<Vec<_>>(), 9);
+    }
+
+    #[test]
+    fn shared_memory_needs_a_memnode_on_this_host() {
+        let node = Node::start(false, 1000);
+        let err = node.store(DataPath::Shm, 100).err().expect("refused");
+        assert!(err.to_string().contains("Unix socket"), "{err}");
+        let auto = node.store(DataPath::Auto, 100).unwrap();
+        assert_eq!(auto.stats().data_path, "socket");
+        round_trip(&*auto, &[1, 2, 3], 0);
+    }
+}

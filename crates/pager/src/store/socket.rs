@@ -1,0 +1,191 @@
+//! The socket store: pages travel in batched `Read` and `Write` requests to the memnode, which
+//! keeps the index. Works with any memnode, over TCP or a Unix socket. Each thread that uses the
+//! store has its own connection attached to the session, so demand fetches never queue behind
+//! write-backs.
+
+use std::io;
+use std::path::Path;
+use std::sync::Mutex;
+
+use gleaner_proto::{
+    ClientError, ConnectOptions, Connection, Endpoint, ErrorCode, PageBatch, PendingRead,
+    SessionKey, Token,
+};
+
+use super::{PageStore, StoreError, StoreHandle, StoreStats};
+use crate::PagerError;
+
+/// A memnode session: the address and credentials to attach more connections, and the first
+/// connection, kept for session-wide requests (free, grants, goodbye).
+pub(crate) struct Session {
+    endpoint: Endpoint,
+    token: Token,
+    opts: ConnectOptions,
+    id: (u64, SessionKey),
+    capacity_pages: u64,
+    control: Mutex<Option<Connection>>,
+}
+
+impl Session {
+    /// Connects, authenticates and creates the session.
+    pub(crate) fn open(
+        endpoint: Endpoint,
+        token: Token,
+        opts: ConnectOptions,
+    ) -> Result<Session, PagerError> {
+        let first = Connection::connect(&endpoint, &token, None, &opts)?;
+        let info = first.session();
+        Ok(Session {
+            endpoint,
+            token,
+            opts,
+            id: (info.session_id, info.session_key),
+            capacity_pages: info.capacity_pages,
+            control: Mutex::new(Some(first)),
+        })
+    }
+
+    /// One more connection attached to the session.
+    pub(crate) fn attach(&self) -> Result<Connection, ClientError> {
+        Connection::connect(&self.endpoint, &self.token, Some(self.id), &self.opts)
+    }
+
+    /// The memnode's address.
+    pub(crate) fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
+    /// The memnode's total capacity in pages.
+    pub(crate) fn capacity_pages(&self) -> u64 {
+        self.capacity_pages
+    }
+
+    /// Runs `f` on the session's first connection (None once the session is closed).
+    pub(crate) fn with_control<T>(&self, f: impl FnOnce(&mut Connection) -> T) -> Option<T> {
+        let mut control = self.control.lock().expect("control connection lock");
+        control.as_mut().map(f)
+    }
+
+    /// Ends the session: the memnode releases everything it holds for it.
+    pub(crate) fn close(&self) {
+        let conn = self.control.lock().map(|mut c| c.take());
+        if let Ok(Some(conn)) = conn {
+            if let Err(e) = conn.goodbye() {
+                log::warn!("ending the memnode session: {e}");
+            }
+        }
+    }
+}
+
+/// Reads a token file, turning I/O errors into a message that names the file.
+pub(crate) fn load_token(path: &Path) -> Result<Token, PagerError> {
+    gleaner_proto::read_token_file(path).map_err(|e| {
+        PagerError::Config(format!(
+            "cannot read the memnode token from {}: {e}",
+            path.display()
+        ))
+    })
+}
+
+/// A client error as a store error: the memnode refusing for lack of room is `Full`, anything
+/// else means the data cannot be had.
+pub(crate) fn store_error(e: ClientError) -> StoreError {
+    if e.server_code() == Some(ErrorCode::Full) {
+        StoreError::Full(e.to_string())
+    } else if e.server_code() == Some(ErrorCode::NotFound) {
+        StoreError::Lost(format!("the memnode no longer holds it ({e})"))
+    } else {
+        StoreError::Lost(format!("the memnode could not be reached ({e})"))
+    }
+}
+
+/// The store over the socket.
+pub(crate) struct SocketStore {
+    session: Session,
+}
+
+impl SocketStore {
+    /// The store of `session`.
+    pub(crate) fn new(session: Session) -> SocketStore {
+        SocketStore { session }
+    }
+}
+
+impl PageStore for SocketStore {
+    fn handle(&self) -> Result<Box<dyn StoreHandle>, PagerError> {
+        Ok(Box::new(SocketHandle {
+            conn: self.session.attach()?,
+            pending: None,
+        }))
+    }
+
+    fn release(&self, ranges: &[(u64, u32)]) {
+        self.session.with_control(|conn| {
+            for chunk in ranges.chunks(gleaner_proto::MAX_FREE_RANGES) {
+                if let Err(e) = conn.free(chunk) {
+                    log::warn!("releasing discarded pages on the memnode: {e}");
+                }
+            }
+        });
+    }
+
+    fn close(&self) {
+        self.session.close();
+    }
+
+    fn describe(&self) -> String {
+        self.session.endpoint().to_string()
+    }
+
+    fn capacity_pages(&self) -> u64 {
+        self.session.capacity_pages()
+    }
+
+    fn stats(&self) -> StoreStats {
+        StoreStats {
+            data_path: "socket",
+            ..StoreStats::default()
+        }
+    }
+}
+
+/// One thread's connection.
+struct SocketHandle {
+    conn: Connection,
+    /// The read sent by `request`, with its ids.
+    pending: Option<(PendingRead, Vec<u64>)>,
+}
+
+impl StoreHandle for SocketHandle {
+    fn request(&mut self, pages: &[u64]) -> Result<(), StoreError> {
+        assert!(self.pending.is_none(), "a read is already outstanding");
+        let p = self.conn.start_read(pages).map_err(store_error)?;
+        self.pending = Some((p, pages.to_vec()));
+        Ok(())
+    }
+
+    fn receive(&mut self, f: &mut dyn FnMut(usize, &[u8])) -> Result<(), StoreError> {
+        let (p, ids) = self.pending.take().expect("receive without a request");
+        let batch = self.conn.finish_read(p, &ids).map_err(store_error)?;
+        for (i, (_, data)) in batch.iter().enumerate() {
+            f(i, data);
+        }
+        Ok(())
+    }
+
+    fn write(
+        &mut self,
+        pages: &[u64],
+        fill: &mut dyn FnMut(usize, &mut [u8]) -> io::Result<()>,
+    ) -> Result<(), StoreError> {
+        let buf = self.conn.write_buffer();
+        PageBatch::begin(buf);
+        for (i, &page) in pages.iter().enumerate() {
+            let slot = PageBatch::push_slot(buf, page);
+            fill(i, slot).map_err(|e| {
+                StoreError::Lost(format!("reading page {page} for write-back failed: {e}"))
+            })?;
+        }
+        self.conn.write_built_batch().map_err(store_error)
+    }
+}
