@@ -141,8 +141,41 @@ const GIB: usize = 1 << 30;
 fn one_gib_at_ten_percent_over_embedded_unix_socket_memnode() {
     gleaner_bin();
     let region = Region::new(RegionConfig::new(GIB, GIB / 10)).unwrap();
-    assert!(region.stats().memnode.starts_with("unix:"));
+    let s = region.stats();
+    assert!(s.memnode.starts_with("unix:"));
+    assert_eq!((s.store.data_path, s.dirty_tracking), ("shm", "async"));
     random_ops_then_verify_all(&region, 2, 60_000);
+    assert!(region.stats().store.slots_used > 0);
+}
+
+/// The same workload over the socket to a memnode on this host (no shared memory).
+#[test]
+fn integrity_over_the_socket_data_path_to_a_local_memnode() {
+    gleaner_bin();
+    let mut cfg = RegionConfig::new(GIB / 4, GIB / 40);
+    cfg.data_path = "socket".parse().unwrap();
+    let region = Region::new(cfg).unwrap();
+    let s = region.stats();
+    assert!(s.memnode.starts_with("unix:"));
+    assert_eq!(s.store.data_path, "socket");
+    random_ops_then_verify_all(&region, 2, 30_000);
+}
+
+/// The same workload under synchronous dirty tracking (the fallback for kernels without
+/// WP_ASYNC and hosts with swap), on both data paths.
+#[test]
+fn integrity_under_synchronous_dirty_tracking_on_both_data_paths() {
+    gleaner_bin();
+    for path in ["shm", "socket"] {
+        let mut cfg = RegionConfig::new(GIB / 8, GIB / 80);
+        cfg.dirty_tracking = "sync".parse().unwrap();
+        cfg.data_path = path.parse().unwrap();
+        let region = Region::new(cfg).unwrap();
+        let s = region.stats();
+        assert_eq!((s.store.data_path, s.dirty_tracking), (path, "sync"));
+        random_ops_then_verify_all(&region, 2, 20_000);
+        assert!(region.stats().faults.write_protect > 0, "{path}");
+    }
 }
 
 #[test]
@@ -212,26 +245,42 @@ fn integrity_with_direct_reclaim() {
 /// so pages are written while they are being evicted: not one increment may be lost.
 #[test]
 fn writes_racing_with_eviction_are_never_lost() {
-    writes_racing_with_eviction("hermit");
+    writes_racing_with_eviction("hermit", "auto", "auto");
 }
 
 /// The race test with several reclaim threads evicting at once.
 #[test]
 fn writes_racing_with_eviction_by_four_reclaim_threads_are_never_lost() {
-    writes_racing_with_eviction("static:4");
+    writes_racing_with_eviction("static:4", "auto", "auto");
 }
 
 /// The race test with the faulting threads themselves evicting.
 #[test]
 fn writes_racing_with_direct_eviction_are_never_lost() {
-    writes_racing_with_eviction("direct");
+    writes_racing_with_eviction("direct", "auto", "auto");
 }
 
-fn writes_racing_with_eviction(mode: &str) {
+/// The race test over the socket data path (asynchronous tracking stages written pages in the
+/// send buffer and sends them after the drop).
+#[test]
+fn writes_racing_with_eviction_over_the_socket_are_never_lost() {
+    writes_racing_with_eviction("hermit", "auto", "socket");
+}
+
+/// The race test under synchronous tracking, on both data paths.
+#[test]
+fn writes_racing_with_synchronously_tracked_eviction_are_never_lost() {
+    writes_racing_with_eviction("hermit", "sync", "shm");
+    writes_racing_with_eviction("hermit", "sync", "socket");
+}
+
+fn writes_racing_with_eviction(mode: &str, tracking: &str, path: &str) {
     gleaner_bin();
     let mut cfg = RegionConfig::new(2048 * PAGE_SIZE, 0);
     cfg.local_budget = cfg.min_budget_pages() * PAGE_SIZE;
     cfg.reclaim = mode.parse().unwrap();
+    cfg.dirty_tracking = tracking.parse().unwrap();
+    cfg.data_path = path.parse().unwrap();
     let region = Region::new(cfg).unwrap();
     let pages = region.len() / PAGE_SIZE;
     let base = region.as_ptr() as usize;
@@ -675,11 +724,16 @@ fn prepare_fork_brings_staged_pages_home_and_forgets_their_copies() {
 
 /// Read-then-write passes over a region four times its budget: every page comes back from the
 /// memnode each pass, is checked, then rewritten.
-fn read_modify_write_passes(predict: &str, passes: u32) -> gleaner_pager::RegionStats {
+fn read_modify_write_passes(
+    tracking: &str,
+    predict: &str,
+    passes: u32,
+) -> gleaner_pager::RegionStats {
     gleaner_bin();
     let pages = 4096;
     let mut cfg = RegionConfig::new(pages * PAGE_SIZE, pages * PAGE_SIZE / 4);
     cfg.predict_writes = predict.parse().unwrap();
+    cfg.dirty_tracking = tracking.parse().unwrap();
     let region = Region::new(cfg).unwrap();
     let base = Base(region.as_ptr() as usize);
     for p in 0..pages {
@@ -709,11 +763,13 @@ fn read_modify_write_passes(predict: &str, passes: u32) -> gleaner_pager::Region
 /// on its next `PREDICTED_RESIDENCIES` (3) fetches, then tracked once more (which re-arms it), so
 /// in 5 read-modify-write passes only passes 1 and 5 take write-protect faults; with prediction
 /// off every pass does, and the shadow predictor reports how often it would have been right.
-/// First-touch writes arm nothing. Data verified both ways.
+/// First-touch writes arm nothing. Data verified both ways. (Synchronous tracking: the one that
+/// has write-protect faults to save.)
 #[test]
 fn write_prediction_saves_the_write_protect_faults_of_rewritten_pages() {
-    let on = read_modify_write_passes("on", 5);
-    let off = read_modify_write_passes("off", 5);
+    let on = read_modify_write_passes("sync", "on", 5);
+    let off = read_modify_write_passes("sync", "off", 5);
+    assert_eq!(on.dirty_tracking, "sync");
     assert!(on.faults.remote > 5 * 3000 && off.faults.remote > 5 * 3000);
     assert!(
         off.faults.write_protect > 5 * 3000,
@@ -740,6 +796,36 @@ fn write_prediction_saves_the_write_protect_faults_of_rewritten_pages() {
         (0.70..=0.80).contains(&precision),
         "shadow precision {precision}, expected about 3/4"
     );
+}
+
+/// Asynchronous tracking: the program's first write to a fetched page never reaches a handler
+/// (no write-protect fault at all), yet every rewritten page is found written at eviction and
+/// its new data kept: five read-modify-write passes verify every word. Eviction's scan is also
+/// write prediction's evidence, so prediction still arms.
+#[test]
+fn asynchronous_tracking_takes_no_write_faults_and_loses_no_write() {
+    for predict in ["on", "off"] {
+        let s = read_modify_write_passes("async", predict, 5);
+        assert_eq!(s.dirty_tracking, "async");
+        assert_eq!(s.faults.write_protect, 0, "predict {predict}");
+        assert!(
+            s.faults.remote > 5 * 3000,
+            "predict {predict}: {:?}",
+            s.faults
+        );
+        assert!(
+            s.evictions.dirty > 5 * 3000,
+            "predict {predict}: rewritten pages are written back ({:?})",
+            s.evictions
+        );
+        if predict == "on" {
+            assert!(
+                s.write_prediction.predicted > 2 * 3000,
+                "{:?}",
+                s.write_prediction
+            );
+        }
+    }
 }
 
 /// A page rewritten once and then only read stops being predicted after

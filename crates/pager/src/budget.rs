@@ -62,6 +62,17 @@ impl Budget {
         }
     }
 
+    /// Records that the memnode refused a write for lack of room (`why`): the region may now
+    /// keep pages locally beyond the budget, up to the overflow allowance.
+    pub(crate) fn note_memnode_full(&self, why: &str) {
+        if !self.memnode_full.swap(true, Ordering::Relaxed) {
+            log::warn!(
+                "memnode full ({why}); keeping pages locally beyond the budget while the \
+                 overflow allowance lasts"
+            );
+        }
+    }
+
     /// Wakes everyone waiting for eviction progress.
     pub(crate) fn notify_progress(&self) {
         let (m, cv) = &self.progress;

@@ -10,6 +10,46 @@ pub use gleaner_policy::reclaim::ReclaimMode;
 pub use crate::predict::WritePrediction;
 pub use crate::prefetch::PrefetchInstall;
 pub use crate::store::DataPath;
+
+/// How writes to resident pages are tracked, so that pages nobody wrote are evicted without a
+/// write-back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DirtyTracking {
+    /// Asynchronous where the kernel offers it (`UFFD_FEATURE_WP_ASYNC` and `UFFDIO_MOVE`,
+    /// Linux 6.8+) and the host has no swap; synchronous otherwise.
+    #[default]
+    Auto,
+    /// The kernel lets a page's first write through itself (no fault reaches a handler);
+    /// eviction finds the written pages with `PAGEMAP_SCAN`.
+    Async,
+    /// A write-protect fault, served by a handler, at a clean page's first write.
+    Sync,
+}
+
+impl std::str::FromStr for DirtyTracking {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "auto" => Ok(DirtyTracking::Auto),
+            "async" => Ok(DirtyTracking::Async),
+            "sync" => Ok(DirtyTracking::Sync),
+            _ => Err(format!(
+                "`{s}` is not a dirty-tracking mode: use auto, async or sync"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for DirtyTracking {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            DirtyTracking::Auto => "auto",
+            DirtyTracking::Async => "async",
+            DirtyTracking::Sync => "sync",
+        })
+    }
+}
 use gleaner_proto::Endpoint;
 
 use crate::{PagerError, PAGE_SIZE};
@@ -65,6 +105,9 @@ pub struct RegionConfig {
     /// How long a handler keeps polling the userfaultfd without blocking after its last message
     /// (zero: it blocks at once). Default zero (measured in `docs/BENCHMARKS.md`).
     pub handler_spin: Duration,
+    /// How writes to resident pages are tracked: `auto` (default: asynchronous where the kernel
+    /// offers it and the host has no swap), `async` or `sync`.
+    pub dirty_tracking: DirtyTracking,
     /// How pages reach the memnode: shared memory for a memnode on this host, or the socket.
     /// Default `auto` (shared memory whenever the memnode is reached through a Unix socket).
     pub data_path: DataPath,
@@ -127,6 +170,7 @@ impl RegionConfig {
             pin_handlers: true,
             handler_spin: Duration::ZERO,
             data_path: DataPath::Auto,
+            dirty_tracking: DirtyTracking::Auto,
             evict_batch: 32,
             allow_user_mode_only: false,
             stats_path: None,

@@ -48,7 +48,19 @@ pub(crate) struct Engine {
     pub(crate) remote_latency: LatencyHistogram,
     pub(crate) trace: Option<FaultTrace>,
     pub(crate) evict_batch: usize,
+    /// How writes to resident pages are tracked.
+    pub(crate) tracking: Tracking,
     pub(crate) stop: Stop,
+}
+
+/// How writes to resident pages are tracked (resolved from `RegionConfig::dirty_tracking`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Tracking {
+    /// A write-protect fault, served by a handler, at a clean page's first write.
+    Sync,
+    /// `UFFD_FEATURE_WP_ASYNC`: the kernel lets the first write through itself; eviction
+    /// learns which pages were written with `PAGEMAP_SCAN`.
+    Async,
 }
 
 impl Engine {
@@ -168,6 +180,7 @@ impl Engine {
                 waited_on_eviction: get(&c.waited_on_eviction),
                 waited_on_budget: get(&c.waited_on_budget),
                 prefetch_hit: get(&c.prefetch_hit_faults),
+                refetched_resident: get(&c.refetched_resident),
             },
             fault_breakdown: c.breakdown(),
             reclaim: self.reclaim.stats(get(&c.zero_fills) + remote),
@@ -176,6 +189,7 @@ impl Engine {
                 dirty: get(&c.evicted_dirty),
                 batches: get(&c.evict_batches),
                 aborted: get(&c.evict_aborted),
+                kept_written: get(&c.evict_kept),
                 protect_ns: get(&c.evict_protect_ns),
                 read_ns: get(&c.evict_read_ns),
                 send_ns: get(&c.evict_send_ns),
@@ -191,6 +205,10 @@ impl Engine {
             write_prediction: self.writes.stats(),
             memnode: self.store.describe(),
             store: self.store.stats(),
+            dirty_tracking: match self.tracking {
+                Tracking::Async => "async",
+                Tracking::Sync => "sync",
+            },
             uffd_mode: match self.mem.uffd.mode() {
                 Mode::Full => "full",
                 Mode::UserOnly => "user-only",

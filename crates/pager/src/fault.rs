@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use gleaner_uffd::FaultKind;
 
-use crate::engine::Engine;
+use crate::engine::{Engine, Tracking};
 use crate::evict::Evictor;
 use crate::fatal::fatal;
 use crate::fetch;
@@ -108,7 +108,18 @@ impl Handler {
                     Counters::add(&c.duplicate_faults, 1);
                     return;
                 }
-                PageState::Clean | PageState::Dirty => {
+                was @ (PageState::Clean | PageState::Dirty) => {
+                    if engine.tracking == Tracking::Async && !engine.mem.is_mapped(page) {
+                        // Resident by the table, missing in memory: a page an eviction had to
+                        // keep (lazily freed, then found not droppable at once) was dropped by
+                        // the kernel later, which it does only while nobody wrote it since:
+                        // its far copy is exact.
+                        if table.transition(page, was, PageState::Fetching) {
+                            self.refetch_resident(engine, page, was);
+                            return;
+                        }
+                        continue;
+                    }
                     // Installed since this message was queued; the installer's wake may have
                     // raced with the thread going to sleep, so wake again (idempotent).
                     Counters::add(&c.duplicate_faults, 1);
@@ -121,6 +132,23 @@ impl Handler {
                 }
             }
         }
+    }
+
+    /// Installs `page` again from the store (owned in FETCHING, counted resident, found
+    /// missing from memory) and gives it back its state `was`.
+    fn refetch_resident(&mut self, engine: &Engine, page: usize, was: PageState) {
+        let ids = [page as u64];
+        let r = self.store.request(&ids).and_then(|()| {
+            self.store.receive(&mut |_, data| {
+                if engine.mem.reinstall(page, data, was == PageState::Dirty) {
+                    Counters::add(&engine.counters.refetched_resident, 1);
+                }
+            })
+        });
+        if let Err(e) = r {
+            lost(engine, page, &e);
+        }
+        engine.mem.table.release(page, was);
     }
 
     /// Fetches `page` (owned in FETCHING) from the store and installs it.

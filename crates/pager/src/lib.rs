@@ -40,8 +40,8 @@ mod thread;
 mod trace;
 
 pub use config::{
-    default_max_reclaim_threads, DataPath, EvictKind, MemnodeTarget, PrefetchInstall,
-    PrefetcherKind, ReclaimMode, RegionConfig, WritePrediction, MAX_AUTO_HANDLERS,
+    default_max_reclaim_threads, DataPath, DirtyTracking, EvictKind, MemnodeTarget,
+    PrefetchInstall, PrefetcherKind, ReclaimMode, RegionConfig, WritePrediction, MAX_AUTO_HANDLERS,
     MIN_BUDGET_BATCHES,
 };
 pub use embedded::EmbeddedMemnode;

@@ -9,9 +9,10 @@ use gleaner_proto::ConnectOptions;
 use gleaner_uffd::{features, Mode, Uffd, UffdOptions};
 
 use crate::budget::Budget;
+use crate::config::DirtyTracking;
 use crate::config::{MemnodeTarget, RegionConfig};
 use crate::embedded::EmbeddedMemnode;
-use crate::engine::{Engine, Stop};
+use crate::engine::{Engine, Stop, Tracking};
 use crate::fatal::fatal;
 use crate::mapping::Mapping;
 use crate::mem::Memory;
@@ -42,8 +43,13 @@ impl Region {
     pub fn new(cfg: RegionConfig) -> Result<Region, PagerError> {
         let (pages, budget) = cfg.validate()?;
         // Open userfaultfd first: it is the likeliest thing to be refused, and the cheapest.
+        let tracking = resolve_tracking(&cfg)?;
+        let mut wanted = features::PAGEFAULT_FLAG_WP | features::THREAD_ID;
+        if tracking == Tracking::Async {
+            wanted |= features::WP_ASYNC | features::MOVE;
+        }
         let uffd = Uffd::open(UffdOptions {
-            features: features::PAGEFAULT_FLAG_WP | features::THREAD_ID,
+            features: wanted,
             allow_user_mode_only: cfg.allow_user_mode_only,
         })?;
         let size = pages * PAGE_SIZE;
@@ -142,6 +148,7 @@ impl Region {
                 mapping,
                 uffd,
                 table: PageTable::new(pages),
+                zero_reads_private: tracking == Tracking::Async,
             },
             budget: Budget::new(
                 budget,
@@ -156,6 +163,7 @@ impl Region {
             remote_latency: LatencyHistogram::default(),
             trace,
             evict_batch: cfg.evict_batch,
+            tracking,
             stop,
         });
         let mut threads = Vec::new();
@@ -349,6 +357,39 @@ impl Region {
     pub fn reset_latency(&self) {
         self.engine.remote_latency.reset();
     }
+}
+
+/// How the region will track writes: `cfg.dirty_tracking`, with `auto` resolved against what
+/// this kernel offers and whether the host has swap (asynchronous tracking's eviction lazily
+/// frees pages, which is safe only for pages the kernel has not swapped out; while swap is on it
+/// moves victims out instead, at a cost per run of pages, so `auto` prefers synchronous tracking
+/// then).
+fn resolve_tracking(cfg: &RegionConfig) -> Result<Tracking, PagerError> {
+    let needs = features::WP_ASYNC | features::MOVE;
+    let offered = Uffd::available_features(cfg.allow_user_mode_only)? & needs == needs;
+    Ok(match cfg.dirty_tracking {
+        DirtyTracking::Sync => Tracking::Sync,
+        DirtyTracking::Async if offered => Tracking::Async,
+        DirtyTracking::Async => {
+            return Err(PagerError::Config(
+                "asynchronous dirty tracking needs UFFD_FEATURE_WP_ASYNC and UFFDIO_MOVE \
+                 (Linux 6.8 or newer); use --dirty-tracking sync"
+                    .into(),
+            ))
+        }
+        DirtyTracking::Auto if offered && !crate::evict::swap_is_on() => Tracking::Async,
+        DirtyTracking::Auto => {
+            log::debug!(
+                "dirty tracking: synchronous ({})",
+                if offered {
+                    "this host has swap"
+                } else {
+                    "the kernel lacks WP_ASYNC or UFFDIO_MOVE"
+                }
+            );
+            Tracking::Sync
+        }
+    })
 }
 
 fn spawn(

@@ -20,6 +20,11 @@ pub(crate) struct Counters {
     pub evicted_dirty: AtomicU64,
     pub evict_batches: AtomicU64,
     pub evict_aborted: AtomicU64,
+    /// Victims kept resident because they were written while being evicted.
+    pub evict_kept: AtomicU64,
+    /// Pages found missing although resident (the kernel dropped a lazily freed page) and
+    /// fetched again.
+    pub refetched_resident: AtomicU64,
     pub bytes_in: AtomicU64,
     pub bytes_out: AtomicU64,
     pub evict_protect_ns: AtomicU64,
@@ -176,6 +181,9 @@ pub struct FaultStats {
     pub waited_on_budget: u64,
     /// Faults served from the prefetch staging buffer (no network).
     pub prefetch_hit: u64,
+    /// Faults on pages resident by the page table but dropped by the kernel (lazily freed
+    /// during an eviction that had to keep them), fetched again from the store.
+    pub refetched_resident: u64,
 }
 
 /// Eviction counts and the time spent in each step of a batch.
@@ -189,13 +197,18 @@ pub struct EvictionStats {
     pub batches: u64,
     /// Batches undone because the memnode refused the write (pages kept resident).
     pub aborted: u64,
-    /// Nanoseconds spent write-protecting victims.
+    /// Victims kept resident because the program wrote them while they were being evicted
+    /// (asynchronous tracking), tried again later.
+    pub kept_written: u64,
+    /// Nanoseconds spent finding which victims were written: write-protecting the dirty ones
+    /// (synchronous tracking), or `MADV_FREE` and a `PAGEMAP_SCAN` (asynchronous).
     pub protect_ns: u64,
-    /// Nanoseconds spent copying dirty victims out of the region.
+    /// Nanoseconds spent copying written victims out of the region into the store.
     pub read_ns: u64,
-    /// Nanoseconds spent sending write-backs and waiting for the memnode's acknowledgement.
+    /// Nanoseconds spent making write-backs durable (a socket: sending them and waiting for
+    /// the memnode's acknowledgement; shared memory: nothing).
     pub send_ns: u64,
-    /// Nanoseconds spent dropping victims (`MADV_DONTNEED`).
+    /// Nanoseconds spent dropping victims (`MADV_DONTNEED`, or `MADV_PAGEOUT` and a scan).
     pub drop_ns: u64,
     /// Whether drops go through one vectored `process_madvise` per batch (false: one `madvise`
     /// per contiguous run, because the kernel refused the vectored call).
@@ -237,6 +250,9 @@ pub struct RegionStats {
     pub policy: String,
     /// The memnode this region uses.
     pub memnode: String,
+    /// How writes are tracked: `async` (the kernel lets first writes through; eviction scans)
+    /// or `sync` (a write-protect fault per first write).
+    pub dirty_tracking: &'static str,
     /// The store: the data path (`shm` or `socket`) and what it holds.
     pub store: crate::store::StoreStats,
     /// Whether kernel-mode faults are served (`full`) or fail with EFAULT (`user-only`).

@@ -5,8 +5,14 @@ use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 
+/// `PAGE_IS_WPALLOWED`: the page's range is registered for asynchronous write protection.
+pub const PAGE_IS_WPALLOWED: u64 = 1 << 0;
 /// `PAGE_IS_WRITTEN`: written since write protection was last applied.
 pub const PAGE_IS_WRITTEN: u64 = 1 << 1;
+/// `PAGE_IS_PRESENT`: mapped in memory.
+pub const PAGE_IS_PRESENT: u64 = 1 << 3;
+/// `PAGE_IS_SWAPPED`: swapped out (its contents are in swap, not lost).
+pub const PAGE_IS_SWAPPED: u64 = 1 << 4;
 /// `PM_SCAN_WP_MATCHING`: write-protect the pages that match.
 pub const PM_SCAN_WP_MATCHING: u64 = 1 << 0;
 /// `PM_SCAN_CHECK_WPASYNC`: fail on pages without asynchronous write protection.
@@ -82,6 +88,35 @@ impl Pagemap {
         };
         // SAFETY: PAGEMAP_SCAN reads `arg` and writes at most `vec_len` PageRegion entries into
         // `out`'s spare capacity, whose address and length `arg` carries; it returns how many.
+        let n = unsafe { libc::ioctl(self.file.as_raw_fd(), PAGEMAP_SCAN as _, &mut arg) };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: the kernel initialised the first `n` (<= spare) entries past the old length.
+        unsafe { out.set_len(out.len() + n as usize) };
+        Ok(arg.walk_end as usize)
+    }
+
+    /// Appends to `out` the runs of pages in `[start, end)` that are present or swapped, with
+    /// their `PAGE_IS_PRESENT`, `PAGE_IS_SWAPPED` and `PAGE_IS_WRITTEN` categories (written:
+    /// no asynchronous write protection on the page since it was protected). Changes nothing.
+    /// Returns where the walk stopped (`end` unless `out`'s spare capacity filled up first).
+    pub fn scan(&self, start: usize, end: usize, out: &mut Vec<PageRegion>) -> io::Result<usize> {
+        let spare = out.capacity() - out.len();
+        assert!(spare > 0, "reserve room in `out` first");
+        let mut arg = PmScanArg {
+            size: std::mem::size_of::<PmScanArg>() as u64,
+            flags: 0,
+            start: start as u64,
+            end: end as u64,
+            vec: out.as_mut_ptr().wrapping_add(out.len()) as u64,
+            vec_len: spare as u64,
+            category_anyof_mask: PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
+            return_mask: PAGE_IS_PRESENT | PAGE_IS_SWAPPED | PAGE_IS_WRITTEN,
+            ..PmScanArg::default()
+        };
+        // SAFETY: as in `take_written`: the kernel writes at most `vec_len` entries into `out`'s
+        // spare capacity and returns how many.
         let n = unsafe { libc::ioctl(self.file.as_raw_fd(), PAGEMAP_SCAN as _, &mut arg) };
         if n < 0 {
             return Err(io::Error::last_os_error());

@@ -117,13 +117,37 @@ pub(crate) trait StoreHandle: Send {
     /// Completes the last request: calls `f(i, data)` for each page, in request order, with its
     /// 4 KiB of data (valid only during the call).
     fn receive(&mut self, f: &mut dyn FnMut(usize, &[u8])) -> Result<(), StoreError>;
-    /// Stores `pages` (at most [`gleaner_proto::MAX_BATCH_PAGES`]): `fill(i, dst)` writes the
-    /// i-th page's contents into `dst` (4 KiB). All or nothing on [`StoreError::Full`].
-    fn write(
+    /// Makes sure `pages` (at most [`gleaner_proto::MAX_BATCH_PAGES`]) can be staged without
+    /// running out of room, all or nothing: shared memory sets aside a slot for each page that
+    /// has none ([`StoreError::Full`] when the memnode has no more to grant). A socket can
+    /// promise nothing here; its memnode reports a lack of room at [`StoreHandle::commit`].
+    fn reserve(&mut self, pages: &[u64]) -> Result<(), StoreError>;
+    /// Copies the contents of `pages` (some or all of those last reserved): `fill(i, dst)` writes
+    /// the i-th page's 4 KiB into `dst`. Shared memory writes the pages' slots (final at once); a
+    /// socket fills its send buffer.
+    fn stage(
         &mut self,
         pages: &[u64],
         fill: &mut dyn FnMut(usize, &mut [u8]) -> io::Result<()>,
     ) -> Result<(), StoreError>;
+    /// Makes the staged pages durable on the far side. On [`StoreError::Full`] (a socket only)
+    /// nothing was stored and the staged contents stay readable through
+    /// [`StoreHandle::staged`].
+    fn commit(&mut self) -> Result<(), StoreError>;
+    /// The contents staged for the i-th page of the last [`StoreHandle::stage`].
+    fn staged(&self, i: usize) -> &[u8];
+    /// Stores `pages`: reserve, stage and commit at once. All or nothing on
+    /// [`StoreError::Full`].
+    #[cfg(test)]
+    fn write(
+        &mut self,
+        pages: &[u64],
+        fill: &mut dyn FnMut(usize, &mut [u8]) -> io::Result<()>,
+    ) -> Result<(), StoreError> {
+        self.reserve(pages)?;
+        self.stage(pages, fill)?;
+        self.commit()
+    }
 }
 
 /// Reads `pages` through `h` and returns copies (tests and slow paths).

@@ -106,7 +106,8 @@ impl PageStore for ShmStore {
         Ok(Box::new(ShmHandle {
             inner: self.inner.clone(),
             pending: Vec::new(),
-            fresh: Vec::new(),
+            spare: Vec::new(),
+            staged: Vec::new(),
         }))
     }
 
@@ -260,8 +261,10 @@ struct ShmHandle {
     inner: Arc<Inner>,
     /// The pages of the last request.
     pending: Vec<u64>,
-    /// Slots taken for pages written back for the first time.
-    fresh: Vec<u32>,
+    /// Slots set aside by `reserve` for pages that have none yet.
+    spare: Vec<u32>,
+    /// The slots of the pages last staged, in order.
+    staged: Vec<u32>,
 }
 
 impl StoreHandle for ShmHandle {
@@ -287,25 +290,35 @@ impl StoreHandle for ShmHandle {
         Ok(())
     }
 
-    fn write(
+    fn reserve(&mut self, pages: &[u64]) -> Result<(), StoreError> {
+        let inner = &*self.inner;
+        let need = pages.iter().filter(|&&p| inner.slot(p).is_none()).count();
+        if need > self.spare.len() {
+            inner.take_slots(need - self.spare.len(), &mut self.spare)?;
+        }
+        Ok(())
+    }
+
+    fn stage(
         &mut self,
         pages: &[u64],
         fill: &mut dyn FnMut(usize, &mut [u8]) -> io::Result<()>,
     ) -> Result<(), StoreError> {
         let inner = &*self.inner;
-        let new = pages.iter().filter(|&&p| inner.slot(p).is_none()).count();
-        self.fresh.clear();
-        inner.take_slots(new, &mut self.fresh)?;
-        let mut fresh = self.fresh.iter();
+        self.staged.clear();
         for (i, &page) in pages.iter().enumerate() {
             let slot = match inner.slot(page) {
                 Some(s) => s,
                 None => {
-                    let s = *fresh.next().expect("a slot taken per new page");
+                    let s = self
+                        .spare
+                        .pop()
+                        .expect("stage() takes only pages reserve() set slots aside for");
                     inner.slot_of[page as usize].store(s + 1, Ordering::Relaxed);
                     s
                 }
             };
+            self.staged.push(slot);
             // SAFETY: as in `receive`; the caller owns the page (it is being evicted), so this
             // slot is written by this thread alone.
             let dst = unsafe { inner.arena.slot_mut(slot) };
@@ -314,6 +327,25 @@ impl StoreHandle for ShmHandle {
             })?;
         }
         Ok(())
+    }
+
+    fn commit(&mut self) -> Result<(), StoreError> {
+        // The slots were written in place: nothing left to make durable.
+        Ok(())
+    }
+
+    fn staged(&self, i: usize) -> &[u8] {
+        // SAFETY: as in `receive`: a slot of a page the caller still owns.
+        unsafe { self.inner.arena.slot(self.staged[i]) }
+    }
+}
+
+impl Drop for ShmHandle {
+    fn drop(&mut self) {
+        if !self.spare.is_empty() {
+            let mut slots = self.inner.slots.lock().expect("slot lock");
+            slots.free.append(&mut self.spare);
+        }
     }
 }
 

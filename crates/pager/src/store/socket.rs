@@ -173,7 +173,11 @@ impl StoreHandle for SocketHandle {
         Ok(())
     }
 
-    fn write(
+    fn reserve(&mut self, _pages: &[u64]) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    fn stage(
         &mut self,
         pages: &[u64],
         fill: &mut dyn FnMut(usize, &mut [u8]) -> io::Result<()>,
@@ -186,6 +190,14 @@ impl StoreHandle for SocketHandle {
                 StoreError::Lost(format!("reading page {page} for write-back failed: {e}"))
             })?;
         }
+        Ok(())
+    }
+
+    fn commit(&mut self) -> Result<(), StoreError> {
         self.conn.write_built_batch().map_err(store_error)
+    }
+
+    fn staged(&self, i: usize) -> &[u8] {
+        PageBatch::from_encoded(self.conn.written_buffer()).get(i).1
     }
 }
