@@ -68,6 +68,12 @@ pub struct RunArgs {
     /// a remote memnode).
     #[arg(long, value_name = "PATH", default_value = "auto")]
     data_path: gleaner_pager::DataPath,
+    /// How writes to resident pages are tracked: `auto` (asynchronous where the kernel offers
+    /// it, Linux 6.8+, and the host has no swap), `async` (the kernel lets a page's first write
+    /// through itself; eviction finds written pages by scanning) or `sync` (a write-protect
+    /// fault per first write).
+    #[arg(long, value_name = "MODE", default_value = "auto")]
+    dirty_tracking: gleaner_pager::DirtyTracking,
     /// Who reclaims: `hermit` (feedback-directed thread pool), `static:N` (N threads once fewer
     /// than 8 MiB are free), or `direct` (faulting threads reclaim synchronously, like Linux).
     #[arg(long, value_name = "MODE", default_value = "hermit")]
@@ -184,6 +190,7 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
         .env("GLEANER_ARENA_SIZE", budget.arena.to_string())
         .env("GLEANER_HANDLERS", args.handlers.to_string())
         .env("GLEANER_DATA_PATH", args.data_path.to_string())
+        .env("GLEANER_DIRTY_TRACKING", args.dirty_tracking.to_string())
         .env("GLEANER_RECLAIM", args.reclaim.to_string())
         .env(
             "GLEANER_MAX_RECLAIMERS",
@@ -257,6 +264,7 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
         "evict": args.evict.to_string(),
         "predict_writes": args.predict_writes.to_string(),
         "data_path": args.data_path.to_string(),
+        "dirty_tracking": args.dirty_tracking.to_string(),
     });
     if let Some(path) = &args.stats {
         let text = serde_json::to_string_pretty(&report).expect("JSON values serialise");

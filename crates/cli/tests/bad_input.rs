@@ -115,11 +115,211 @@ fn memnode_death_stops_the_program_with_a_clear_message() {
     );
 }
 
+/// Shared memory, memnode killed while the program maps its slabs: the pages already written
+/// stay in the program's own mappings, so it keeps running on its data (every word checked);
+/// it is stopped (exit 86, naming the memnode) only when it needs memory the dead memnode would
+/// have had to grant. Never zeros.
+#[test]
+fn memnode_death_on_shared_memory_keeps_the_data_and_stops_when_more_is_needed() {
+    // A region that fits in the first slab: the run completes correctly without the memnode.
+    let mut node = MemnodeProc::start("unix", "1G");
+    let addr = node.endpoint.to_string();
+    let spawn_bench = |size: &str, passes: &str| {
+        Command::new(gleaner_bin())
+            .args([
+                "bench",
+                "micro",
+                "--size",
+                size,
+                "--local",
+                "8M",
+                "--passes",
+                passes,
+                "--memnode",
+                &addr,
+                "--floor-samples",
+                "0",
+                "--token-file",
+            ])
+            .arg(&node.token_file)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let mut child = spawn_bench("32M", "40");
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the benchmark ended too early"
+    );
+    node.kill();
+    let (code, out, err) = wait_output(&mut child, LIMIT);
+    assert_eq!(
+        code,
+        Some(0),
+        "stdout: {out}
+stderr: {err}"
+    );
+    assert!(out.contains("checksum") && out.contains(" ok"), "{out}");
+
+    // A region that needs slab after slab while it fills: killed early, the memnode cannot
+    // grant the next one, and the program stops clearly instead of continuing.
+    let mut node = MemnodeProc::start("unix", "4G");
+    let addr2 = node.endpoint.to_string();
+    let mut child = Command::new(gleaner_bin())
+        .args([
+            "bench",
+            "micro",
+            "--size",
+            "2G",
+            "--local",
+            "8M",
+            "--passes",
+            "1",
+            "--memnode",
+            &addr2,
+            "--floor-samples",
+            "0",
+            "--token-file",
+        ])
+        .arg(&node.token_file)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the benchmark ended too early"
+    );
+    node.kill();
+    let (code, out, err) = wait_output(&mut child, LIMIT);
+    assert_eq!(
+        code,
+        Some(FATAL_EXIT_CODE),
+        "stdout: {out}
+stderr: {err}"
+    );
+    assert!(err.contains("gleaner: FATAL"), "{err}");
+    assert!(
+        err.contains(&addr2) && err.contains("may have stopped"),
+        "{err}"
+    );
+    assert!(
+        !out.contains("checksum"),
+        "it must not report results: {out}"
+    );
+}
+
+/// A program killed while it writes pages back: the memnode releases its slabs once the lease
+/// runs out and goes on serving other programs.
+#[test]
+fn a_client_killed_while_writing_back_loses_the_memnode_nothing() {
+    let node = MemnodeProc::start("unix", "2G");
+    let addr = node.endpoint.to_string();
+    let mut child = Command::new(gleaner_bin())
+        .args([
+            "bench",
+            "micro",
+            "--size",
+            "1G",
+            "--local",
+            "8M",
+            "--passes",
+            "3",
+            "--memnode",
+            &addr,
+            "--floor-samples",
+            "0",
+            "--token-file",
+        ])
+        .arg(&node.token_file)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the benchmark ended too early"
+    );
+    let stats = || {
+        let (c, out, e) = run_gleaner(
+            &[
+                "memnode",
+                "stats",
+                "--addr",
+                &addr,
+                "--token-file",
+                node.token_file.to_str().unwrap(),
+            ],
+            LIMIT,
+        );
+        assert_eq!(c, Some(0), "{e}");
+        serde_json::from_str::<serde_json::Value>(&out).unwrap()
+    };
+    let before = stats();
+    assert!(
+        before["host_bytes"].as_u64().unwrap() > 16 << 20,
+        "the program's pages are in its slabs: {before}"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let v = stats();
+        if v["used_pages"] == 0 {
+            assert_eq!(v["host_bytes"], 0, "{v}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the killed program's slabs were never released: {v}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    // And the memnode still serves a new program, correctly.
+    let (code, out, err) = run_gleaner(
+        &[
+            "bench",
+            "micro",
+            "--size",
+            "32M",
+            "--local",
+            "8M",
+            "--memnode",
+            &addr,
+            "--floor-samples",
+            "0",
+            "--token-file",
+            node.token_file.to_str().unwrap(),
+        ],
+        LIMIT,
+    );
+    assert_eq!(
+        code,
+        Some(0),
+        "stdout: {out}
+stderr: {err}"
+    );
+    assert!(out.contains(" ok"), "{out}");
+}
+
 /// A memnode that runs out of space: the region keeps pages locally while its overflow
-/// allowance lasts, then stops the program with a clear message. Nothing is dropped.
+/// allowance lasts, then stops the program with a clear message. Nothing is dropped. Over TCP
+/// (refused writes) and over shared memory (refused grants).
 #[test]
 fn full_memnode_stops_the_program_clearly_and_drops_nothing() {
-    let node = MemnodeProc::start("127.0.0.1:0", "2M");
+    full_memnode_stops_the_program("127.0.0.1:0");
+    full_memnode_stops_the_program("unix");
+}
+
+fn full_memnode_stops_the_program(listen: &str) {
+    let node = MemnodeProc::start(listen, "2M");
     let (code, out, err) = run_gleaner(
         &[
             "bench",

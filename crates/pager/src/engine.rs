@@ -174,6 +174,7 @@ impl Engine {
             remote_pages: self.mem.table.census()[PageState::Remote as usize] as u64,
             faults: FaultStats {
                 zero_fill: get(&c.zero_fills),
+                zero_filled_ahead: get(&c.zero_filled_ahead),
                 remote,
                 concurrent_duplicate: get(&c.duplicate_faults),
                 write_protect: get(&c.wp_faults),
@@ -188,6 +189,7 @@ impl Engine {
                 clean: get(&c.evicted_clean),
                 dirty: get(&c.evicted_dirty),
                 batches: get(&c.evict_batches),
+                runs: get(&c.evict_runs),
                 aborted: get(&c.evict_aborted),
                 kept_written: get(&c.evict_kept),
                 protect_ns: get(&c.evict_protect_ns),

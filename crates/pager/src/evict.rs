@@ -435,6 +435,7 @@ impl Evictor {
         Counters::add(&c.evicted_clean, clean as u64);
         Counters::add(&c.evict_kept, kept as u64);
         Counters::add(&c.evict_batches, 1);
+        Counters::add(&c.evict_runs, self.runs.len() as u64);
         Counters::add(&c.bytes_out, (dirty * PAGE_SIZE) as u64);
         clean + dirty
     }

@@ -12,6 +12,7 @@ use crate::engine::{Engine, Tracking};
 use crate::evict::Evictor;
 use crate::fatal::fatal;
 use crate::fetch;
+use crate::mem::MAX_ZERO_RUN;
 use crate::state::PageState;
 use crate::stats::Counters;
 use crate::store::{page_buf, PageBuf, StoreError, StoreHandle};
@@ -26,6 +27,10 @@ pub(crate) struct Handler {
     pub(crate) claimed: Vec<u64>,
     /// A copy of a fetched page, kept while a direct reclaim reuses the store handle.
     stash: PageBuf,
+    /// Sequential first touches: the page expected next if the program keeps filling memory in
+    /// order, and how far ahead the last fill went.
+    zero_next: usize,
+    zero_window: usize,
 }
 
 impl Handler {
@@ -37,6 +42,8 @@ impl Handler {
             candidates: Vec::new(),
             claimed: Vec::new(),
             stash: page_buf(),
+            zero_next: usize::MAX,
+            zero_window: 0,
         }
     }
 
@@ -71,10 +78,19 @@ impl Handler {
                         continue;
                     }
                     engine.charge(&mut *self.store, &mut self.evictor, None);
-                    // First touch never goes to the network.
-                    engine.mem.install_zero(page, write);
-                    engine.installed(page, PageState::Dirty, false);
+                    // First touch never goes to the network. A program filling memory in order
+                    // gets the next pages zero-filled with this one.
+                    let ahead = self.zero_ahead(engine, page);
+                    if ahead == 0 {
+                        engine.mem.install_zero(page, write);
+                    } else {
+                        engine.mem.install_zero_run(page, 1 + ahead);
+                    }
+                    for q in page..=page + ahead {
+                        engine.installed(q, PageState::Dirty, false);
+                    }
                     Counters::add(&c.zero_fills, 1);
+                    Counters::add(&c.zero_filled_ahead, ahead as u64);
                     return;
                 }
                 PageState::Remote => {
@@ -132,6 +148,40 @@ impl Handler {
                 }
             }
         }
+    }
+
+    /// How many pages after `page` (a first touch being served) to zero-fill with it: none
+    /// unless the first touches come in order (this one continues the last fill, or the page
+    /// before it was the last one touched), then a window doubling from 8 to
+    /// [`MAX_ZERO_RUN`]` - 1` while the fill goes on, like readahead. Claims the pages (ABSENT →
+    /// FETCHING) and their budget slots, stopping at the first page already touched or the
+    /// first slot only direct reclaim could free.
+    fn zero_ahead(&mut self, engine: &Engine, page: usize) -> usize {
+        let sequential = page == self.zero_next;
+        self.zero_window = if sequential {
+            (self.zero_window * 2).clamp(8, MAX_ZERO_RUN - 1)
+        } else {
+            0
+        };
+        let mut ahead = 0;
+        let pages = engine.mem.pages();
+        while ahead < self.zero_window && page + ahead + 1 < pages {
+            let q = page + ahead + 1;
+            if !engine
+                .mem
+                .table
+                .transition(q, PageState::Absent, PageState::Fetching)
+            {
+                break;
+            }
+            if !engine.try_charge(None) {
+                engine.mem.table.release(q, PageState::Absent);
+                break;
+            }
+            ahead += 1;
+        }
+        self.zero_next = page + ahead + 1;
+        ahead
     }
 
     /// Installs `page` again from the store (owned in FETCHING, counted resident, found

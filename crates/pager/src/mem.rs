@@ -9,8 +9,11 @@ use crate::mapping::Mapping;
 use crate::state::PageTable;
 use crate::PAGE_SIZE;
 
-/// The source for zero-filling a page that is written on first touch.
-static ZERO_PAGE: [u8; PAGE_SIZE] = [0; PAGE_SIZE];
+/// The most pages zero-filled in one go (a sequential fill's window).
+pub(crate) const MAX_ZERO_RUN: usize = 64;
+
+/// The source for zero-filling pages: one, or a run of up to [`MAX_ZERO_RUN`] at once.
+static ZEROS: [u8; MAX_ZERO_RUN * PAGE_SIZE] = [0; MAX_ZERO_RUN * PAGE_SIZE];
 
 /// The mapping, its userfaultfd and its page table.
 pub(crate) struct Memory {
@@ -70,11 +73,32 @@ impl Memory {
     /// copy-on-write fault that would follow the zero page.
     pub(crate) fn install_zero(&self, page: usize, write: bool) {
         if write || self.zero_reads_private {
-            self.install(page, &ZERO_PAGE, true);
+            self.install(page, &ZEROS[..PAGE_SIZE], true);
         } else {
             let r = self.uffd.zeropage(self.addr_of(page), PAGE_SIZE, true);
             self.outcome(page, r);
         }
+    }
+
+    /// Zero-fills `count` consecutive pages from `first` (owned by the caller) writable in one
+    /// `UFFDIO_COPY`, and wakes the threads waiting on any of them.
+    pub(crate) fn install_zero_run(&self, first: usize, count: usize) {
+        assert!(
+            (1..=MAX_ZERO_RUN).contains(&count),
+            "zero run of {count} pages"
+        );
+        // SAFETY: ZEROS is static memory outside every registered range, at least `count` pages
+        // long; the destination run lies inside the region's registered range.
+        let r = unsafe {
+            self.uffd.copy(
+                self.addr_of(first),
+                ZEROS.as_ptr(),
+                count * PAGE_SIZE,
+                false,
+                true,
+            )
+        };
+        self.outcome(first, r);
     }
 
     /// Installs `data` as `page` unless the page is mapped already; returns whether it did.

@@ -11,6 +11,7 @@ use serde::Serialize;
 #[derive(Default)]
 pub(crate) struct Counters {
     pub zero_fills: AtomicU64,
+    pub zero_filled_ahead: AtomicU64,
     pub remote_faults: AtomicU64,
     pub duplicate_faults: AtomicU64,
     pub wp_faults: AtomicU64,
@@ -19,6 +20,8 @@ pub(crate) struct Counters {
     pub evicted_clean: AtomicU64,
     pub evicted_dirty: AtomicU64,
     pub evict_batches: AtomicU64,
+    /// Runs of consecutive pages in the batches (each costs the drop its own TLB flush).
+    pub evict_runs: AtomicU64,
     pub evict_aborted: AtomicU64,
     /// Victims kept resident because they were written while being evicted.
     pub evict_kept: AtomicU64,
@@ -169,6 +172,9 @@ impl LatencySummary {
 pub struct FaultStats {
     /// First touches served by zero-filling locally (no network).
     pub zero_fill: u64,
+    /// Pages zero-filled ahead of a sequential fill, with the fault that triggered them (each
+    /// saved a fault of its own).
+    pub zero_filled_ahead: u64,
     /// Faults served by fetching the page from the memnode.
     pub remote: u64,
     /// Fault messages for a page another thread was already serving.
@@ -195,6 +201,8 @@ pub struct EvictionStats {
     pub dirty: u64,
     /// Batches run.
     pub batches: u64,
+    /// Runs of consecutive victims over all batches (a TLB flush each in the lazy-free drop).
+    pub runs: u64,
     /// Batches undone because the memnode refused the write (pages kept resident).
     pub aborted: u64,
     /// Victims kept resident because the program wrote them while they were being evicted

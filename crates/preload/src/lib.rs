@@ -16,6 +16,8 @@
 //! | `GLEANER_ARENA_SIZE` | address space reserved for managed memory | `64G` |
 //! | `GLEANER_HANDLERS` | fault-handler threads (0: one per CPU, each pinned to its CPU) | `0` |
 //! | `GLEANER_HANDLER_SPIN_US` | how long a handler polls without blocking after a message | `0` |
+//! | `GLEANER_EVICT_BATCH` | pages per eviction batch | `32` |
+//! | `GLEANER_DIRTY_TRACKING` | `auto` (asynchronous where the kernel offers it and there is no swap), `async` or `sync` | `auto` |
 //! | `GLEANER_DATA_PATH` | `auto` (shared memory for a memnode on this host), `shm` or `socket` | `auto` |
 //! | `GLEANER_STATS` | write the region's stats JSON here at exit (`%p` is replaced by the pid) | — |
 //! | `GLEANER_RECLAIM` | who reclaims: `hermit`, `hermit:paper`, `static:N` or `direct` | `hermit` |
@@ -47,8 +49,8 @@ use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::OnceLock;
 
 use gleaner_pager::{
-    DataPath, EvictKind, MemnodeTarget, PrefetchInstall, PrefetcherKind, ReclaimMode, Region,
-    RegionConfig, WritePrediction,
+    DataPath, DirtyTracking, EvictKind, MemnodeTarget, PrefetchInstall, PrefetcherKind,
+    ReclaimMode, Region, RegionConfig, WritePrediction,
 };
 use gleaner_proto::units::{format_size, parse_size};
 
@@ -86,6 +88,8 @@ struct Config {
     handlers: usize,
     handler_spin_us: u64,
     data_path: DataPath,
+    dirty_tracking: DirtyTracking,
+    evict_batch: Option<usize>,
     stats: Option<PathBuf>,
     reclaim: ReclaimMode,
     max_reclaimers: usize,
@@ -123,6 +127,8 @@ fn config_from_env() -> Result<Option<Config>, String> {
         handlers: parsed("GLEANER_HANDLERS")?.unwrap_or(0),
         handler_spin_us: parsed("GLEANER_HANDLER_SPIN_US")?.unwrap_or(0),
         data_path: parsed("GLEANER_DATA_PATH")?.unwrap_or_default(),
+        dirty_tracking: parsed("GLEANER_DIRTY_TRACKING")?.unwrap_or_default(),
+        evict_batch: parsed("GLEANER_EVICT_BATCH")?,
         stats: per_process_path("GLEANER_STATS"),
         reclaim: parsed("GLEANER_RECLAIM")?.unwrap_or_default(),
         max_reclaimers: parsed("GLEANER_MAX_RECLAIMERS")?
@@ -158,7 +164,7 @@ fn start() -> Result<(), String> {
     if std::env::var_os("GLEANER_PRINT_CONFIG").is_some() {
         eprintln!(
             "gleaner: local {} | memnode {} | token {} | arena {} | handlers {} (spin {} us) | \
-             data path {} | stats {} | reclaim {} (at most {} threads) | stats trace {} | \
+             data path {} | dirty tracking {} | stats {} | reclaim {} (at most {} threads) | stats trace {} | \
              prefetch {} ({}) | evict {} | predict writes {} | fault trace {}",
             format_size(cfg.local),
             cfg.memnode.as_deref().unwrap_or("embedded"),
@@ -173,6 +179,7 @@ fn start() -> Result<(), String> {
             },
             cfg.handler_spin_us,
             cfg.data_path,
+            cfg.dirty_tracking,
             cfg.stats
                 .as_ref()
                 .map_or("-".into(), |p| p.display().to_string()),
@@ -200,6 +207,10 @@ fn start() -> Result<(), String> {
     rc.handler_threads = cfg.handlers;
     rc.handler_spin = std::time::Duration::from_micros(cfg.handler_spin_us);
     rc.data_path = cfg.data_path;
+    rc.dirty_tracking = cfg.dirty_tracking;
+    if let Some(n) = cfg.evict_batch {
+        rc.evict_batch = n;
+    }
     rc.reclaim = cfg.reclaim;
     rc.max_reclaim_threads = cfg.max_reclaimers;
     rc.stats_trace = cfg.stats_trace;
