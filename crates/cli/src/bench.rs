@@ -4,14 +4,16 @@
 mod dirty;
 mod floor;
 mod pattern;
+mod pin;
+mod plain;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use gleaner_pager::{
-    EmbeddedMemnode, EvictKind, LatencySummary, PrefetchInstall, PrefetcherKind, ReclaimMode,
-    Region, RegionConfig, RegionStats, WritePrediction, PAGE_SIZE,
+    DataPath, DirtyTracking, EmbeddedMemnode, EvictKind, LatencySummary, PrefetchInstall,
+    PrefetcherKind, ReclaimMode, Region, RegionConfig, RegionStats, WritePrediction, PAGE_SIZE,
 };
 use gleaner_proto::units::{format_size, parse_size};
 use gleaner_proto::Endpoint;
@@ -26,7 +28,7 @@ pub enum BenchCommand {
     /// Run an access pattern over a far-memory region and report ns/op, remote-fault latency
     /// and eviction throughput, beside the all-local run and the raw userfaultfd and transport
     /// floors measured in the same run.
-    Micro(MicroArgs),
+    Micro(Box<MicroArgs>),
     /// Measure the two ways of tracking dirty pages on this kernel: synchronous write-protect
     /// faults, and WP_ASYNC with PAGEMAP_SCAN.
     DirtyTracking(dirty::DirtyArgs),
@@ -54,9 +56,23 @@ pub struct MicroArgs {
     /// Token file for an external memnode (default: ~/.gleaner/token).
     #[arg(long)]
     token_file: Option<PathBuf>,
-    /// Fault-handler threads.
-    #[arg(long, default_value_t = 2)]
+    /// Fault-handler threads (0: one per CPU, each pinned to its CPU).
+    #[arg(long, default_value_t = 0)]
     handlers: usize,
+    /// How long a fault handler keeps polling without blocking after its last message, in µs.
+    #[arg(long, default_value_t = 0)]
+    handler_spin_us: u64,
+    /// How pages reach a memnode on this host: `auto` (shared memory over a Unix socket), `shm`
+    /// or `socket`.
+    #[arg(long, default_value = "auto")]
+    data_path: DataPath,
+    /// How writes are tracked: `auto`, `async` (the kernel lets first writes through; eviction
+    /// scans) or `sync` (a write-protect fault per first write).
+    #[arg(long, default_value = "auto")]
+    dirty_tracking: DirtyTracking,
+    /// Pages per eviction batch.
+    #[arg(long)]
+    evict_batch: Option<usize>,
     /// Who reclaims: `hermit` (feedback-directed thread pool), `static:N` (N threads once fewer
     /// than 8 MiB are free), or `direct` (faulting threads reclaim synchronously).
     #[arg(long, default_value = "hermit")]
@@ -86,11 +102,34 @@ pub struct MicroArgs {
     /// Print one JSON document instead of the human-readable report.
     #[arg(long)]
     json: bool,
+    /// What the pattern runs over: `gleaner` (a far-memory region) or `plain` (an ordinary
+    /// anonymous private mapping of --size bytes, 4 KiB pages, no memnode and no floors: for
+    /// measuring Linux swap, run it in a memory cgroup). --local, --memnode and the pager
+    /// options are ignored with `plain`.
+    #[arg(long, value_enum, default_value = "gleaner")]
+    system: MicroSystem,
+    /// Pin the threads that run the init pass and the access pattern to this CPU (the region's
+    /// own threads and the embedded memnode are not pinned).
+    #[arg(long, value_name = "N")]
+    pin_cpu: Option<usize>,
+}
+
+/// What `gleaner bench micro` runs its pattern over.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MicroSystem {
+    /// A far-memory region.
+    Gleaner,
+    /// Ordinary anonymous memory.
+    Plain,
 }
 
 /// Everything one run measured.
 #[derive(Serialize)]
 struct MicroReport {
+    /// Always `gleaner` (`plain` runs write their own report).
+    system: &'static str,
+    /// The CPU the init pass and the access pattern ran on (`--pin-cpu`), if pinned.
+    pin_cpu: Option<usize>,
     pattern: String,
     size_bytes: u64,
     local_bytes: u64,
@@ -123,6 +162,30 @@ struct MicroReport {
 /// Runs a benchmark subcommand.
 pub fn main(cmd: BenchCommand) -> ExitCode {
     match cmd {
+        BenchCommand::Micro(args) if args.system == MicroSystem::Plain => {
+            match plain::run(&args) {
+                Ok(report) => {
+                    if args.json {
+                        println!(
+                            "{}",
+                            serde_json::to_string_pretty(&report).expect("report serialises")
+                        );
+                    } else {
+                        plain::print_human(&report);
+                    }
+                    if report.checksum_ok {
+                        ExitCode::SUCCESS
+                    } else {
+                        eprintln!("gleaner bench micro: CHECKSUM MISMATCH: plain memory returned wrong data");
+                        ExitCode::from(2)
+                    }
+                }
+                Err(e) => {
+                    eprintln!("gleaner bench micro: error: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         BenchCommand::Micro(args) => {
             match micro(&args) {
                 Ok(report) => {
@@ -214,6 +277,12 @@ fn micro(args: &MicroArgs) -> Result<MicroReport, String> {
     cfg.prefetch_install = args.prefetch_install;
     cfg.evict = args.evict;
     cfg.predict_writes = args.predict_writes;
+    cfg.data_path = args.data_path;
+    cfg.dirty_tracking = args.dirty_tracking;
+    cfg.handler_spin = Duration::from_micros(args.handler_spin_us);
+    if let Some(n) = args.evict_batch {
+        cfg.evict_batch = n;
+    }
     // Validate before starting anything, so a bad budget is reported first and alone.
     cfg.validate_only().map_err(|e| e.to_string())?;
     let floor_bytes = (args.floor_samples * PAGE_SIZE) as u64;
@@ -235,6 +304,10 @@ fn micro(args: &MicroArgs) -> Result<MicroReport, String> {
             region.stats().memnode
         );
     }
+
+    // Pinned after the region exists, so its handlers, evictor and memnode keep their placement;
+    // the stream threads inherit this thread's affinity. Restored after the all-local passes.
+    let pinned = args.pin_cpu.map(pin::pin_current_thread).transpose()?;
 
     // Initialising pass: every page written once (zero-fill faults, then dirty evictions).
     let before_init = region.stats();
@@ -284,6 +357,7 @@ fn micro(args: &MicroArgs) -> Result<MicroReport, String> {
 
     // The same passes over ordinary memory.
     let local_ns = all_local_ns_per_op(&args.pattern, pages, args.passes);
+    drop(pinned);
 
     // Floors against the same memnode (a fresh session of its own).
     drop(region);
@@ -299,6 +373,8 @@ fn micro(args: &MicroArgs) -> Result<MicroReport, String> {
     let expected_sum = args.pattern.expected_checksum(pages, args.passes);
     let ns_per_op = far_s * 1e9 / accesses.max(1) as f64;
     Ok(MicroReport {
+        system: "gleaner",
+        pin_cpu: args.pin_cpu,
         pattern: args.pattern.to_string(),
         size_bytes: args.size,
         local_bytes: local,

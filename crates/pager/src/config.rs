@@ -15,8 +15,8 @@ pub use crate::store::DataPath;
 /// write-back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DirtyTracking {
-    /// Asynchronous where the kernel offers it (`UFFD_FEATURE_WP_ASYNC` and `UFFDIO_MOVE`,
-    /// Linux 6.8+) and the host has no swap; synchronous otherwise.
+    /// Asynchronous where the kernel offers it (`UFFD_FEATURE_WP_ASYNC`, Linux 6.7+) and far
+    /// copies live in shared memory (a memnode on this host); synchronous over a socket.
     #[default]
     Auto,
     /// The kernel lets a page's first write through itself (no fault reaches a handler);
@@ -106,7 +106,7 @@ pub struct RegionConfig {
     /// (zero: it blocks at once). Default zero (measured in `docs/BENCHMARKS.md`).
     pub handler_spin: Duration,
     /// How writes to resident pages are tracked: `auto` (default: asynchronous where the kernel
-    /// offers it and the host has no swap), `async` or `sync`.
+    /// offers it and the memnode is on this host), `async` or `sync`.
     pub dirty_tracking: DirtyTracking,
     /// How pages reach the memnode: shared memory for a memnode on this host, or the socket.
     /// Default `auto` (shared memory whenever the memnode is reached through a Unix socket).

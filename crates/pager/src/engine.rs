@@ -145,7 +145,7 @@ impl Engine {
             }
             let need = self.reclaim.direct_need(self.budget.resident());
             if need > 0 {
-                let ev = evictor.get_or_insert_with(Evictor::new);
+                let ev = evictor.get_or_insert_with(|| Evictor::new(self.evict_batch));
                 if crate::reclaim::reclaim_directly(self, ev, store, need) > 0 {
                     self.budget.notify_progress();
                     continue;
@@ -181,7 +181,6 @@ impl Engine {
                 waited_on_eviction: get(&c.waited_on_eviction),
                 waited_on_budget: get(&c.waited_on_budget),
                 prefetch_hit: get(&c.prefetch_hit_faults),
-                refetched_resident: get(&c.refetched_resident),
             },
             fault_breakdown: c.breakdown(),
             reclaim: self.reclaim.stats(get(&c.zero_fills) + remote),
@@ -191,7 +190,7 @@ impl Engine {
                 batches: get(&c.evict_batches),
                 runs: get(&c.evict_runs),
                 aborted: get(&c.evict_aborted),
-                kept_written: get(&c.evict_kept),
+                raced_writes: get(&c.evict_raced),
                 protect_ns: get(&c.evict_protect_ns),
                 read_ns: get(&c.evict_read_ns),
                 send_ns: get(&c.evict_send_ns),

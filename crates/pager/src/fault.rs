@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use gleaner_uffd::FaultKind;
 
-use crate::engine::{Engine, Tracking};
+use crate::engine::Engine;
 use crate::evict::Evictor;
 use crate::fatal::fatal;
 use crate::fetch;
@@ -82,7 +82,7 @@ impl Handler {
                     // gets the next pages zero-filled with this one.
                     let ahead = self.zero_ahead(engine, page);
                     if ahead == 0 {
-                        engine.mem.install_zero(page, write);
+                        engine.mem.install_zero(page);
                     } else {
                         engine.mem.install_zero_run(page, 1 + ahead);
                     }
@@ -99,7 +99,13 @@ impl Handler {
                     }
                     if let Some(st) = engine.prefetch.take_staged(page) {
                         // A prefetched page's first use: its data is here and it holds its slot.
-                        fetch::install_fetched(engine, page, &st.data[..], write, false);
+                        let writable = if write {
+                            engine.writes.on_write_fetch(page);
+                            true
+                        } else {
+                            engine.writes.install_writable(page)
+                        };
+                        fetch::install_fetched(engine, page, &st.data[..], writable, false);
                         Counters::add(&c.prefetch_hit_faults, 1);
                         self.candidates.clear();
                         engine
@@ -124,18 +130,7 @@ impl Handler {
                     Counters::add(&c.duplicate_faults, 1);
                     return;
                 }
-                was @ (PageState::Clean | PageState::Dirty) => {
-                    if engine.tracking == Tracking::Async && !engine.mem.is_mapped(page) {
-                        // Resident by the table, missing in memory: a page an eviction had to
-                        // keep (lazily freed, then found not droppable at once) was dropped by
-                        // the kernel later, which it does only while nobody wrote it since:
-                        // its far copy is exact.
-                        if table.transition(page, was, PageState::Fetching) {
-                            self.refetch_resident(engine, page, was);
-                            return;
-                        }
-                        continue;
-                    }
+                PageState::Clean | PageState::Dirty => {
                     // Installed since this message was queued; the installer's wake may have
                     // raced with the thread going to sleep, so wake again (idempotent).
                     Counters::add(&c.duplicate_faults, 1);
@@ -182,23 +177,6 @@ impl Handler {
         }
         self.zero_next = page + ahead + 1;
         ahead
-    }
-
-    /// Installs `page` again from the store (owned in FETCHING, counted resident, found
-    /// missing from memory) and gives it back its state `was`.
-    fn refetch_resident(&mut self, engine: &Engine, page: usize, was: PageState) {
-        let ids = [page as u64];
-        let r = self.store.request(&ids).and_then(|()| {
-            self.store.receive(&mut |_, data| {
-                if engine.mem.reinstall(page, data, was == PageState::Dirty) {
-                    Counters::add(&engine.counters.refetched_resident, 1);
-                }
-            })
-        });
-        if let Err(e) = r {
-            lost(engine, page, &e);
-        }
-        engine.mem.table.release(page, was);
     }
 
     /// Fetches `page` (owned in FETCHING) from the store and installs it.

@@ -109,8 +109,8 @@ pub(crate) fn prefetch(engine: &Engine, h: &mut Handler) {
         }
         // Installed now: a page of the window (marker mode), or one a demand fault claimed
         // while the prefetch was in flight (state FETCHING: installed for that fault, and the
-        // install wakes its thread).
-        install_fetched(engine, q, data, false, true);
+        // install wakes its thread). Writable if write prediction expects it to be written.
+        install_fetched(engine, q, data, engine.writes.install_writable(q), true);
     });
     if let Err(e) = r {
         lost(engine, claimed[0] as usize, &e);

@@ -19,38 +19,10 @@ const PIDFD_SELF_THREAD: libc::c_int = -10000;
 /// Ranges handed to one `process_madvise` call (the kernel's `UIO_MAXIOV`).
 const MAX_IOVECS: usize = 1024;
 
-/// Advice given to many ranges at once by [`Mapping::advise_ranges`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Advice {
-    /// `MADV_DONTNEED`: drop the pages (they read as missing afterwards).
-    DontNeed = 0,
-    /// `MADV_FREE`: mark the pages lazily freeable; this clears their dirty bits, and a later
-    /// write cancels the free.
-    Free = 1,
-    /// `MADV_PAGEOUT`: reclaim the pages now; lazily freeable ones that nobody wrote since
-    /// `MADV_FREE` are dropped, written ones are kept.
-    PageOut = 2,
-}
-
-impl Advice {
-    fn raw(self) -> i32 {
-        match self {
-            Advice::DontNeed => libc::MADV_DONTNEED,
-            Advice::Free => libc::MADV_FREE,
-            Advice::PageOut => 21, // MADV_PAGEOUT (5.4+), missing from older libc headers
-        }
-    }
-}
-
-/// Per advice: cleared the first time the kernel refuses it through a vectored
-/// `process_madvise` on the calling process (before Linux 6.13 `process_madvise` took only
-/// non-destructive advice; before 6.15 it had no `PIDFD_SELF`): every later call uses one
-/// `madvise` per range.
-static VECTORED: [AtomicBool; 3] = [
-    AtomicBool::new(true),
-    AtomicBool::new(true),
-    AtomicBool::new(true),
-];
+/// Cleared the first time the kernel refuses a vectored `MADV_DONTNEED` on the calling process
+/// (before Linux 6.13 `process_madvise` took only non-destructive advice; before 6.15 it had no
+/// `PIDFD_SELF`): every later drop uses one `madvise` per range.
+static VECTORED_DROP: AtomicBool = AtomicBool::new(true);
 
 /// An anonymous, private, `MAP_NORESERVE` mapping owned by a region.
 #[derive(Debug)]
@@ -102,8 +74,9 @@ impl Mapping {
     pub(crate) fn madvise(&self, offset: usize, len: usize, advice: i32) -> io::Result<()> {
         assert!(offset + len <= self.len, "madvise outside the mapping");
         // SAFETY: the range lies inside a mapping this struct owns. The advice values used
-        // (NOHUGEPAGE, DONTFORK, DONTNEED, FREE, PAGEOUT) never touch memory outside the range;
-        // those that may discard contents are given only for pages whose data is safe elsewhere.
+        // (NOHUGEPAGE, DONTFORK, DONTNEED, POPULATE_WRITE) never touch memory outside the range;
+        // DONTNEED discards contents, which callers only do for pages whose data is safe
+        // elsewhere; POPULATE_WRITE changes no contents.
         let r = unsafe { libc::syscall(libc::SYS_madvise, self.addr + offset, len, advice) };
         if r < 0 {
             return Err(io::Error::last_os_error());
@@ -112,24 +85,14 @@ impl Mapping {
     }
 
     /// Discards the pages of several ranges, `(first page, page count)` each, as
-    /// `MADV_DONTNEED` would (see [`Mapping::advise_ranges`]).
+    /// `MADV_DONTNEED` would. One vectored `process_madvise` covers up to [`MAX_IOVECS`] ranges
+    /// with a single TLB flush, where one `madvise` per range flushes (and interrupts every other
+    /// CPU running the program) once per range: measured 1.6 against 17-22 µs per scattered
+    /// page on the 2-vCPU test VM. Falls back to one `madvise` per range where the kernel
+    /// refuses.
     pub(crate) fn discard_ranges(&self, ranges: &[(usize, usize)]) -> io::Result<()> {
-        self.advise_ranges(ranges, Advice::DontNeed)
-    }
-
-    /// Gives `advice` for several ranges, `(first page, page count)` each. One vectored
-    /// `process_madvise` covers up to [`MAX_IOVECS`] ranges with a single TLB flush, where one
-    /// `madvise` per range flushes (and interrupts every other CPU running the program) once per
-    /// range: measured 1.6 against 17-22 µs per scattered page on the 2-vCPU test VM. Falls back
-    /// to one `madvise` per range where the kernel refuses.
-    pub(crate) fn advise_ranges(
-        &self,
-        ranges: &[(usize, usize)],
-        advice: Advice,
-    ) -> io::Result<()> {
-        let vectored = &VECTORED[advice as usize];
         let mut rest = ranges;
-        while !rest.is_empty() && vectored.load(Ordering::Relaxed) {
+        while !rest.is_empty() && VECTORED_DROP.load(Ordering::Relaxed) {
             let chunk = &rest[..rest.len().min(MAX_IOVECS)];
             let iov: Vec<libc::iovec> = chunk
                 .iter()
@@ -145,23 +108,23 @@ impl Mapping {
                 })
                 .collect();
             // SAFETY: every iovec lies inside this mapping (asserted above) and `iov` outlives
-            // the call; the target is the calling process itself. Advice that drops contents
-            // (DONTNEED, and PAGEOUT of lazily freed pages) is only given for pages whose data
-            // is safe elsewhere, exactly as in `madvise`.
+            // the call; the target is the calling process itself. MADV_DONTNEED discards the
+            // contents, which callers only do for pages whose data is safe elsewhere, exactly
+            // as in `madvise`.
             let r = unsafe {
                 libc::syscall(
                     libc::SYS_process_madvise,
                     PIDFD_SELF_THREAD,
                     iov.as_ptr(),
                     iov.len(),
-                    advice.raw(),
+                    libc::MADV_DONTNEED,
                     0u32,
                 )
             };
             if r < 0 {
                 let e = io::Error::last_os_error();
-                log::debug!("vectored {advice:?} refused ({e}); advising one range at a time");
-                vectored.store(false, Ordering::Relaxed);
+                log::debug!("vectored MADV_DONTNEED refused ({e}); dropping one range at a time");
+                VECTORED_DROP.store(false, Ordering::Relaxed);
                 break;
             }
             // A short count means the kernel stopped part-way: skip what it covered, retry the rest.
@@ -181,7 +144,7 @@ impl Mapping {
             rest = &rest[whole..];
         }
         for &(first, count) in rest {
-            self.madvise(first * PAGE_SIZE, count * PAGE_SIZE, advice.raw())?;
+            self.madvise(first * PAGE_SIZE, count * PAGE_SIZE, libc::MADV_DONTNEED)?;
         }
         Ok(())
     }
@@ -189,7 +152,7 @@ impl Mapping {
 
 /// Whether drops still go through the vectored `process_madvise` (false once the kernel refused).
 pub(crate) fn vectored_drops() -> bool {
-    VECTORED[Advice::DontNeed as usize].load(Ordering::Relaxed)
+    VECTORED_DROP.load(Ordering::Relaxed)
 }
 
 impl Drop for Mapping {

@@ -20,9 +20,6 @@ pub(crate) struct Memory {
     pub(crate) mapping: Mapping,
     pub(crate) uffd: Uffd,
     pub(crate) table: PageTable,
-    /// Serve first-touch reads with a private zeroed page instead of the shared zero page (under
-    /// asynchronous tracking eviction can only drop ordinary pages race-free).
-    pub(crate) zero_reads_private: bool,
 }
 
 impl Memory {
@@ -68,16 +65,11 @@ impl Memory {
         self.outcome(page, r);
     }
 
-    /// Serves a page's first touch without the network: a read maps the shared zero page (no
-    /// memory used until written); a write gets a private zeroed page at once, which saves the
-    /// copy-on-write fault that would follow the zero page.
-    pub(crate) fn install_zero(&self, page: usize, write: bool) {
-        if write || self.zero_reads_private {
-            self.install(page, &ZEROS[..PAGE_SIZE], true);
-        } else {
-            let r = self.uffd.zeropage(self.addr_of(page), PAGE_SIZE, true);
-            self.outcome(page, r);
-        }
+    /// Serves a page's first touch without the network: a private zeroed page, writable. (Not
+    /// the shared zero page: eviction takes pages through a pipe, which is exact only for pages
+    /// the program owns; a write to the zero page would go to a new copy.)
+    pub(crate) fn install_zero(&self, page: usize) {
+        self.install(page, &ZEROS[..PAGE_SIZE], true);
     }
 
     /// Zero-fills `count` consecutive pages from `first` (owned by the caller) writable in one
@@ -99,40 +91,6 @@ impl Memory {
             )
         };
         self.outcome(first, r);
-    }
-
-    /// Installs `data` as `page` unless the page is mapped already; returns whether it did.
-    /// For a page the table calls resident but that may have been dropped by the kernel.
-    pub(crate) fn reinstall(&self, page: usize, data: &[u8], writable: bool) -> bool {
-        assert_eq!(data.len(), PAGE_SIZE, "a page install takes one page");
-        // SAFETY: as in `install`.
-        let r = unsafe {
-            self.uffd.copy(
-                self.addr_of(page),
-                data.as_ptr(),
-                PAGE_SIZE,
-                !writable,
-                true,
-            )
-        };
-        match r {
-            Ok(Installed::Done) => true,
-            Ok(Installed::AlreadyPresent) => {
-                self.wake(page);
-                false
-            }
-            Err(e) => fatal(&format!("installing page {page} failed: {e}")),
-        }
-    }
-
-    /// Whether `page` is mapped (present in memory, or swapped out by the kernel).
-    pub(crate) fn is_mapped(&self, page: usize) -> bool {
-        let mut v = 0u8;
-        // SAFETY: mincore reads the page table for one page of our own mapping and writes one
-        // byte into `v`.
-        let r =
-            unsafe { libc::mincore(self.addr_of(page) as *mut libc::c_void, PAGE_SIZE, &mut v) };
-        r != 0 || v & 1 != 0
     }
 
     fn outcome(&self, page: usize, r: Result<Installed, gleaner_uffd::UffdError>) {

@@ -300,7 +300,7 @@ pub(crate) fn reclaim_directly(
 /// sleep otherwise.
 pub(crate) fn run_pool_thread(shared: Arc<Engine>, id: usize, mut store: Box<dyn StoreHandle>) {
     let r = &shared.reclaim;
-    let mut ev = Evictor::new();
+    let mut ev = Evictor::new(shared.evict_batch);
     r.awake.fetch_add(1, Ordering::Relaxed);
     loop {
         if shared.stopping() {

@@ -43,10 +43,17 @@ impl Region {
     pub fn new(cfg: RegionConfig) -> Result<Region, PagerError> {
         let (pages, budget) = cfg.validate()?;
         // Open userfaultfd first: it is the likeliest thing to be refused, and the cheapest.
-        let tracking = resolve_tracking(&cfg)?;
         let mut wanted = features::PAGEFAULT_FLAG_WP | features::THREAD_ID;
+        let shm = match &cfg.memnode {
+            MemnodeTarget::Embedded => cfg.data_path != crate::store::DataPath::Socket,
+            MemnodeTarget::EmbeddedTcp => false,
+            MemnodeTarget::Remote { endpoint, .. } => {
+                crate::store::uses_shm(endpoint, cfg.data_path)
+            }
+        };
+        let tracking = resolve_tracking(&cfg, shm)?;
         if tracking == Tracking::Async {
-            wanted |= features::WP_ASYNC | features::MOVE;
+            wanted |= features::WP_ASYNC;
         }
         let uffd = Uffd::open(UffdOptions {
             features: wanted,
@@ -148,7 +155,6 @@ impl Region {
                 mapping,
                 uffd,
                 table: PageTable::new(pages),
-                zero_reads_private: tracking == Tracking::Async,
             },
             budget: Budget::new(
                 budget,
@@ -285,6 +291,7 @@ impl Region {
         for page in first..first + count {
             // Whatever comes here next is new data: it inherits no write prediction.
             e.writes.forget(page);
+            table.clear_forked(page);
             table.release(page, PageState::Absent);
         }
         e.budget.release(resident);
@@ -341,6 +348,8 @@ impl Region {
 
     /// Resumes eviction after `fork` (in the parent); the region returns under its budget.
     pub fn after_fork(&self) {
+        // Every page resident now may be shared with the child until it is evicted.
+        self.engine.mem.table.mark_resident_forked();
         self.engine
             .budget
             .evict_paused
@@ -360,35 +369,24 @@ impl Region {
 }
 
 /// How the region will track writes: `cfg.dirty_tracking`, with `auto` resolved against what
-/// this kernel offers and whether the host has swap (asynchronous tracking's eviction lazily
-/// frees pages, which is safe only for pages the kernel has not swapped out; while swap is on it
-/// moves victims out instead, at a cost per run of pages, so `auto` prefers synchronous tracking
-/// then).
-fn resolve_tracking(cfg: &RegionConfig) -> Result<Tracking, PagerError> {
-    let needs = features::WP_ASYNC | features::MOVE;
-    let offered = Uffd::available_features(cfg.allow_user_mode_only)? & needs == needs;
+/// this kernel offers and the data path: asynchronous where the kernel has `WP_ASYNC` (6.7+) and
+/// far copies are in shared memory; synchronous over a socket, where a page the scan saw
+/// unwritten could only be confirmed unchanged against its remote copy, so asynchronous tracking
+/// would have to send every evicted page.
+fn resolve_tracking(cfg: &RegionConfig, shm: bool) -> Result<Tracking, PagerError> {
+    let offered = Uffd::available_features(cfg.allow_user_mode_only)? & features::WP_ASYNC != 0;
     Ok(match cfg.dirty_tracking {
         DirtyTracking::Sync => Tracking::Sync,
         DirtyTracking::Async if offered => Tracking::Async,
         DirtyTracking::Async => {
             return Err(PagerError::Config(
-                "asynchronous dirty tracking needs UFFD_FEATURE_WP_ASYNC and UFFDIO_MOVE \
-                 (Linux 6.8 or newer); use --dirty-tracking sync"
+                "asynchronous dirty tracking needs UFFD_FEATURE_WP_ASYNC (Linux 6.7 or newer); \
+                 use --dirty-tracking sync"
                     .into(),
             ))
         }
-        DirtyTracking::Auto if offered && !crate::evict::swap_is_on() => Tracking::Async,
-        DirtyTracking::Auto => {
-            log::debug!(
-                "dirty tracking: synchronous ({})",
-                if offered {
-                    "this host has swap"
-                } else {
-                    "the kernel lacks WP_ASYNC or UFFDIO_MOVE"
-                }
-            );
-            Tracking::Sync
-        }
+        DirtyTracking::Auto if offered && shm => Tracking::Async,
+        DirtyTracking::Auto => Tracking::Sync,
     })
 }
 

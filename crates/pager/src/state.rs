@@ -68,9 +68,12 @@ impl PageState {
     }
 }
 
-/// A flat array of page states.
+/// A flat array of page states, and one flag per page: resident when the process last forked.
 pub(crate) struct PageTable {
     states: Box<[AtomicU8]>,
+    /// 1 while a page resident at a fork may still be shared with the child (until it is
+    /// evicted or discarded: its next install is the process's own page).
+    forked: Box<[AtomicU8]>,
 }
 
 impl PageTable {
@@ -80,7 +83,30 @@ impl PageTable {
         let states = Box::<[AtomicU8]>::new_zeroed_slice(pages);
         // SAFETY: an all-zero byte is a valid AtomicU8 holding 0, which is PageState::Absent.
         let states = unsafe { states.assume_init() };
-        PageTable { states }
+        let forked = Box::<[AtomicU8]>::new_zeroed_slice(pages);
+        // SAFETY: as above; 0 means "not marked".
+        let forked = unsafe { forked.assume_init() };
+        PageTable { states, forked }
+    }
+
+    /// Marks every resident page as resident at a fork (the caller holds eviction paused).
+    pub(crate) fn mark_resident_forked(&self) {
+        for (s, f) in self.states.iter().zip(self.forked.iter()) {
+            let state = s.load(Ordering::Acquire);
+            if state == PageState::Clean as u8 || state == PageState::Dirty as u8 {
+                f.store(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Whether `page` was resident at a fork and may still be shared with the child.
+    pub(crate) fn is_forked(&self, page: usize) -> bool {
+        self.forked[page].load(Ordering::Relaxed) != 0
+    }
+
+    /// `page` leaves memory (evicted or discarded): its next install is the process's own.
+    pub(crate) fn clear_forked(&self, page: usize) {
+        self.forked[page].store(0, Ordering::Relaxed);
     }
 
     /// Whether the page is in a state owned by another thread that will soon leave it.

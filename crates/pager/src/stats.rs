@@ -23,11 +23,8 @@ pub(crate) struct Counters {
     /// Runs of consecutive pages in the batches (each costs the drop its own TLB flush).
     pub evict_runs: AtomicU64,
     pub evict_aborted: AtomicU64,
-    /// Victims kept resident because they were written while being evicted.
-    pub evict_kept: AtomicU64,
-    /// Pages found missing although resident (the kernel dropped a lazily freed page) and
-    /// fetched again.
-    pub refetched_resident: AtomicU64,
+    /// Victims seen unwritten by the scan but written before the drop (asynchronous tracking).
+    pub evict_raced: AtomicU64,
     pub bytes_in: AtomicU64,
     pub bytes_out: AtomicU64,
     pub evict_protect_ns: AtomicU64,
@@ -187,9 +184,6 @@ pub struct FaultStats {
     pub waited_on_budget: u64,
     /// Faults served from the prefetch staging buffer (no network).
     pub prefetch_hit: u64,
-    /// Faults on pages resident by the page table but dropped by the kernel (lazily freed
-    /// during an eviction that had to keep them), fetched again from the store.
-    pub refetched_resident: u64,
 }
 
 /// Eviction counts and the time spent in each step of a batch.
@@ -205,18 +199,19 @@ pub struct EvictionStats {
     pub runs: u64,
     /// Batches undone because the memnode refused the write (pages kept resident).
     pub aborted: u64,
-    /// Victims kept resident because the program wrote them while they were being evicted
-    /// (asynchronous tracking), tried again later.
-    pub kept_written: u64,
-    /// Nanoseconds spent finding which victims were written: write-protecting the dirty ones
-    /// (synchronous tracking), or `MADV_FREE` and a `PAGEMAP_SCAN` (asynchronous).
+    /// Victims the scan saw unwritten but that the program wrote before the drop (asynchronous
+    /// tracking): found by comparing with the far copy, and written back.
+    pub raced_writes: u64,
+    /// Nanoseconds spent preparing a batch: reserving room in the store and scanning the
+    /// victims (`PAGEMAP_SCAN`: which are mapped, which were written).
     pub protect_ns: u64,
-    /// Nanoseconds spent copying written victims out of the region into the store.
+    /// Nanoseconds spent copying pages out (kept at 0 since the pipe took over; see drop_ns).
     pub read_ns: u64,
-    /// Nanoseconds spent making write-backs durable (a socket: sending them and waiting for
-    /// the memnode's acknowledgement; shared memory: nothing).
+    /// Nanoseconds spent writing back: comparing with far copies, copying into the store, and
+    /// (a socket) sending and waiting for the memnode's acknowledgement.
     pub send_ns: u64,
-    /// Nanoseconds spent dropping victims (`MADV_DONTNEED`, or `MADV_PAGEOUT` and a scan).
+    /// Nanoseconds spent taking the pages into the pipe, dropping them (one vectored
+    /// `MADV_DONTNEED`) and reading them back out.
     pub drop_ns: u64,
     /// Whether drops go through one vectored `process_madvise` per batch (false: one `madvise`
     /// per contiguous run, because the kernel refused the vectored call).

@@ -509,12 +509,6 @@ impl Connection {
         &mut self.tx
     }
 
-    /// The write batch last built in [`Connection::write_buffer`] (still there after a refused
-    /// write, until the next request).
-    pub fn written_buffer(&self) -> &[u8] {
-        &self.tx
-    }
-
     /// Sends the write batch built in [`Connection::write_buffer`]. All or nothing: on
     /// [`ErrorCode::Full`] the memnode stored none of it.
     pub fn write_built_batch(&mut self) -> Result<(), ClientError> {

@@ -515,43 +515,6 @@ impl Uffd {
         }
     }
 
-    /// Moves the pages of `[src, src+len)` to `[dst, dst+len)` (`UFFDIO_MOVE`, 6.8+): page
-    /// table entries change hands atomically, so the source reads as missing at once and no
-    /// write can land in between. Both ranges must be registered on this descriptor and the
-    /// destination empty; missing source pages are skipped (`ALLOW_SRC_HOLES`). Returns the
-    /// bytes handled before the kernel stopped, and why it stopped early (`EBUSY`: a page is
-    /// shared, for example with a fork child, or pinned), or None when all of it was handled.
-    pub fn move_range(&self, dst: usize, src: usize, len: usize) -> (usize, Option<UffdError>) {
-        let mut done = 0usize;
-        while done < len {
-            let mut m = sys::UffdioMove {
-                dst: (dst + done) as u64,
-                src: (src + done) as u64,
-                len: (len - done) as u64,
-                mode: sys::UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES | sys::UFFDIO_MOVE_MODE_DONTWAKE,
-                moved: 0,
-            };
-            let r = self.ioctl(sys::UFFDIO_MOVE, &mut m);
-            if m.moved > 0 {
-                done += m.moved as usize;
-            }
-            match r {
-                Ok(()) => return (len, None),
-                Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => std::thread::yield_now(),
-                Err(source) => {
-                    return (
-                        done,
-                        Some(UffdError::Os {
-                            op: "UFFDIO_MOVE",
-                            source,
-                        }),
-                    )
-                }
-            }
-        }
-        (done, None)
-    }
-
     /// Wakes threads waiting on faults in `[start, start+len)`.
     pub fn wake(&self, start: usize, len: usize) -> Result<(), UffdError> {
         let mut r = sys::UffdioRange {

@@ -131,11 +131,11 @@ pub(crate) trait StoreHandle: Send {
         fill: &mut dyn FnMut(usize, &mut [u8]) -> io::Result<()>,
     ) -> Result<(), StoreError>;
     /// Makes the staged pages durable on the far side. On [`StoreError::Full`] (a socket only)
-    /// nothing was stored and the staged contents stay readable through
-    /// [`StoreHandle::staged`].
+    /// nothing was stored.
     fn commit(&mut self) -> Result<(), StoreError>;
-    /// The contents staged for the i-th page of the last [`StoreHandle::stage`].
-    fn staged(&self, i: usize) -> &[u8];
+    /// Whether the far copy of `page` (which the caller owns) is known to equal `data`: shared
+    /// memory compares with the page's slot; a socket cannot tell and says no.
+    fn matches(&self, page: u64, data: &[u8]) -> bool;
     /// Stores `pages`: reserve, stage and commit at once. All or nothing on
     /// [`StoreError::Full`].
     #[cfg(test)]
@@ -160,6 +160,11 @@ pub(crate) fn read_copies(
     let mut out = vec![Vec::new(); pages.len()];
     h.receive(&mut |i, data| out[i] = data.to_vec())?;
     Ok(out)
+}
+
+/// Whether a store opened on `endpoint` with `path` uses shared memory.
+pub(crate) fn uses_shm(endpoint: &Endpoint, path: DataPath) -> bool {
+    matches!(endpoint, Endpoint::Unix(_)) && path != DataPath::Socket
 }
 
 /// Opens the session on `endpoint` and the store for it: shared memory or the socket, as

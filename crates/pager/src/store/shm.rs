@@ -107,7 +107,6 @@ impl PageStore for ShmStore {
             inner: self.inner.clone(),
             pending: Vec::new(),
             spare: Vec::new(),
-            staged: Vec::new(),
         }))
     }
 
@@ -263,8 +262,6 @@ struct ShmHandle {
     pending: Vec<u64>,
     /// Slots set aside by `reserve` for pages that have none yet.
     spare: Vec<u32>,
-    /// The slots of the pages last staged, in order.
-    staged: Vec<u32>,
 }
 
 impl StoreHandle for ShmHandle {
@@ -305,7 +302,6 @@ impl StoreHandle for ShmHandle {
         fill: &mut dyn FnMut(usize, &mut [u8]) -> io::Result<()>,
     ) -> Result<(), StoreError> {
         let inner = &*self.inner;
-        self.staged.clear();
         for (i, &page) in pages.iter().enumerate() {
             let slot = match inner.slot(page) {
                 Some(s) => s,
@@ -318,7 +314,6 @@ impl StoreHandle for ShmHandle {
                     s
                 }
             };
-            self.staged.push(slot);
             // SAFETY: as in `receive`; the caller owns the page (it is being evicted), so this
             // slot is written by this thread alone.
             let dst = unsafe { inner.arena.slot_mut(slot) };
@@ -334,9 +329,16 @@ impl StoreHandle for ShmHandle {
         Ok(())
     }
 
-    fn staged(&self, i: usize) -> &[u8] {
-        // SAFETY: as in `receive`: a slot of a page the caller still owns.
-        unsafe { self.inner.arena.slot(self.staged[i]) }
+    fn matches(&self, page: u64, data: &[u8]) -> bool {
+        match self.inner.slot(page) {
+            // SAFETY: as in `receive`: a slot of a page the caller owns.
+            Some(slot) => {
+                // SAFETY: as in `receive`: a slot of a page the caller owns.
+                let far = unsafe { self.inner.arena.slot(slot) };
+                far == data
+            }
+            None => false,
+        }
     }
 }
 
