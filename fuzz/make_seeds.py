@@ -9,7 +9,7 @@ PAGE = 4096
 
 
 def frame(kind, payload, req=1):
-    return struct.pack("<HBBII", 0x4C47, 1, kind, req, len(payload)) + payload
+    return struct.pack("<HBBII", 0x4C47, 2, kind, req, len(payload)) + payload
 
 
 def text(s):
@@ -39,6 +39,8 @@ seeds = {
     "stats": frame(12, text('{"used_pages":1}')),
     "goodbye": frame(13, b""),
     "error": frame(14, struct.pack("<H", 3) + text("memnode full")),
+    "grant_request": frame(15, struct.pack("<Q", 16384)),
+    "grant": frame(16, struct.pack("<IQ", 0, 16384)),
     "two_frames": frame(9, b"") + frame(4, struct.pack("<I", 1) + struct.pack("<Q", 9), req=2),
 }
 os.makedirs(OUT, exist_ok=True)

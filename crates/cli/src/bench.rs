@@ -59,6 +59,9 @@ pub struct MicroArgs {
     /// Fault-handler threads (0: one per CPU, each pinned to its CPU).
     #[arg(long, default_value_t = 0)]
     handlers: usize,
+    /// Leave fault handlers unpinned (by default each is pinned to one CPU).
+    #[arg(long)]
+    unpinned_handlers: bool,
     /// How long a fault handler keeps polling without blocking after its last message, in µs.
     #[arg(long, default_value_t = 0)]
     handler_spin_us: u64,
@@ -81,7 +84,7 @@ pub struct MicroArgs {
     #[arg(long)]
     max_reclaimers: Option<usize>,
     /// Prefetcher: `none`, `next:N`, `stride`, `readahead`, `leap` or `leap:PWMAX`.
-    #[arg(long, default_value = "none")]
+    #[arg(long, default_value = "leap:32")]
     prefetch: PrefetcherKind,
     /// How prefetched pages reach the program: `marker` (all but the last page of a window
     /// installed at once) or `staged` (every page waits unmapped; each first use is a local fault).
@@ -280,6 +283,7 @@ fn micro(args: &MicroArgs) -> Result<MicroReport, String> {
     cfg.data_path = args.data_path;
     cfg.dirty_tracking = args.dirty_tracking;
     cfg.handler_spin = Duration::from_micros(args.handler_spin_us);
+    cfg.pin_handlers = !args.unpinned_handlers;
     if let Some(n) = args.evict_batch {
         cfg.evict_batch = n;
     }

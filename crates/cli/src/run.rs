@@ -86,8 +86,10 @@ pub struct RunArgs {
     /// FILE is replaced by the process id).
     #[arg(long, value_name = "FILE")]
     stats_trace: Option<PathBuf>,
-    /// Prefetcher: `none`, `next:N`, `stride`, `readahead`, `leap` or `leap:PWMAX`.
-    #[arg(long, value_name = "NAME", default_value = "none")]
+    /// Prefetcher: `none`, `next:N`, `stride`, `readahead`, `leap` or `leap:PWMAX`. The default,
+    /// Leap with windows of up to 32 pages, prefetches only where it finds a majority trend
+    /// (sequential or strided access) and stays idle on random access.
+    #[arg(long, value_name = "NAME", default_value = "leap:32")]
     prefetch: gleaner_pager::PrefetcherKind,
     /// How prefetched pages reach the program: `marker` or `staged`.
     #[arg(long, value_name = "MODE", default_value = "marker")]

@@ -139,6 +139,9 @@ fn memnode_death_on_shared_memory_keeps_the_data_and_stops_when_more_is_needed()
                 &addr,
                 "--floor-samples",
                 "0",
+                // Every pass faults every page in (no prefetching), so the run outlives the kill.
+                "--prefetch",
+                "none",
                 "--token-file",
             ])
             .arg(&node.token_file)
@@ -148,7 +151,7 @@ fn memnode_death_on_shared_memory_keeps_the_data_and_stops_when_more_is_needed()
             .spawn()
             .unwrap()
     };
-    let mut child = spawn_bench("32M", "40");
+    let mut child = spawn_bench("32M", "60");
     std::thread::sleep(Duration::from_secs(2));
     assert!(
         child.try_wait().unwrap().is_none(),

@@ -494,6 +494,8 @@ fn stats_are_written_at_drop_when_asked() {
     let pages = 2048;
     let mut cfg = RegionConfig::new(pages * PAGE_SIZE, 1 << 20);
     cfg.stats_path = Some(path.clone());
+    // Pages come back by faults only, so bytes in = remote faults x page size.
+    cfg.prefetch = "none".parse().unwrap();
     let region = Region::new(cfg).unwrap();
     let base = Base(region.as_ptr() as usize);
     for p in 0..pages {
@@ -728,6 +730,8 @@ fn fault_trace_records_every_fault() {
     let pages = 2048;
     let stats_path = dir.path().join("stats.json");
     let mut cfg = RegionConfig::new(pages * PAGE_SIZE, 1 << 20);
+    // Every page comes back by its own fault, so each is a trace record.
+    cfg.prefetch = "none".parse().unwrap();
     cfg.trace = Some(path.clone());
     // The stats written at drop are complete: a handler counts a fault after waking its thread,
     // so a snapshot taken by the program itself can miss the last few.
@@ -817,6 +821,8 @@ fn read_modify_write_passes(
     let mut cfg = RegionConfig::new(pages * PAGE_SIZE, pages * PAGE_SIZE / 4);
     cfg.predict_writes = predict.parse().unwrap();
     cfg.dirty_tracking = tracking.parse().unwrap();
+    // Every page comes back by its own fault (no prefetching), so faults can be counted.
+    cfg.prefetch = "none".parse().unwrap();
     let region = Region::new(cfg).unwrap();
     let base = Base(region.as_ptr() as usize);
     for p in 0..pages {
@@ -918,7 +924,10 @@ fn asynchronous_tracking_takes_no_write_faults_and_loses_no_write() {
 fn write_prediction_expires_for_pages_no_longer_written() {
     gleaner_bin();
     let pages = 4096;
-    let region = Region::new(RegionConfig::new(pages * PAGE_SIZE, pages * PAGE_SIZE / 4)).unwrap();
+    let mut cfg = RegionConfig::new(pages * PAGE_SIZE, pages * PAGE_SIZE / 4);
+    // Every page comes back by its own fault, so fetches can be counted.
+    cfg.prefetch = "none".parse().unwrap();
+    let region = Region::new(cfg).unwrap();
     let base = Base(region.as_ptr() as usize);
     for p in 0..pages {
         base.write(p, 1);

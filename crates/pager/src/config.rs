@@ -58,6 +58,18 @@ use crate::{PagerError, PAGE_SIZE};
 /// one batch being evicted, one batch of headroom being refilled, and room for in-flight faults.
 pub const MIN_BUDGET_BATCHES: usize = 4;
 
+/// The prefetcher used by default: Leap with windows of up to 32 pages (measured in
+/// `docs/BENCHMARKS.md`, defaults: it cuts sequential and strided scans' faults by about 4x and
+/// stays idle on random access, where it finds no trend).
+pub const DEFAULT_PREFETCH: PrefetcherKind = PrefetcherKind::Leap { pw_max: 32 };
+
+/// Pages per eviction batch for budgets of 8 MiB and more (measured in `docs/BENCHMARKS.md`,
+/// defaults); smaller budgets get a sixteenth of themselves.
+pub const DEFAULT_EVICT_BATCH: usize = 128;
+
+/// The smallest eviction batch chosen automatically (for budgets below 1 MiB).
+pub const MIN_AUTO_EVICT_BATCH: usize = 16;
+
 /// The most fault handlers started by default (one per CPU up to this many).
 pub const MAX_AUTO_HANDLERS: usize = 16;
 
@@ -111,7 +123,9 @@ pub struct RegionConfig {
     /// How pages reach the memnode: shared memory for a memnode on this host, or the socket.
     /// Default `auto` (shared memory whenever the memnode is reached through a Unix socket).
     pub data_path: DataPath,
-    /// Pages per eviction batch. Default 32.
+    /// Pages per eviction batch. 0 (default): a sixteenth of the budget, between
+    /// [`MIN_AUTO_EVICT_BATCH`] and [`DEFAULT_EVICT_BATCH`] pages (large batches measured fastest,
+    /// but four of them must fit in the budget).
     pub evict_batch: usize,
     /// Accept a user-mode-only userfaultfd (kernel-mode accesses such as `read(2)` into the region
     /// then fail with `EFAULT`). Default false: such a setup is refused with an error naming the fixes.
@@ -145,7 +159,8 @@ pub struct RegionConfig {
     /// If set, a line of JSON with the reclaim scheduler's state and the fault and eviction
     /// counters is appended to this file every [`crate::STATS_TRACE_INTERVAL`].
     pub stats_trace: Option<PathBuf>,
-    /// What to fetch ahead of demand: `none` (default), `next:N`, `stride`, `readahead`, `leap`.
+    /// What to fetch ahead of demand: `none`, `next:N`, `stride`, `readahead`, `leap[:PWMAX]`.
+    /// Default [`DEFAULT_PREFETCH`] (`leap:32`).
     pub prefetch: PrefetcherKind,
     /// How prefetched pages reach the program: `marker` (default) or `staged`.
     pub prefetch_install: PrefetchInstall,
@@ -171,7 +186,7 @@ impl RegionConfig {
             handler_spin: Duration::ZERO,
             data_path: DataPath::Auto,
             dirty_tracking: DirtyTracking::Auto,
-            evict_batch: 32,
+            evict_batch: 0,
             allow_user_mode_only: false,
             stats_path: None,
             reply_timeout: Duration::from_secs(30),
@@ -182,7 +197,7 @@ impl RegionConfig {
             reclaim: ReclaimMode::default(),
             max_reclaim_threads: default_max_reclaim_threads(),
             stats_trace: None,
-            prefetch: PrefetcherKind::None,
+            prefetch: DEFAULT_PREFETCH,
             prefetch_install: PrefetchInstall::default(),
             evict: EvictKind::Fifo,
             trace: None,
@@ -215,9 +230,9 @@ impl RegionConfig {
                 self.handler_threads
             )));
         }
-        if self.evict_batch == 0 || self.evict_batch > gleaner_proto::MAX_BATCH_PAGES {
+        if self.evict_batch > gleaner_proto::MAX_BATCH_PAGES {
             return Err(PagerError::Config(format!(
-                "evict_batch must be between 1 and {} pages, not {}",
+                "evict_batch must be between 1 and {} pages (or 0: chosen from the budget), not {}",
                 gleaner_proto::MAX_BATCH_PAGES,
                 self.evict_batch
             )));
@@ -253,7 +268,7 @@ impl RegionConfig {
                 gleaner_proto::units::format_size((min * PAGE_SIZE) as u64),
                 min,
                 MIN_BUDGET_BATCHES,
-                self.evict_batch
+                self.batch_pages()
             )));
         }
         Ok((pages, budget.min(pages.max(min))))
@@ -261,7 +276,17 @@ impl RegionConfig {
 
     /// The smallest workable budget in pages.
     pub fn min_budget_pages(&self) -> usize {
-        MIN_BUDGET_BATCHES * self.evict_batch + self.handler_count()
+        MIN_BUDGET_BATCHES * self.batch_pages() + self.handler_count()
+    }
+
+    /// Pages per eviction batch: `evict_batch`, or with 0 a sixteenth of the budget between
+    /// [`MIN_AUTO_EVICT_BATCH`] and [`DEFAULT_EVICT_BATCH`].
+    pub fn batch_pages(&self) -> usize {
+        if self.evict_batch > 0 {
+            self.evict_batch
+        } else {
+            (self.local_budget / PAGE_SIZE / 16).clamp(MIN_AUTO_EVICT_BATCH, DEFAULT_EVICT_BATCH)
+        }
     }
 
     /// How many fault handlers the region runs: `handler_threads`, or with 0 one per CPU the
@@ -293,6 +318,7 @@ mod tests {
     fn too_small_budget_is_refused_with_the_minimum_named() {
         let mut cfg = RegionConfig::new(1 << 30, 64 * 1024);
         cfg.handler_threads = 2;
+        cfg.evict_batch = 32;
         let msg = cfg.validate().unwrap_err().to_string();
         assert!(msg.contains("too small"), "{msg}");
         assert!(msg.contains("130 pages"), "{msg}");

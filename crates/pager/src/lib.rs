@@ -41,7 +41,8 @@ mod trace;
 
 pub use config::{
     default_max_reclaim_threads, DataPath, DirtyTracking, EvictKind, MemnodeTarget,
-    PrefetchInstall, PrefetcherKind, ReclaimMode, RegionConfig, WritePrediction, MAX_AUTO_HANDLERS,
+    PrefetchInstall, PrefetcherKind, ReclaimMode, RegionConfig, WritePrediction,
+    DEFAULT_EVICT_BATCH, DEFAULT_PREFETCH, MAX_AUTO_HANDLERS, MIN_AUTO_EVICT_BATCH,
     MIN_BUDGET_BATCHES,
 };
 pub use embedded::EmbeddedMemnode;

@@ -168,7 +168,7 @@ impl Region {
             counters: Counters::default(),
             remote_latency: LatencyHistogram::default(),
             trace,
-            evict_batch: cfg.evict_batch,
+            evict_batch: cfg.batch_pages(),
             tracking,
             stop,
         });

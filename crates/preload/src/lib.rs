@@ -15,14 +15,15 @@
 //! | `GLEANER_TOKEN_FILE` | the memnode's token file | `~/.gleaner/token` |
 //! | `GLEANER_ARENA_SIZE` | address space reserved for managed memory | `64G` |
 //! | `GLEANER_HANDLERS` | fault-handler threads (0: one per CPU, each pinned to its CPU) | `0` |
+//! | `GLEANER_PIN_HANDLERS` | pin each fault handler to one CPU (`1`) or not (`0`) | `1` |
 //! | `GLEANER_HANDLER_SPIN_US` | how long a handler polls without blocking after a message | `0` |
-//! | `GLEANER_EVICT_BATCH` | pages per eviction batch | `32` |
+//! | `GLEANER_EVICT_BATCH` | pages per eviction batch | a sixteenth of the budget, 16 to 128 |
 //! | `GLEANER_DIRTY_TRACKING` | `auto` (asynchronous where the kernel offers it and there is no swap), `async` or `sync` | `auto` |
 //! | `GLEANER_DATA_PATH` | `auto` (shared memory for a memnode on this host), `shm` or `socket` | `auto` |
 //! | `GLEANER_STATS` | write the region's stats JSON here at exit (`%p` is replaced by the pid) | — |
 //! | `GLEANER_RECLAIM` | who reclaims: `hermit`, `hermit:paper`, `static:N` or `direct` | `hermit` |
 //! | `GLEANER_MAX_RECLAIMERS` | the most reclaim threads `hermit` runs at once | half the CPUs, at least 1 |
-//! | `GLEANER_PREFETCH` | prefetcher: `none`, `next:N`, `stride`, `readahead`, `leap`, `leap:PWMAX` | `none` |
+//! | `GLEANER_PREFETCH` | prefetcher: `none`, `next:N`, `stride`, `readahead`, `leap`, `leap:PWMAX` | `leap:32` |
 //! | `GLEANER_PREFETCH_INSTALL` | how prefetched pages reach the program: `marker` or `staged` | `marker` |
 //! | `GLEANER_EVICT` | eviction order: `fifo`, `clock` or `rackmem` | `fifo` |
 //! | `GLEANER_PREDICT_WRITES` | install pages seen rewritten writable on their next read fetches: `on` or `off` | `on` |
@@ -87,6 +88,7 @@ struct Config {
     arena: u64,
     handlers: usize,
     handler_spin_us: u64,
+    pin_handlers: bool,
     data_path: DataPath,
     dirty_tracking: DirtyTracking,
     evict_batch: Option<usize>,
@@ -126,6 +128,7 @@ fn config_from_env() -> Result<Option<Config>, String> {
         )?,
         handlers: parsed("GLEANER_HANDLERS")?.unwrap_or(0),
         handler_spin_us: parsed("GLEANER_HANDLER_SPIN_US")?.unwrap_or(0),
+        pin_handlers: parsed::<u8>("GLEANER_PIN_HANDLERS")?.unwrap_or(1) != 0,
         data_path: parsed("GLEANER_DATA_PATH")?.unwrap_or_default(),
         dirty_tracking: parsed("GLEANER_DIRTY_TRACKING")?.unwrap_or_default(),
         evict_batch: parsed("GLEANER_EVICT_BATCH")?,
@@ -134,7 +137,7 @@ fn config_from_env() -> Result<Option<Config>, String> {
         max_reclaimers: parsed("GLEANER_MAX_RECLAIMERS")?
             .unwrap_or_else(gleaner_pager::default_max_reclaim_threads),
         stats_trace: per_process_path("GLEANER_STATS_TRACE"),
-        prefetch: parsed("GLEANER_PREFETCH")?.unwrap_or(PrefetcherKind::None),
+        prefetch: parsed("GLEANER_PREFETCH")?.unwrap_or(gleaner_pager::DEFAULT_PREFETCH),
         prefetch_install: parsed("GLEANER_PREFETCH_INSTALL")?.unwrap_or_default(),
         evict: parsed("GLEANER_EVICT")?.unwrap_or(EvictKind::Fifo),
         predict_writes: parsed("GLEANER_PREDICT_WRITES")?.unwrap_or_default(),
@@ -206,6 +209,7 @@ fn start() -> Result<(), String> {
     }
     rc.handler_threads = cfg.handlers;
     rc.handler_spin = std::time::Duration::from_micros(cfg.handler_spin_us);
+    rc.pin_handlers = cfg.pin_handlers;
     rc.data_path = cfg.data_path;
     rc.dirty_tracking = cfg.dirty_tracking;
     if let Some(n) = cfg.evict_batch {
