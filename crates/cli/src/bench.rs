@@ -6,6 +6,7 @@ mod floor;
 mod pattern;
 mod pin;
 mod plain;
+mod wakeup;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -32,6 +33,9 @@ pub enum BenchCommand {
     /// Measure the two ways of tracking dirty pages on this kernel: synchronous write-protect
     /// faults, and WP_ASYNC with PAGEMAP_SCAN.
     DirtyTracking(dirty::DirtyArgs),
+    /// Measure what a bare userfaultfd fault costs (no pager) by where its handler runs, how it
+    /// waits and at what priority: same CPU, another CPU, unpinned, one per CPU, spinning, FIFO.
+    Wakeup(wakeup::WakeupArgs),
 }
 
 /// Arguments of `gleaner bench micro`.
@@ -227,6 +231,7 @@ pub fn main(cmd: BenchCommand) -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        BenchCommand::Wakeup(args) => wakeup::main(&args),
     }
 }
 
