@@ -5,6 +5,10 @@
  *   preload_program mixed MB        threads mixing malloc/calloc/realloc/posix_memalign, mmap,
  *                                   munmap, madvise(DONTNEED/FREE), mremap (grow, move, shrink)
  *                                   and read(2) into managed buffers; all contents verified
+ *   preload_program small MB        threads allocating, freeing, reusing and reallocating small
+ *                                   blocks of every size up to 4 KiB (the heap's size classes);
+ *                                   one size's blocks must pack together away from large ones;
+ *                                   a fork child allocates and frees small blocks too
  *   preload_program fork MB         fill MB, fork; the child verifies everything as of the fork
  *                                   while the parent rewrites it; both verify their own view
  *   preload_program exec MB         fill MB, verify, then exec itself as `mixed 8`
@@ -172,6 +176,131 @@ static int run_mixed(size_t mb) {
     return 0;
 }
 
+/* ---- small: the heap's size classes ------------------------------------------------------ */
+
+static unsigned char byte_at(uint64_t seed, size_t i) { return (unsigned char)(word(seed, i) >> 17); }
+
+static void fill_bytes(void *p, size_t len, uint64_t seed) {
+    unsigned char *c = p;
+    for (size_t i = 0; i < len; i++) c[i] = byte_at(seed, i);
+}
+
+static int check_bytes(const void *p, size_t len, uint64_t seed) {
+    const unsigned char *c = p;
+    for (size_t i = 0; i < len; i++)
+        if (c[i] != byte_at(seed, i)) return 0;
+    return 1;
+}
+
+static void *small_worker(void *arg) {
+    struct worker *wk = arg;
+    uint64_t base = (uint64_t)wk->id << 40;
+    size_t n = wk->bytes / 1024; /* blocks average ~1 KiB counting the large ones */
+    char **p = calloc(n, sizeof *p);
+    size_t *sz = calloc(n, sizeof *sz);
+    if (!p || !sz) fail("calloc of the block table");
+    for (size_t i = 0; i < n; i++) {
+        sz[i] = 1 + word(base, i) % 4096; /* every class, and a little beyond the largest */
+        p[i] = malloc(sz[i]);
+        if (!p[i]) fail("small malloc");
+        if ((uintptr_t)p[i] % 16) fail("small block not 16-byte aligned");
+        if (malloc_usable_size(p[i]) < sz[i]) fail("malloc_usable_size below the request");
+        fill_bytes(p[i], sz[i], base + i);
+    }
+    /* Free a third (scribbled over first), then reuse their space: calloc must still be zero. */
+    for (size_t i = 0; i < n; i += 3) {
+        memset(p[i], 0xA5, sz[i]);
+        free(p[i]);
+    }
+    for (size_t i = 0; i < n; i += 3) {
+        p[i] = calloc(1, sz[i]);
+        if (!p[i] || !all_zero(p[i], sz[i])) fail("calloc of a reused small block is not zeroed");
+        fill_bytes(p[i], sz[i], base + i + 7);
+    }
+    /* realloc across classes: up within the small sizes, up to large and page-sized, and down. */
+    static const size_t to[] = {24, 200, 1000, 3000, 3585, 9000, 300 * 1024, 5};
+    for (size_t i = 1; i < n; i += 5) {
+        uint64_t seed = base + i + (i % 3 == 0 ? 7 : 0);
+        size_t nsz = to[(i / 5) % (sizeof to / sizeof *to)];
+        size_t keep = nsz < sz[i] ? nsz : sz[i];
+        char *q = realloc(p[i], nsz);
+        if (!q) fail("small realloc");
+        if (!check_bytes(q, keep, seed)) fail("realloc across size classes lost data");
+        p[i] = q;
+        sz[i] = nsz;
+        fill_bytes(q, nsz, base + i + 11);
+    }
+    for (size_t i = 0; i < n; i++) {
+        uint64_t seed = base + i + (i % 5 == 1 ? 11 : (i % 3 == 0 ? 7 : 0));
+        if (!check_bytes(p[i], sz[i], seed)) fail("small block corrupted");
+        free(p[i]);
+    }
+    free(p);
+    free(sz);
+    return NULL;
+}
+
+/* One size's blocks allocated between larger ones must share pages with each other only (the
+ * heap's size classes): a first-fit heap interleaves them with the 1 KiB blocks, so 20000 of
+ * them would touch ~5000 pages instead of ~240. */
+static void small_blocks_pack_together(void) {
+    enum { N = 20000 };
+    static char *small_blocks[N], *big_blocks[N];
+    size_t pages = 0;
+    for (int i = 0; i < N; i++) {
+        small_blocks[i] = malloc(40);
+        big_blocks[i] = malloc(1024);
+        if (!small_blocks[i] || !big_blocks[i]) fail("malloc for the packing check");
+        fill_bytes(small_blocks[i], 40, 900 + i);
+        if (i == 0 || (uintptr_t)small_blocks[i] / PAGE != (uintptr_t)small_blocks[i - 1] / PAGE)
+            pages++;
+    }
+    if (pages > 2 * (N * 48 / PAGE) + 64) {
+        fprintf(stderr, "20000 blocks of 40 bytes lie on %zu pages\n", pages);
+        fail("small blocks are not packed by size");
+    }
+    for (int i = 0; i < N; i++) {
+        if (!check_bytes(small_blocks[i], 40, 900 + i)) fail("packed small block corrupted");
+        free(small_blocks[i]);
+        free(big_blocks[i]);
+    }
+}
+
+static int run_small(size_t mb) {
+    enum { T = 4 };
+    pthread_t t[T];
+    struct worker w[T];
+    small_blocks_pack_together();
+    for (int i = 0; i < T; i++) {
+        w[i].id = i + 1;
+        w[i].bytes = mb * (1UL << 20) / T;
+        if (pthread_create(&t[i], NULL, small_worker, &w[i])) fail("pthread_create");
+    }
+    /* The main thread forks while the workers allocate: the child's heap must work. */
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0) fail("fork");
+    if (pid == 0) {
+        char *b[1000];
+        for (int i = 0; i < 1000; i++) {
+            b[i] = malloc(1 + i * 3);
+            if (!b[i]) _exit(4);
+            fill_bytes(b[i], 1 + i * 3, 77 + i);
+        }
+        for (int i = 0; i < 1000; i++) {
+            if (!check_bytes(b[i], 1 + i * 3, 77 + i)) _exit(5);
+            free(b[i]);
+        }
+        _exit(0);
+    }
+    int st;
+    if (waitpid(pid, &st, 0) != pid) fail("waitpid");
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) fail("the fork child's small blocks");
+    for (int i = 0; i < T; i++) pthread_join(t[i], NULL);
+    printf("small ok\n");
+    return 0;
+}
+
 /* ---- fork ------------------------------------------------------------------------------- */
 
 static int run_fork(size_t mb) {
@@ -295,11 +424,12 @@ static int run_hog(size_t mb) {
 
 int main(int argc, char **argv) {
     if (argc < 3) {
-        fprintf(stderr, "usage: %s mixed|fork|exec|thread-exit|sigterm|crash|hog MB\n", argv[0]);
+        fprintf(stderr, "usage: %s mixed|small|fork|exec|thread-exit|sigterm|crash|hog MB\n", argv[0]);
         return 64;
     }
     size_t mb = strtoul(argv[2], NULL, 10);
     if (!strcmp(argv[1], "mixed")) return run_mixed(mb);
+    if (!strcmp(argv[1], "small")) return run_small(mb);
     if (!strcmp(argv[1], "fork")) return run_fork(mb);
     if (!strcmp(argv[1], "exec")) return run_exec(mb, "/proc/self/exe");
     if (!strcmp(argv[1], "thread-exit")) return run_thread_exit(mb);

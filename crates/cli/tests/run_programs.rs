@@ -103,6 +103,21 @@ fn mixed_allocator_and_mapping_calls_keep_every_byte() {
     );
 }
 
+/// Small blocks of every size, freed, reused, reallocated across size classes and checked after
+/// a trip to the memnode; one size's blocks pack together (the heap's size classes); a fork
+/// child allocates too.
+#[test]
+fn small_blocks_of_every_size_class_keep_every_byte() {
+    let (code, out, err, stats) = run_program("12M", "small", "64", &[]);
+    assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
+    assert!(out.contains("small ok"), "{out}");
+    let t = &stats["total"];
+    assert!(
+        t["faults"]["remote"].as_u64().unwrap() > pages(16 << 20),
+        "the blocks should have gone to the memnode and come back: {stats}"
+    );
+}
+
 #[test]
 fn fork_child_sees_the_parent_memory_of_the_fork_moment() {
     // 64 MiB filled at a 16 MiB budget: three quarters are on the memnode when fork comes.

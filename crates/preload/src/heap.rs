@@ -1,11 +1,15 @@
 //! The program's heap in managed memory.
 //!
-//! Small blocks come from a TLSF allocator whose pools are 64 MiB chunks carved from the arena;
-//! blocks of [`BIG`] bytes or more take whole pages from the arena, so freeing them releases
-//! their memory locally and on the memnode. Every block carries a 16-byte header just before the
-//! pointer handed out: `[start, n]`. For a small block `start` is the TLSF block and `n` the size
-//! asked for; for a big block `start` is its first page tagged with bit 0 and `n` the bytes carved. That is what lets `free` and
-//! `malloc_usable_size` work without the alignment the block was made with.
+//! Blocks of up to [`slab::MAX_SMALL`] bytes (with at most 16-byte alignment) come from size
+//! classes on pages of their own (`slab.rs`: hot small objects pack together, away from large
+//! values). Other small blocks come from a TLSF allocator whose pools are 64 MiB chunks carved
+//! from the arena; blocks of [`BIG`] bytes or more take whole pages from the arena, so freeing
+//! them releases their memory locally and on the memnode. Every TLSF or big block carries a
+//! 16-byte header just before the pointer handed out: `[start, n]`. For a TLSF block `start` is
+//! the TLSF block and `n` the size asked for; for a big block `start` is its first page tagged
+//! with bit 0 and `n` the bytes carved. That is what lets `free` and `malloc_usable_size` work
+//! without the alignment the block was made with. Size-class blocks have no header: their class
+//! is found from their address.
 //!
 //! The header and TLSF's own block headers live in managed memory: only application threads touch
 //! them (inside `malloc`/`free`), and a fault there is served like any other.
@@ -18,6 +22,7 @@ use gleaner_pager::PAGE_SIZE;
 
 use crate::arena;
 use crate::lock::SpinLock;
+use crate::slab;
 
 /// Blocks at least this large bypass TLSF and take whole pages.
 pub(crate) const BIG: usize = 256 * 1024;
@@ -36,6 +41,11 @@ fn align_up(x: usize, a: usize) -> usize {
 /// Allocates `size` bytes aligned to `align` (a power of two) in managed memory.
 /// Returns NULL when the arena is exhausted.
 pub(crate) fn alloc(size: usize, align: usize) -> *mut c_void {
+    if size <= slab::MAX_SMALL && align <= slab::ALIGN {
+        if let Some(p) = slab::alloc(size) {
+            return p as *mut c_void;
+        }
+    }
     let align = align.max(HEADER);
     let Some(total) = size.checked_add(align + HEADER) else {
         return std::ptr::null_mut();
@@ -81,12 +91,15 @@ fn small(total: usize) -> Option<usize> {
     })
 }
 
-/// The usable size of managed block `p`: the size asked for (small blocks) or everything up to
-/// the end of its pages (big blocks).
+/// The usable size of managed block `p`: its class size (size-class blocks), the size asked for
+/// (other small blocks) or everything up to the end of its pages (big blocks).
 ///
 /// # Safety
 /// `p` was returned by [`alloc`] and not freed.
 pub(crate) unsafe fn size_of(p: *mut c_void) -> usize {
+    if let Some(n) = slab::block_size(p as usize) {
+        return n;
+    }
     // SAFETY: the header sits just before every pointer `alloc` returns.
     let (start, n) = unsafe { header(p) };
     if start & 1 == 1 {
@@ -111,6 +124,11 @@ unsafe fn header(p: *mut c_void) -> (usize, usize) {
 /// # Safety
 /// `p` was returned by [`alloc`] and not freed.
 pub(crate) unsafe fn free(p: *mut c_void) {
+    if slab::block_size(p as usize).is_some() {
+        // SAFETY: a live block of a size class (the caller's contract).
+        unsafe { slab::free(p as usize) };
+        return;
+    }
     // SAFETY: the caller's contract.
     let (start, n) = unsafe { header(p) };
     if start & 1 == 1 {
@@ -128,6 +146,7 @@ pub(crate) unsafe fn free(p: *mut c_void) {
 
 /// Takes the heap lock before `fork` (so the child never inherits it held by a vanished thread).
 pub(crate) fn lock_for_fork() {
+    slab::lock_for_fork();
     TLSF.lock();
 }
 
@@ -137,5 +156,8 @@ pub(crate) fn lock_for_fork() {
 /// Only after [`lock_for_fork`].
 pub(crate) unsafe fn unlock_after_fork() {
     // SAFETY: forwarded contract.
-    unsafe { TLSF.unlock() };
+    unsafe {
+        TLSF.unlock();
+        slab::unlock_after_fork();
+    }
 }
