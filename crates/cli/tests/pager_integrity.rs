@@ -962,3 +962,37 @@ fn write_prediction_expires_for_pages_no_longer_written() {
     );
     assert!(s.faults.remote as usize > pages * read_passes);
 }
+
+/// A program that changes the protection of part of its memory splits the kernel's mapping in
+/// two; a sequential fill running across the split (zero-filled ahead in runs) must still be
+/// served page by page, and every page keep its data.
+#[test]
+fn sequential_fill_across_a_protection_split_is_served() {
+    gleaner_bin();
+    let pages = 1024;
+    let region = Region::new(RegionConfig::new(pages * PAGE_SIZE, 1 << 20)).unwrap();
+    let base = Base(region.as_ptr() as usize);
+    // Pages 100..110 become read-write-execute: a separate mapping (VMA), still registered.
+    // SAFETY: the range lies inside the live region; the protection keeps it readable and
+    // writable.
+    let rc = unsafe {
+        libc::mprotect(
+            base.page(100) as *mut libc::c_void,
+            10 * PAGE_SIZE,
+            libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC,
+        )
+    };
+    assert_eq!(rc, 0, "mprotect: {}", std::io::Error::last_os_error());
+    for p in 0..pages {
+        base.write(p, 1);
+    }
+    for p in 0..pages {
+        assert_eq!(base.check(p, 1), None, "page {p}");
+    }
+    let s = region.stats();
+    assert!(
+        s.faults.zero_filled_ahead > 0,
+        "the fill should have been served in runs: {:?}",
+        s.faults
+    );
+}

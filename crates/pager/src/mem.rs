@@ -90,7 +90,14 @@ impl Memory {
                 true,
             )
         };
-        self.outcome(first, r);
+        match r {
+            Ok(Installed::Done) => {}
+            // One UFFDIO_COPY must lie inside one kernel mapping (ENOENT when the run crosses a
+            // split the program made, e.g. by mprotect), and it stops at the first page already
+            // present (EEXIST). Neither installed the rest of the run: do it page by page.
+            _ if count > 1 => (first..first + count).for_each(|p| self.install_zero(p)),
+            r => self.outcome(first, r),
+        }
     }
 
     fn outcome(&self, page: usize, r: Result<Installed, gleaner_uffd::UffdError>) {
