@@ -94,13 +94,16 @@ pub struct RunArgs {
     /// How prefetched pages reach the program: `marker` or `staged`.
     #[arg(long, value_name = "MODE", default_value = "marker")]
     prefetch_install: gleaner_pager::PrefetchInstall,
-    /// Eviction order: `fifo`, `clock` or `rackmem`.
-    #[arg(long, value_name = "NAME", default_value = "fifo")]
+    /// Eviction order: `refault` (default: FIFO, but pages that come back soon after leaving are
+    /// protected; no extra faults), `fifo`, `clock` or `rackmem` (both take minor faults to see
+    /// accesses).
+    #[arg(long, value_name = "NAME", default_value = "refault")]
     evict: gleaner_pager::EvictKind,
     /// Write prediction: `on` installs a page that was rewritten after coming back from the
     /// memnode writable on its next 3 read fetches (saving the write-protect fault its next write
     /// would take); `off` tracks every read fetch and reports how often prediction would have
-    /// been right.
+    /// been right. Only synchronous dirty tracking has write-protect faults to save; under
+    /// asynchronous tracking the predictor always runs in shadow.
     #[arg(long, value_name = "on|off", default_value = "on")]
     predict_writes: gleaner_pager::WritePrediction,
     /// Record every page fault to FILE (`%p` is replaced by the process id), for

@@ -164,13 +164,14 @@ pub struct RegionConfig {
     pub prefetch: PrefetcherKind,
     /// How prefetched pages reach the program: `marker` (default) or `staged`.
     pub prefetch_install: PrefetchInstall,
-    /// Eviction order: `fifo` (default), `clock` or `rackmem`.
+    /// Eviction order: `refault` (default), `fifo`, `clock` or `rackmem`.
     pub evict: EvictKind,
     /// If set, every fault is recorded here (the `gleaner trace` format) for offline replay.
     pub trace: Option<PathBuf>,
     /// Install pages that were rewritten after coming back from the memnode writable on their
     /// next read fetches, saving the write-protect fault (`on`, default), or track every read
-    /// fetch (`off`; the predictor then reports its precision in shadow).
+    /// fetch (`off`; the predictor then reports its precision in shadow). Only synchronous dirty
+    /// tracking has write-protect faults to save: under asynchronous tracking it runs in shadow.
     pub predict_writes: WritePrediction,
 }
 
@@ -199,7 +200,7 @@ impl RegionConfig {
             stats_trace: None,
             prefetch: DEFAULT_PREFETCH,
             prefetch_install: PrefetchInstall::default(),
-            evict: EvictKind::Fifo,
+            evict: EvictKind::Refault,
             trace: None,
             predict_writes: WritePrediction::On,
         }

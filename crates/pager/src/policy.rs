@@ -39,7 +39,7 @@ pub trait EvictionPolicy: Send {
 pub fn build(kind: EvictKind, budget: usize) -> Result<Box<dyn EvictionPolicy>, String> {
     match kind {
         EvictKind::Fifo => Ok(Box::new(Fifo::default())),
-        EvictKind::Clock | EvictKind::RackMem(_) => Ok(Box::new(SimPolicy {
+        EvictKind::Clock | EvictKind::Refault | EvictKind::RackMem(_) => Ok(Box::new(SimPolicy {
             inner: kind
                 .build(budget, Visibility::Fault, None)
                 .map_err(|e| e.to_string())?,

@@ -163,7 +163,13 @@ impl Region {
             reclaim,
             policy: Mutex::new(policy),
             prefetch,
-            writes: WritePredictor::new(pages, cfg.predict_writes == WritePrediction::On),
+            // Under asynchronous tracking a write costs no fault, so a page installed writable
+            // saves nothing and only reads as written at eviction (a needless write-back): the
+            // predictor runs in shadow there.
+            writes: WritePredictor::new(
+                pages,
+                cfg.predict_writes == WritePrediction::On && tracking == Tracking::Sync,
+            ),
             store,
             counters: Counters::default(),
             remote_latency: LatencyHistogram::default(),

@@ -34,6 +34,7 @@ mod clock;
 mod fifo;
 mod lru;
 mod rackmem;
+mod refault;
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -46,6 +47,7 @@ pub use clock::Clock;
 pub use fifo::Fifo;
 pub use lru::Lru;
 pub use rackmem::{MinFree, RackMem, RackMemConfig, RackMemStats};
+pub use refault::Refault;
 
 /// How much of the access stream a policy is given (see the module documentation).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
@@ -136,6 +138,9 @@ pub enum EvictKind {
     Fifo,
     /// `clock` (second chance).
     Clock,
+    /// `refault`: segmented FIFO whose pages that refault soon after eviction are protected
+    /// ([`Refault`]).
+    Refault,
     /// `rackmem` (ALGORITHMS.md §3.3–3.5 with the published parameters), `rackmem:N` (`min_free`
     /// = N pages) or `rackmem:N%` (`min_free` = N% of the capacity).
     RackMem(MinFree),
@@ -151,6 +156,7 @@ impl EvictKind {
         vec![
             EvictKind::Fifo,
             EvictKind::Clock,
+            EvictKind::Refault,
             EvictKind::RackMem(MinFree::Published),
             EvictKind::Lru,
             EvictKind::Belady,
@@ -178,6 +184,7 @@ impl EvictKind {
         Ok(match self {
             EvictKind::Fifo => Box::new(Fifo::new()),
             EvictKind::Clock => Box::new(Clock::new(visibility)),
+            EvictKind::Refault => Box::new(Refault::new(capacity)),
             EvictKind::RackMem(min_free) => Box::new(RackMem::new(
                 capacity,
                 visibility,
@@ -204,6 +211,7 @@ impl fmt::Display for EvictKind {
         match self {
             EvictKind::Fifo => f.write_str("fifo"),
             EvictKind::Clock => f.write_str("clock"),
+            EvictKind::Refault => f.write_str("refault"),
             EvictKind::RackMem(MinFree::Published) => f.write_str("rackmem"),
             EvictKind::RackMem(MinFree::Pages(n)) => write!(f, "rackmem:{n}"),
             EvictKind::RackMem(MinFree::Percent(p)) => write!(f, "rackmem:{p}%"),
@@ -213,10 +221,11 @@ impl fmt::Display for EvictKind {
     }
 }
 
-/// An eviction policy name that is none of `fifo`, `clock`, `rackmem[:N|:N%]`, `lru`, `belady`.
+/// An eviction policy name that is none of `fifo`, `clock`, `refault`, `rackmem[:N|:N%]`, `lru`,
+/// `belady`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "invalid eviction policy `{0}` (expected fifo, clock, rackmem, rackmem:N with N >= 1 pages, \
+    "invalid eviction policy `{0}` (expected fifo, clock, refault, rackmem, rackmem:N with N >= 1 pages, \
      rackmem:N% with 1 <= N <= 50, lru or belady)"
 )]
 pub struct ParseEvictError(String);
@@ -230,6 +239,7 @@ impl FromStr for EvictKind {
         match t.as_str() {
             "fifo" => Ok(EvictKind::Fifo),
             "clock" => Ok(EvictKind::Clock),
+            "refault" => Ok(EvictKind::Refault),
             "rackmem" => Ok(EvictKind::RackMem(MinFree::Published)),
             "lru" => Ok(EvictKind::Lru),
             "belady" | "opt" | "min" => Ok(EvictKind::Belady),
@@ -331,7 +341,7 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("lfu"));
-        assert_eq!(parse_list("all").unwrap().len(), 5);
+        assert_eq!(parse_list("all").unwrap().len(), 6);
         assert_eq!(
             parse_list("fifo,lru").unwrap(),
             vec![EvictKind::Fifo, EvictKind::Lru]
