@@ -59,6 +59,7 @@ CONFIGS = {
     "socket": ("the socket data path (sync tracking, as auto picks there)",
                ["--data-path", "socket"], ["--data-path", "socket"], {}),
     "no-prefetch": ("no prefetching", ["--prefetch", "none"], ["--prefetch", "none"], {}),
+    "fifo": ("FIFO eviction (no refault protection)", ["--evict", "fifo"], ["--evict", "fifo"], {}),
     "batch-32": ("eviction batches of 32 pages", ["--evict-batch", "32"], [],
                  {"GLEANER_EVICT_BATCH": "32"}),
     "batch-64": ("eviction batches of 64 pages", ["--evict-batch", "64"], [],

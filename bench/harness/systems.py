@@ -5,6 +5,10 @@
                    or, where `gleaner run` is missing, LD_PRELOAD + GLEANER_LOCAL_MEM;
 * gleaner-memnode  the same against a memnode in a separate process (`gleaner memnode`, Unix socket);
 * linux-swap       the program in a memory cgroup limited to B, swap on zram.
+
+For experiments: GLEANER_HARNESS_ARGS="--evict fifo" adds flags to every `gleaner run` (each run's
+recorded command shows them), and GLEANER_HARNESS_KEEP_STATS=FILE keeps the last gleaner run's
+whole stats file.
 """
 
 import json
@@ -97,6 +101,9 @@ class Launch:
                 self.prefix = [GLEANER, "run", "-q", "--local-mem", str(budget), "--stats", self.stats_file]
                 if memnode:
                     self.prefix += ["--memnode", memnode.addr, "--token-file", memnode.token]
+                # Extra `gleaner run` flags for an experiment (e.g. "--prefetch none"); results
+                # files record the launch command, so such a run is never mistaken for the defaults.
+                self.prefix += os.environ.get("GLEANER_HARNESS_ARGS", "").split()
                 self.prefix += ["--"]
             else:
                 self.env = {"LD_PRELOAD": PRELOAD, "GLEANER_BIN": GLEANER, "GLEANER_LOCAL_MEM": str(budget),
@@ -132,6 +139,9 @@ class Launch:
         if self.system in ("gleaner", "gleaner-memnode"):
             st = read_gleaner_stats(self.stats_file)
             out["gleaner"] = st
+            keep = os.environ.get("GLEANER_HARNESS_KEEP_STATS")
+            if keep and os.path.exists(self.stats_file):
+                shutil.copy(self.stats_file, keep)   # the whole stats file, for an experiment
             if st:
                 out["far_faults"] = st.get("remote_faults")
                 out["bytes_moved"] = (st.get("bytes_in") or 0) + (st.get("bytes_out") or 0)
