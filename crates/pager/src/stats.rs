@@ -36,6 +36,8 @@ pub(crate) struct Counters {
     /// Remote faults whose steps were timed, and the time each step took in all.
     pub timed_faults: AtomicU64,
     pub lookup_ns: AtomicU64,
+    /// Handler wake-ups that found no message.
+    pub handler_spurious: AtomicU64,
     pub fetch_ns: AtomicU64,
     pub install_ns: AtomicU64,
     /// Handler wake-ups with at least one message, and the messages they read.
@@ -66,6 +68,7 @@ impl Counters {
             fetch_mean_us: mean_us(get(&self.fetch_ns)),
             install_mean_us: mean_us(get(&self.install_ns)),
             handler_wakeups: wakeups,
+            handler_empty_wakeups: get(&self.handler_spurious),
             messages_per_wakeup: if wakeups == 0 {
                 0.0
             } else {
@@ -92,6 +95,8 @@ pub struct FaultBreakdown {
     pub install_mean_us: f64,
     /// Handler wake-ups that found messages.
     pub handler_wakeups: u64,
+    /// Handler wake-ups that found no message (another handler read it first).
+    pub handler_empty_wakeups: u64,
     /// Fault messages read per such wake-up.
     pub messages_per_wakeup: f64,
 }
