@@ -53,13 +53,19 @@ DEMO_JOB = os.path.join(ROOT, "scripts", "demo_job.py")
 PROBE_SIZE = "4M"
 SCHEMA = 1
 
-# The targets, as stated: (key, what, op, bound, patterns it applies to or None for all).
+# The targets, as the issue states them: (key, what, op, bound, patterns it applies to). The
+# fault-time bounds are set for random access; for seq and stride:10 (where prefetching changes
+# which accesses fault at all) the target is speed, and their fault ratios are shown as
+# information ("no target").
 TARGETS = [
-    ("mean", "fault mean: gleaner / Linux", "<=", 1.0, None),
-    ("p50", "fault p50: gleaner / Linux", "<=", 2.0, None),
-    ("p99", "fault p99: gleaner / Linux", "<=", 0.25, None),
+    ("mean", "fault mean: gleaner / Linux", "<=", 1.0, ("random",)),
+    ("p50", "fault p50: gleaner / Linux", "<=", 2.0, ("random",)),
+    ("p99", "fault p99: gleaner / Linux", "<=", 0.25, ("random",)),
     ("speed", "speed: Linux ns/op / gleaner ns/op", ">=", 2.0, ("seq", "stride:10")),
 ]
+# Ratios shown beside the targets for the patterns no bound applies to.
+INFO = ("mean", "p50", "p99")
+NO_TARGET = "no target"
 DEMO_TARGET = ("wall", "wall time: gleaner / Linux", "<=", 1.0)
 
 
@@ -562,7 +568,8 @@ def verdicts(res):
         g_ok = [r for r in g_runs if r.get("ok")]
         l_ok = [r for r in l_runs if r.get("ok")]
         for key, what, op, bound, only in TARGETS:
-            if only is not None and p not in only:
+            targeted = only is None or p in only
+            if not targeted and key not in INFO:
                 continue
             g = _med([_metric(r, key) for r in g_ok])
             lx = _med([_metric(r, key) for r in l_ok])
@@ -577,6 +584,8 @@ def verdicts(res):
                 verdict = "FAILED"
             elif ratio is None:
                 verdict = "n/a"
+            elif not targeted:
+                verdict = NO_TARGET
             else:
                 verdict = "met" if _meets(op, ratio, bound) else "not met"
             out.append({"scope": p, "target": key, "what": what, "op": op, "bound": bound,
@@ -699,12 +708,13 @@ def render_text(res, results_name="bench/results/vs-swap.json"):
         verdict = v["verdict"]
         verdict = {"met": "**met**", "not met": "**not met**", "FAILED": "**FAILED**"}.get(verdict, verdict)
         num = "{:.0f}" if v["target"] == "speed" else "{:.2f}" if v["scope"] == "demo" else "{:.1f}"
+        bound = ("-" if v["verdict"] == NO_TARGET
+                 else f"{v['op'].replace('<=', '≤').replace('>=', '≥')} {v['bound']:g}")
         L.append(f"| {v['scope']} | {v['what']} | {_fmt(v['gleaner'], num)}{unit} | "
-                 f"{_fmt(v['linux'], num)}{unit} | {ratio} | {v['op'].replace('<=', '≤').replace('>=', '≥')} "
-                 f"{v['bound']:g} | {verdict} |")
+                 f"{_fmt(v['linux'], num)}{unit} | {ratio} | {bound} | {verdict} |")
     L.append("")
     met = sum(v["verdict"] == "met" for v in vs)
-    L.append(f"{met} of {len(vs)} targets met" + (
+    L.append(f"{met} of {sum(v['verdict'] != NO_TARGET for v in vs)} targets met" + (
         "; not met: " + ", ".join(f"{v['scope']} {v['target']}" for v in vs if v["verdict"] == "not met")
         if any(v["verdict"] == "not met" for v in vs) else "") + (
         "; failed cells: " + ", ".join(f"{v['scope']} {v['target']}" for v in vs if v["verdict"] == "FAILED")
