@@ -94,10 +94,10 @@ pub struct RunArgs {
     /// How prefetched pages reach the program: `marker` or `staged`.
     #[arg(long, value_name = "MODE", default_value = "marker")]
     prefetch_install: gleaner_pager::PrefetchInstall,
-    /// Eviction order: `refault` (default: FIFO, but pages that come back soon after leaving are
-    /// protected; no extra faults), `fifo`, `clock` or `rackmem` (both take minor faults to see
-    /// accesses).
-    #[arg(long, value_name = "NAME", default_value = "refault")]
+    /// Eviction order: `fifo` (default), `refault` (FIFO, but pages that come back soon after
+    /// leaving are protected: fewer faults, more bookkeeping), `clock` or `rackmem` (both take
+    /// minor faults to see accesses).
+    #[arg(long, value_name = "NAME", default_value = "fifo")]
     evict: gleaner_pager::EvictKind,
     /// Write prediction: `on` installs a page that was rewritten after coming back from the
     /// memnode writable on its next 3 read fetches (saving the write-protect fault its next write

@@ -164,7 +164,7 @@ pub struct RegionConfig {
     pub prefetch: PrefetcherKind,
     /// How prefetched pages reach the program: `marker` (default) or `staged`.
     pub prefetch_install: PrefetchInstall,
-    /// Eviction order: `refault` (default), `fifo`, `clock` or `rackmem`.
+    /// Eviction order: `fifo` (default), `refault`, `clock` or `rackmem`.
     pub evict: EvictKind,
     /// If set, every fault is recorded here (the `gleaner trace` format) for offline replay.
     pub trace: Option<PathBuf>,
@@ -200,7 +200,7 @@ impl RegionConfig {
             stats_trace: None,
             prefetch: DEFAULT_PREFETCH,
             prefetch_install: PrefetchInstall::default(),
-            evict: EvictKind::Refault,
+            evict: EvictKind::Fifo,
             trace: None,
             predict_writes: WritePrediction::On,
         }

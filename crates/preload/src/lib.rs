@@ -25,7 +25,7 @@
 //! | `GLEANER_MAX_RECLAIMERS` | the most reclaim threads `hermit` runs at once | half the CPUs, at least 1 |
 //! | `GLEANER_PREFETCH` | prefetcher: `none`, `next:N`, `stride`, `readahead`, `leap`, `leap:PWMAX` | `leap:32` |
 //! | `GLEANER_PREFETCH_INSTALL` | how prefetched pages reach the program: `marker` or `staged` | `marker` |
-//! | `GLEANER_EVICT` | eviction order: `refault`, `fifo`, `clock` or `rackmem` | `refault` |
+//! | `GLEANER_EVICT` | eviction order: `fifo`, `refault`, `clock` or `rackmem` | `fifo` |
 //! | `GLEANER_PREDICT_WRITES` | install pages seen rewritten writable on their next read fetches: `on` or `off` | `on` |
 //! | `GLEANER_TRACE` | record every fault here for `gleaner trace replay` (`%p`: pid) | — |
 //! | `GLEANER_STATS_TRACE` | append a JSON line of reclaim and fault counters here every 100 ms (`%p`: pid) | — |
@@ -140,7 +140,7 @@ fn config_from_env() -> Result<Option<Config>, String> {
         stats_trace: per_process_path("GLEANER_STATS_TRACE"),
         prefetch: parsed("GLEANER_PREFETCH")?.unwrap_or(gleaner_pager::DEFAULT_PREFETCH),
         prefetch_install: parsed("GLEANER_PREFETCH_INSTALL")?.unwrap_or_default(),
-        evict: parsed("GLEANER_EVICT")?.unwrap_or(EvictKind::Refault),
+        evict: parsed("GLEANER_EVICT")?.unwrap_or(EvictKind::Fifo),
         predict_writes: parsed("GLEANER_PREDICT_WRITES")?.unwrap_or_default(),
         trace: per_process_path("GLEANER_TRACE"),
     }))

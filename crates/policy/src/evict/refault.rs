@@ -18,7 +18,7 @@
 //! budget. Prefetched pages start on probation. Every operation is O(1) amortised.
 //!
 //! Parameters ([`Refault::new`]): promotion distance a quarter of the capacity, protected at most
-//! half of it; chosen by measurement (docs/BENCHMARKS.md, "Eviction order").
+//! half of it; not tuned beyond a few trials on redis.
 
 use std::collections::VecDeque;
 
