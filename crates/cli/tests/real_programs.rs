@@ -1,8 +1,9 @@
 //! Real, unmodified programs under `gleaner run` at budgets well below their footprint, each
 //! verifying data, not just the exit status: memcached (about 1 GiB at 25%), redis-server
 //! (a data set larger than the budget, then `BGSAVE`, whose dump must hold exactly the data:
-//! this exercises fork) and python3. The programs come from `scripts/setup.sh` (apt); a missing
-//! one fails the test with a message saying so.
+//! this exercises fork) and python3, each over both data paths: the embedded memnode (shared
+//! memory) and a memnode process on TCP loopback (the socket). The programs come from
+//! `scripts/setup.sh` (apt); a missing one fails the test with a message saying so.
 
 mod common;
 
@@ -12,7 +13,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{gleaner_bin, TempDir};
+use common::{gleaner_bin, MemnodeProc, TempDir};
 
 fn require(program: &str) -> String {
     let out = Command::new("sh")
@@ -65,16 +66,47 @@ fn value(i: u64, len: usize) -> Vec<u8> {
     v
 }
 
-/// `gleaner run` with a stats file, the program's stdout/stderr captured to files in `dir`.
-fn spawn_under_gleaner(dir: &Path, local: &str, cmd: &[&str]) -> Child {
+/// Where a test's far pages go.
+#[derive(Clone, Copy, Debug)]
+enum Via {
+    /// The embedded memnode `gleaner run` starts (shared memory).
+    Embedded,
+    /// A `gleaner memnode` process on TCP loopback (the socket data path).
+    Tcp,
+}
+
+/// A memnode for `via` (none for the embedded one), kept alive for the test.
+fn memnode_for(via: Via) -> Option<MemnodeProc> {
+    match via {
+        Via::Embedded => None,
+        Via::Tcp => Some(MemnodeProc::start("127.0.0.1:0", "4G")),
+    }
+}
+
+/// `gleaner run` with a stats file (against `memnode` if given), the program's stdout/stderr
+/// captured to files in `dir`.
+fn spawn_under_gleaner(
+    dir: &Path,
+    local: &str,
+    memnode: Option<&MemnodeProc>,
+    cmd: &[&str],
+) -> Child {
     let mut args = vec![
         "run".to_string(),
         "--local-mem".into(),
         local.into(),
         "--stats".into(),
         dir.join("stats.json").to_string_lossy().into_owned(),
-        "--".into(),
     ];
+    if let Some(m) = memnode {
+        args.extend([
+            "--memnode".into(),
+            m.endpoint.to_string(),
+            "--token-file".into(),
+            m.token_file.to_string_lossy().into_owned(),
+        ]);
+    }
+    args.push("--".into());
     args.extend(cmd.iter().map(|s| s.to_string()));
     Command::new(gleaner_bin())
         .args(&args)
@@ -83,6 +115,14 @@ fn spawn_under_gleaner(dir: &Path, local: &str, cmd: &[&str]) -> Child {
         .stderr(std::fs::File::create(dir.join("err.log")).unwrap())
         .spawn()
         .unwrap()
+}
+
+/// The data path the (first) process of the run used, as its stats report it.
+fn data_path_of(stats: &serde_json::Value) -> String {
+    stats["processes"][0]["stats"]["store"]["data_path"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
 }
 
 fn wait_exit(child: &mut Child, limit: Duration) -> Option<i32> {
@@ -114,13 +154,27 @@ fn stats(dir: &Path) -> serde_json::Value {
 
 #[test]
 fn memcached_holds_a_gibibyte_at_a_quarter_local() {
+    memcached_at_a_quarter_local(Via::Embedded, 16 * 1024);
+}
+
+#[test]
+fn memcached_at_a_quarter_local_over_tcp() {
+    memcached_at_a_quarter_local(Via::Tcp, 4 * 1024);
+}
+
+/// `n` values of 64 KiB set, then read back and compared, at a quarter of their size local.
+fn memcached_at_a_quarter_local(via: Via, n: u64) {
     let memcached = require("memcached");
+    let node = memnode_for(via);
     let dir = TempDir::new("memcached");
     let port = free_port();
     let port_s = port.to_string();
+    const LEN: usize = 64 * 1024;
+    let local = format!("{}M", n * LEN as u64 / 4 >> 20);
     let mut server = spawn_under_gleaner(
         dir.path(),
-        "256M",
+        &local,
+        node.as_ref(),
         &[
             &memcached,
             "-p",
@@ -140,10 +194,8 @@ fn memcached_holds_a_gibibyte_at_a_quarter_local() {
     let stream = connect_when_up(port, &mut server, "memcached");
     let mut w = BufWriter::new(stream.try_clone().unwrap());
     let mut r = BufReader::new(stream);
-    const N: u64 = 16 * 1024;
-    const LEN: usize = 64 * 1024; // 16 Ki values of 64 KiB: 1 GiB
     let mut line = String::new();
-    for batch in (0..N).collect::<Vec<_>>().chunks(32) {
+    for batch in (0..n).collect::<Vec<_>>().chunks(32) {
         for &i in batch {
             write!(w, "set key:{i} 0 0 {LEN}\r\n").unwrap();
             w.write_all(&value(i, LEN)).unwrap();
@@ -157,7 +209,7 @@ fn memcached_holds_a_gibibyte_at_a_quarter_local() {
         }
     }
     let mut buf = vec![0u8; LEN + 2];
-    for i in 0..N {
+    for i in 0..n {
         write!(w, "get key:{i}\r\n").unwrap();
         w.flush().unwrap();
         line.clear();
@@ -178,10 +230,13 @@ fn memcached_holds_a_gibibyte_at_a_quarter_local() {
     wait_exit(&mut server, Duration::from_secs(60));
     let s = stats(dir.path());
     let t = &s["total"];
-    // At 25% local, most of the gibibyte must have gone to the memnode and come back (by a
-    // fault or by a prefetch: pages fetched, in bytes_in).
-    assert!(t["evictions"]["dirty"].as_u64().unwrap() > 150_000, "{s}");
-    assert!(t["bytes_in"].as_u64().unwrap() / 4096 > 150_000, "{s}");
+    // At 25% local, most of the data must have gone to the memnode and come back (by a fault
+    // or by a prefetch: pages fetched, in bytes_in).
+    let most = n * LEN as u64 / 4096 * 6 / 10;
+    assert!(t["evictions"]["dirty"].as_u64().unwrap() > most, "{s}");
+    assert!(t["bytes_in"].as_u64().unwrap() / 4096 > most, "{s}");
+    let want = if node.is_some() { "socket" } else { "shm" };
+    assert_eq!(data_path_of(&s), want, "{s}");
 }
 
 // ---- redis -------------------------------------------------------------------------------
@@ -289,7 +344,17 @@ fn check_redis_data(redis: &mut Redis, n: u64, who: &str) {
 
 #[test]
 fn redis_bgsave_under_far_memory_saves_exactly_the_data() {
+    redis_bgsave_saves_exactly_the_data(Via::Embedded);
+}
+
+#[test]
+fn redis_bgsave_over_tcp_saves_exactly_the_data() {
+    redis_bgsave_saves_exactly_the_data(Via::Tcp);
+}
+
+fn redis_bgsave_saves_exactly_the_data(via: Via) {
     let redis_server = require("redis-server");
+    let node = memnode_for(via);
     let dir = TempDir::new("redis");
     let data_dir = dir.path().join("data");
     std::fs::create_dir(&data_dir).unwrap();
@@ -299,6 +364,7 @@ fn redis_bgsave_under_far_memory_saves_exactly_the_data() {
     let mut server = spawn_under_gleaner(
         dir.path(),
         "48M",
+        node.as_ref(),
         &[
             &redis_server,
             "--port",
@@ -347,6 +413,8 @@ fn redis_bgsave_under_far_memory_saves_exactly_the_data() {
         s["total"]["evictions"]["dirty"].as_u64().unwrap() > 20_000,
         "the data set went to the memnode before the fork: {s}"
     );
+    let want = if node.is_some() { "socket" } else { "shm" };
+    assert_eq!(data_path_of(&s), want, "{s}");
 
     // Load the dump into a plain redis (no gleaner) and compare every key.
     let port2 = free_port();
@@ -398,7 +466,17 @@ print(h.hexdigest())
 
 #[test]
 fn python_builds_and_checksums_a_structure_several_times_the_budget() {
+    python_checksums_match(Via::Embedded);
+}
+
+#[test]
+fn python_over_tcp_checksums_match() {
+    python_checksums_match(Via::Tcp);
+}
+
+fn python_checksums_match(via: Via) {
     let python = require("python3");
+    let node = memnode_for(via);
     // The real interpreter, not a version-manager shim that would start more processes.
     let out = Command::new(&python)
         .args(["-c", "import sys; print(sys.executable)"])
@@ -413,7 +491,7 @@ fn python_builds_and_checksums_a_structure_several_times_the_budget() {
     let n = "40000";
     let local = Command::new(&python).args([&script, n]).output().unwrap();
     assert!(local.status.success());
-    let mut run = spawn_under_gleaner(dir.path(), "24M", &[&python, &script, n]);
+    let mut run = spawn_under_gleaner(dir.path(), "24M", node.as_ref(), &[&python, &script, n]);
     assert_eq!(wait_exit(&mut run, Duration::from_secs(300)), Some(0));
     let far = std::fs::read_to_string(dir.path().join("out.log")).unwrap();
     assert_eq!(
@@ -426,4 +504,6 @@ fn python_builds_and_checksums_a_structure_several_times_the_budget() {
         s["total"]["bytes_in"].as_u64().unwrap() / 4096 > 10_000,
         "pages came back from the memnode (faults and prefetches): {s}"
     );
+    let want = if node.is_some() { "socket" } else { "shm" };
+    assert_eq!(data_path_of(&s), want, "{s}");
 }
