@@ -301,10 +301,11 @@ def section(res, src):
         L += ["### Reclaim throughput per thread and the cost of each step", "",
               "`gleaner bench micro --pattern seq --local 25%` (a write pass, then read passes: "
               "dirty then clean evictions). Pages per second of reclaim-thread busy time, and "
-              "each step's time per evicted page (protect: write-protect dirty victims; read: "
-              "copy them out through /proc/self/mem; send: batched write and its "
-              "acknowledgement; drop: MADV_DONTNEED on every contiguous run, one vectored "
-              "process_madvise per batch).", "",
+              "each step's time per evicted page (protect: find the written victims with "
+              "PAGEMAP_SCAN, or write-protect them under synchronous tracking; drop: take the "
+              "batch into a pipe with vmsplice, one vectored MADV_DONTNEED, read the pipe back; "
+              "send: compare with the far copies and store the written pages; read: no longer a "
+              "separate step, always 0).", "",
               "| mode | pool pages/s per thread | dirty evictions/s | clean evictions/s | protect "
               "ns/page | read ns/page | send ns/page | drop ns/page |",
               "|---|---|---|---|---|---|---|---|"]
