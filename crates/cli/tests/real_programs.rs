@@ -170,7 +170,7 @@ fn memcached_at_a_quarter_local(via: Via, n: u64) {
     let port = free_port();
     let port_s = port.to_string();
     const LEN: usize = 64 * 1024;
-    let local = format!("{}M", n * LEN as u64 / 4 >> 20);
+    let local = format!("{}M", (n * LEN as u64 / 4) >> 20);
     let mut server = spawn_under_gleaner(
         dir.path(),
         &local,
