@@ -116,6 +116,8 @@ def _cell_line(w, r):
         status += " (" + r["note"].split(";")[0] + ")"
     if r.get("leftover_processes"):
         status += f" (left {len(r['leftover_processes'])} process(es) running)"
+    if r.get("first_try"):
+        status += " (second try: the first was OOM-killed in its cgroup)"
     cols = [r["system"] + (f" (rep {r['rep'] + 1})" if "rep" in r else ""), ratio, _mib(r.get("budget_bytes")),
             _num(m.get("throughput"), "{:.1f}" if (m.get("throughput") or 0) < 100 else "{:.0f}"),
             f"**{_x(r.get('vs_all_local'))}**", _x(r.get("vs_linux_swap"))]
