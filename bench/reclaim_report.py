@@ -259,6 +259,13 @@ def section(res, src):
               "`off` write-protects every read fetch and runs the predictor in shadow, counting "
               "how many would-be predictions the program then confirmed by writing. Counters are "
               "medians over the passes of whole runs (loading included).", ""]
+        wp = [x["reclaim"].get("write_protect_faults") for runs in pr["by_ratio"].values()
+              for x in runs]
+        if wp and all(v == 0 for v in wp):
+            L += ["Every run here took no write-protect fault: under asynchronous dirty tracking "
+                  "(the default) a write costs no fault, so the predictor runs in shadow in both "
+                  "variants and the two differ only by noise. The comparison means something "
+                  "under `--dirty-tracking sync` (or the socket data path).", ""]
         local = pr["all_local"]
         for ratio, runs in pr["by_ratio"].items():
             groups = {"all-local": local, **by_mode(runs)}
