@@ -225,8 +225,8 @@ impl fmt::Display for EvictKind {
 /// `belady`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "invalid eviction policy `{0}` (expected fifo, clock, refault, rackmem, rackmem:N with N >= 1 pages, \
-     rackmem:N% with 1 <= N <= 50, lru or belady)"
+    "invalid eviction policy `{0}` (expected fifo, clock, refault, rackmem, rackmem:N with \
+     N >= 1 pages, rackmem:N% with 1 <= N <= 50, lru or belady)"
 )]
 pub struct ParseEvictError(String);
 
