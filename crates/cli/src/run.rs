@@ -572,12 +572,23 @@ fn summary(report: &Value, wall: Duration) -> String {
         );
     }
     let lat = &t["remote_fault_latency"];
+    // Write prediction installs pages writable only under synchronous tracking; otherwise it
+    // runs in shadow and its count is of pages it would have installed so.
+    let predicted = if report["processes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|p| p["stats"]["write_prediction"]["enabled"] == true)
+    {
+        "installed writable by write prediction"
+    } else {
+        "predicted written, in shadow"
+    };
     format!(
         "gleaner run: {} {} in {:.2} s | local budget {} per process, {} process{} | faults: {} \
-         zero-fill, {} remote (p50 {:.1} us, p99 {:.1} us; {} installed writable by write \
-         prediction), {} write-protect | evicted: {} \
-         clean, {} dirty | reclaim {}: {} pages by reclaim threads ({:.2} s CPU), {} faults \
-         waited on direct reclaim | in {} / out {}",
+         zero-fill, {} remote (p50 {:.1} us, p99 {:.1} us; {} {predicted}), {} write-protect | \
+         evicted: {} clean, {} dirty | reclaim {}: {} pages by reclaim threads ({:.2} s CPU), {} \
+         faults waited on direct reclaim | in {} / out {}",
         report["command"][0].as_str().unwrap_or(""),
         report["outcome"].as_str().unwrap_or(""),
         wall.as_secs_f64(),
@@ -681,6 +692,27 @@ fn signal_name(sig: i32) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn summary_says_whether_write_prediction_installed_pages_or_ran_in_shadow() {
+        let report = |enabled: bool| {
+            let p = json!({"pid": 1, "stats": {
+                "faults": {"remote": 9}, "write_prediction": {"enabled": enabled, "predicted": 7}
+            }});
+            json!({"command": ["prog"], "outcome": "exited with status 0", "local_mem_bytes": 1,
+                   "reclaim": "hermit", "processes": [p.clone()], "total": sum_stats(&[p])})
+        };
+        let on = summary(&report(true), Duration::from_secs(1));
+        assert!(
+            on.contains("7 installed writable by write prediction"),
+            "{on}"
+        );
+        let shadow = summary(&report(false), Duration::from_secs(1));
+        assert!(
+            shadow.contains("7 predicted written, in shadow"),
+            "{shadow}"
+        );
+    }
 
     #[test]
     fn stats_are_summed_over_processes() {
