@@ -34,6 +34,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 from bench.doc_section import write_section  # noqa: E402
+from bench.harness.common import git_commit  # noqa: E402
 
 GLEANER = os.path.join(ROOT, "target", "release", "gleaner")
 RATIOS = [50, 25]
@@ -294,8 +295,7 @@ def main():
         "command": "python3 bench/programs.py " + " ".join(sys.argv[1:]),
         "machine": {"cpus": os.cpu_count(), "kernel": platform.release(), "python": python},
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "git_commit": subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
-                                     capture_output=True, text=True).stdout.strip(),
+        "git_commit": git_commit(),
         "reps": args.reps,
         "programs": {},
     }

@@ -117,12 +117,17 @@ fn spawn_under_gleaner(
         .unwrap()
 }
 
-/// The data path the (first) process of the run used, as its stats report it.
-fn data_path_of(stats: &serde_json::Value) -> String {
-    stats["processes"][0]["stats"]["store"]["data_path"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string()
+/// Asserts that the (first) process of the run used the data path `via` stands for, as its
+/// stats report it.
+fn assert_data_path(via: Via, stats: &serde_json::Value) {
+    let want = match via {
+        Via::Embedded => "shm",
+        Via::Tcp => "socket",
+    };
+    assert_eq!(
+        stats["processes"][0]["stats"]["store"]["data_path"], want,
+        "{stats}"
+    );
 }
 
 fn wait_exit(child: &mut Child, limit: Duration) -> Option<i32> {
@@ -235,8 +240,7 @@ fn memcached_at_a_quarter_local(via: Via, n: u64) {
     let most = n * LEN as u64 / 4096 * 6 / 10;
     assert!(t["evictions"]["dirty"].as_u64().unwrap() > most, "{s}");
     assert!(t["bytes_in"].as_u64().unwrap() / 4096 > most, "{s}");
-    let want = if node.is_some() { "socket" } else { "shm" };
-    assert_eq!(data_path_of(&s), want, "{s}");
+    assert_data_path(via, &s);
 }
 
 // ---- redis -------------------------------------------------------------------------------
@@ -413,8 +417,7 @@ fn redis_bgsave_saves_exactly_the_data(via: Via) {
         s["total"]["evictions"]["dirty"].as_u64().unwrap() > 20_000,
         "the data set went to the memnode before the fork: {s}"
     );
-    let want = if node.is_some() { "socket" } else { "shm" };
-    assert_eq!(data_path_of(&s), want, "{s}");
+    assert_data_path(via, &s);
 
     // Load the dump into a plain redis (no gleaner) and compare every key.
     let port2 = free_port();
@@ -504,6 +507,5 @@ fn python_checksums_match(via: Via) {
         s["total"]["bytes_in"].as_u64().unwrap() / 4096 > 10_000,
         "pages came back from the memnode (faults and prefetches): {s}"
     );
-    let want = if node.is_some() { "socket" } else { "shm" };
-    assert_eq!(data_path_of(&s), want, "{s}");
+    assert_data_path(via, &s);
 }

@@ -93,7 +93,7 @@ pub(crate) fn run(
         match engine.mem.uffd.read_events(&mut events, BATCH) {
             Ok(0) => {
                 // Woken with the others, but another handler read the message first.
-                Counters::add(&engine.counters.handler_spurious, 1);
+                Counters::add(&engine.counters.handler_empty_wakeups, 1);
                 continue;
             }
             Ok(n) => {

@@ -37,7 +37,7 @@ pub(crate) struct Counters {
     pub timed_faults: AtomicU64,
     pub lookup_ns: AtomicU64,
     /// Handler wake-ups that found no message.
-    pub handler_spurious: AtomicU64,
+    pub handler_empty_wakeups: AtomicU64,
     pub fetch_ns: AtomicU64,
     pub install_ns: AtomicU64,
     /// Handler wake-ups with at least one message, and the messages they read.
@@ -68,7 +68,7 @@ impl Counters {
             fetch_mean_us: mean_us(get(&self.fetch_ns)),
             install_mean_us: mean_us(get(&self.install_ns)),
             handler_wakeups: wakeups,
-            handler_empty_wakeups: get(&self.handler_spurious),
+            handler_empty_wakeups: get(&self.handler_empty_wakeups),
             messages_per_wakeup: if wakeups == 0 {
                 0.0
             } else {
