@@ -6,10 +6,12 @@ import struct
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "seeds", "decode_frame")
 PAGE = 4096
+VERSION = 3  # PROTOCOL_VERSION
+MAX_BLOB = PAGE + 64  # MAX_BLOB_SIZE
 
 
 def frame(kind, payload, req=1):
-    return struct.pack("<HBBII", 0x4C47, 2, kind, req, len(payload)) + payload
+    return struct.pack("<HBBII", 0x4C47, VERSION, kind, req, len(payload)) + payload
 
 
 def text(s):
@@ -17,26 +19,28 @@ def text(s):
     return struct.pack("<I", len(b)) + b
 
 
-def pages(n):
-    out = struct.pack("<I", n)
-    for i in range(n):
-        out += struct.pack("<Q", i) + bytes([i & 0xFF]) * PAGE
+def batch(lengths):
+    """A page batch: u32 count, then per entry u64 id, u32 len, len bytes (1 <= len <= MAX_BLOB)."""
+    out = struct.pack("<I", len(lengths))
+    for i, n in enumerate(lengths):
+        assert 1 <= n <= MAX_BLOB
+        out += struct.pack("<QI", i, n) + bytes([i & 0xFF]) * n
     return out
 
 
 seeds = {
     "challenge": frame(1, b"\x01" * 32),
     "auth": frame(2, b"\x02" * 32 + struct.pack("<Q", 7) + b"\x03" * 16 + b"\x04" * 32 + text("pager")),
-    "welcome": frame(3, struct.pack("<Q", 7) + b"\x05" * 16 + b"\x06" * 32 + struct.pack("<QQ", 1 << 20, 10000)),
+    "welcome": frame(3, struct.pack("<Q", 7) + b"\x05" * 16 + b"\x06" * 32 + struct.pack("<QQ", 1 << 32, 10000)),
     "read": frame(4, struct.pack("<I", 3) + struct.pack("<QQQ", 1, 2, 3)),
-    "pages": frame(5, pages(2)),
-    "write": frame(6, pages(1)),
+    "pages": frame(5, batch([PAGE, 37])),
+    "write": frame(6, batch([1, 300, MAX_BLOB])),
     "ack": frame(7, struct.pack("<I", 5)),
     "free": frame(8, struct.pack("<I", 2) + struct.pack("<QI", 0, 10) + struct.pack("<QI", 99, 1)),
     "ping": frame(9, b""),
     "pong": frame(10, b""),
     "stats_request": frame(11, b""),
-    "stats": frame(12, text('{"used_pages":1}')),
+    "stats": frame(12, text('{"used_bytes":1}')),
     "goodbye": frame(13, b""),
     "error": frame(14, struct.pack("<H", 3) + text("memnode full")),
     "grant_request": frame(15, struct.pack("<Q", 16384)),

@@ -17,8 +17,9 @@ fuzz_target!(|data: &[u8]| {
             match msg {
                 Message::Read { pages } => assert_eq!(pages.iter().count(), pages.len()),
                 Message::Pages { batch } | Message::Write { batch } => {
-                    for (_, page) in batch.iter() {
-                        assert_eq!(page.len(), gleaner_proto::PAGE_SIZE);
+                    assert_eq!(batch.iter().count(), batch.len());
+                    for (_, blob) in batch.iter() {
+                        assert!((1..=gleaner_proto::MAX_BLOB_SIZE).contains(&blob.len()));
                     }
                 }
                 Message::Free { ranges } => assert_eq!(ranges.iter().count(), ranges.len()),

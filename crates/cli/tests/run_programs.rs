@@ -232,7 +232,7 @@ fn a_crashing_program_gets_its_status_and_the_memnode_reclaims_its_session() {
             );
             first = false;
         }
-        if v["used_pages"] == 0 {
+        if v["used_bytes"] == 0 {
             assert!(
                 v["totals"]["sessions_released_by_lease"].as_u64().unwrap() >= 1,
                 "{v}"

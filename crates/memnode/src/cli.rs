@@ -56,7 +56,9 @@ pub struct ServeArgs {
     /// Where to listen: HOST:PORT (port 0 picks a free port) or unix:PATH.
     #[arg(long, value_name = "ADDR", default_value = DEFAULT_ADDR)]
     pub listen: Endpoint,
-    /// Total memory for pages, e.g. 512M or 4G [default: half of MemAvailable].
+    /// Total memory for pages, e.g. 512M or 4G, at least one page (4096 bytes); stored pages
+    /// count the bytes the client sent (less when it compresses them) [default: half of
+    /// MemAvailable].
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub capacity: Option<u64>,
     /// The shared token; generated (mode 0600) if missing [default: $GLEANER_TOKEN_FILE, else
@@ -168,20 +170,19 @@ fn serve(args: ServeArgs) -> Result<(), CliError> {
             avail / 2
         }
     };
-    let capacity_pages = capacity_bytes / PAGE_SIZE as u64;
-    if capacity_pages == 0 {
+    if capacity_bytes < PAGE_SIZE as u64 {
         return Err(CliError::Capacity(format!(
             "capacity of {capacity_bytes} bytes is less than one {PAGE_SIZE}-byte page"
         )));
     }
     // Registered before binding, so a signal that arrives early is queued, not fatal.
     let mut signals = Signals::new([SIGTERM, SIGINT]).map_err(CliError::Signals)?;
-    let mut config = ServerConfig::new(args.listen.clone(), capacity_pages, token);
+    let mut config = ServerConfig::new(args.listen.clone(), capacity_bytes, token);
     config.lease = args.lease;
     let server = Server::bind(config)?;
     log::info!(
-        "memnode: capacity {} ({capacity_pages} pages), lease {:?}, token file {}",
-        format_size(capacity_pages * PAGE_SIZE as u64),
+        "memnode: capacity {} ({capacity_bytes} bytes), lease {:?}, token file {}",
+        format_size(capacity_bytes),
         args.lease,
         token_path.display()
     );

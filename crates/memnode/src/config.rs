@@ -16,8 +16,9 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
 pub struct ServerConfig {
     /// Where to listen. A TCP port of 0 picks a free port; see [`crate::Server::local_endpoint`].
     pub listen: Endpoint,
-    /// Total pages (of [`gleaner_proto::PAGE_SIZE`] bytes) all sessions together may store.
-    pub capacity_pages: u64,
+    /// Total bytes all sessions together may hold: a stored page's blob occupies its length, a
+    /// shared-memory slab its pages × [`gleaner_proto::PAGE_SIZE`]. At least one page.
+    pub capacity_bytes: u64,
     /// The shared secret clients must prove they hold.
     pub token: Token,
     /// How long a session whose connections all closed without `Goodbye` is kept for re-attach.
@@ -30,10 +31,11 @@ pub struct ServerConfig {
 
 impl ServerConfig {
     /// A configuration with the default lease, handshake timeout and connection limit.
-    pub fn new(listen: Endpoint, capacity_pages: u64, token: Token) -> Self {
+    /// `capacity_bytes` is [`ServerConfig::capacity_bytes`].
+    pub fn new(listen: Endpoint, capacity_bytes: u64, token: Token) -> Self {
         ServerConfig {
             listen,
-            capacity_pages,
+            capacity_bytes,
             token,
             lease: DEFAULT_LEASE,
             handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
@@ -47,7 +49,7 @@ impl std::fmt::Debug for ServerConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ServerConfig")
             .field("listen", &self.listen)
-            .field("capacity_pages", &self.capacity_pages)
+            .field("capacity_bytes", &self.capacity_bytes)
             .field("token", &"<redacted>")
             .field("lease", &self.lease)
             .field("handshake_timeout", &self.handshake_timeout)

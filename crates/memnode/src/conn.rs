@@ -26,12 +26,13 @@ use gleaner_proto::{
 use std::os::fd::AsFd;
 
 use gleaner_proto::fdpass::write_frame_with_fd;
+use gleaner_proto::units::format_size;
 
 use crate::server::Shared;
 use crate::session::{AttachError, Session};
 use crate::slabs::GrantError;
 use crate::stats::bump;
-use crate::store::{stage, Page};
+use crate::store::{stage, Blob};
 
 /// Longest `Auth` payload accepted: its fixed fields plus a client name of up to 4 KiB. Before
 /// authentication nothing larger is legitimate, so nothing larger is allocated.
@@ -49,7 +50,7 @@ pub(crate) fn handle(shared: &Shared, stream: Stream, peer: &str) {
         rx: Vec::new(),
         tx: Vec::new(),
         staged: Vec::new(),
-        new_ids: Vec::new(),
+        order: Vec::new(),
         replaced: Vec::new(),
     };
     let end = match conn.handshake() {
@@ -109,12 +110,12 @@ struct Conn<'a> {
     rx: Vec<u8>,
     /// Send buffer (one reply payload), reused.
     tx: Vec<u8>,
-    /// Pages of a write, copied out of `rx` before the session lock is taken.
-    staged: Vec<(u64, Page)>,
-    /// Scratch for counting the pages a write adds.
-    new_ids: Vec<u64>,
-    /// Pages replaced by a write, freed after the session lock is released.
-    replaced: Vec<Page>,
+    /// Blobs of a write, copied out of `rx` before the session lock is taken.
+    staged: Vec<(u64, Blob)>,
+    /// Scratch for counting the bytes a write adds.
+    order: Vec<(u64, usize)>,
+    /// Blobs replaced by a write, freed after the session lock is released.
+    replaced: Vec<Blob>,
 }
 
 impl Conn<'_> {
@@ -204,7 +205,7 @@ impl Conn<'_> {
             session_id: session.id(),
             session_key: session.key(),
             proof: server_proof(&cfg.token, &server_nonce, &client_nonce, session.id()),
-            capacity_pages: self.shared.capacity.total(),
+            capacity_bytes: self.shared.capacity.total(),
             lease_ms: cfg.lease.as_millis().try_into().unwrap_or(u64::MAX),
         };
         let sent = self.send(header.req_id, &welcome).and_then(|_| {
@@ -314,12 +315,12 @@ impl Conn<'_> {
                         Some(store.write(
                             &mut self.staged,
                             &shared.capacity,
-                            &mut self.new_ids,
+                            &mut self.order,
                             &mut self.replaced,
                         ))
                     }
                 };
-                // Free replaced (or refused) pages outside the lock.
+                // Free replaced (or refused) blobs outside the lock.
                 self.staged.clear();
                 self.replaced.clear();
                 match result {
@@ -347,9 +348,9 @@ impl Conn<'_> {
                 };
                 match removed {
                     None => ended(session),
-                    Some(n) => {
-                        bump(&counters.pages_freed, n);
-                        Reply::Ack(u32::try_from(n).unwrap_or(u32::MAX))
+                    Some(r) => {
+                        bump(&counters.pages_freed, r.pages);
+                        Reply::Ack(u32::try_from(r.pages).unwrap_or(u32::MAX))
                     }
                 }
             }
@@ -378,12 +379,9 @@ impl Conn<'_> {
                             );
                             Reply::Grant(id, granted, fd)
                         }
-                        Err(GrantError::Full { total }) => {
+                        Err(e @ GrantError::Full { .. }) => {
                             bump(&counters.errors_full, 1);
-                            Reply::Error(
-                                ErrorCode::Full,
-                                format!("memnode full: no free pages for a slab ({total} in all)"),
-                            )
+                            Reply::Error(ErrorCode::Full, e.to_string())
                         }
                         Err(e @ GrantError::Refused(_)) => {
                             Reply::Error(ErrorCode::BadRequest, e.to_string())
@@ -406,14 +404,16 @@ impl Conn<'_> {
                 if removed {
                     bump(&counters.sessions_ended_by_goodbye, 1);
                     log::info!(
-                        "{}: session {} ({:?}) ended by goodbye; released {released} pages",
+                        "{}: session {} ({:?}) ended by goodbye; released {} pages ({})",
                         self.peer,
                         session.id(),
-                        session.client()
+                        session.client(),
+                        released.pages,
+                        format_size(released.bytes)
                     );
                 }
                 return Ok((
-                    Reply::Ack(u32::try_from(released).unwrap_or(u32::MAX)),
+                    Reply::Ack(u32::try_from(released.pages).unwrap_or(u32::MAX)),
                     true,
                 ));
             }

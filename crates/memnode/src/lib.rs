@@ -7,7 +7,8 @@
 //!   fault-handler thread plus one for write-back);
 //! * each session is its own **namespace** of page ids: a session can never read or overwrite
 //!   another's pages;
-//! * all sessions share one **capacity** (in pages), accounted exactly; a write that does not fit
+//! * all sessions share one **capacity** in bytes, accounted exactly (a page is stored as the
+//!   opaque blob the client sent, and occupies the blob's length); a write that does not fit
 //!   stores nothing;
 //! * a session ends with `Goodbye`, or a **lease** after its last connection closed, and its pages
 //!   return to the pool;

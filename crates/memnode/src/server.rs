@@ -4,7 +4,7 @@
 //! ```no_run
 //! # fn demo(token: gleaner_proto::Token) -> Result<(), gleaner_memnode::ServerError> {
 //! use gleaner_memnode::{Server, ServerConfig};
-//! let server = Server::bind(ServerConfig::new("127.0.0.1:0".parse().unwrap(), 1024, token))?;
+//! let server = Server::bind(ServerConfig::new("127.0.0.1:0".parse().unwrap(), 4 << 20, token))?;
 //! println!("listening on {}", server.local_endpoint());
 //! let stop = server.shutdown_handle();
 //! let runner = std::thread::spawn(move || server.run());
@@ -31,7 +31,7 @@ use crate::error::ServerError;
 use crate::listener::{Accepted, Listener, Waker};
 use crate::session::SessionTable;
 use crate::stats::{self, bump, Counters, StatsSnapshot};
-use crate::store::Capacity;
+use crate::store::{Capacity, Released};
 
 /// State shared by the accept loop, the connection threads and the reaper.
 pub(crate) struct Shared {
@@ -135,8 +135,10 @@ pub struct RunSummary {
     pub malformed_frames: u64,
     /// Sessions still alive at shutdown (their pages were dropped).
     pub sessions_at_exit: u64,
-    /// Pages still stored at shutdown.
+    /// Pages still held at shutdown (stored pages plus pages of shared-memory slabs).
     pub pages_at_exit: u64,
+    /// Bytes of capacity those pages held (blob lengths plus slab sizes).
+    pub bytes_at_exit: u64,
 }
 
 impl fmt::Display for RunSummary {
@@ -156,7 +158,7 @@ impl fmt::Display for RunSummary {
             self.malformed_frames,
             self.sessions_at_exit,
             self.pages_at_exit,
-            format_size(self.pages_at_exit.saturating_mul(PAGE_SIZE as u64)),
+            format_size(self.bytes_at_exit),
         )
     }
 }
@@ -164,10 +166,11 @@ impl fmt::Display for RunSummary {
 impl Server {
     /// Binds the listening socket. Nothing is served until [`Server::run`].
     pub fn bind(config: ServerConfig) -> Result<Server, ServerError> {
-        if config.capacity_pages == 0 {
-            return Err(ServerError::Config(
-                "capacity must be at least one page".into(),
-            ));
+        if config.capacity_bytes < PAGE_SIZE as u64 {
+            return Err(ServerError::Config(format!(
+                "capacity must be at least one page ({PAGE_SIZE} bytes), not {} bytes",
+                config.capacity_bytes
+            )));
         }
         if config.max_connections == 0 {
             return Err(ServerError::Config(
@@ -176,7 +179,7 @@ impl Server {
         }
         let (listener, waker) = Listener::bind(&config.listen)?;
         let shared = Arc::new(Shared {
-            capacity: Capacity::new(config.capacity_pages),
+            capacity: Capacity::new(config.capacity_bytes),
             sessions: SessionTable::new(),
             counters: Counters::default(),
             started: Instant::now(),
@@ -197,8 +200,8 @@ impl Server {
         self.listener.local_endpoint()
     }
 
-    /// The configured capacity in pages.
-    pub fn capacity_pages(&self) -> u64 {
+    /// The configured capacity in bytes.
+    pub fn capacity_bytes(&self) -> u64 {
         self.shared.capacity.total()
     }
 
@@ -257,7 +260,10 @@ impl Server {
         let _ = reaper.join();
         self.listener.remove_socket_file();
         let remaining = shared.sessions.take_all();
-        let pages_at_exit: u64 = remaining.iter().map(|s| s.end(&shared.capacity)).sum();
+        let at_exit = remaining
+            .iter()
+            .map(|s| s.end(&shared.capacity))
+            .fold(Released::default(), |a, b| a + b);
         let c = &shared.counters;
         let summary = RunSummary {
             uptime: shared.started.elapsed(),
@@ -269,7 +275,8 @@ impl Server {
             auth_failures: c.auth_failures.load(Ordering::Relaxed),
             malformed_frames: c.malformed_frames.load(Ordering::Relaxed),
             sessions_at_exit: remaining.len() as u64,
-            pages_at_exit,
+            pages_at_exit: at_exit.pages,
+            bytes_at_exit: at_exit.bytes,
         };
         result.map(|()| summary)
     }
@@ -332,13 +339,16 @@ fn reap(shared: &Shared) {
     while !shared.is_stopping() {
         thread::park_timeout(tick);
         for s in shared.sessions.take_expired(lease) {
-            let pages = s.end(&shared.capacity);
+            let freed = s.end(&shared.capacity);
             bump(&shared.counters.sessions_released_by_lease, 1);
             log::info!(
-                "session {} ({:?}) released: no connection for {:?} (the lease); freed {pages} pages",
+                "session {} ({:?}) released: no connection for {:?} (the lease); freed {} pages \
+                 ({})",
                 s.id(),
                 s.client(),
-                lease
+                lease,
+                freed.pages,
+                format_size(freed.bytes)
             );
         }
     }

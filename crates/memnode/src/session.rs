@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use gleaner_proto::{random_bytes, SessionKey};
 
 use crate::slabs::{GrantError, SlabUsage, Slabs};
-use crate::store::{Capacity, PageStore};
+use crate::store::{Capacity, PageStore, Released};
 
 /// Longest client name kept (longer names are cut at a character boundary): names end up in
 /// logs and in the stats document, whose size is bounded by the protocol.
@@ -71,12 +71,13 @@ impl Session {
         self.store.write().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Drops all pages and slabs and marks the session ended; returns the pages released.
-    pub(crate) fn end(&self, capacity: &Capacity) -> u64 {
+    /// Drops all pages and slabs and marks the session ended; returns what was released
+    /// (stored pages plus slab pages, and the bytes of capacity they held).
+    pub(crate) fn end(&self, capacity: &Capacity) -> Released {
         // The store's lock first: a grant checks it (under the same order) for an ended session.
         let mut store = self.store_mut();
-        let pages = store.end(capacity);
-        pages + self.slabs().end(capacity)
+        let stored = store.end(capacity);
+        stored + self.slabs().end(capacity)
     }
 
     fn slabs(&self) -> MutexGuard<'_, Slabs> {
@@ -99,7 +100,7 @@ impl Session {
         Ok(Some(granted))
     }
 
-    /// The session's slabs: how many, their pages, the memory they occupy.
+    /// The session's slabs: how many, their pages and bytes, the memory they occupy.
     pub(crate) fn slab_usage(&self) -> SlabUsage {
         self.slabs().usage()
     }

@@ -55,18 +55,33 @@ fn get(c: &AtomicU64) -> u64 {
 }
 
 /// The whole stats document.
+///
+/// Capacity is counted in bytes: a stored page occupies the length of its blob (the client may
+/// send it compressed and/or encrypted, or raw), a shared-memory slab its pages × `page_size`.
+/// With no request in flight, `used_bytes == stored_bytes + slab_bytes`; the figures are sampled
+/// one after another, so while requests run they may disagree slightly.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StatsSnapshot {
-    /// Total capacity in pages.
-    pub capacity_pages: u64,
-    /// Pages in use by all sessions together: stored pages plus pages of granted slabs.
-    pub used_pages: u64,
-    /// `capacity_pages - used_pages`.
-    pub free_pages: u64,
-    /// Bytes per page.
+    /// Total capacity in bytes.
+    pub capacity_bytes: u64,
+    /// Bytes of capacity in use by all sessions together: stored blobs plus granted slabs.
+    pub used_bytes: u64,
+    /// `capacity_bytes - used_bytes`.
+    pub free_bytes: u64,
+    /// Bytes per page (the unit of page ids and of slabs).
     pub page_size: u64,
-    /// Memory the far pages really occupy on this host: stored pages plus the written parts
-    /// of shared-memory slabs (slabs are allocated as their client writes them).
+    /// Pages stored by all sessions (one blob each; pages in slabs are not included).
+    pub pages_held: u64,
+    /// `pages_held × page_size`: what the stored pages would take uncompressed.
+    pub page_bytes_held: u64,
+    /// Sum of the stored blobs' lengths: what the stored pages take of the capacity.
+    pub stored_bytes: u64,
+    /// Shared memory granted as slabs, in bytes (their pages × `page_size`), which the capacity
+    /// counts whether or not it is written.
+    pub slab_bytes: u64,
+    /// Memory the far pages really occupy on this host: the stored blobs (`stored_bytes`) plus
+    /// the written parts of shared-memory slabs (slabs are allocated as their client writes
+    /// them).
     pub host_bytes: u64,
     /// Seconds since the server started.
     pub uptime_s: f64,
@@ -80,7 +95,7 @@ pub struct StatsSnapshot {
     pub sessions_total: u64,
     /// Sessions alive now but not listed in `sessions` (beyond [`MAX_SESSIONS_LISTED`]).
     pub sessions_omitted: u64,
-    /// Per-session details, largest first.
+    /// Per-session details, largest (`stored_bytes + slab_bytes`) first.
     pub sessions: Vec<SessionStats>,
 }
 
@@ -153,8 +168,14 @@ pub struct SessionStats {
     pub id: u64,
     /// The client name given by the connection that created it.
     pub client: String,
-    /// Pages stored (requests over the socket).
-    pub pages: u64,
+    /// Pages stored (requests over the socket), one blob each.
+    pub pages_held: u64,
+    /// `pages_held × page_size`: what they would take uncompressed.
+    pub page_bytes_held: u64,
+    /// Sum of their blobs' lengths: what they take of the capacity.
+    pub stored_bytes: u64,
+    /// Bytes of capacity held by the session's slabs (`shm_pages × page_size`).
+    pub slab_bytes: u64,
     /// Shared-memory slabs held.
     pub shm_slabs: u64,
     /// Pages of those slabs.
@@ -232,10 +253,17 @@ pub(crate) fn snapshot(inputs: Inputs<'_>) -> StatsSnapshot {
         .iter()
         .map(|v| {
             let shm = v.session.slab_usage();
+            let (pages_held, stored_bytes) = {
+                let store = v.session.store();
+                (store.len() as u64, store.stored_bytes())
+            };
             SessionStats {
                 id: v.session.id(),
                 client: v.session.client().to_string(),
-                pages: v.session.store().len() as u64,
+                pages_held,
+                page_bytes_held: pages_held * gleaner_proto::PAGE_SIZE as u64,
+                stored_bytes,
+                slab_bytes: shm.bytes,
                 shm_slabs: shm.slabs,
                 shm_pages: shm.pages,
                 shm_resident_bytes: shm.resident_bytes,
@@ -248,24 +276,30 @@ pub(crate) fn snapshot(inputs: Inputs<'_>) -> StatsSnapshot {
             }
         })
         .collect();
-    let host_bytes = sessions
-        .iter()
-        .map(|s| s.pages * gleaner_proto::PAGE_SIZE as u64 + s.shm_resident_bytes)
-        .sum();
+    // Totals over every session, listed or not.
+    let sum = |f: fn(&SessionStats) -> u64| sessions.iter().map(f).sum::<u64>();
+    let pages_held = sum(|s| s.pages_held);
+    let stored_bytes = sum(|s| s.stored_bytes);
+    let slab_bytes = sum(|s| s.slab_bytes);
+    let host_bytes = stored_bytes + sum(|s| s.shm_resident_bytes);
     let total = sessions.len();
     sessions.sort_unstable_by(|a, b| {
-        (b.pages + b.shm_pages)
-            .cmp(&(a.pages + a.shm_pages))
+        (b.stored_bytes + b.slab_bytes)
+            .cmp(&(a.stored_bytes + a.slab_bytes))
             .then(a.id.cmp(&b.id))
     });
     sessions.truncate(MAX_SESSIONS_LISTED);
     let capacity = inputs.capacity.total();
     let used = inputs.capacity.used();
     StatsSnapshot {
-        capacity_pages: capacity,
-        used_pages: used,
-        free_pages: capacity.saturating_sub(used),
+        capacity_bytes: capacity,
+        used_bytes: used,
+        free_bytes: capacity.saturating_sub(used),
         page_size: gleaner_proto::PAGE_SIZE as u64,
+        pages_held,
+        page_bytes_held: pages_held * gleaner_proto::PAGE_SIZE as u64,
+        stored_bytes,
+        slab_bytes,
         host_bytes,
         uptime_s: inputs.uptime.as_secs_f64(),
         lease_ms: inputs.lease.as_millis().try_into().unwrap_or(u64::MAX),

@@ -2,13 +2,17 @@
 //!
 //! # Layout
 //!
-//! Each session owns a [`PageStore`]: a hash map from page id to a boxed page
-//! (`HashMap<u64, Box<[u8; PAGE_SIZE]>>`). Every page is its own 4 KiB heap allocation, so
-//! storing, overwriting and freeing a page never moves other pages, freed memory goes straight
-//! back to the allocator, and there is no arena to compact. The cost is the allocator's per-chunk
-//! header and the map entry (~16 + 24 bytes per page, about 1 % of the page).
-//! A slab arena would save that 1 % and the per-page `malloc`, at the price of its own free list
-//! and fragmentation handling; the map is the simpler choice until measurements say otherwise.
+//! Each session owns a [`PageStore`]: a hash map from page id to the page's blob, boxed at its
+//! own length (`HashMap<u64, Box<[u8]>>`). Blobs are opaque: the client may store a page raw
+//! (4096 bytes) or sealed by its codec (compressed and/or encrypted, 1 to
+//! [`MAX_BLOB_SIZE`](gleaner_proto::MAX_BLOB_SIZE) bytes); the memnode never looks inside.
+//! Every blob is its own heap allocation, so storing, overwriting and freeing a page never moves
+//! other pages, freed memory goes straight back to the allocator, and there is no arena to
+//! compact. The cost is the allocator's per-chunk header and the map entry (~16 + 32 bytes per
+//! page: about 1 % of a raw page, relatively more for a well-compressed one).
+//! A slab arena would save that and the per-page `malloc`, at the price of its own free list
+//! and fragmentation handling (worse with variable sizes); the map is the simpler choice until
+//! measurements say otherwise.
 //!
 //! The map hashes ids with a seeded splitmix64 finaliser: page ids are dense integers, which
 //! SipHash would hash correctly but several times slower, and a plain multiplicative hash would
@@ -23,26 +27,35 @@
 //!
 //! # Capacity
 //!
-//! [`Capacity`] counts the pages stored by all sessions together. A write reserves exactly the
-//! number of pages new to its session (ids already stored are overwritten in place, duplicate ids
-//! within a batch count once) with one compare-and-swap, under the session's write lock, so the
-//! count of new pages cannot change between counting and storing. Every page removed by `Free`,
-//! `Goodbye` or lease expiry is released back. `used` therefore always equals the number of pages
-//! held by all sessions.
+//! [`Capacity`] counts **bytes**: a stored blob occupies exactly its length (not `PAGE_SIZE`, and
+//! not the allocator's rounding or the map entry, which are overhead of this host, not the
+//! client's data), and a shared-memory slab occupies its pages × `PAGE_SIZE` (see `slabs.rs`).
+//!
+//! A write reserves the batch's net growth of its session: for every distinct id in the batch,
+//! the length of its new blob minus the length of the blob it replaces (0 for a new id). For an
+//! id repeated within a batch only the last copy is stored, so only the last copy counts. A
+//! positive net growth is reserved with one compare-and-swap before anything is stored (all or
+//! nothing); a negative one (the batch replaces blobs with smaller ones) is released once the
+//! batch is stored. Both happen under the session's write lock, so the lengths being replaced
+//! cannot change between counting and storing. Every blob removed by `Free`, `Goodbye` or lease
+//! expiry releases its length. `used` therefore always equals the bytes of all blobs held by all
+//! sessions plus the bytes of all granted slabs.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use gleaner_proto::{PageBatch, PageIds, PageRanges, PAGE_SIZE};
+use gleaner_proto::units::format_size;
+use gleaner_proto::{PageBatch, PageIds, PageRanges};
 
-/// One stored page.
-pub(crate) type Page = Box<[u8; PAGE_SIZE]>;
+/// One stored page: its blob, exactly as the client sent it (1 to `MAX_BLOB_SIZE` bytes).
+pub(crate) type Blob = Box<[u8]>;
 
 /// How many missing ids a `NotFound` message lists.
 const MISSING_LISTED: usize = 8;
 
-/// The pages all sessions together may hold, and how many they hold now.
+/// The bytes all sessions together may hold (blob lengths plus granted slabs), and how many they
+/// hold now.
 #[derive(Debug)]
 pub(crate) struct Capacity {
     total: u64,
@@ -50,7 +63,7 @@ pub(crate) struct Capacity {
 }
 
 impl Capacity {
-    /// A pool of `total` pages, all free.
+    /// A pool of `total` bytes, all free.
     pub(crate) fn new(total: u64) -> Self {
         Capacity {
             total,
@@ -58,17 +71,22 @@ impl Capacity {
         }
     }
 
-    /// Total pages.
+    /// Total bytes.
     pub(crate) fn total(&self) -> u64 {
         self.total
     }
 
-    /// Pages in use.
+    /// Bytes in use.
     pub(crate) fn used(&self) -> u64 {
         self.used.load(Ordering::Relaxed)
     }
 
-    /// Reserves `n` pages atomically, or returns how many were free if `n` do not fit.
+    /// Bytes free now.
+    pub(crate) fn free(&self) -> u64 {
+        self.total.saturating_sub(self.used())
+    }
+
+    /// Reserves `n` bytes atomically, or returns how many were free if `n` do not fit.
     pub(crate) fn try_reserve(&self, n: u64) -> Result<(), u64> {
         let mut used = self.used.load(Ordering::Relaxed);
         loop {
@@ -88,7 +106,7 @@ impl Capacity {
         }
     }
 
-    /// Returns `n` pages to the pool.
+    /// Returns `n` bytes to the pool.
     pub(crate) fn release(&self, n: u64) {
         if n == 0 {
             return;
@@ -96,19 +114,39 @@ impl Capacity {
         let before = self.used.fetch_sub(n, Ordering::Relaxed);
         debug_assert!(
             before >= n,
-            "released {n} pages but only {before} were used"
+            "released {n} bytes but only {before} were used"
         );
+    }
+}
+
+/// What removing pages (or slabs) gave back.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Released {
+    /// Pages removed: stored blobs, plus the pages of slabs.
+    pub pages: u64,
+    /// Bytes returned to the [`Capacity`].
+    pub bytes: u64,
+}
+
+impl std::ops::Add for Released {
+    type Output = Released;
+
+    fn add(self, other: Released) -> Released {
+        Released {
+            pages: self.pages + other.pages,
+            bytes: self.bytes + other.bytes,
+        }
     }
 }
 
 /// A write did not fit: nothing was stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Full {
-    /// Pages new to the session that the batch needed.
+    /// Bytes the batch would have added to the session (its net growth).
     pub needed: u64,
-    /// Pages free at the time.
+    /// Bytes free at the time.
     pub free: u64,
-    /// Total capacity.
+    /// Total capacity in bytes.
     pub total: u64,
 }
 
@@ -116,8 +154,12 @@ impl std::fmt::Display for Full {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "memnode full: batch needs {} new pages, {} of {} free",
-            self.needed, self.free, self.total
+            "memnode full: batch needs {} more bytes, {} of {} free ({} of {})",
+            self.needed,
+            self.free,
+            self.total,
+            format_size(self.free),
+            format_size(self.total)
         )
     }
 }
@@ -147,24 +189,22 @@ impl std::fmt::Display for Missing {
     }
 }
 
-/// Copies a write batch into freshly allocated pages, outside any lock. `staged` is cleared first.
-pub(crate) fn stage(batch: &PageBatch<'_>, staged: &mut Vec<(u64, Page)>) {
+/// Copies a write batch into freshly allocated blobs, outside any lock. `staged` is cleared
+/// first.
+pub(crate) fn stage(batch: &PageBatch<'_>, staged: &mut Vec<(u64, Blob)>) {
     staged.clear();
     staged.reserve(batch.len());
-    for (id, data) in batch.iter() {
-        // One allocation and one copy (no zero-fill): the decoder guarantees entries of exactly
-        // PAGE_SIZE bytes.
-        let page: Page = Box::<[u8]>::from(data)
-            .try_into()
-            .expect("a decoded batch entry is exactly one page");
-        staged.push((id, page));
-    }
+    // One allocation and one copy (no zero-fill) per entry, at the entry's own length (the
+    // decoder bounded it to 1..=MAX_BLOB_SIZE).
+    staged.extend(batch.iter().map(|(id, data)| (id, Blob::from(data))));
 }
 
 /// One session's pages.
 #[derive(Debug)]
 pub(crate) struct PageStore {
-    pages: HashMap<u64, Page, IdHashBuilder>,
+    pages: HashMap<u64, Blob, IdHashBuilder>,
+    /// Sum of the lengths of the blobs in `pages` (what they hold of the [`Capacity`]).
+    stored_bytes: u64,
     /// Set once the session ended: the store then refuses every further operation.
     ended: bool,
 }
@@ -174,13 +214,19 @@ impl PageStore {
     pub(crate) fn new(seed: u64) -> Self {
         PageStore {
             pages: HashMap::with_hasher(IdHashBuilder { seed }),
+            stored_bytes: 0,
             ended: false,
         }
     }
 
-    /// Pages held.
+    /// Pages (blobs) held.
     pub(crate) fn len(&self) -> usize {
         self.pages.len()
+    }
+
+    /// Bytes held: the sum of the blobs' lengths.
+    pub(crate) fn stored_bytes(&self) -> u64 {
+        self.stored_bytes
     }
 
     /// Whether the session has ended (its pages were released).
@@ -215,73 +261,101 @@ impl PageStore {
         Ok(())
     }
 
-    /// Stores the staged pages, all or nothing. Reserves the pages new to this session from
-    /// `capacity`; if they do not fit, stores nothing and leaves `staged` as it was. On success
-    /// `staged` is drained and the pages it replaced are moved to `replaced` so the caller can
-    /// free them after unlocking. `new_ids` is scratch space. Returns the pages newly added.
+    /// Stores the staged blobs, all or nothing. Reserves the batch's net growth in bytes from
+    /// `capacity` (see the module documentation); if it does not fit, stores nothing and leaves
+    /// `staged` as it was. On success `staged` is drained, any bytes the batch freed (smaller
+    /// blobs replacing larger ones) are released, and the blobs it replaced are moved to
+    /// `replaced` so the caller can free them after unlocking. `order` is scratch space. Returns
+    /// the change in the bytes the session holds.
     pub(crate) fn write(
         &mut self,
-        staged: &mut Vec<(u64, Page)>,
+        staged: &mut Vec<(u64, Blob)>,
         capacity: &Capacity,
-        new_ids: &mut Vec<u64>,
-        replaced: &mut Vec<Page>,
-    ) -> Result<u64, Full> {
-        new_ids.clear();
-        new_ids.extend(
-            staged
-                .iter()
-                .map(|(id, _)| *id)
-                .filter(|id| !self.pages.contains_key(id)),
-        );
-        new_ids.sort_unstable();
-        new_ids.dedup();
-        let needed = new_ids.len() as u64;
+        order: &mut Vec<(u64, usize)>,
+        replaced: &mut Vec<Blob>,
+    ) -> Result<i64, Full> {
+        // Group the entries by id, in batch order within an id: the last entry of each group is
+        // the copy that will be stored. Batches are at most MAX_BATCH_PAGES long.
+        order.clear();
+        order.extend(staged.iter().enumerate().map(|(i, (id, _))| (*id, i)));
+        order.sort_unstable();
+        let (mut grow, mut shrink) = (0u64, 0u64);
+        for (k, &(id, i)) in order.iter().enumerate() {
+            if order.get(k + 1).is_some_and(|next| next.0 == id) {
+                continue; // a later copy of this id replaces this one within the batch
+            }
+            grow += staged[i].1.len() as u64;
+            shrink += self.pages.get(&id).map_or(0, |old| old.len() as u64);
+        }
+        let needed = grow.saturating_sub(shrink);
         capacity.try_reserve(needed).map_err(|free| Full {
             needed,
             free,
             total: capacity.total(),
         })?;
-        self.pages.reserve(new_ids.len());
-        for (id, page) in staged.drain(..) {
-            if let Some(old) = self.pages.insert(id, page) {
+        self.pages.reserve(staged.len());
+        for (id, blob) in staged.drain(..) {
+            if let Some(old) = self.pages.insert(id, blob) {
                 replaced.push(old);
             }
         }
-        Ok(needed)
+        // Only the last copy of each id remains: net of the earlier copies and the old blobs.
+        capacity.release(shrink.saturating_sub(grow));
+        self.stored_bytes = self.stored_bytes + grow - shrink;
+        Ok(grow as i64 - shrink as i64)
     }
 
-    /// Removes every stored page in `ranges` and releases them to `capacity`; returns how many
-    /// were removed. Work is bounded by the pages held, not by the ranges' nominal size (a range
-    /// may cover up to `u32::MAX` pages).
-    pub(crate) fn free(&mut self, ranges: &PageRanges<'_>, capacity: &Capacity) -> u64 {
+    /// Removes `id`'s blob, if stored; returns its length.
+    fn remove(&mut self, id: u64) -> Option<u64> {
+        self.pages.remove(&id).map(|b| b.len() as u64)
+    }
+
+    /// Removes every stored page in `ranges` and releases their bytes to `capacity`; returns
+    /// how many pages and bytes were removed. Work is bounded by the pages held, not by the
+    /// ranges' nominal size (a range may cover up to `u32::MAX` pages).
+    pub(crate) fn free(&mut self, ranges: &PageRanges<'_>, capacity: &Capacity) -> Released {
         let before = self.pages.len();
+        let mut bytes = 0u64;
         // At most MAX_FREE_RANGES × u32::MAX: fits a u64.
         let nominal: u64 = ranges.iter().map(|(_, n)| u64::from(n)).sum();
         if nominal <= before as u64 {
             for (start, count) in ranges.iter() {
                 for id in (0..u64::from(count)).map_while(|i| start.checked_add(i)) {
-                    self.pages.remove(&id);
+                    bytes += self.remove(id).unwrap_or(0);
                 }
             }
         } else {
             // The ranges cover more ids than the session holds: walk the map once instead,
             // testing each id against the sorted, merged ranges.
             let merged = merge_ranges(ranges);
-            self.pages.retain(|id, _| !covered(&merged, *id));
+            self.pages.retain(|id, blob| {
+                let keep = !covered(&merged, *id);
+                if !keep {
+                    bytes += blob.len() as u64;
+                }
+                keep
+            });
         }
-        let removed = (before - self.pages.len()) as u64;
-        capacity.release(removed);
-        removed
+        self.stored_bytes -= bytes;
+        capacity.release(bytes);
+        Released {
+            pages: (before - self.pages.len()) as u64,
+            bytes,
+        }
     }
 
-    /// Ends the session: drops every page, releases them to `capacity`, and refuses further
-    /// operations. Returns how many pages were released (0 if it had already ended).
-    pub(crate) fn end(&mut self, capacity: &Capacity) -> u64 {
+    /// Ends the session: drops every page, releases their bytes to `capacity`, and refuses
+    /// further operations. Returns what was released (nothing if it had already ended).
+    pub(crate) fn end(&mut self, capacity: &Capacity) -> Released {
         self.ended = true;
-        let n = self.pages.len() as u64;
+        let released = Released {
+            pages: self.pages.len() as u64,
+            bytes: self.stored_bytes,
+        };
         self.pages = HashMap::with_hasher(self.pages.hasher().clone());
-        capacity.release(n);
-        n
+        self.stored_bytes = 0;
+        capacity.release(released.bytes);
+        released
     }
 }
 
@@ -354,65 +428,313 @@ impl Hasher for IdHasher {
 
 #[cfg(test)]
 mod tests {
+    use gleaner_proto::{MAX_BLOB_SIZE, PAGE_SIZE};
+
     use super::*;
 
-    fn batch(ids: &[u64]) -> Vec<u8> {
+    const P: u64 = PAGE_SIZE as u64;
+
+    /// A batch of `(id, blob length)` entries; each blob is filled with `id as u8 ^ len as u8`.
+    fn batch(entries: &[(u64, usize)]) -> Vec<u8> {
         let mut out = Vec::new();
         PageBatch::begin(&mut out);
-        for &id in ids {
-            PageBatch::push(&mut out, id, &[id as u8; PAGE_SIZE]);
+        for &(id, len) in entries {
+            PageBatch::push_slot(&mut out, id, len).fill(fill(id, len));
         }
         out
     }
 
-    fn write(store: &mut PageStore, cap: &Capacity, ids: &[u64]) -> Result<u64, Full> {
-        let raw = batch(ids);
-        let mut staged = Vec::new();
-        stage(&PageBatch::from_encoded(&raw), &mut staged);
-        store.write(&mut staged, cap, &mut Vec::new(), &mut Vec::new())
+    fn fill(id: u64, len: usize) -> u8 {
+        id as u8 ^ len as u8
     }
 
-    fn free(store: &mut PageStore, cap: &Capacity, ranges: &[(u64, u32)]) -> u64 {
+    /// Writes blobs of the given lengths.
+    fn write_blobs(
+        store: &mut PageStore,
+        cap: &Capacity,
+        entries: &[(u64, usize)],
+    ) -> Result<i64, Full> {
+        let raw = batch(entries);
+        let mut staged = Vec::new();
+        stage(&PageBatch::from_encoded(&raw), &mut staged);
+        let mut replaced = Vec::new();
+        let r = store.write(&mut staged, cap, &mut Vec::new(), &mut replaced);
+        if r.is_err() {
+            assert_eq!(
+                staged.len(),
+                entries.len(),
+                "a refused write keeps its staged blobs"
+            );
+            assert!(replaced.is_empty(), "a refused write replaces nothing");
+        }
+        r
+    }
+
+    /// Writes full pages.
+    fn write(store: &mut PageStore, cap: &Capacity, ids: &[u64]) -> Result<i64, Full> {
+        let entries: Vec<(u64, usize)> = ids.iter().map(|&id| (id, PAGE_SIZE)).collect();
+        write_blobs(store, cap, &entries)
+    }
+
+    fn free(store: &mut PageStore, cap: &Capacity, ranges: &[(u64, u32)]) -> Released {
         let mut raw = Vec::new();
         PageRanges::encode_into(&mut raw, ranges);
         store.free(&PageRanges::from_encoded(&raw), cap)
     }
 
+    /// The blob stored for `id`, read through `read_into`.
+    fn read(store: &PageStore, id: u64) -> Vec<u8> {
+        let mut ids = Vec::new();
+        PageIds::encode_into(&mut ids, &[id]);
+        let mut out = Vec::new();
+        store
+            .read_into(&PageIds::from_encoded(&ids), &mut out)
+            .unwrap();
+        PageBatch::from_encoded(&out).get(0).1.to_vec()
+    }
+
     #[test]
     fn capacity_counts_new_pages_once_and_refuses_overflow() {
-        let cap = Capacity::new(4);
+        let cap = Capacity::new(4 * P);
         let mut s = PageStore::new(1);
-        assert_eq!(write(&mut s, &cap, &[1, 2, 2]), Ok(2));
-        assert_eq!(write(&mut s, &cap, &[1, 2, 3]), Ok(1));
-        assert_eq!(cap.used(), 3);
+        assert_eq!(write(&mut s, &cap, &[1, 2, 2]), Ok(2 * P as i64));
+        assert_eq!(write(&mut s, &cap, &[1, 2, 3]), Ok(P as i64));
+        assert_eq!(cap.used(), 3 * P);
         let err = write(&mut s, &cap, &[1, 4, 5]).unwrap_err();
         assert_eq!(
             err,
             Full {
-                needed: 2,
-                free: 1,
-                total: 4
+                needed: 2 * P,
+                free: P,
+                total: 4 * P
             }
         );
         assert_eq!(s.len(), 3);
-        assert_eq!(cap.used(), 3);
-        assert_eq!(s.end(&cap), 3);
+        assert_eq!(s.stored_bytes(), 3 * P);
+        assert_eq!(cap.used(), 3 * P);
+        assert_eq!(
+            s.end(&cap),
+            Released {
+                pages: 3,
+                bytes: 3 * P
+            }
+        );
         assert_eq!(cap.used(), 0);
+        assert_eq!(s.stored_bytes(), 0);
         assert!(s.is_ended());
     }
 
     #[test]
+    fn a_blob_occupies_its_length() {
+        let cap = Capacity::new(10 * P);
+        let mut s = PageStore::new(2);
+        assert_eq!(
+            write_blobs(&mut s, &cap, &[(1, 1), (2, 100), (3, MAX_BLOB_SIZE)]),
+            Ok(1 + 100 + MAX_BLOB_SIZE as i64)
+        );
+        assert_eq!(cap.used(), 1 + 100 + MAX_BLOB_SIZE as u64);
+        assert_eq!(s.stored_bytes(), cap.used());
+        assert_eq!(s.len(), 3);
+        // Reads return each blob at its own length, byte-exact.
+        assert_eq!(read(&s, 1), vec![fill(1, 1)]);
+        assert_eq!(read(&s, 2), vec![fill(2, 100); 100]);
+        assert_eq!(read(&s, 3), vec![fill(3, MAX_BLOB_SIZE); MAX_BLOB_SIZE]);
+    }
+
+    #[test]
+    fn overwriting_with_a_smaller_blob_frees_bytes_and_a_larger_one_needs_bytes() {
+        let cap = Capacity::new(1000);
+        let mut s = PageStore::new(3);
+        assert_eq!(write_blobs(&mut s, &cap, &[(1, 600)]), Ok(600));
+        // Smaller: the difference goes back to the pool at once.
+        assert_eq!(write_blobs(&mut s, &cap, &[(1, 100)]), Ok(-500));
+        assert_eq!(cap.used(), 100);
+        assert_eq!(read(&s, 1).len(), 100);
+        assert_eq!(write_blobs(&mut s, &cap, &[(2, 800)]), Ok(800));
+        assert_eq!(cap.free(), 100);
+        // Larger: only the growth is needed (200), and it does not fit in the 100 free.
+        let err = write_blobs(&mut s, &cap, &[(1, 300)]).unwrap_err();
+        assert_eq!(
+            err,
+            Full {
+                needed: 200,
+                free: 100,
+                total: 1000
+            }
+        );
+        assert_eq!(
+            read(&s, 1),
+            vec![fill(1, 100); 100],
+            "refused: nothing stored"
+        );
+        assert_eq!(cap.used(), 900);
+        // Growth that fits.
+        assert_eq!(write_blobs(&mut s, &cap, &[(1, 200)]), Ok(100));
+        assert_eq!(cap.free(), 0);
+        // One entry grows by 200, another shrinks by 200: the net growth (0) fits a full pool.
+        assert_eq!(write_blobs(&mut s, &cap, &[(1, 400), (2, 600)]), Ok(0));
+        assert_eq!((read(&s, 1).len(), read(&s, 2).len()), (400, 600));
+        assert_eq!(cap.used(), 1000);
+        assert_eq!(s.stored_bytes(), 1000);
+        assert_eq!(
+            free(&mut s, &cap, &[(2, 1)]),
+            Released {
+                pages: 1,
+                bytes: 600
+            }
+        );
+        assert_eq!(cap.used(), 400);
+        assert_eq!(s.stored_bytes(), 400);
+    }
+
+    #[test]
+    fn the_same_id_twice_in_a_batch_counts_once_and_the_last_copy_wins() {
+        let cap = Capacity::new(1000);
+        let mut s = PageStore::new(4);
+        // Only the last copy (200 bytes) is stored and counted.
+        assert_eq!(
+            write_blobs(&mut s, &cap, &[(7, 400), (7, 900), (7, 200)]),
+            Ok(200)
+        );
+        assert_eq!(cap.used(), 200);
+        assert_eq!(s.len(), 1);
+        assert_eq!(read(&s, 7), vec![fill(7, 200); 200]);
+        // 900 bytes would not fit in the 800 free, but the 100-byte copy replaces it.
+        assert_eq!(write_blobs(&mut s, &cap, &[(8, 900), (8, 100)]), Ok(100));
+        assert_eq!(cap.used(), 300);
+        // In the other order the 900-byte copy is the one stored: 800 more, 700 free.
+        let err = write_blobs(&mut s, &cap, &[(8, 100), (8, 900)]).unwrap_err();
+        assert_eq!(
+            err,
+            Full {
+                needed: 800,
+                free: 700,
+                total: 1000
+            }
+        );
+        assert_eq!(read(&s, 8).len(), 100);
+        // Repeats of an id already stored replace it once, interleaved with other ids.
+        assert_eq!(
+            write_blobs(&mut s, &cap, &[(7, 50), (9, 10), (7, 60), (9, 20)]),
+            Ok(60 - 200 + 20)
+        );
+        assert_eq!(cap.used(), 60 + 100 + 20);
+        assert_eq!(s.stored_bytes(), cap.used());
+        assert_eq!(
+            s.end(&cap),
+            Released {
+                pages: 3,
+                bytes: 180
+            }
+        );
+        assert_eq!(cap.used(), 0);
+    }
+
+    /// Random batches (with repeats and overwrites) and frees against a model: the capacity's
+    /// `used` always equals the sum of the stored blobs' lengths.
+    #[test]
+    fn used_bytes_always_equal_the_blobs_held() {
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        let cap = Capacity::new(20 * P);
+        let mut s = PageStore::new(5);
+        let mut model: HashMap<u64, usize> = HashMap::new();
+        let (mut refused, mut stored) = (0, 0);
+        for _ in 0..2000 {
+            if next(8) == 0 {
+                let start = next(64);
+                let count = next(16) as u32;
+                let r = free(&mut s, &cap, &[(start, count)]);
+                let gone: Vec<u64> = model
+                    .keys()
+                    .copied()
+                    .filter(|id| (start..start + u64::from(count)).contains(id))
+                    .collect();
+                let bytes: usize = gone.iter().map(|id| model.remove(id).unwrap()).sum();
+                assert_eq!(
+                    r,
+                    Released {
+                        pages: gone.len() as u64,
+                        bytes: bytes as u64
+                    }
+                );
+            } else {
+                let n = 1 + next(12) as usize;
+                let entries: Vec<(u64, usize)> = (0..n)
+                    .map(|_| (next(64), 1 + next(MAX_BLOB_SIZE as u64) as usize))
+                    .collect();
+                let mut after = model.clone();
+                for &(id, len) in &entries {
+                    after.insert(id, len);
+                }
+                let before: usize = model.values().sum();
+                let total: usize = after.values().sum();
+                match write_blobs(&mut s, &cap, &entries) {
+                    Ok(delta) => {
+                        assert_eq!(delta, total as i64 - before as i64);
+                        model = after;
+                        stored += 1;
+                    }
+                    Err(full) => {
+                        assert!(total as u64 > cap.total(), "{full}");
+                        assert_eq!(full.needed, (total - before) as u64);
+                        refused += 1;
+                    }
+                }
+            }
+            let held: usize = model.values().sum();
+            assert_eq!(cap.used(), held as u64);
+            assert_eq!(s.stored_bytes(), held as u64);
+            assert_eq!(s.len(), model.len());
+        }
+        assert!(
+            refused > 10 && stored > 100,
+            "{refused} refused, {stored} stored"
+        );
+        for (&id, &len) in &model {
+            assert_eq!(read(&s, id), vec![fill(id, len); len]);
+        }
+    }
+
+    #[test]
+    fn full_speaks_in_bytes() {
+        let full = Full {
+            needed: 8200,
+            free: 4096,
+            total: 1 << 20,
+        };
+        assert_eq!(
+            full.to_string(),
+            "memnode full: batch needs 8200 more bytes, 4096 of 1048576 free \
+             (4.00 KiB of 1.00 MiB)"
+        );
+    }
+
+    #[test]
     fn free_handles_huge_and_overlapping_ranges() {
-        let cap = Capacity::new(100);
+        let cap = Capacity::new(100 * P);
         let mut s = PageStore::new(7);
         write(&mut s, &cap, &[0, 1, 2, 10, 11, u64::MAX - 1, u64::MAX]).unwrap();
-        assert_eq!(free(&mut s, &cap, &[(1, 2)]), 2);
-        assert_eq!(free(&mut s, &cap, &[(u64::MAX - 1, u32::MAX)]), 2);
-        assert_eq!(free(&mut s, &cap, &[(5, u32::MAX), (9, 3), (0, 0)]), 2);
+        let pages = |n: u64| Released {
+            pages: n,
+            bytes: n * P,
+        };
+        assert_eq!(free(&mut s, &cap, &[(1, 2)]), pages(2));
+        assert_eq!(free(&mut s, &cap, &[(u64::MAX - 1, u32::MAX)]), pages(2));
+        assert_eq!(
+            free(&mut s, &cap, &[(5, u32::MAX), (9, 3), (0, 0)]),
+            pages(2)
+        );
         assert_eq!(s.len(), 1);
-        assert_eq!(cap.used(), 1);
-        assert_eq!(free(&mut s, &cap, &[(0, 1)]), 1);
+        assert_eq!(cap.used(), P);
+        assert_eq!(free(&mut s, &cap, &[(0, 1)]), pages(1));
         assert_eq!(cap.used(), 0);
+        assert_eq!(s.stored_bytes(), 0);
     }
 
     #[test]
@@ -431,7 +753,7 @@ mod tests {
 
     #[test]
     fn read_lists_missing_pages_and_never_returns_partial_data() {
-        let cap = Capacity::new(100);
+        let cap = Capacity::new(100 * P);
         let mut s = PageStore::new(3);
         write(&mut s, &cap, &[1, 2]).unwrap();
         let mut ids = Vec::new();
@@ -440,7 +762,7 @@ mod tests {
         s.read_into(&PageIds::from_encoded(&ids), &mut out).unwrap();
         let b = PageBatch::from_encoded(&out);
         assert_eq!(b.get(0).0, 2);
-        assert!(b.get(0).1.iter().all(|&x| x == 2));
+        assert_eq!(b.get(0).1, &[fill(2, PAGE_SIZE); PAGE_SIZE][..]);
         assert_eq!(b.get(1).0, 1);
         ids.clear();
         PageIds::encode_into(&mut ids, &(0..20).collect::<Vec<_>>());

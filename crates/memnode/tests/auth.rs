@@ -3,7 +3,7 @@
 
 mod common;
 
-use gleaner_proto::{generate_token, ClientError, Connection};
+use gleaner_proto::{generate_token, ClientError, Connection, PAGE_SIZE};
 
 use common::{assert_not_found, assert_pages, write, TestServer};
 
@@ -52,7 +52,7 @@ fn sessions_are_separate_namespaces() {
     assert_not_found(&mut b, &[8]);
     b.free(&[(0, 100)]).unwrap();
     assert_pages(&mut a, &[(7, 1), (8, 2)]);
-    assert_eq!(server.local_stats().used_pages, 2);
+    assert_eq!(server.local_stats().used_bytes, 2 * PAGE_SIZE as u64);
 
     // Attaching with a wrong key (or to an unknown session) fails.
     let info = a.session();
@@ -84,6 +84,6 @@ fn sessions_are_separate_namespaces() {
     let s = server.local_stats();
     let entry = s.sessions.iter().find(|e| e.id == info.session_id).unwrap();
     assert_eq!(entry.live_connections, 2);
-    assert_eq!(entry.pages, 3);
+    assert_eq!(entry.pages_held, 3);
     assert_eq!(entry.client, "test");
 }

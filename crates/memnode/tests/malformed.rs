@@ -9,7 +9,7 @@ use std::time::Duration;
 use gleaner_memnode::ServerConfig;
 use gleaner_proto::{
     client_proof, generate_token, random_bytes, read_frame, ErrorCode, FrameHeader, Message,
-    MessageKind, PageIds, Token, MAX_BATCH_PAGES, MAX_PAYLOAD,
+    MessageKind, PageIds, Token, MAX_BATCH_PAGES, MAX_BLOB_SIZE, MAX_PAYLOAD,
 };
 
 use common::{assert_pages, write, TestServer};
@@ -179,6 +179,41 @@ fn malformed_connections_are_dropped_and_others_keep_working() {
         },
         true,
     );
+    // Write batches whose entries break the blob bounds: the whole frame is refused and nothing
+    // of it is stored (checked below: the session's pages are unchanged).
+    let write_entries = |r: &mut Raw, entries: &[(u64, u32, usize)], count: u32| {
+        let mut p = count.to_le_bytes().to_vec();
+        for &(id, len, data) in entries {
+            p.extend_from_slice(&id.to_le_bytes());
+            p.extend_from_slice(&len.to_le_bytes());
+            p.resize(p.len() + data, 7);
+        }
+        r.send(&header(MessageKind::Write, p.len() as u32));
+        r.send(&p);
+    };
+    case(
+        "Write with an empty blob",
+        &|r| write_entries(r, &[(1, 10, 10), (2, 0, 0)], 2),
+        true,
+    );
+    case(
+        "Write with a blob longer than MAX_BLOB_SIZE",
+        &|r| {
+            let len = MAX_BLOB_SIZE + 1;
+            write_entries(r, &[(1, len as u32, len)], 1)
+        },
+        true,
+    );
+    case(
+        "Write whose last blob is cut short",
+        &|r| write_entries(r, &[(1, 10, 10), (2, 100, 50)], 2),
+        true,
+    );
+    case(
+        "Write with bytes after its last entry",
+        &|r| write_entries(r, &[(1, 10, 11)], 1),
+        true,
+    );
     case(
         "server-to-client kind from a client",
         &|r| r.send(&header(MessageKind::Pong, 0)),
@@ -217,7 +252,7 @@ fn malformed_connections_are_dropped_and_others_keep_working() {
 
 #[test]
 fn silent_connections_time_out_in_the_handshake() {
-    let mut config = ServerConfig::new("127.0.0.1:0".parse().unwrap(), 16, generate_token());
+    let mut config = ServerConfig::new("127.0.0.1:0".parse().unwrap(), 16 * 4096, generate_token());
     config.handshake_timeout = Duration::from_millis(200);
     let server = TestServer::start_with(config);
     let raw = Raw::open(&server);
@@ -230,7 +265,7 @@ fn silent_connections_time_out_in_the_handshake() {
 
 #[test]
 fn connections_beyond_the_limit_are_refused() {
-    let mut config = ServerConfig::new("127.0.0.1:0".parse().unwrap(), 16, generate_token());
+    let mut config = ServerConfig::new("127.0.0.1:0".parse().unwrap(), 16 * 4096, generate_token());
     config.max_connections = 1;
     let server = TestServer::start_with(config);
     let mut first = server.connect();

@@ -156,8 +156,10 @@ fn port_zero_prints_the_real_port_and_sigterm_exits_zero() {
     assert!(addr.starts_with("127.0.0.1:"));
     let mut c = connect(&ep, &token);
     c.ping().unwrap();
-    assert_eq!(c.session().capacity_pages, 256);
-    c.write_pages([(3u64, &[9u8; 4096][..])]).unwrap();
+    assert_eq!(c.session().capacity_bytes, 1 << 20);
+    // A raw page and a small blob (as a compressing client would send).
+    c.write_pages([(3u64, &[9u8; 4096][..]), (4, &[1u8; 100][..])])
+        .unwrap();
 
     // `stats` prints pretty JSON with the documented fields.
     let out = Command::new(BIN)
@@ -171,12 +173,18 @@ fn port_zero_prints_the_real_port_and_sigterm_exits_zero() {
     );
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(
-        text.contains("\n  \"capacity_pages\": 256"),
+        text.contains("\n  \"capacity_bytes\": 1048576"),
         "not pretty JSON:\n{text}"
     );
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-    assert_eq!(v["capacity_pages"], 256);
-    assert_eq!(v["used_pages"], 1);
+    assert_eq!(v["capacity_bytes"], 1 << 20);
+    assert_eq!(v["used_bytes"], 4196);
+    assert_eq!(v["free_bytes"], (1 << 20) - 4196);
+    assert_eq!(v["pages_held"], 2);
+    assert_eq!(v["page_bytes_held"], 2 * 4096);
+    assert_eq!(v["stored_bytes"], 4196);
+    assert_eq!(v["slab_bytes"], 0);
+    assert_eq!(v["host_bytes"], 4196);
     assert_eq!(v["page_size"], 4096);
     assert!(v["uptime_s"].as_f64().unwrap() >= 0.0);
     for key in [
@@ -196,7 +204,10 @@ fn port_zero_prints_the_real_port_and_sigterm_exits_zero() {
         .iter()
         .find(|s| s["id"] == c.session().session_id)
         .expect("our session is listed");
-    assert_eq!(mine["pages"], 1);
+    assert_eq!(mine["pages_held"], 2);
+    assert_eq!(mine["page_bytes_held"], 2 * 4096);
+    assert_eq!(mine["stored_bytes"], 4196);
+    assert_eq!(mine["slab_bytes"], 0);
     assert_eq!(mine["live_connections"], 1);
     for key in ["client", "bytes_in", "bytes_out", "requests"] {
         assert!(!mine[key].is_null(), "session.{key} missing:\n{text}");
@@ -207,6 +218,10 @@ fn port_zero_prints_the_real_port_and_sigterm_exits_zero() {
     assert_eq!(status.code(), Some(0), "stderr:\n{stderr}");
     assert!(stderr.contains("received SIGTERM"), "{stderr}");
     assert!(stderr.contains("memnode stopped after"), "{stderr}");
+    assert!(
+        stderr.contains("dropped 1 live sessions holding 2 pages (4.10 KiB)"),
+        "{stderr}"
+    );
     // The server shut our connection down.
     assert!(c.ping().is_err());
 }
@@ -289,6 +304,34 @@ fn group_readable_token_file_is_refused() {
     assert!(!status.success());
     assert!(stderr.contains(tok), "{stderr}");
     assert!(stderr.contains("chmod 600"), "{stderr}");
+}
+
+#[test]
+fn a_capacity_below_one_page_is_refused() {
+    let dir = TempDir::new("pc");
+    let (tok_path, _) = token_file(&dir);
+    let tok = tok_path.to_str().unwrap();
+    for capacity in ["4095", "0"] {
+        let p = Proc::spawn(
+            &[
+                "--listen",
+                "127.0.0.1:0",
+                "--capacity",
+                capacity,
+                "--token-file",
+                tok,
+            ],
+            |_| {},
+        );
+        let (status, stderr) = p.wait();
+        assert!(!status.success(), "--capacity {capacity} was accepted");
+        assert!(
+            stderr.contains(&format!(
+                "capacity of {capacity} bytes is less than one 4096-byte page"
+            )),
+            "{stderr}"
+        );
+    }
 }
 
 #[test]

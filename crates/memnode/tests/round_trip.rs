@@ -4,7 +4,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{assert_not_found, assert_pages, write, TempDir, TestServer};
+use common::{assert_not_found, assert_pages, write, TempDir, TestServer, P};
 
 fn round_trip(server: &TestServer) {
     let mut c = server.connect();
@@ -18,14 +18,14 @@ fn round_trip(server: &TestServer) {
     // Overwrite changes contents, not the count.
     write(&mut c, &[(5, 99)]).unwrap();
     assert_pages(&mut c, &[(5, 99), (6, 1006)]);
-    assert_eq!(server.local_stats().used_pages, 258);
+    assert_eq!(server.local_stats().used_bytes, 258 * P);
 
     c.free(&[(10, 3), (1 << 40, 1)]).unwrap();
     let msg = assert_not_found(&mut c, &[9, 10, 11, 12, 13]);
     assert_eq!(msg, "page(s) 10, 11, 12 not stored in this session");
     assert_not_found(&mut c, &[1 << 40]);
     assert_pages(&mut c, &[(9, 1009), (13, 1013), (u64::MAX, 8)]);
-    assert_eq!(server.local_stats().used_pages, 254);
+    assert_eq!(server.local_stats().used_bytes, 254 * P);
 
     // A range far larger than the session (u32::MAX ids) finishes at once.
     c.free(&[(0, u32::MAX)]).unwrap();
@@ -33,7 +33,7 @@ fn round_trip(server: &TestServer) {
     assert_pages(&mut c, &[(u64::MAX, 8)]);
     c.free(&[(u64::MAX, 1)]).unwrap();
     let s = server.local_stats();
-    assert_eq!(s.used_pages, 0);
+    assert_eq!(s.used_bytes, 0);
     assert_eq!(s.totals.requests.free, 3);
     assert!(
         s.totals.bytes_in > 258 * 4096,

@@ -5,7 +5,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{assert_pages, wait_until, write, TestServer};
+use common::{assert_pages, wait_until, write, TestServer, P};
 
 const LEASE: Duration = Duration::from_secs(1);
 
@@ -14,11 +14,11 @@ fn goodbye_releases_at_once() {
     let server = TestServer::start("127.0.0.1:0", 100, LEASE);
     let mut c = server.connect();
     write(&mut c, &(0..50).map(|i| (i, i)).collect::<Vec<_>>()).unwrap();
-    assert_eq!(server.local_stats().used_pages, 50);
+    assert_eq!(server.local_stats().used_bytes, 50 * P);
     let info = c.session();
     c.goodbye().unwrap();
     let s = server.local_stats();
-    assert_eq!(s.used_pages, 0);
+    assert_eq!(s.used_bytes, 0);
     assert_eq!(s.totals.sessions_ended_by_goodbye, 1);
     assert!(s.sessions.iter().all(|e| e.id != info.session_id));
     // The session is gone: attaching to it fails.
@@ -41,9 +41,9 @@ fn dropped_connection_keeps_pages_for_the_lease() {
             .iter()
             .any(|e| e.id == id && e.live_connections == 0 && e.idle_s.is_some())
     }));
-    assert_eq!(server.local_stats().used_pages, 20);
+    assert_eq!(server.local_stats().used_bytes, 20 * P);
     assert!(
-        wait_until(Duration::from_secs(5), || server.local_stats().used_pages
+        wait_until(Duration::from_secs(5), || server.local_stats().used_bytes
             == 0),
         "pages not released after the lease"
     );
@@ -71,7 +71,7 @@ fn reattach_within_the_lease_sees_the_data() {
     // Attached again, the session survives well past the lease.
     std::thread::sleep(LEASE * 2);
     assert_pages(&mut again, &pages);
-    assert_eq!(server.local_stats().used_pages, 10);
+    assert_eq!(server.local_stats().used_bytes, 10 * P);
     assert_eq!(server.local_stats().totals.sessions_released_by_lease, 0);
 }
 
@@ -100,9 +100,10 @@ fn connections_attached_to_one_session_work_concurrently() {
         common::join_within(t, Duration::from_secs(30));
     }
     let s = server.local_stats();
-    assert_eq!(s.used_pages, 6 * 320);
+    assert_eq!(s.used_bytes, 6 * 320 * P);
     let entry = s.sessions.iter().find(|e| e.id == info.session_id).unwrap();
-    assert_eq!(entry.pages, 6 * 320);
+    assert_eq!(entry.pages_held, 6 * 320);
+    assert_eq!(entry.stored_bytes, 6 * 320 * P);
     // Everything written by every thread is visible on the first connection.
     assert_pages(&mut first, &[(5_000_000 + 639, 5 * 7919 + 19 * 31 + 31)]);
 }

@@ -51,7 +51,9 @@ fn a_grant_is_a_mappable_memfd_counted_against_capacity_until_goodbye() {
     let err = c.grant(1).unwrap_err();
     assert_eq!(err.server_code(), Some(ErrorCode::Full), "{err}");
     let s = server.local_stats();
-    assert_eq!(s.used_pages, 1000);
+    assert_eq!(s.used_bytes, 1000 * PAGE_SIZE as u64);
+    assert_eq!(s.slab_bytes, 1000 * PAGE_SIZE as u64);
+    assert_eq!((s.pages_held, s.stored_bytes), (0, 0));
     assert_eq!(s.totals.slabs_granted, 2);
     let me = s
         .sessions
@@ -59,11 +61,13 @@ fn a_grant_is_a_mappable_memfd_counted_against_capacity_until_goodbye() {
         .find(|e| e.id == c.session().session_id)
         .unwrap();
     assert_eq!((me.shm_slabs, me.shm_pages), (2, 1000));
+    assert_eq!(me.slab_bytes, 1000 * PAGE_SIZE as u64);
     // Two written pages occupy memory; the rest of the slabs does not.
     assert_eq!(me.shm_resident_bytes, 2 * PAGE_SIZE as u64, "{me:?}");
     assert!(s.host_bytes >= 2 * PAGE_SIZE as u64);
     c.goodbye().unwrap();
-    assert_eq!(server.local_stats().used_pages, 0);
+    let s = server.local_stats();
+    assert_eq!((s.used_bytes, s.slab_bytes), (0, 0));
     // The client's own mapping keeps its memory readable after the memnode let go.
     assert!(mem[..PAGE_SIZE].iter().all(|&b| b == 0xAB));
 }
@@ -105,7 +109,7 @@ fn tcp_clients_are_refused_slabs() {
     let mut c = server.connect();
     let err = c.grant(10).unwrap_err();
     assert!(err.to_string().contains("Unix socket"), "{err}");
-    assert_eq!(server.local_stats().used_pages, 0);
+    assert_eq!(server.local_stats().used_bytes, 0);
     // The connection still works.
     c.ping().unwrap();
 }
@@ -117,9 +121,9 @@ fn slabs_of_a_vanished_client_are_released_after_the_lease() {
     let g = c.grant(100).unwrap();
     map(&g)[0] = 1;
     drop(c);
-    assert_eq!(server.local_stats().used_pages, 100);
+    assert_eq!(server.local_stats().used_bytes, 100 * PAGE_SIZE as u64);
     assert!(
-        wait_until(Duration::from_secs(5), || server.local_stats().used_pages
+        wait_until(Duration::from_secs(5), || server.local_stats().used_bytes
             == 0),
         "slab not released after the lease"
     );

@@ -212,8 +212,9 @@ pub struct SessionInfo {
     pub session_id: u64,
     /// The key for attaching further connections.
     pub session_key: SessionKey,
-    /// The memnode's total capacity in pages.
-    pub capacity_pages: u64,
+    /// The memnode's total capacity in bytes, shared by all its sessions: a stored blob occupies
+    /// its length, a shared-memory slab its pages × [`crate::PAGE_SIZE`].
+    pub capacity_bytes: u64,
     /// How long the session survives without connections, in milliseconds.
     pub lease_ms: u64,
 }
@@ -306,7 +307,7 @@ impl Connection {
             info: SessionInfo {
                 session_id: 0,
                 session_key: [0; 16],
-                capacity_pages: 0,
+                capacity_bytes: 0,
                 lease_ms: 0,
             },
             next_req: 1,
@@ -346,7 +347,7 @@ impl Connection {
                 session_id,
                 session_key,
                 proof,
-                capacity_pages,
+                capacity_bytes,
                 lease_ms,
             } => {
                 let expected = server_proof(token, &server_nonce, &client_nonce, session_id);
@@ -358,7 +359,7 @@ impl Connection {
                 conn.info = SessionInfo {
                     session_id,
                     session_key,
-                    capacity_pages,
+                    capacity_bytes,
                     lease_ms,
                 };
             }
@@ -458,7 +459,8 @@ impl Connection {
     }
 
     /// Reads `ids` (at most [`crate::MAX_BATCH_PAGES`]). The returned batch borrows this
-    /// connection's receive buffer and holds the pages in request order.
+    /// connection's receive buffer and holds the pages' blobs, as they were written, in request
+    /// order.
     pub fn read_pages(&mut self, ids: &[u64]) -> Result<PageBatch<'_>, ClientError> {
         let pending = self.start_read(ids)?;
         self.finish_read(pending, ids)
@@ -516,7 +518,9 @@ impl Connection {
         self.expect_ack(kind)
     }
 
-    /// Stores `pages` (`(id, 4096-byte data)` pairs, at most [`crate::MAX_BATCH_PAGES`]).
+    /// Stores `pages` (`(id, blob)` pairs, at most [`crate::MAX_BATCH_PAGES`], each blob 1 to
+    /// [`crate::MAX_BLOB_SIZE`] bytes; panics otherwise). All or nothing, like
+    /// [`Connection::write_built_batch`].
     pub fn write_pages<'p>(
         &mut self,
         pages: impl IntoIterator<Item = (u64, &'p [u8])>,

@@ -23,29 +23,36 @@ mod message;
 pub mod units;
 
 pub use auth::{
-    client_proof, generate_token, proofs_equal, random_bytes, read_token_file, server_proof,
-    write_token_file, Nonce, Proof, Token, NONCE_LEN, PROOF_LEN, TOKEN_LEN,
+    client_proof, generate_token, proofs_equal, random_bytes, read_secret_file, read_token_file,
+    server_proof, write_token_file, Nonce, Proof, Token, NONCE_LEN, PROOF_LEN, TOKEN_LEN,
 };
 pub use client::{
     ClientError, ConnectOptions, Connection, Endpoint, PendingRead, SessionInfo, SlabGrant, Stream,
 };
 pub use frame::{read_frame, write_frame, FrameHeader, HEADER_LEN, MAGIC};
 pub use message::{
-    ErrorCode, Message, MessageKind, PageBatch, PageIds, PageRanges, SessionKey, SESSION_KEY_LEN,
+    BatchIter, ErrorCode, Message, MessageKind, PageBatch, PageIds, PageRanges, SessionKey,
+    SESSION_KEY_LEN,
 };
 
-/// Size of one page on the wire and in the memnode's store.
+/// Size of one page of client memory (the unit of page ids, of shared-memory slabs, and of the
+/// uncompressed contents a far page stands for).
 pub const PAGE_SIZE: usize = 4096;
+/// Largest blob one batch entry may carry: a page the client sealed without managing to compress
+/// it, plus room for its codec's header and authentication tag. Blobs are opaque to the protocol
+/// and the memnode; any length from 1 to this bound is valid.
+pub const MAX_BLOB_SIZE: usize = PAGE_SIZE + 64;
 /// Protocol version spoken by this build. A peer with another version is refused at the handshake.
-pub const PROTOCOL_VERSION: u8 = 2;
+pub const PROTOCOL_VERSION: u8 = 3;
 /// Most pages one read or write request may carry.
 pub const MAX_BATCH_PAGES: usize = 256;
 /// Most page ranges one free request may carry.
 pub const MAX_FREE_RANGES: usize = 4096;
 /// Longest text (error message, stats JSON, client name) a frame may carry.
 pub const MAX_TEXT_LEN: usize = 256 * 1024;
-/// Largest payload any frame may carry: a full write batch plus its count.
-pub const MAX_PAYLOAD: usize = 4 + MAX_BATCH_PAGES * (8 + PAGE_SIZE);
+/// Largest payload any frame may carry: a full write batch of maximal blobs plus its count
+/// (`4 + 256 × (8 + 4 + 4160)` = 1 068 036 bytes).
+pub const MAX_PAYLOAD: usize = 4 + MAX_BATCH_PAGES * (8 + 4 + MAX_BLOB_SIZE);
 
 /// Why a frame could not be read or decoded.
 #[derive(Debug, thiserror::Error)]

@@ -1,13 +1,14 @@
 //! Message kinds and their payload encodings.
 //!
 //! Decoding borrows from the payload buffer: page data is never copied on the way in, so a handler
-//! can install a page straight from the receive buffer.
+//! can install a page straight from the receive buffer. Decoding never allocates either: a
+//! [`PageBatch`] is validated entry by entry when it is decoded and then walked in place.
 
 use std::io::Write;
 
 use crate::auth::{Nonce, Proof, NONCE_LEN, PROOF_LEN};
 use crate::frame::write_frame;
-use crate::{ProtoError, MAX_BATCH_PAGES, MAX_FREE_RANGES, MAX_TEXT_LEN, PAGE_SIZE};
+use crate::{ProtoError, MAX_BATCH_PAGES, MAX_BLOB_SIZE, MAX_FREE_RANGES, MAX_TEXT_LEN};
 
 /// Length of the per-session attach key handed out in `Welcome`.
 pub const SESSION_KEY_LEN: usize = 16;
@@ -86,7 +87,7 @@ pub enum ErrorCode {
     AuthFailed = 1,
     /// A page asked for is not stored in this session.
     NotFound = 2,
-    /// The write does not fit in the server's remaining capacity; nothing was stored.
+    /// The write does not fit in the server's remaining capacity (in bytes); nothing was stored.
     Full = 3,
     /// The request was malformed or not allowed in this state.
     BadRequest = 4,
@@ -140,8 +141,9 @@ pub enum Message<'a> {
         session_key: SessionKey,
         /// HMAC proof that the server holds the token, see [`crate::server_proof`].
         proof: Proof,
-        /// The server's total capacity in pages.
-        capacity_pages: u64,
+        /// The server's total capacity in bytes, shared by all its sessions (stored blobs count
+        /// their length, shared-memory slabs their pages × [`crate::PAGE_SIZE`]).
+        capacity_bytes: u64,
         /// How long the session outlives its last connection, in milliseconds.
         lease_ms: u64,
     },
@@ -248,13 +250,13 @@ impl<'a> Message<'a> {
                 session_id,
                 session_key,
                 proof,
-                capacity_pages,
+                capacity_bytes,
                 lease_ms,
             } => {
                 out.extend_from_slice(&session_id.to_le_bytes());
                 out.extend_from_slice(&session_key);
                 out.extend_from_slice(&proof);
-                out.extend_from_slice(&capacity_pages.to_le_bytes());
+                out.extend_from_slice(&capacity_bytes.to_le_bytes());
                 out.extend_from_slice(&lease_ms.to_le_bytes());
             }
             Message::Read { pages } => out.extend_from_slice(pages.raw),
@@ -297,7 +299,7 @@ impl<'a> Message<'a> {
                 session_id: c.u64()?,
                 session_key: c.array::<SESSION_KEY_LEN>()?,
                 proof: c.array::<PROOF_LEN>()?,
-                capacity_pages: c.u64()?,
+                capacity_bytes: c.u64()?,
                 lease_ms: c.u64()?,
             },
             MessageKind::Read => Message::Read {
@@ -305,16 +307,8 @@ impl<'a> Message<'a> {
                     raw: c.counted(8, MAX_BATCH_PAGES)?,
                 },
             },
-            MessageKind::Pages => Message::Pages {
-                batch: PageBatch {
-                    raw: c.counted(8 + PAGE_SIZE, MAX_BATCH_PAGES)?,
-                },
-            },
-            MessageKind::Write => Message::Write {
-                batch: PageBatch {
-                    raw: c.counted(8 + PAGE_SIZE, MAX_BATCH_PAGES)?,
-                },
-            },
+            MessageKind::Pages => Message::Pages { batch: c.batch()? },
+            MessageKind::Write => Message::Write { batch: c.batch()? },
             MessageKind::Ack => Message::Ack { count: c.u32()? },
             MessageKind::Free => Message::Free {
                 ranges: PageRanges {
@@ -408,75 +402,141 @@ impl<'a> PageIds<'a> {
     }
 }
 
-/// A batch of `(page id, page data)` pairs: `u32 count` then `count` × (`u64` id, 4096 bytes).
+/// A batch of `(page id, blob)` pairs: `u32 count` then `count` × (`u64` id, `u32` len, `len`
+/// bytes), with `count <= MAX_BATCH_PAGES` and `1 <= len <= MAX_BLOB_SIZE` for every entry.
+///
+/// Blobs are opaque to the protocol (the pager seals each page into one: compressed, encrypted,
+/// or the raw 4096 bytes); only their bounds are checked.
+///
+/// Entries have variable sizes, so an entry's offset cannot be computed: the batch keeps the
+/// count from its header and walks the entries. It deliberately keeps no offsets index: that
+/// would cost an allocation per decoded frame on the request path and make [`Message`] (which
+/// borrows the payload and is `Copy`) own heap memory, while every user reads a batch in order
+/// ([`PageBatch::iter`] is one pass over the bytes). [`PageBatch::get`] is therefore O(i), which
+/// is at most [`MAX_BATCH_PAGES`] header hops; prefer `iter`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PageBatch<'a> {
+    /// The whole encoding, count included.
     raw: &'a [u8],
+    /// The number of entries (the header's count, validated against the entries present).
+    count: usize,
 }
 
 impl<'a> PageBatch<'a> {
-    /// Starts a batch encoding in `out` (clearing it); add pages with [`PageBatch::push`].
+    /// Starts a batch encoding in `out` (clearing it); add entries with [`PageBatch::push`] or
+    /// [`PageBatch::push_slot`].
     pub fn begin(out: &mut Vec<u8>) {
         out.clear();
         out.extend_from_slice(&0u32.to_le_bytes());
     }
 
-    /// Appends one page to a batch started with [`PageBatch::begin`].
-    /// Panics if `data` is not one page or the batch is already full.
-    pub fn push(out: &mut Vec<u8>, id: u64, data: &[u8]) {
-        assert_eq!(
-            data.len(),
-            PAGE_SIZE,
-            "a batch entry must be exactly one page"
+    /// Appends the header of one entry of `len` bytes to a begun batch and bumps its count.
+    /// Panics if `len` is out of bounds or the batch is already full.
+    fn push_header(out: &mut Vec<u8>, id: u64, len: usize) {
+        assert!(
+            (1..=MAX_BLOB_SIZE).contains(&len),
+            "a batch entry must be 1 to {MAX_BLOB_SIZE} bytes, not {len}"
         );
         let count = u32::from_le_bytes(out[0..4].try_into().expect("begun batch")) as usize;
         assert!(count < MAX_BATCH_PAGES, "page batch too large");
         out[0..4].copy_from_slice(&(count as u32 + 1).to_le_bytes());
         out.extend_from_slice(&id.to_le_bytes());
+        out.extend_from_slice(&(len as u32).to_le_bytes());
+    }
+
+    /// Appends one entry to a batch started with [`PageBatch::begin`].
+    /// Panics if `data` is empty or longer than [`MAX_BLOB_SIZE`], or the batch is already full.
+    pub fn push(out: &mut Vec<u8>, id: u64, data: &[u8]) {
+        Self::push_header(out, id, data.len());
         out.extend_from_slice(data);
     }
 
-    /// Appends one page to a begun batch and returns its (zeroed) data slot to fill in place.
-    pub fn push_slot(out: &mut Vec<u8>, id: u64) -> &mut [u8] {
-        let count = u32::from_le_bytes(out[0..4].try_into().expect("begun batch")) as usize;
-        assert!(count < MAX_BATCH_PAGES, "page batch too large");
-        out[0..4].copy_from_slice(&(count as u32 + 1).to_le_bytes());
-        out.extend_from_slice(&id.to_le_bytes());
+    /// Appends one entry of `len` zeroed bytes to a begun batch and returns them to fill in
+    /// place. Panics if `len` is 0 or more than [`MAX_BLOB_SIZE`], or the batch is already full.
+    pub fn push_slot(out: &mut Vec<u8>, id: u64, len: usize) -> &mut [u8] {
+        Self::push_header(out, id, len);
         let start = out.len();
-        out.resize(start + PAGE_SIZE, 0);
+        out.resize(start + len, 0);
         &mut out[start..]
     }
 
-    /// Wraps an encoding produced by [`PageBatch::begin`]/[`PageBatch::push`].
+    /// Wraps an encoding produced by [`PageBatch::begin`] and [`PageBatch::push`] /
+    /// [`PageBatch::push_slot`] (bytes from a peer go through [`Message::decode`], which
+    /// validates them). Panics if `raw` is shorter than its count.
     pub fn from_encoded(raw: &'a [u8]) -> Self {
-        PageBatch { raw }
+        let count = u32::from_le_bytes(raw[..4].try_into().expect("4 bytes")) as usize;
+        PageBatch { raw, count }
     }
 
-    /// Number of pages.
+    /// Number of entries.
     pub fn len(&self) -> usize {
-        (self.raw.len() - 4) / (8 + PAGE_SIZE)
+        self.count
     }
 
     /// Whether the batch is empty.
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.count == 0
     }
 
-    /// The `i`-th entry.
+    /// The `i`-th entry. O(i): walks the entries before it (see the type's documentation).
+    /// Panics if `i >= self.len()`.
     pub fn get(&self, i: usize) -> (u64, &'a [u8]) {
-        let off = 4 + i * (8 + PAGE_SIZE);
-        let id = u64::from_le_bytes(self.raw[off..off + 8].try_into().expect("8 bytes"));
-        (id, &self.raw[off + 8..off + 8 + PAGE_SIZE])
+        self.iter().nth(i).unwrap_or_else(|| {
+            panic!(
+                "batch entry {i} out of range (the batch has {} entries)",
+                self.count
+            )
+        })
     }
 
     /// The entries in order.
-    pub fn iter(&self) -> impl Iterator<Item = (u64, &'a [u8])> + 'a {
-        self.raw[4..].chunks_exact(8 + PAGE_SIZE).map(|c| {
-            (
-                u64::from_le_bytes(c[..8].try_into().expect("8 bytes")),
-                &c[8..],
-            )
-        })
+    pub fn iter(&self) -> BatchIter<'a> {
+        BatchIter {
+            rest: self.raw.get(4..).unwrap_or_default(),
+            left: self.count,
+        }
+    }
+}
+
+/// The entries of a [`PageBatch`] in order, from [`PageBatch::iter`].
+#[derive(Debug, Clone)]
+pub struct BatchIter<'a> {
+    /// The bytes of the entries not yet returned.
+    rest: &'a [u8],
+    /// How many entries are left.
+    left: usize,
+}
+
+impl<'a> Iterator for BatchIter<'a> {
+    type Item = (u64, &'a [u8]);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.left == 0 {
+            return None;
+        }
+        // A decoded batch was validated entry by entry; on a malformed hand-made encoding the
+        // walk simply ends early rather than panicking.
+        let entry = (|| {
+            let id = u64::from_le_bytes(self.rest.get(..8)?.try_into().ok()?);
+            let len = u32::from_le_bytes(self.rest.get(8..12)?.try_into().ok()?) as usize;
+            let data = self.rest.get(12..12 + len)?;
+            Some((id, data, 12 + len))
+        })();
+        match entry {
+            Some((id, data, used)) => {
+                self.rest = &self.rest[used..];
+                self.left -= 1;
+                Some((id, data))
+            }
+            None => {
+                self.left = 0;
+                None
+            }
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (0, Some(self.left))
     }
 }
 
@@ -588,6 +648,46 @@ impl<'a> Cursor<'a> {
         Ok(&self.buf[start..self.pos])
     }
 
+    /// A [`PageBatch`]: a `u32` count, then `count` entries of (`u64` id, `u32` len, `len`
+    /// bytes). Checks the count against [`MAX_BATCH_PAGES`] and every entry's length against
+    /// `1..=MAX_BLOB_SIZE` and the bytes actually present, before the batch is handed out.
+    fn batch(&mut self) -> Result<PageBatch<'a>, ProtoError> {
+        let start = self.pos;
+        let count = self.u32()? as usize;
+        if count > MAX_BATCH_PAGES {
+            return Err(self.malformed(format!(
+                "count {count} exceeds the limit of {MAX_BATCH_PAGES}"
+            )));
+        }
+        for i in 0..count {
+            let at = self.pos;
+            let truncated = |c: &Self| {
+                c.malformed(format!(
+                    "entry {i} of {count} at offset {at} is truncated ({} bytes remain)",
+                    c.buf.len() - at
+                ))
+            };
+            if self.buf.len() - self.pos < 12 {
+                return Err(truncated(self));
+            }
+            self.u64()?;
+            let len = self.u32()? as usize;
+            if !(1..=MAX_BLOB_SIZE).contains(&len) {
+                return Err(self.malformed(format!(
+                    "entry {i} of {count} has length {len}, outside 1..={MAX_BLOB_SIZE}"
+                )));
+            }
+            if self.buf.len() - self.pos < len {
+                return Err(truncated(self));
+            }
+            self.take(len)?;
+        }
+        Ok(PageBatch {
+            raw: &self.buf[start..self.pos],
+            count,
+        })
+    }
+
     fn finish(&self) -> Result<(), ProtoError> {
         if self.pos != self.buf.len() {
             return Err(self.malformed(format!(
@@ -602,6 +702,7 @@ impl<'a> Cursor<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{MAX_PAYLOAD, PAGE_SIZE};
 
     fn round_trip(msg: Message<'_>) {
         let mut buf = Vec::new();
@@ -617,7 +718,9 @@ mod tests {
         let mut batch = Vec::new();
         PageBatch::begin(&mut batch);
         PageBatch::push(&mut batch, 5, &[7u8; PAGE_SIZE]);
-        PageBatch::push_slot(&mut batch, 6).fill(9);
+        PageBatch::push_slot(&mut batch, 6, 100).fill(9);
+        PageBatch::push(&mut batch, 7, &[1]);
+        PageBatch::push(&mut batch, 8, &[2u8; MAX_BLOB_SIZE]);
         let mut ranges = Vec::new();
         PageRanges::encode_into(&mut ranges, &[(0, 10), (100, 1)]);
         for msg in [
@@ -633,7 +736,7 @@ mod tests {
                 session_id: 42,
                 session_key: [2; 16],
                 proof: [5; 32],
-                capacity_pages: 1 << 20,
+                capacity_bytes: 1 << 32,
                 lease_ms: 30_000,
             },
             Message::Read {
@@ -667,9 +770,16 @@ mod tests {
             round_trip(msg);
         }
         let b = PageBatch::from_encoded(&batch);
-        assert_eq!(b.len(), 2);
+        assert_eq!(b.len(), 4);
         assert_eq!(b.get(1).0, 6);
+        assert_eq!(b.get(1).1.len(), 100);
         assert!(b.get(1).1.iter().all(|&x| x == 9));
+        let entries: Vec<(u64, usize)> = b.iter().map(|(id, d)| (id, d.len())).collect();
+        assert_eq!(
+            entries,
+            vec![(5, PAGE_SIZE), (6, 100), (7, 1), (8, MAX_BLOB_SIZE)]
+        );
+        assert_eq!(b.get(3).1, &[2u8; MAX_BLOB_SIZE][..]);
         let ids = PageIds::from_encoded(&ids);
         assert_eq!(ids.iter().collect::<Vec<_>>(), vec![1, 2, u64::MAX]);
     }
@@ -722,7 +832,8 @@ mod tests {
         };
         let mut valid = Vec::new();
         PageBatch::begin(&mut valid);
-        PageBatch::push(&mut valid, 1, &[1u8; PAGE_SIZE]);
+        PageBatch::push(&mut valid, 1, &[1u8; 37]);
+        PageBatch::push(&mut valid, 2, &[2u8; PAGE_SIZE]);
         for _ in 0..20_000 {
             let kind = MessageKind::from_u8((next() % 16 + 1) as u8).unwrap();
             let len = (next() % 64) as usize;
@@ -733,7 +844,181 @@ mod tests {
                 payload[i] ^= next() as u8 | 1;
                 payload.truncate((next() as usize) % (payload.len() + 1));
             }
-            let _ = Message::decode(kind, &payload);
+            if let Ok(Message::Pages { batch } | Message::Write { batch }) =
+                Message::decode(kind, &payload)
+            {
+                // Whatever decodes is a batch whose walk matches its count and bounds.
+                assert_eq!(batch.iter().count(), batch.len());
+                assert!(batch
+                    .iter()
+                    .all(|(_, d)| (1..=MAX_BLOB_SIZE).contains(&d.len())));
+            }
+        }
+    }
+
+    /// A batch payload from raw `(id, declared len, data)` entries, with a chosen count.
+    fn raw_batch(count: u32, entries: &[(u64, u32, &[u8])]) -> Vec<u8> {
+        let mut p = count.to_le_bytes().to_vec();
+        for (id, len, data) in entries {
+            p.extend_from_slice(&id.to_le_bytes());
+            p.extend_from_slice(&len.to_le_bytes());
+            p.extend_from_slice(data);
+        }
+        p
+    }
+
+    /// Decodes `p` as both batch-carrying kinds; both must fail with a message containing `want`.
+    fn assert_batch_rejected(p: &[u8], want: &str) {
+        for kind in [MessageKind::Write, MessageKind::Pages] {
+            let err = Message::decode(kind, p).unwrap_err();
+            assert!(
+                matches!(err, ProtoError::Malformed { kind: k, .. } if k == kind),
+                "{err}"
+            );
+            assert!(err.to_string().contains(want), "{kind:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn batch_entries_of_length_zero_are_rejected() {
+        let p = raw_batch(2, &[(1, 3, &[1, 2, 3]), (2, 0, &[])]);
+        assert_batch_rejected(&p, "entry 1 of 2 has length 0, outside 1..=4160");
+    }
+
+    #[test]
+    fn batch_entries_longer_than_a_blob_are_rejected() {
+        let big = vec![0u8; MAX_BLOB_SIZE + 1];
+        let p = raw_batch(1, &[(1, big.len() as u32, &big)]);
+        assert_batch_rejected(&p, "entry 0 of 1 has length 4161, outside 1..=4160");
+        // A huge declared length is refused by the bound, not by reading past the payload.
+        let p = raw_batch(1, &[(1, u32::MAX, &[0; 16])]);
+        assert_batch_rejected(&p, "has length 4294967295");
+        // Exactly MAX_BLOB_SIZE is fine.
+        let max = vec![3u8; MAX_BLOB_SIZE];
+        let p = raw_batch(1, &[(9, max.len() as u32, &max)]);
+        let Message::Write { batch } = Message::decode(MessageKind::Write, &p).unwrap() else {
+            panic!("not a write");
+        };
+        assert_eq!(batch.get(0), (9, &max[..]));
+    }
+
+    #[test]
+    fn truncated_batch_entries_are_rejected() {
+        // The data is shorter than the entry's declared length.
+        let p = raw_batch(1, &[(1, 100, &[0; 99])]);
+        assert_batch_rejected(
+            &p,
+            "entry 0 of 1 at offset 4 is truncated (111 bytes remain)",
+        );
+        // The entry header itself is cut (an id and half a length).
+        let mut p = raw_batch(2, &[(1, 2, &[5, 6])]);
+        p.extend_from_slice(&7u64.to_le_bytes());
+        p.extend_from_slice(&[1, 0]);
+        assert_batch_rejected(
+            &p,
+            "entry 1 of 2 at offset 18 is truncated (10 bytes remain)",
+        );
+        // The count promises more entries than are present.
+        let p = raw_batch(3, &[(1, 1, &[1])]);
+        assert_batch_rejected(
+            &p,
+            "entry 1 of 3 at offset 17 is truncated (0 bytes remain)",
+        );
+    }
+
+    #[test]
+    fn trailing_bytes_after_a_batch_are_rejected() {
+        let mut p = raw_batch(1, &[(1, 4, &[1, 2, 3, 4])]);
+        p.push(0);
+        assert_batch_rejected(&p, "1 trailing bytes");
+        // Entries beyond the count are trailing bytes too, not extra entries.
+        let p = raw_batch(1, &[(1, 1, &[1]), (2, 1, &[2])]);
+        assert_batch_rejected(&p, "13 trailing bytes");
+        // An empty batch is just its count.
+        let empty = 0u32.to_le_bytes();
+        let Message::Pages { batch } = Message::decode(MessageKind::Pages, &empty).unwrap() else {
+            panic!("not pages");
+        };
+        assert!(batch.is_empty());
+        assert_eq!(batch.iter().count(), 0);
+    }
+
+    #[test]
+    fn batch_counts_beyond_the_limit_are_rejected_before_any_entry() {
+        // The count alone decides: no entry follows, and none is read.
+        let p = raw_batch(MAX_BATCH_PAGES as u32 + 1, &[]);
+        assert_batch_rejected(&p, "count 257 exceeds the limit of 256");
+        let p = raw_batch(u32::MAX, &[]);
+        assert_batch_rejected(&p, "exceeds the limit");
+    }
+
+    #[test]
+    fn a_full_batch_of_maximal_blobs_fits_the_payload_bound() {
+        let mut out = Vec::new();
+        PageBatch::begin(&mut out);
+        for id in 0..MAX_BATCH_PAGES as u64 {
+            PageBatch::push_slot(&mut out, id, MAX_BLOB_SIZE).fill(id as u8);
+        }
+        assert_eq!(out.len(), MAX_PAYLOAD);
+        let Message::Write { batch } = Message::decode(MessageKind::Write, &out).unwrap() else {
+            panic!("not a write");
+        };
+        assert_eq!(batch.len(), MAX_BATCH_PAGES);
+        for (i, (id, data)) in batch.iter().enumerate() {
+            assert_eq!(id, i as u64);
+            assert_eq!(data.len(), MAX_BLOB_SIZE);
+            assert!(data.iter().all(|&b| b == i as u8));
+        }
+    }
+
+    /// The fuzzer's seeds (written by `fuzz/make_seeds.py`) are valid frames of this version.
+    #[test]
+    fn fuzz_seeds_are_valid_frames() {
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds/decode_frame");
+        let mut seeds = 0;
+        let mut kinds = std::collections::HashSet::new();
+        for entry in std::fs::read_dir(&dir).expect("the fuzz seeds directory") {
+            let path = entry.unwrap().path();
+            let bytes = std::fs::read(&path).unwrap();
+            let mut input = &bytes[..];
+            let mut payload = Vec::new();
+            while !input.is_empty() {
+                let h = crate::read_frame(&mut input, &mut payload)
+                    .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                Message::decode(h.kind, &payload)
+                    .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                kinds.insert(h.kind as u8);
+            }
+            seeds += 1;
+        }
+        assert!(seeds >= 16, "only {seeds} seeds in {}", dir.display());
+        assert_eq!(kinds.len(), 16, "every message kind has a seed");
+    }
+
+    #[test]
+    #[should_panic(expected = "must be 1 to 4160 bytes, not 0")]
+    fn pushing_an_empty_entry_panics() {
+        let mut out = Vec::new();
+        PageBatch::begin(&mut out);
+        PageBatch::push(&mut out, 1, &[]);
+    }
+
+    #[test]
+    #[should_panic(expected = "must be 1 to 4160 bytes, not 4161")]
+    fn pushing_an_oversized_slot_panics() {
+        let mut out = Vec::new();
+        PageBatch::begin(&mut out);
+        PageBatch::push_slot(&mut out, 1, MAX_BLOB_SIZE + 1);
+    }
+
+    #[test]
+    #[should_panic(expected = "page batch too large")]
+    fn pushing_past_the_batch_limit_panics() {
+        let mut out = Vec::new();
+        PageBatch::begin(&mut out);
+        for id in 0..=MAX_BATCH_PAGES as u64 {
+            PageBatch::push(&mut out, id, &[0]);
         }
     }
 }

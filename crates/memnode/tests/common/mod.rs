@@ -24,15 +24,20 @@ pub struct TestServer {
 }
 
 impl TestServer {
-    /// Starts a server on `listen` with `capacity_pages` and the given lease.
+    /// Starts a server on `listen` with a capacity of `capacity_pages` full pages (that many ×
+    /// `PAGE_SIZE` bytes) and the given lease.
     pub fn start(listen: &str, capacity_pages: u64, lease: Duration) -> TestServer {
-        let mut config =
-            ServerConfig::new(listen.parse().unwrap(), capacity_pages, generate_token());
+        let mut config = ServerConfig::new(
+            listen.parse().unwrap(),
+            capacity_pages * PAGE_SIZE as u64,
+            generate_token(),
+        );
         config.lease = lease;
         TestServer::start_with(config)
     }
 
-    /// Starts a TCP loopback server with a 10 s lease.
+    /// Starts a TCP loopback server with a 10 s lease and a capacity of `capacity_pages` full
+    /// pages.
     pub fn tcp(capacity_pages: u64) -> TestServer {
         TestServer::start("127.0.0.1:0", capacity_pages, Duration::from_secs(10))
     }
@@ -146,6 +151,40 @@ pub fn page(seed: u64) -> Vec<u8> {
         .collect()
 }
 
+/// Bytes per page, as the `u64` the stats use.
+pub const P: u64 = PAGE_SIZE as u64;
+
+/// A blob of `len` bytes whose every byte depends on `seed` and its offset.
+pub fn blob(seed: u64, len: usize) -> Vec<u8> {
+    let mut b = page(seed);
+    b.resize(len, (seed as u8) ^ 0x5A);
+    b
+}
+
+/// Writes `(id, blob(seed, len))` triples.
+pub fn write_blobs(conn: &mut Connection, blobs: &[(u64, u64, usize)]) -> Result<(), ClientError> {
+    let data: Vec<(u64, Vec<u8>)> = blobs
+        .iter()
+        .map(|&(id, seed, len)| (id, blob(seed, len)))
+        .collect();
+    conn.write_pages(data.iter().map(|(id, d)| (*id, d.as_slice())))
+}
+
+/// Reads the ids of `blobs` and asserts each equals `blob(seed, len)`, length included.
+pub fn assert_blobs(conn: &mut Connection, blobs: &[(u64, u64, usize)]) {
+    let ids: Vec<u64> = blobs.iter().map(|b| b.0).collect();
+    let batch = conn.read_pages(&ids).expect("read");
+    assert_eq!(batch.len(), blobs.len());
+    for ((got_id, data), &(id, seed, len)) in batch.iter().zip(blobs) {
+        assert_eq!(got_id, id);
+        assert_eq!(data.len(), len, "blob {id} has the wrong length");
+        assert!(
+            data == blob(seed, len).as_slice(),
+            "blob {id} has wrong contents"
+        );
+    }
+}
+
 /// Writes `(id, page(seed))` pairs.
 pub fn write(conn: &mut Connection, pages: &[(u64, u64)]) -> Result<(), ClientError> {
     let data: Vec<(u64, Vec<u8>)> = pages.iter().map(|&(id, seed)| (id, page(seed))).collect();
@@ -157,8 +196,7 @@ pub fn assert_pages(conn: &mut Connection, pages: &[(u64, u64)]) {
     let ids: Vec<u64> = pages.iter().map(|p| p.0).collect();
     let batch = conn.read_pages(&ids).expect("read");
     assert_eq!(batch.len(), pages.len());
-    for (i, &(id, seed)) in pages.iter().enumerate() {
-        let (got_id, data) = batch.get(i);
+    for ((got_id, data), &(id, seed)) in batch.iter().zip(pages) {
         assert_eq!(got_id, id);
         assert!(
             data == page(seed).as_slice(),
