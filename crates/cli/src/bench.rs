@@ -73,6 +73,12 @@ pub struct MicroArgs {
     /// or `socket`.
     #[arg(long, default_value = "auto")]
     data_path: DataPath,
+    /// Far-page compression: `lz4` (default), `zstd` or `off`.
+    #[arg(long, default_value = "lz4")]
+    compress: gleaner_pager::Compression,
+    /// Seal far pages with AES-256-GCM: `on` (default) or `off`.
+    #[arg(long, default_value = "on")]
+    encrypt: gleaner_pager::Encryption,
     /// How writes are tracked: `auto`, `async` (the kernel lets first writes through; eviction
     /// scans) or `sync` (a write-protect fault per first write).
     #[arg(long, default_value = "auto")]
@@ -286,6 +292,8 @@ fn micro(args: &MicroArgs) -> Result<MicroReport, String> {
     cfg.evict = args.evict;
     cfg.predict_writes = args.predict_writes;
     cfg.data_path = args.data_path;
+    cfg.compression = args.compress;
+    cfg.encryption = args.encrypt.clone();
     cfg.dirty_tracking = args.dirty_tracking;
     cfg.handler_spin = Duration::from_micros(args.handler_spin_us);
     cfg.pin_handlers = !args.unpinned_handlers;

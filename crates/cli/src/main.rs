@@ -37,7 +37,7 @@ enum Command {
     /// Exit status: the program's own; 128+N if it was killed by signal N; 127 if CMD was not
     /// found; 126 if it cannot be executed; 2 if gleaner could not set the run up; 86 if far
     /// memory failed during the run (e.g. the memnode died).
-    Run(run::RunArgs),
+    Run(Box<run::RunArgs>),
     /// Run a memory node (pages for far-memory clients), or query one with `memnode stats`.
     Memnode(gleaner_memnode::cli::MemnodeCommand),
     /// Benchmarks that report numbers beside their same-run floors.
@@ -54,7 +54,7 @@ fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     match cli.command {
-        Command::Run(args) => run::main(args),
+        Command::Run(args) => run::main(*args),
         Command::Memnode(cmd) => gleaner_memnode::cli::main(cmd),
         Command::Bench(cmd) => bench::main(cmd),
         Command::Trace(cmd) => gleaner_policy::cli::main(cmd),

@@ -68,6 +68,20 @@ pub struct RunArgs {
     /// a remote memnode).
     #[arg(long, value_name = "PATH", default_value = "auto")]
     data_path: gleaner_pager::DataPath,
+    /// How far pages are compressed before they leave the program: `lz4` (default: 1.2 us to
+    /// decompress a page on the fault path), `zstd` (smaller, about 4x slower to decompress) or
+    /// `off`. Pages of one repeated word are always kept as that word.
+    #[arg(long, value_name = "ALGO", default_value = "lz4")]
+    compress: gleaner_pager::Compression,
+    /// Seal far pages with AES-256-GCM, so a memnode can neither read them nor change, swap or
+    /// replay them unnoticed (the program then stops with exit 86): `on` (default, a fresh random
+    /// key per process that never leaves it) or `off` (to measure the cost).
+    #[arg(long, value_name = "on|off", default_value = "on")]
+    encrypt: gleaner_pager::Encryption,
+    /// Derive the page key from this file (64 hex digits, readable by its owner only, e.g.
+    /// `openssl rand -hex 32 > key && chmod 600 key`) instead of a random one.
+    #[arg(long, value_name = "FILE")]
+    key_file: Option<PathBuf>,
     /// How writes to resident pages are tracked: `auto` (asynchronous where the kernel offers
     /// it, Linux 6.8+, and the host has no swap), `async` (the kernel lets a page's first write
     /// through itself; eviction finds written pages by scanning) or `sync` (a write-protect
@@ -160,6 +174,19 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
         );
     }
     check_userfaultfd()?;
+    let key_file = match &args.key_file {
+        None => None,
+        Some(p) => {
+            let p = std::path::absolute(p)
+                .map_err(|e| SetupError::new(format!("--key-file {}: {e}", p.display())))?;
+            gleaner_pager::codec::read_key_file(&p).map_err(|e| SetupError::new(e.to_string()))?;
+            Some(p)
+        }
+    };
+    args.encrypt
+        .clone()
+        .with_key_file(key_file.clone())
+        .map_err(|e| SetupError::new(format!("--key-file: {e} (--encrypt off)")))?;
     let self_exe = std::env::current_exe()
         .map_err(|e| SetupError::new(format!("cannot find the gleaner executable: {e}")))?;
 
@@ -195,6 +222,17 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
         .env("GLEANER_ARENA_SIZE", budget.arena.to_string())
         .env("GLEANER_HANDLERS", args.handlers.to_string())
         .env("GLEANER_DATA_PATH", args.data_path.to_string())
+        .env("GLEANER_COMPRESS", args.compress.to_string())
+        .env(
+            "GLEANER_ENCRYPT",
+            if args.encrypt.is_on() { "on" } else { "off" },
+        )
+        .env(
+            "GLEANER_KEY_FILE",
+            key_file
+                .as_ref()
+                .map_or(String::new(), |p| p.display().to_string()),
+        )
         .env("GLEANER_DIRTY_TRACKING", args.dirty_tracking.to_string())
         .env("GLEANER_RECLAIM", args.reclaim.to_string())
         .env(
@@ -269,6 +307,8 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
         "evict": args.evict.to_string(),
         "predict_writes": args.predict_writes.to_string(),
         "data_path": args.data_path.to_string(),
+        "compress": args.compress.to_string(),
+        "encrypt": args.encrypt.is_on(),
         "dirty_tracking": args.dirty_tracking.to_string(),
     });
     if let Some(path) = &args.stats {
@@ -588,7 +628,7 @@ fn summary(report: &Value, wall: Duration) -> String {
         "gleaner run: {} {} in {:.2} s | local budget {} per process, {} process{} | faults: {} \
          zero-fill, {} remote (p50 {:.1} us, p99 {:.1} us; {} {predicted}), {} write-protect | \
          evicted: {} clean, {} dirty | reclaim {}: {} pages by reclaim threads ({:.2} s CPU), {} \
-         faults waited on direct reclaim | in {} / out {}",
+         faults waited on direct reclaim | in {} / out {}{}",
         report["command"][0].as_str().unwrap_or(""),
         report["outcome"].as_str().unwrap_or(""),
         wall.as_secs_f64(),
@@ -609,8 +649,50 @@ fn summary(report: &Value, wall: Duration) -> String {
         n(&t["reclaim"]["direct_waits"]),
         format_size(n(&t["bytes_in"])),
         format_size(n(&t["bytes_out"])),
+        codec_summary(report),
     )
 }
+
+/// What the page codec did, for the summary: the far memory the pages took and the codec's
+/// cost per page.
+fn codec_summary(report: &Value) -> String {
+    let t = &report["total"]["store"];
+    let c = &t["codec"];
+    let n = |v: &Value| v.as_u64().unwrap_or(0);
+    let per = |ns: &Value, count: &Value| match n(count) {
+        0 => 0.0,
+        k => n(ns) as f64 / k as f64 / 1000.0,
+    };
+    let encoded = n(&c["pages_encoded"]);
+    if encoded == 0 {
+        return String::new();
+    }
+    let ratio = (encoded * PAGE_BYTES) as f64 / n(&c["blob_bytes"]).max(1) as f64;
+    let held = if n(&t["peak_resident_bytes"]) > 0 {
+        format!(
+            ", far memory used at most {}",
+            format_size(n(&t["peak_resident_bytes"]))
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        " | codec: {} {ratio:.1}x{held}, {} ({:.2} us to decompress a page, {:.2} us to open \
+         it; {} authentication failures)",
+        report["compress"].as_str().unwrap_or("?"),
+        if report["encrypt"] == true {
+            "sealed with AES-256-GCM"
+        } else {
+            "not encrypted"
+        },
+        per(&c["decompress_ns_total"], &c["pages_decoded"]),
+        per(&c["open_ns_total"], &c["blobs_opened"]),
+        n(&c["auth_failures"]),
+    )
+}
+
+/// Bytes per page, as a u64.
+const PAGE_BYTES: u64 = gleaner_proto::PAGE_SIZE as u64;
 
 /// The running child's pid (0 when none), for the signal thread.
 static CHILD_PID: AtomicI32 = AtomicI32::new(0);

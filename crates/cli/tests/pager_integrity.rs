@@ -152,7 +152,18 @@ fn one_gib_at_ten_percent_over_embedded_unix_socket_memnode() {
     assert!(s.memnode.starts_with("unix:"));
     assert_eq!((s.store.data_path, s.dirty_tracking), ("shm", "async"));
     random_ops_then_verify_all(&region, 2, 60_000);
-    assert!(region.stats().store.slots_used > 0);
+    let store = region.stats().store;
+    assert!(store.pages_stored > 0);
+    // The default codec: compressed and sealed, nothing failed authentication.
+    assert_eq!(
+        (
+            store.codec.compression.as_str(),
+            store.codec.encryption.as_str()
+        ),
+        ("lz4", "aes-256-gcm")
+    );
+    assert!(store.codec.pages_decoded > 0 && store.codec.auth_failures == 0);
+    assert!(store.resident_bytes >= store.blob_bytes && store.blob_bytes > 0);
 }
 
 /// The same workload over the socket to a memnode on this host (no shared memory).

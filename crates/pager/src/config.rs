@@ -7,6 +7,7 @@ pub use gleaner_policy::evict::EvictKind;
 pub use gleaner_policy::prefetch::PrefetcherKind;
 pub use gleaner_policy::reclaim::ReclaimMode;
 
+pub use crate::codec::{Compression, Encryption};
 pub use crate::predict::WritePrediction;
 pub use crate::prefetch::PrefetchInstall;
 pub use crate::store::DataPath;
@@ -123,6 +124,11 @@ pub struct RegionConfig {
     /// How pages reach the memnode: shared memory for a memnode on this host, or the socket.
     /// Default `auto` (shared memory whenever the memnode is reached through a Unix socket).
     pub data_path: DataPath,
+    /// How far pages are compressed: `lz4` (default), `zstd` or `off`.
+    pub compression: Compression,
+    /// How far pages are sealed against the memnode: AES-256-GCM with a random per-region key
+    /// (default), with a key derived from a key file, or `off`.
+    pub encryption: Encryption,
     /// Pages per eviction batch. 0 (default): a sixteenth of the budget, between
     /// [`MIN_AUTO_EVICT_BATCH`] and [`DEFAULT_EVICT_BATCH`] pages (large batches measured fastest,
     /// but four of them must fit in the budget).
@@ -186,6 +192,8 @@ impl RegionConfig {
             pin_handlers: true,
             handler_spin: Duration::ZERO,
             data_path: DataPath::Auto,
+            compression: Compression::default(),
+            encryption: Encryption::default(),
             dirty_tracking: DirtyTracking::Auto,
             evict_batch: 0,
             allow_user_mode_only: false,

@@ -17,6 +17,7 @@
 #![deny(missing_docs)]
 
 mod budget;
+pub mod codec;
 mod config;
 mod embedded;
 mod engine;
@@ -40,8 +41,8 @@ mod thread;
 mod trace;
 
 pub use config::{
-    default_max_reclaim_threads, DataPath, DirtyTracking, EvictKind, MemnodeTarget,
-    PrefetchInstall, PrefetcherKind, ReclaimMode, RegionConfig, WritePrediction,
+    default_max_reclaim_threads, Compression, DataPath, DirtyTracking, Encryption, EvictKind,
+    MemnodeTarget, PrefetchInstall, PrefetcherKind, ReclaimMode, RegionConfig, WritePrediction,
     DEFAULT_EVICT_BATCH, DEFAULT_PREFETCH, MAX_AUTO_HANDLERS, MIN_AUTO_EVICT_BATCH,
     MIN_BUDGET_BATCHES,
 };

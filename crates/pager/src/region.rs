@@ -42,6 +42,9 @@ impl Region {
     /// (or starts) the memnode, and starts the handler and reclaim threads.
     pub fn new(cfg: RegionConfig) -> Result<Region, PagerError> {
         let (pages, budget) = cfg.validate()?;
+        // The key file is the likeliest thing to be wrong in the codec's settings: refuse it
+        // before anything starts.
+        let codec = crate::codec::Codec::new(cfg.compression, cfg.encryption.clone())?;
         // Open userfaultfd first: it is the likeliest thing to be refused, and the cheapest.
         let mut wanted = features::PAGEFAULT_FLAG_WP | features::THREAD_ID;
         let shm = match &cfg.memnode {
@@ -83,7 +86,7 @@ impl Region {
             ..ConnectOptions::default()
         };
         let capacity_endpoint = endpoint.clone();
-        let store = crate::store::open(endpoint, token, opts, cfg.data_path, pages)?;
+        let store = crate::store::open(endpoint, token, opts, cfg.data_path, pages, codec)?;
         if !cfg.sparse && store.capacity_pages() < (pages.saturating_sub(budget)) as u64 {
             log::warn!(
                 "memnode {} holds at most {} pages but this region may need {}; the program \

@@ -20,6 +20,9 @@
 //! | `GLEANER_EVICT_BATCH` | pages per eviction batch | a sixteenth of the budget, 16 to 128 |
 //! | `GLEANER_DIRTY_TRACKING` | `auto` (asynchronous where the kernel offers it and there is no swap), `async` or `sync` | `auto` |
 //! | `GLEANER_DATA_PATH` | `auto` (shared memory for a memnode on this host), `shm` or `socket` | `auto` |
+//! | `GLEANER_COMPRESS` | far-page compression: `lz4`, `zstd` or `off` | `lz4` |
+//! | `GLEANER_ENCRYPT` | seal far pages with AES-256-GCM: `on` or `off` | `on` |
+//! | `GLEANER_KEY_FILE` | derive the page key from this file (64 hex digits, mode 0600) | a random key |
 //! | `GLEANER_STATS` | write the region's stats JSON here at exit (`%p` is replaced by the pid) | — |
 //! | `GLEANER_RECLAIM` | who reclaims: `hermit`, `hermit:paper`, `static:N` or `direct` | `hermit` |
 //! | `GLEANER_MAX_RECLAIMERS` | the most reclaim threads `hermit` runs at once | half the CPUs, at least 1 |
@@ -51,8 +54,8 @@ use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::OnceLock;
 
 use gleaner_pager::{
-    DataPath, DirtyTracking, EvictKind, MemnodeTarget, PrefetchInstall, PrefetcherKind,
-    ReclaimMode, Region, RegionConfig, WritePrediction,
+    Compression, DataPath, DirtyTracking, Encryption, EvictKind, MemnodeTarget, PrefetchInstall,
+    PrefetcherKind, ReclaimMode, Region, RegionConfig, WritePrediction,
 };
 use gleaner_proto::units::{format_size, parse_size};
 
@@ -91,6 +94,8 @@ struct Config {
     handler_spin_us: u64,
     pin_handlers: bool,
     data_path: DataPath,
+    compression: Compression,
+    encryption: Encryption,
     dirty_tracking: DirtyTracking,
     evict_batch: Option<usize>,
     stats: Option<PathBuf>,
@@ -131,6 +136,11 @@ fn config_from_env() -> Result<Option<Config>, String> {
         handler_spin_us: parsed("GLEANER_HANDLER_SPIN_US")?.unwrap_or(0),
         pin_handlers: parsed::<u8>("GLEANER_PIN_HANDLERS")?.unwrap_or(1) != 0,
         data_path: parsed("GLEANER_DATA_PATH")?.unwrap_or_default(),
+        compression: parsed("GLEANER_COMPRESS")?.unwrap_or_default(),
+        encryption: parsed::<Encryption>("GLEANER_ENCRYPT")?
+            .unwrap_or_default()
+            .with_key_file(var("GLEANER_KEY_FILE").map(PathBuf::from))
+            .map_err(|e| format!("GLEANER_KEY_FILE: {e}"))?,
         dirty_tracking: parsed("GLEANER_DIRTY_TRACKING")?.unwrap_or_default(),
         evict_batch: parsed("GLEANER_EVICT_BATCH")?,
         stats: per_process_path("GLEANER_STATS"),
@@ -168,7 +178,7 @@ fn start() -> Result<(), String> {
     if std::env::var_os("GLEANER_PRINT_CONFIG").is_some() {
         eprintln!(
             "gleaner: local {} | memnode {} | token {} | arena {} | handlers {} (spin {} us) | \
-             data path {} | dirty tracking {} | stats {} | reclaim {} (at most {} threads) | stats trace {} | \
+             data path {} | compress {} | encrypt {} | dirty tracking {} | stats {} | reclaim {} (at most {} threads) | stats trace {} | \
              prefetch {} ({}) | evict {} | predict writes {} | fault trace {}",
             format_size(cfg.local),
             cfg.memnode.as_deref().unwrap_or("embedded"),
@@ -183,6 +193,8 @@ fn start() -> Result<(), String> {
             },
             cfg.handler_spin_us,
             cfg.data_path,
+            cfg.compression,
+            cfg.encryption.describe(),
             cfg.dirty_tracking,
             cfg.stats
                 .as_ref()
@@ -212,6 +224,8 @@ fn start() -> Result<(), String> {
     rc.handler_spin = std::time::Duration::from_micros(cfg.handler_spin_us);
     rc.pin_handlers = cfg.pin_handlers;
     rc.data_path = cfg.data_path;
+    rc.compression = cfg.compression;
+    rc.encryption = cfg.encryption.clone();
     rc.dirty_tracking = cfg.dirty_tracking;
     if let Some(n) = cfg.evict_batch {
         rc.evict_batch = n;

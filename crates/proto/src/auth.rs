@@ -115,12 +115,18 @@ pub fn write_token_file(path: &Path, token: &Token) -> io::Result<()> {
 ///
 /// Refuses a file that group or others may read, as ssh does for private keys.
 pub fn read_token_file(path: &Path) -> io::Result<Token> {
+    read_secret_file(path, "token")
+}
+
+/// Reads a 32-byte secret (a token, a page key) kept as 64 hex digits in a file only its owner
+/// may read; `what` names the secret in errors.
+pub fn read_secret_file(path: &Path, what: &str) -> io::Result<[u8; TOKEN_LEN]> {
     let meta = fs::metadata(path)?;
     if meta.permissions().mode() & 0o077 != 0 {
         return Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
             format!(
-                "token file {} is accessible by group or others (mode {:o}); run `chmod 600 {}`",
+                "{what} file {} is accessible by group or others (mode {:o}); run `chmod 600 {}`",
                 path.display(),
                 meta.permissions().mode() & 0o777,
                 path.display()
@@ -132,7 +138,7 @@ pub fn read_token_file(path: &Path) -> io::Result<Token> {
         io::Error::new(
             io::ErrorKind::InvalidData,
             format!(
-                "token file {} does not hold a token ({} hex digits expected)",
+                "{what} file {} does not hold a {what} ({} hex digits expected)",
                 path.display(),
                 TOKEN_LEN * 2
             ),

@@ -11,14 +11,18 @@
 //! [`StoreHandle`] per thread (reads and writes). Pages cross the traits as plain 4 KiB pages;
 //! what a store does with them on the far side is its own business.
 
+mod arena;
+mod blobs;
 pub(crate) mod shm;
 pub(crate) mod socket;
 
 use std::io;
+use std::sync::Arc;
 
 use gleaner_proto::{ConnectOptions, Endpoint, Token};
 use serde::Serialize;
 
+use crate::codec::{Codec, CodecStats};
 use crate::{PagerError, PAGE_SIZE};
 
 /// How a region reaches its memnode's pages.
@@ -85,10 +89,21 @@ pub struct StoreStats {
     pub slabs: u64,
     /// Pages of those slabs.
     pub slab_pages: u64,
-    /// Slots holding a page now (shm).
-    pub slots_used: u64,
+    /// Pages with a far copy (shm; same-filled pages are kept in the index, without a blob).
+    pub pages_stored: u64,
+    /// Bytes of slab memory holding blobs now: what the host spends on this region's far pages
+    /// (shm).
+    pub resident_bytes: u64,
+    /// The most `resident_bytes` ever was (shm).
+    pub peak_resident_bytes: u64,
+    /// `blob_bytes` when `resident_bytes` peaked (shm): the allocator's slack then.
+    pub blob_bytes_at_peak: u64,
+    /// Bytes of the blobs themselves (shm): `resident_bytes` less the allocator's slack.
+    pub blob_bytes: u64,
     /// Grant requests that found the memnode full (shm).
     pub grants_refused: u64,
+    /// What the page codec did.
+    pub codec: CodecStats,
 }
 
 /// The session-wide side of a store.
@@ -134,8 +149,8 @@ pub(crate) trait StoreHandle: Send {
     /// nothing was stored.
     fn commit(&mut self) -> Result<(), StoreError>;
     /// Whether the far copy of `page` (which the caller owns) is known to equal `data`: shared
-    /// memory compares with the page's slot; a socket cannot tell and says no.
-    fn matches(&self, page: u64, data: &[u8]) -> bool;
+    /// memory decodes the page's blob and compares; a socket cannot tell and says no.
+    fn matches(&mut self, page: u64, data: &[u8]) -> bool;
     /// Stores `pages`: reserve, stage and commit at once. All or nothing on
     /// [`StoreError::Full`].
     #[cfg(test)]
@@ -168,13 +183,15 @@ pub(crate) fn uses_shm(endpoint: &Endpoint, path: DataPath) -> bool {
 }
 
 /// Opens the session on `endpoint` and the store for it: shared memory or the socket, as
-/// `path` says. `region_pages` bounds the pages the session can ever hold.
+/// `path` says, its pages encoded by `codec`. `region_pages` bounds the pages the session can
+/// ever hold.
 pub(crate) fn open(
     endpoint: Endpoint,
     token: Token,
     opts: ConnectOptions,
     path: DataPath,
     region_pages: usize,
+    codec: Arc<Codec>,
 ) -> Result<Box<dyn PageStore>, PagerError> {
     let local = matches!(endpoint, Endpoint::Unix(_));
     let use_shm = match path {
@@ -190,9 +207,13 @@ pub(crate) fn open(
     };
     let session = socket::Session::open(endpoint, token, opts)?;
     if use_shm {
-        Ok(Box::new(shm::ShmStore::new(session, region_pages)?))
+        Ok(Box::new(shm::ShmStore::new(session, region_pages, codec)?))
     } else {
-        Ok(Box::new(socket::SocketStore::new(session)))
+        Ok(Box::new(socket::SocketStore::new(
+            session,
+            region_pages,
+            codec,
+        )))
     }
 }
 
@@ -212,6 +233,7 @@ mod tests {
     use gleaner_proto::{generate_token, ConnectOptions, Endpoint};
 
     use super::*;
+    use crate::codec::{Compression, Encryption};
 
     /// A memnode on its own thread, on a Unix socket or TCP loopback.
     struct Node {
@@ -237,7 +259,7 @@ mod tests {
             let token = generate_token();
             let server = Server::bind(ServerConfig::new(
                 listen.parse().unwrap(),
-                capacity_pages,
+                capacity_pages * PAGE_SIZE as u64,
                 token,
             ))
             .unwrap();
@@ -253,11 +275,28 @@ mod tests {
         }
 
         fn store(&self, path: DataPath, pages: usize) -> Result<Box<dyn PageStore>, PagerError> {
-            let opts = ConnectOptions {
-                reply_timeout: Duration::from_secs(10),
-                ..ConnectOptions::default()
-            };
-            open(self.endpoint.clone(), self.token, opts, path, pages)
+            let codec = Codec::new(Compression::Lz4, Encryption::On).unwrap();
+            open(
+                self.endpoint.clone(),
+                self.token,
+                opts(),
+                path,
+                pages,
+                codec,
+            )
+        }
+
+        fn shm(&self, pages: usize) -> shm::ShmStore {
+            let session = socket::Session::open(self.endpoint.clone(), self.token, opts()).unwrap();
+            let codec = Codec::new(Compression::Lz4, Encryption::On).unwrap();
+            shm::ShmStore::new(session, pages, codec).unwrap()
+        }
+    }
+
+    fn opts() -> ConnectOptions {
+        ConnectOptions {
+            reply_timeout: Duration::from_secs(10),
+            ..ConnectOptions::default()
         }
     }
 
@@ -312,49 +351,128 @@ mod tests {
                 page(ids[50]),
                 "an untouched page keeps its first version"
             );
+            let s = store.stats();
+            assert_eq!(s.codec.pages_encoded, 250);
+            assert!(s.codec.compression_ratio > 4.0, "{:?}", s.codec);
             if path == DataPath::Shm {
-                assert_eq!(store.stats().slots_used, 200, "rewrites reuse their slots");
+                assert_eq!(s.pages_stored, 200, "rewrites replace their pages' blobs");
+                assert!(s.blob_bytes < 200 * PAGE_SIZE as u64 / 4, "{s:?}");
+                assert!(s.resident_bytes >= s.blob_bytes);
             }
             store.close();
         }
     }
 
     #[test]
-    fn released_slots_are_reused_and_a_page_without_one_is_lost_not_zero() {
+    fn released_pages_give_their_memory_back_and_read_back_as_lost_not_zero() {
         let node = Node::start(true, 100_000);
         let store = node.store(DataPath::Shm, 10_000).unwrap();
         let ids: Vec<u64> = (0..100).collect();
         round_trip(&*store, &ids, 3);
+        let full = store.stats();
         store.release(&[(0, 40)]);
-        assert_eq!(store.stats().slots_used, 60);
+        let s = store.stats();
+        assert_eq!(s.pages_stored, 60);
+        assert!(s.blob_bytes < full.blob_bytes);
         let mut h = store.handle().unwrap();
         match read_copies(&mut *h, &[5]) {
-            Err(StoreError::Lost(why)) => assert!(why.contains("no slot"), "{why}"),
+            Err(StoreError::Lost(why)) => assert!(why.contains("no far copy"), "{why}"),
             other => panic!("a released page read back as {other:?}"),
         }
         round_trip(&*store, &(1000..1040).collect::<Vec<_>>(), 0);
         let s = store.stats();
-        assert_eq!(s.slots_used, 100);
-        assert_eq!(s.slabs, 1, "freed slots were reused before asking for more");
+        assert_eq!(s.pages_stored, 100);
+        assert_eq!(s.slabs, 1, "freed room was reused before asking for more");
+        store.release(&[(0, 2000)]);
+        let s = store.stats();
+        assert_eq!((s.pages_stored, s.blob_bytes, s.resident_bytes), (0, 0, 0));
+    }
+
+    fn noise(seed: u64) -> Vec<u8> {
+        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        (0..PAGE_SIZE)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect()
     }
 
     #[test]
-    fn a_full_memnode_refuses_the_whole_write() {
-        // Room for one small slab only.
-        let node = Node::start(true, 100);
-        let store = node.store(DataPath::Shm, 10_000).unwrap();
-        round_trip(&*store, &(0..100).collect::<Vec<_>>(), 0);
+    fn a_full_memnode_refuses_the_whole_write_and_recovers_once_room_is_freed() {
+        // 20 MiB: the first grant cannot be the usual 64 MiB.
+        let node = Node::start(true, 5 * 1024);
+        let store = node.store(DataPath::Shm, 100_000).unwrap();
         let mut h = store.handle().unwrap();
-        let mut filled = 0;
-        let r = h.write(&[500, 501], &mut |_, _| {
-            filled += 1;
+        let mut written = 0u64;
+        let refused = loop {
+            let ids: Vec<u64> = (written..written + 64).collect();
+            let r = h.write(&ids, &mut |i, dst| {
+                dst.copy_from_slice(&noise(ids[i]));
+                Ok(())
+            });
+            match r {
+                Ok(()) => written += 64,
+                Err(e) => break e,
+            }
+            assert!(written < 100_000, "the memnode never filled up");
+        };
+        assert!(matches!(refused, StoreError::Full(_)), "{refused:?}");
+        let s = store.stats();
+        assert_eq!(
+            s.pages_stored, written,
+            "nothing of the refused batch was stored"
+        );
+        assert!(s.grants_refused >= 1);
+        let got = read_copies(&mut *h, &[0, written - 1]).unwrap();
+        assert_eq!(
+            (got[0].clone(), got[1].clone()),
+            (noise(0), noise(written - 1))
+        );
+        // Free room, then the same write goes through.
+        store.release(&[(0, 512)]);
+        let ids: Vec<u64> = (written..written + 64).collect();
+        h.write(&ids, &mut |i, dst| {
+            dst.copy_from_slice(&noise(ids[i]));
             Ok(())
-        });
-        assert!(matches!(r, Err(StoreError::Full(_))), "{r:?}");
-        assert_eq!(filled, 0, "nothing is written when it cannot all fit");
-        assert_eq!(store.stats().grants_refused, 1);
-        // Pages already stored are rewritten in place without new room.
-        round_trip(&*store, &(0..100).collect::<Vec<_>>(), 9);
+        })
+        .unwrap();
+        assert_eq!(read_copies(&mut *h, &[written]).unwrap()[0], noise(written));
+    }
+
+    #[test]
+    fn a_memnode_that_changes_swaps_or_replays_a_blob_is_caught() {
+        let node = Node::start(true, 100_000);
+        let store = node.shm(1000);
+        let mut h = store.handle().unwrap();
+        let write = |h: &mut dyn StoreHandle, ids: &[u64], v: u64| {
+            h.write(ids, &mut |i, dst| {
+                dst.copy_from_slice(&page(ids[i] * 1000 + v));
+                Ok(())
+            })
+            .unwrap()
+        };
+        write(&mut *h, &[1, 2, 3], 0);
+        // A flipped bit in page 1's blob.
+        store.tamper_flip(1);
+        // Page 2 handed page 3's blob.
+        store.tamper_swap(2, 3);
+        // Page 3 handed back an older version of itself.
+        let old = store.tamper_save(3);
+        write(&mut *h, &[3], 1);
+        store.tamper_restore(3, old);
+        for p in [1, 2, 3] {
+            match read_copies(&mut *h, &[p]) {
+                Err(StoreError::Lost(why)) => {
+                    assert!(why.contains(&format!("page {p}")), "{why}");
+                    assert!(why.contains("never wrote"), "{why}");
+                }
+                other => panic!("tampered page {p} read back as {other:?}"),
+            }
+        }
+        assert_eq!(store.stats().codec.auth_failures, 3);
     }
 
     #[test]

@@ -1,18 +1,19 @@
 //! The shared-memory store: for a memnode on this host. The memnode grants the session slabs
 //! (sealed memfds passed over the Unix socket); this client maps them side by side into one
-//! reserved range, the *far arena*, and keeps its own index from page to slot. Fetching a page is
-//! then a `UFFDIO_COPY` straight out of the arena, and writing one back a copy into its slot: no
-//! request and no memnode wake-up on the data path. The socket carries only grants and the
-//! session's end.
+//! reserved range, the far arena ([`Arena`]), and keeps its own index of where each page's blob
+//! lives. Fetching a page is then a decode straight out of the arena, and writing one back an
+//! encode into a place the client allocates ([`Blobs`]): no request and no memnode wake-up on the
+//! data path. The socket carries only grants and the session's end.
 //!
-//! # Slots
+//! # Blobs
 //!
-//! Slot `s` is the 4 KiB at `arena + s * PAGE_SIZE`. A page keeps its slot from its first
-//! write-back until the program discards it, so a clean page is evicted with no copy at all and
-//! a dirty one is rewritten in place. Only the thread that owns a page (the page-state table's
-//! owned states: FETCHING, PREFETCHING, EVICTING, DISCARDING) reads or writes its slot or its
-//! index entry, so neither needs a lock; the state table's compare-and-swap orders them. Free
-//! slots and grants sit behind one mutex, taken once per write-back batch.
+//! Pages are stored as the codec's blobs (compressed, sealed: see `codec.rs`), packed by size
+//! class, so the memory the host spends on far pages follows their compressed size. A page made
+//! of one repeated word is not stored at all: its index entry keeps the word. Only the thread that
+//! owns a page (the page-state table's owned states: FETCHING, PREFETCHING, EVICTING,
+//! DISCARDING) reads or writes its index entry or its blob, so neither needs a lock; the state
+//! table's compare-and-swap orders them. The allocator and the grants sit behind one mutex,
+//! taken once per write-back batch.
 //!
 //! # Failure
 //!
@@ -20,17 +21,22 @@
 //! session ends. If the memnode dies, the slabs stay mapped here, so every page already written
 //! stays readable; the first write-back that needs a new grant then fails and the program stops
 //! with exit 86 naming the memnode. A full memnode refuses the grant: the batch is undone like a
-//! refused socket write.
+//! refused socket write. Whatever reads the slabs (the memnode, anyone it gives them to) sees only
+//! sealed blobs, and a blob changed behind the client's back fails authentication on its next
+//! fetch: exit 86, never wrong data.
 
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use gleaner_proto::ErrorCode;
 
+use super::arena::Arena;
+use super::blobs::{Blobs, Loc, MAX_CHUNK_PAGES};
 use super::socket::Session;
-use super::{PageStore, StoreError, StoreHandle, StoreStats};
+use super::{page_buf, PageBuf, PageStore, StoreError, StoreHandle, StoreStats};
+use crate::codec::{fill_word, same_filled, Codec, CodecCtx, MAX_BLOB_LEN};
 use crate::{PagerError, PAGE_SIZE};
 
 /// The first grant asks for this many pages (64 MiB); later ones for half of what the session
@@ -39,6 +45,22 @@ const FIRST_GRANT_PAGES: u64 = 16 * 1024;
 /// The largest grant asked for (1 GiB).
 const MAX_GRANT_PAGES: u64 = 256 * 1024;
 
+/// An index entry: 0 when the page has no far copy, [`SAME_FILLED`] when its far copy is one
+/// repeated word (kept in the page's `ver` entry), else `offset << 16 | len` of its blob.
+const SAME_FILLED: u64 = u64::MAX;
+
+fn pack(loc: Loc) -> u64 {
+    debug_assert!(loc.offset < 1 << 47 && loc.len > 0 && loc.len < 1 << 16);
+    loc.offset << 16 | u64::from(loc.len)
+}
+
+fn unpack(e: u64) -> Loc {
+    Loc {
+        offset: e >> 16,
+        len: (e & 0xffff) as u32,
+    }
+}
+
 /// The store.
 pub(crate) struct ShmStore {
     inner: Arc<Inner>,
@@ -46,52 +68,60 @@ pub(crate) struct ShmStore {
 
 struct Inner {
     session: Session,
-    /// The reserved range the slabs are mapped into, one slot per page of the region at most.
+    codec: Arc<Codec>,
+    /// The reserved range the slabs are mapped into.
     arena: Arena,
-    /// Per region page: its slot plus one, or 0 when it has none.
-    slot_of: Box<[AtomicU32]>,
-    slots: Mutex<Slots>,
+    /// Per region page: its index entry (see [`SAME_FILLED`]).
+    loc: Box<[AtomicU64]>,
+    /// Per region page: the version its blob was sealed with, or its repeated word.
+    ver: Box<[AtomicU64]>,
+    /// Pages with a far copy.
+    stored: AtomicU64,
+    space: Mutex<Space>,
     grants_refused: AtomicU64,
 }
 
-/// Free slots and the slabs behind them.
-struct Slots {
-    /// Slots given back by discards, reused first.
-    free: Vec<u32>,
-    /// Slots below this were handed out at least once.
-    next: u32,
-    /// Slots granted (mapped) so far.
-    granted: u32,
-    /// The slabs, in slot order: (first slot, pages, memfd).
-    slabs: Vec<(u32, u32, OwnedFd)>,
+/// The allocator and the slabs behind it.
+struct Space {
+    blobs: Blobs,
+    /// Pages granted (mapped) so far.
+    granted: u64,
+    /// The slabs, in arena order: (first page, pages, memfd).
+    slabs: Vec<(u64, u64, OwnedFd)>,
+}
+
+fn zeroed_atomics(n: usize) -> Box<[AtomicU64]> {
+    let v = Box::<[AtomicU64]>::new_zeroed_slice(n);
+    // SAFETY: an all-zero u64 is a valid AtomicU64 holding 0.
+    unsafe { v.assume_init() }
 }
 
 impl ShmStore {
-    /// A store over `session` for a region of `region_pages` pages.
-    pub(crate) fn new(session: Session, region_pages: usize) -> Result<ShmStore, PagerError> {
-        let slots = u32::try_from(region_pages).map_err(|_| {
-            PagerError::Config(format!(
-                "a region of {region_pages} pages is too large for the shared-memory store \
-                 (at most {} pages)",
-                u32::MAX
-            ))
+    /// A store over `session` for a region of `region_pages` pages, its pages encoded by
+    /// `codec`.
+    pub(crate) fn new(
+        session: Session,
+        region_pages: usize,
+        codec: Arc<Codec>,
+    ) -> Result<ShmStore, PagerError> {
+        // Blobs of incompressible pages are a little larger than a page and each chunk size
+        // keeps its own released pages: twice the region's size in address space (nothing is
+        // committed) is room enough.
+        let arena = Arena::reserve((region_pages * 2 + 2 * MAX_GRANT_PAGES as usize) * PAGE_SIZE)
+            .map_err(|source| PagerError::Os {
+            op: "reserving the far arena",
+            source,
         })?;
-        let arena =
-            Arena::reserve(slots as usize * PAGE_SIZE).map_err(|source| PagerError::Os {
-                op: "reserving the far arena",
-                source,
-            })?;
-        let slot_of = Box::<[AtomicU32]>::new_zeroed_slice(region_pages);
-        // SAFETY: an all-zero u32 is a valid AtomicU32 holding 0 ("no slot").
-        let slot_of = unsafe { slot_of.assume_init() };
         Ok(ShmStore {
             inner: Arc::new(Inner {
                 session,
+                codec,
                 arena,
-                slot_of,
-                slots: Mutex::new(Slots {
-                    free: Vec::new(),
-                    next: 0,
+                loc: zeroed_atomics(region_pages),
+                ver: zeroed_atomics(region_pages),
+                stored: AtomicU64::new(0),
+                space: Mutex::new(Space {
+                    blobs: Blobs::new(MAX_BLOB_LEN),
                     granted: 0,
                     slabs: Vec::new(),
                 }),
@@ -105,35 +135,36 @@ impl PageStore for ShmStore {
     fn handle(&self) -> Result<Box<dyn StoreHandle>, PagerError> {
         Ok(Box::new(ShmHandle {
             inner: self.inner.clone(),
+            ctx: self.inner.codec.ctx(),
             pending: Vec::new(),
-            spare: Vec::new(),
+            page: page_buf(),
+            staged: Vec::new(),
+            batch: Vec::new(),
+            placed: Vec::new(),
         }))
     }
 
     fn release(&self, ranges: &[(u64, u32)]) {
         let inner = &self.inner;
         let mut freed = Vec::new();
+        let mut dropped = 0;
         for &(first, count) in ranges {
             for page in first..first + u64::from(count) {
-                let Some(entry) = inner.slot_of.get(page as usize) else {
+                let Some(entry) = inner.loc.get(page as usize) else {
                     continue;
                 };
-                let s = entry.swap(0, Ordering::Relaxed);
-                if s != 0 {
-                    freed.push(s - 1);
+                match entry.swap(0, Ordering::Relaxed) {
+                    0 => continue,
+                    SAME_FILLED => {}
+                    e => freed.push(unpack(e)),
                 }
+                dropped += 1;
             }
         }
-        if freed.is_empty() {
-            return;
+        inner.stored.fetch_sub(dropped, Ordering::Relaxed);
+        if !freed.is_empty() {
+            inner.free(&freed);
         }
-        freed.sort_unstable();
-        let mut slots = inner.slots.lock().expect("slot lock");
-        // Give the memory back: punch the freed slots out of their slabs, one call per run.
-        for (start, len) in crate::evict::runs(freed.iter().map(|&s| s as usize)) {
-            punch(&slots.slabs, start as u32, len as u32);
-        }
-        slots.free.extend_from_slice(&freed);
     }
 
     fn close(&self) {
@@ -149,77 +180,82 @@ impl PageStore for ShmStore {
     }
 
     fn stats(&self) -> StoreStats {
-        let slots = self.inner.slots.lock().expect("slot lock");
+        let space = self.inner.space.lock().expect("space lock");
         StoreStats {
             data_path: "shm",
-            slabs: slots.slabs.len() as u64,
-            slab_pages: u64::from(slots.granted),
-            slots_used: u64::from(slots.next) - slots.free.len() as u64,
+            slabs: space.slabs.len() as u64,
+            slab_pages: space.granted,
+            pages_stored: self.inner.stored.load(Ordering::Relaxed),
+            resident_bytes: space.blobs.resident_pages() * PAGE_SIZE as u64,
+            peak_resident_bytes: space.blobs.peak_resident_pages() * PAGE_SIZE as u64,
+            blob_bytes_at_peak: space.blobs.blob_bytes_at_peak(),
+            blob_bytes: space.blobs.blob_bytes(),
             grants_refused: self.inner.grants_refused.load(Ordering::Relaxed),
-        }
-    }
-}
-
-/// Punches slots `start..start+len` (a run of consecutive slots) out of the slabs holding them.
-fn punch(slabs: &[(u32, u32, OwnedFd)], start: u32, len: u32) {
-    let end = start + len;
-    for (first, pages, fd) in slabs {
-        let (a, b) = (start.max(*first), end.min(first + pages));
-        if a >= b {
-            continue;
-        }
-        let r = rustix::fs::fallocate(
-            fd.as_fd(),
-            rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE,
-            u64::from(a - first) * PAGE_SIZE as u64,
-            u64::from(b - a) * PAGE_SIZE as u64,
-        );
-        if let Err(e) = r {
-            log::debug!("punching freed slots out of a slab: {e}");
+            codec: self.inner.codec.stats(),
         }
     }
 }
 
 impl Inner {
-    /// The slot of `page`, if it has one.
-    fn slot(&self, page: u64) -> Option<u32> {
-        match self.slot_of.get(page as usize)?.load(Ordering::Relaxed) {
-            0 => None,
-            s => Some(s - 1),
+    /// Gives blobs back, punching chunks left empty out of their slabs.
+    fn free(&self, locs: &[Loc]) {
+        let mut space = self.space.lock().expect("space lock");
+        let mut empty = Vec::new();
+        for &l in locs {
+            if let Some(run) = space.blobs.free(l) {
+                empty.push(run);
+            }
+        }
+        for (first, pages) in empty {
+            punch(&space.slabs, first, pages);
         }
     }
 
-    /// Takes `n` free slots into `out`, asking the memnode for more when none are left. On
-    /// failure nothing is taken.
-    fn take_slots(&self, n: usize, out: &mut Vec<u32>) -> Result<(), StoreError> {
-        let mut slots = self.slots.lock().expect("slot lock");
-        let start = out.len();
-        while out.len() - start < n {
-            if let Some(s) = slots.free.pop() {
-                out.push(s);
-            } else if slots.next < slots.granted {
-                out.push(slots.next);
-                slots.next += 1;
-            } else if let Err(e) = self.grant(&mut slots) {
-                slots.free.extend(out.drain(start..));
-                return Err(e);
-            }
+    /// Places blobs of `lens` bytes, asking the memnode for more memory as needed; all or
+    /// nothing.
+    fn place(
+        &self,
+        lens: impl Iterator<Item = usize>,
+        out: &mut Vec<Loc>,
+    ) -> Result<(), StoreError> {
+        out.clear();
+        let mut space = self.space.lock().expect("space lock");
+        for len in lens {
+            let l = loop {
+                match space.blobs.alloc(len) {
+                    Ok(l) => break l,
+                    Err(_) => {
+                        if let Err(e) = self.grant(&mut space) {
+                            let mut empty = Vec::new();
+                            for l in out.drain(..) {
+                                empty.extend(space.blobs.free(l));
+                            }
+                            for (first, pages) in empty {
+                                punch(&space.slabs, first, pages);
+                            }
+                            return Err(e);
+                        }
+                    }
+                }
+            };
+            out.push(l);
         }
         Ok(())
     }
 
     /// Asks the memnode for one more slab and maps it after the others.
-    fn grant(&self, slots: &mut Slots) -> Result<(), StoreError> {
-        let room = self.arena.len / PAGE_SIZE - slots.granted as usize;
-        if room == 0 {
-            // Cannot happen: a region never needs more slots than it has pages.
+    fn grant(&self, space: &mut Space) -> Result<(), StoreError> {
+        let room = self.arena.pages() - space.granted;
+        if room < MAX_CHUNK_PAGES {
             return Err(StoreError::Lost(
-                "the far arena is full although every page has at most one slot".into(),
+                "the far arena is out of address space (blobs fragmented beyond twice the \
+                 region's size)"
+                    .into(),
             ));
         }
-        let want = (u64::from(slots.granted) / 2)
+        let want = (space.granted / 2)
             .clamp(FIRST_GRANT_PAGES, MAX_GRANT_PAGES)
-            .min(room as u64);
+            .min(room);
         let reply = self
             .session
             .with_control(|conn| conn.grant(want))
@@ -237,31 +273,100 @@ impl Inner {
                 )))
             }
         };
-        let pages = u32::try_from(g.pages)
-            .ok()
-            .filter(|&p| p as usize <= room)
-            .ok_or_else(|| {
-                StoreError::Lost(format!(
-                    "the memnode granted {} pages where at most {room} fit",
-                    g.pages
-                ))
-            })?;
+        if g.pages == 0 || g.pages > room {
+            return Err(StoreError::Lost(format!(
+                "the memnode granted {} pages where 1 to {room} fit",
+                g.pages
+            )));
+        }
         self.arena
-            .map_slab(slots.granted as usize, pages as usize, &g.memfd)
+            .map_slab(space.granted, g.pages, &g.memfd)
             .map_err(|e| StoreError::Lost(format!("mapping a granted slab: {e}")))?;
-        slots.slabs.push((slots.granted, pages, g.memfd));
-        slots.granted += pages;
+        space.slabs.push((space.granted, g.pages, g.memfd));
+        space.granted += g.pages;
+        let granted = space.granted;
+        space.blobs.set_granted(granted);
         Ok(())
     }
 }
 
-/// One thread's access: no connection, only the shared index and arena.
+/// Punches arena pages `first..first+pages` out of the slabs holding them.
+fn punch(slabs: &[(u64, u64, OwnedFd)], first: u64, pages: u64) {
+    let end = first + pages;
+    for (start, len, fd) in slabs {
+        let (a, b) = (first.max(*start), end.min(start + len));
+        if a >= b {
+            continue;
+        }
+        let r = rustix::fs::fallocate(
+            fd.as_fd(),
+            rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE,
+            (a - start) * PAGE_SIZE as u64,
+            (b - a) * PAGE_SIZE as u64,
+        );
+        if let Err(e) = r {
+            log::debug!("punching a freed chunk out of a slab: {e}");
+        }
+    }
+}
+
+/// A page staged for write-back.
+enum Staged {
+    /// One repeated word: kept in the index, nothing stored.
+    Same(u64),
+    /// A blob at `start..start+len` of the handle's batch buffer, sealed with `version`.
+    Blob {
+        start: usize,
+        len: usize,
+        version: u64,
+    },
+}
+
+/// One thread's access: no connection, only the shared index and arena, and its codec.
 struct ShmHandle {
     inner: Arc<Inner>,
+    ctx: CodecCtx,
     /// The pages of the last request.
     pending: Vec<u64>,
-    /// Slots set aside by `reserve` for pages that have none yet.
-    spare: Vec<u32>,
+    /// Where a page is decoded into, or filled before encoding.
+    page: PageBuf,
+    /// The pages staged since the last commit, in order, with the blobs in `batch`.
+    staged: Vec<(u64, Staged)>,
+    batch: Vec<u8>,
+    /// Scratch: the places of a commit's blobs.
+    placed: Vec<Loc>,
+}
+
+impl ShmHandle {
+    /// Decodes the far copy of `page` (which the caller owns) into `self.page`.
+    fn decode(&mut self, page: u64) -> Result<(), StoreError> {
+        let inner = &*self.inner;
+        let entry = inner
+            .loc
+            .get(page as usize)
+            .map_or(0, |e| e.load(Ordering::Relaxed));
+        let ver = match entry {
+            0 => {
+                return Err(StoreError::Lost(format!(
+                    "page {page} has no far copy in the shared-memory store"
+                )))
+            }
+            _ => inner.ver[page as usize].load(Ordering::Relaxed),
+        };
+        if entry == SAME_FILLED {
+            fill_word(&mut self.page[..], ver);
+            return Ok(());
+        }
+        let l = unpack(entry);
+        // SAFETY: the blob lies in a mapped slab (the allocator places blobs only in granted
+        // pages). The caller owns the page, so no thread of this client writes the blob
+        // meanwhile; what the memnode might do to the bytes is what the codec's authentication
+        // is for.
+        let blob = unsafe { inner.arena.bytes(l.offset, l.len as usize) };
+        self.ctx
+            .decode(page, ver, blob, &mut self.page[..])
+            .map_err(|t| StoreError::Lost(t.to_string()))
+    }
 }
 
 impl StoreHandle for ShmHandle {
@@ -272,27 +377,18 @@ impl StoreHandle for ShmHandle {
     }
 
     fn receive(&mut self, f: &mut dyn FnMut(usize, &[u8])) -> Result<(), StoreError> {
-        for (i, &page) in self.pending.iter().enumerate() {
-            let slot = self.inner.slot(page).ok_or_else(|| {
-                StoreError::Lost(format!(
-                    "page {page} has no slot in the shared-memory store"
-                ))
-            })?;
-            // SAFETY: the slot lies in a mapped slab (slots are handed out only below
-            // `granted`). The caller owns the page, so no thread writes this slot meanwhile, and
-            // the memnode never maps slabs: the bytes are stable while the reference lives.
-            let data = unsafe { self.inner.arena.slot(slot) };
-            f(i, data);
+        let pending = std::mem::take(&mut self.pending);
+        for (i, &page) in pending.iter().enumerate() {
+            self.decode(page)?;
+            f(i, &self.page[..]);
         }
+        self.pending = pending;
         Ok(())
     }
 
-    fn reserve(&mut self, pages: &[u64]) -> Result<(), StoreError> {
-        let inner = &*self.inner;
-        let need = pages.iter().filter(|&&p| inner.slot(p).is_none()).count();
-        if need > self.spare.len() {
-            inner.take_slots(need - self.spare.len(), &mut self.spare)?;
-        }
+    fn reserve(&mut self, _pages: &[u64]) -> Result<(), StoreError> {
+        // Blob sizes are known only once the pages are encoded: room is found at commit, which
+        // undoes the whole batch when the memnode has none.
         Ok(())
     }
 
@@ -301,144 +397,133 @@ impl StoreHandle for ShmHandle {
         pages: &[u64],
         fill: &mut dyn FnMut(usize, &mut [u8]) -> io::Result<()>,
     ) -> Result<(), StoreError> {
-        let inner = &*self.inner;
         for (i, &page) in pages.iter().enumerate() {
-            let slot = match inner.slot(page) {
-                Some(s) => s,
-                None => {
-                    let s = self
-                        .spare
-                        .pop()
-                        .expect("stage() takes only pages reserve() set slots aside for");
-                    inner.slot_of[page as usize].store(s + 1, Ordering::Relaxed);
-                    s
-                }
-            };
-            // SAFETY: as in `receive`; the caller owns the page (it is being evicted), so this
-            // slot is written by this thread alone.
-            let dst = unsafe { inner.arena.slot_mut(slot) };
-            fill(i, dst).map_err(|e| {
+            fill(i, &mut self.page[..]).map_err(|e| {
                 StoreError::Lost(format!("reading page {page} for write-back failed: {e}"))
             })?;
+            let staged = match same_filled(&self.page[..]) {
+                Some(word) => {
+                    self.ctx.codec().note_same_filled();
+                    Staged::Same(word)
+                }
+                None => {
+                    let (blob, version) = self.ctx.encode(page, &self.page[..]);
+                    let start = self.batch.len();
+                    self.batch.extend_from_slice(blob);
+                    Staged::Blob {
+                        start,
+                        len: blob.len(),
+                        version,
+                    }
+                }
+            };
+            self.staged.push((page, staged));
         }
         Ok(())
     }
 
     fn commit(&mut self) -> Result<(), StoreError> {
-        // The slots were written in place: nothing left to make durable.
-        Ok(())
-    }
-
-    fn matches(&self, page: u64, data: &[u8]) -> bool {
-        match self.inner.slot(page) {
-            // SAFETY: as in `receive`: a slot of a page the caller owns.
-            Some(slot) => {
-                // SAFETY: as in `receive`: a slot of a page the caller owns.
-                let far = unsafe { self.inner.arena.slot(slot) };
-                far == data
+        let inner = &*self.inner;
+        let lens = self.staged.iter().filter_map(|(_, s)| match s {
+            Staged::Blob { len, .. } => Some(*len),
+            Staged::Same(_) => None,
+        });
+        let placed = inner.place(lens, &mut self.placed);
+        if let Err(e) = placed {
+            self.staged.clear();
+            self.batch.clear();
+            return Err(e);
+        }
+        let mut places = self.placed.iter();
+        let mut freed = Vec::new();
+        let mut added = 0;
+        for (page, s) in self.staged.drain(..) {
+            let (entry, ver) = match s {
+                Staged::Same(word) => (SAME_FILLED, word),
+                Staged::Blob {
+                    start,
+                    len,
+                    version,
+                } => {
+                    let l = *places.next().expect("one place per blob");
+                    // SAFETY: a place just allocated in a mapped slab, for this page only,
+                    // which this thread owns (it is being evicted).
+                    let dst = unsafe { inner.arena.bytes_mut(l.offset, len) };
+                    dst.copy_from_slice(&self.batch[start..start + len]);
+                    (pack(l), version)
+                }
+            };
+            inner.ver[page as usize].store(ver, Ordering::Relaxed);
+            match inner.loc[page as usize].swap(entry, Ordering::Relaxed) {
+                0 => added += 1,
+                SAME_FILLED => {}
+                old => freed.push(unpack(old)),
             }
-            None => false,
         }
-    }
-}
-
-impl Drop for ShmHandle {
-    fn drop(&mut self) {
-        if !self.spare.is_empty() {
-            let mut slots = self.inner.slots.lock().expect("slot lock");
-            slots.free.append(&mut self.spare);
+        self.batch.clear();
+        inner.stored.fetch_add(added, Ordering::Relaxed);
+        if !freed.is_empty() {
+            inner.free(&freed);
         }
-    }
-}
-
-/// The far arena: a `PROT_NONE` reservation that slabs are mapped into, side by side.
-struct Arena {
-    addr: usize,
-    len: usize,
-}
-
-impl Arena {
-    /// Reserves `len` bytes of address space (never touched until a slab is mapped there).
-    fn reserve(len: usize) -> io::Result<Arena> {
-        let len = len.max(PAGE_SIZE);
-        // SAFETY: a fresh private anonymous reservation with no address hint: the kernel picks
-        // a free range, so no existing mapping is affected.
-        let p = unsafe {
-            rustix::mm::mmap_anonymous(
-                std::ptr::null_mut(),
-                len,
-                rustix::mm::ProtFlags::empty(),
-                rustix::mm::MapFlags::PRIVATE | rustix::mm::MapFlags::NORESERVE,
-            )
-        }?;
-        let arena = Arena {
-            addr: p as usize,
-            len,
-        };
-        // A fork child has no use for it (its pager, if any, is its own).
-        // SAFETY: advice on the range this struct owns; DONTFORK changes no contents.
-        unsafe { rustix::mm::madvise(p, len, rustix::mm::Advice::LinuxDontFork) }?;
-        Ok(arena)
-    }
-
-    /// Maps `pages` pages of `memfd` at slot `first`, over the reservation.
-    fn map_slab(&self, first: usize, pages: usize, memfd: &OwnedFd) -> io::Result<()> {
-        assert!(
-            (first + pages) * PAGE_SIZE <= self.len,
-            "slab outside the arena"
-        );
-        let at = (self.addr + first * PAGE_SIZE) as *mut std::ffi::c_void;
-        // SAFETY: MAP_FIXED over a part of our own PROT_NONE reservation that no slab occupies
-        // yet (slabs are mapped once each, at increasing slots), so nothing live is replaced.
-        unsafe {
-            rustix::mm::mmap(
-                at,
-                pages * PAGE_SIZE,
-                rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
-                rustix::mm::MapFlags::SHARED | rustix::mm::MapFlags::FIXED,
-                memfd.as_fd(),
-                0,
-            )
-        }?;
-        // SAFETY: advice on the range just mapped; DONTFORK changes no contents.
-        unsafe { rustix::mm::madvise(at, pages * PAGE_SIZE, rustix::mm::Advice::LinuxDontFork) }?;
         Ok(())
     }
 
-    /// The bytes of slot `s`.
-    ///
-    /// # Safety
-    /// `s` must lie in a mapped slab, and nothing may write the slot while the slice lives.
-    unsafe fn slot(&self, s: u32) -> &[u8] {
-        // SAFETY: as the caller guarantees.
-        unsafe {
-            std::slice::from_raw_parts((self.addr + s as usize * PAGE_SIZE) as *const u8, PAGE_SIZE)
-        }
-    }
-
-    /// The bytes of slot `s`, to write.
-    ///
-    /// # Safety
-    /// `s` must lie in a mapped slab, and nothing else may read or write the slot while the
-    /// slice lives.
-    #[allow(clippy::mut_from_ref)]
-    unsafe fn slot_mut(&self, s: u32) -> &mut [u8] {
-        // SAFETY: as the caller guarantees.
-        unsafe {
-            std::slice::from_raw_parts_mut(
-                (self.addr + s as usize * PAGE_SIZE) as *mut u8,
-                PAGE_SIZE,
-            )
+    fn matches(&mut self, page: u64, data: &[u8]) -> bool {
+        let inner = &*self.inner;
+        match inner
+            .loc
+            .get(page as usize)
+            .map_or(0, |e| e.load(Ordering::Relaxed))
+        {
+            0 => false,
+            SAME_FILLED => {
+                same_filled(data) == Some(inner.ver[page as usize].load(Ordering::Relaxed))
+            }
+            // A far copy that cannot be decoded is not equal: the page is written back again.
+            _ => self.decode(page).is_ok() && self.page[..] == *data,
         }
     }
 }
 
-impl Drop for Arena {
-    fn drop(&mut self) {
-        // SAFETY: unmapping exactly the range reserved (and the slabs mapped inside it), once,
-        // after every handle (which holds the Arc owning this arena) is gone.
-        if let Err(e) = unsafe { rustix::mm::munmap(self.addr as *mut _, self.len) } {
-            log::warn!("unmapping the far arena: {e}");
-        }
+/// Ways to play a dishonest memnode in tests: each changes the slab memory the memnode shares.
+#[cfg(test)]
+impl ShmStore {
+    fn blob_of(&self, page: u64) -> Loc {
+        unpack(self.inner.loc[page as usize].load(Ordering::Relaxed))
+    }
+
+    /// Flips one bit in the middle of `page`'s blob.
+    pub(crate) fn tamper_flip(&self, page: u64) {
+        let l = self.blob_of(page);
+        // SAFETY: a live blob in a mapped slab; the test owns every page.
+        unsafe { self.inner.arena.bytes_mut(l.offset, l.len as usize)[l.len as usize / 2] ^= 4 };
+    }
+
+    /// Makes `page`'s blob a copy of `other`'s.
+    pub(crate) fn tamper_swap(&self, page: u64, other: u64) {
+        let (a, b) = (self.blob_of(page), self.blob_of(other));
+        let theirs = self.tamper_save(other);
+        assert_eq!(a.len, b.len, "pages of one length, for a swap in place");
+        // SAFETY: as above.
+        unsafe { self.inner.arena.bytes_mut(a.offset, a.len as usize) }.copy_from_slice(&theirs);
+    }
+
+    /// A copy of `page`'s blob as it is now.
+    pub(crate) fn tamper_save(&self, page: u64) -> Vec<u8> {
+        let l = self.blob_of(page);
+        // SAFETY: as above.
+        unsafe { self.inner.arena.bytes(l.offset, l.len as usize) }.to_vec()
+    }
+
+    /// Puts an older blob (of the same length) back where `page`'s blob is now.
+    pub(crate) fn tamper_restore(&self, page: u64, old: Vec<u8>) {
+        let l = self.blob_of(page);
+        assert_eq!(
+            l.len as usize,
+            old.len(),
+            "versions of one length, for a replay in place"
+        );
+        // SAFETY: as above.
+        unsafe { self.inner.arena.bytes_mut(l.offset, l.len as usize) }.copy_from_slice(&old);
     }
 }

@@ -1,18 +1,21 @@
 //! The socket store: pages travel in batched `Read` and `Write` requests to the memnode, which
 //! keeps the index. Works with any memnode, over TCP or a Unix socket. Each thread that uses the
 //! store has its own connection attached to the session, so demand fetches never queue behind
-//! write-backs.
+//! write-backs. Pages travel as the codec's blobs (compressed, sealed); the client keeps only
+//! each page's version, to open its blob with.
 
 use std::io;
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use gleaner_proto::{
     ClientError, ConnectOptions, Connection, Endpoint, ErrorCode, PageBatch, PendingRead,
     SessionKey, Token,
 };
 
-use super::{PageStore, StoreError, StoreHandle, StoreStats};
+use super::{page_buf, PageBuf, PageStore, StoreError, StoreHandle, StoreStats};
+use crate::codec::{Codec, CodecCtx};
 use crate::PagerError;
 
 /// A memnode session: the address and credentials to attach more connections, and the first
@@ -40,7 +43,7 @@ impl Session {
             token,
             opts,
             id: (info.session_id, info.session_key),
-            capacity_pages: info.capacity_pages,
+            capacity_pages: info.capacity_bytes / gleaner_proto::PAGE_SIZE as u64,
             control: Mutex::new(Some(first)),
         })
     }
@@ -102,12 +105,22 @@ pub(crate) fn store_error(e: ClientError) -> StoreError {
 /// The store over the socket.
 pub(crate) struct SocketStore {
     session: Session,
+    codec: Arc<Codec>,
+    /// Per region page: the version of its blob on the memnode.
+    versions: Arc<[AtomicU64]>,
 }
 
 impl SocketStore {
-    /// The store of `session`.
-    pub(crate) fn new(session: Session) -> SocketStore {
-        SocketStore { session }
+    /// The store of `session`, for a region of `region_pages` pages encoded by `codec`.
+    pub(crate) fn new(session: Session, region_pages: usize, codec: Arc<Codec>) -> SocketStore {
+        let versions = Arc::<[AtomicU64]>::new_zeroed_slice(region_pages);
+        // SAFETY: an all-zero u64 is a valid AtomicU64 holding 0.
+        let versions = unsafe { versions.assume_init() };
+        SocketStore {
+            session,
+            codec,
+            versions,
+        }
     }
 }
 
@@ -116,6 +129,10 @@ impl PageStore for SocketStore {
         Ok(Box::new(SocketHandle {
             conn: self.session.attach()?,
             pending: None,
+            ctx: self.codec.ctx(),
+            versions: self.versions.clone(),
+            staged: Vec::new(),
+            page: page_buf(),
         }))
     }
 
@@ -144,6 +161,7 @@ impl PageStore for SocketStore {
     fn stats(&self) -> StoreStats {
         StoreStats {
             data_path: "socket",
+            codec: self.codec.stats(),
             ..StoreStats::default()
         }
     }
@@ -154,6 +172,12 @@ struct SocketHandle {
     conn: Connection,
     /// The read sent by `request`, with its ids.
     pending: Option<(PendingRead, Vec<u64>)>,
+    ctx: CodecCtx,
+    versions: Arc<[AtomicU64]>,
+    /// The pages of the batch being built and their blobs' versions, published at commit.
+    staged: Vec<(u64, u64)>,
+    /// Where a page is decoded into, or filled before encoding.
+    page: PageBuf,
 }
 
 impl StoreHandle for SocketHandle {
@@ -167,8 +191,15 @@ impl StoreHandle for SocketHandle {
     fn receive(&mut self, f: &mut dyn FnMut(usize, &[u8])) -> Result<(), StoreError> {
         let (p, ids) = self.pending.take().expect("receive without a request");
         let batch = self.conn.finish_read(p, &ids).map_err(store_error)?;
-        for (i, (_, data)) in batch.iter().enumerate() {
-            f(i, data);
+        for (i, (page, blob)) in batch.iter().enumerate() {
+            let version = self
+                .versions
+                .get(page as usize)
+                .map_or(0, |v| v.load(Ordering::Relaxed));
+            self.ctx
+                .decode(page, version, blob, &mut self.page[..])
+                .map_err(|t| StoreError::Lost(t.to_string()))?;
+            f(i, &self.page[..]);
         }
         Ok(())
     }
@@ -184,20 +215,32 @@ impl StoreHandle for SocketHandle {
     ) -> Result<(), StoreError> {
         let buf = self.conn.write_buffer();
         PageBatch::begin(buf);
+        self.staged.clear();
         for (i, &page) in pages.iter().enumerate() {
-            let slot = PageBatch::push_slot(buf, page);
-            fill(i, slot).map_err(|e| {
+            fill(i, &mut self.page[..]).map_err(|e| {
                 StoreError::Lost(format!("reading page {page} for write-back failed: {e}"))
             })?;
+            let (blob, version) = self.ctx.encode(page, &self.page[..]);
+            PageBatch::push(buf, page, blob);
+            self.staged.push((page, version));
         }
         Ok(())
     }
 
     fn commit(&mut self) -> Result<(), StoreError> {
-        self.conn.write_built_batch().map_err(store_error)
+        self.conn.write_built_batch().map_err(store_error)?;
+        // Stored: the memnode now holds these versions (a refused batch stored nothing, and
+        // its pages stay local until written back again).
+        for &(page, version) in &self.staged {
+            if let Some(v) = self.versions.get(page as usize) {
+                v.store(version, Ordering::Relaxed);
+            }
+        }
+        self.staged.clear();
+        Ok(())
     }
 
-    fn matches(&self, _page: u64, _data: &[u8]) -> bool {
+    fn matches(&mut self, _page: u64, _data: &[u8]) -> bool {
         false
     }
 }

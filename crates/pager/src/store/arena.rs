@@ -1,0 +1,98 @@
+//! The far arena: a `PROT_NONE` reservation of address space into which the shared-memory
+//! store maps the slabs its memnode grants, side by side, so that a blob's place is one byte
+//! offset from the arena's start. All of the store's unsafe memory access is here.
+
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+
+use crate::PAGE_SIZE;
+
+/// The reservation and the slabs mapped into it.
+pub(crate) struct Arena {
+    addr: usize,
+    len: usize,
+}
+
+impl Arena {
+    /// Reserves `len` bytes of address space (never touched until a slab is mapped there).
+    pub(crate) fn reserve(len: usize) -> io::Result<Arena> {
+        let len = len.max(PAGE_SIZE).next_multiple_of(PAGE_SIZE);
+        // SAFETY: a fresh private anonymous reservation with no address hint: the kernel picks
+        // a free range, so no existing mapping is affected.
+        let p = unsafe {
+            rustix::mm::mmap_anonymous(
+                std::ptr::null_mut(),
+                len,
+                rustix::mm::ProtFlags::empty(),
+                rustix::mm::MapFlags::PRIVATE | rustix::mm::MapFlags::NORESERVE,
+            )
+        }?;
+        let arena = Arena {
+            addr: p as usize,
+            len,
+        };
+        // A fork child has no use for it (its pager, if any, is its own).
+        // SAFETY: advice on the range this struct owns; DONTFORK changes no contents.
+        unsafe { rustix::mm::madvise(p, len, rustix::mm::Advice::LinuxDontFork) }?;
+        Ok(arena)
+    }
+
+    /// Pages the reservation spans.
+    pub(crate) fn pages(&self) -> u64 {
+        (self.len / PAGE_SIZE) as u64
+    }
+
+    /// Maps `pages` pages of `memfd` at page `first` of the arena, over the reservation.
+    pub(crate) fn map_slab(&self, first: u64, pages: u64, memfd: &OwnedFd) -> io::Result<()> {
+        assert!(first + pages <= self.pages(), "slab outside the arena");
+        let at = (self.addr + first as usize * PAGE_SIZE) as *mut std::ffi::c_void;
+        let len = pages as usize * PAGE_SIZE;
+        // SAFETY: MAP_FIXED over a part of our own PROT_NONE reservation that no slab occupies
+        // yet (slabs are mapped once each, at increasing pages), so nothing live is replaced.
+        unsafe {
+            rustix::mm::mmap(
+                at,
+                len,
+                rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
+                rustix::mm::MapFlags::SHARED | rustix::mm::MapFlags::FIXED,
+                memfd.as_fd(),
+                0,
+            )
+        }?;
+        // SAFETY: advice on the range just mapped; DONTFORK changes no contents.
+        unsafe { rustix::mm::madvise(at, len, rustix::mm::Advice::LinuxDontFork) }?;
+        Ok(())
+    }
+
+    /// The `len` bytes at `offset`.
+    ///
+    /// # Safety
+    /// The range must lie in mapped slabs, and nothing may write it while the slice lives.
+    pub(crate) unsafe fn bytes(&self, offset: u64, len: usize) -> &[u8] {
+        debug_assert!(offset as usize + len <= self.len);
+        // SAFETY: as the caller guarantees.
+        unsafe { std::slice::from_raw_parts((self.addr + offset as usize) as *const u8, len) }
+    }
+
+    /// The `len` bytes at `offset`, to write.
+    ///
+    /// # Safety
+    /// The range must lie in mapped slabs, and nothing else may read or write it while the
+    /// slice lives.
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn bytes_mut(&self, offset: u64, len: usize) -> &mut [u8] {
+        debug_assert!(offset as usize + len <= self.len);
+        // SAFETY: as the caller guarantees.
+        unsafe { std::slice::from_raw_parts_mut((self.addr + offset as usize) as *mut u8, len) }
+    }
+}
+
+impl Drop for Arena {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly the range reserved (and the slabs mapped inside it), once,
+        // after every handle (which holds the Arc owning this arena) is gone.
+        if let Err(e) = unsafe { rustix::mm::munmap(self.addr as *mut _, self.len) } {
+            log::warn!("unmapping the far arena: {e}");
+        }
+    }
+}

@@ -1,0 +1,422 @@
+//! Where blobs go in the shared-memory store's far arena: a size-class allocator over byte
+//! offsets, in the manner of Linux's zsmalloc (which backs zram).
+//!
+//! Blobs are rounded up to a multiple of [`GRANULE`] bytes; each size *class* carves *chunks*
+//! of 1 to 32 pages into equal objects. Objects may straddle page boundaries (the arena is one
+//! contiguous range), so a class wastes only its chunk's tail: the chunk size is the smallest
+//! that wastes at most 1/32 of it. A chunk's pages cost memory only once an object on them is
+//! handed out (shared memory is allocated on first touch), so a fresh chunk is filled from its
+//! start. A new blob goes to the fullest chunk of its class that has room (zsmalloc's fullness
+//! groups), so that emptier chunks drain; a chunk whose last object is freed is handed back whole
+//! (the caller punches its pages out of the slab, giving the memory back to the host) and its
+//! pages are reused by the next chunk of the same size.
+//!
+//! What it does not do: compaction. Partly used chunks of a class stay as they are until their
+//! objects are freed; the stats report how much of the touched memory blobs fill.
+//!
+//! This module only does arithmetic: it never touches the arena.
+
+use crate::PAGE_SIZE;
+
+/// Blob sizes are rounded up to this.
+pub(crate) const GRANULE: usize = 32;
+/// Chunk sizes, in pages, a class may use.
+const CHUNK_PAGES: [u32; 6] = [1, 2, 4, 8, 16, 32];
+/// The most pages one chunk spans.
+pub(crate) const MAX_CHUNK_PAGES: u64 = 32;
+
+/// A blob's place: byte offset in the arena and length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Loc {
+    /// Byte offset from the arena's start.
+    pub offset: u64,
+    /// The blob's length in bytes.
+    pub len: u32,
+}
+
+struct Class {
+    /// Object size (a multiple of GRANULE).
+    size: u32,
+    /// Index into CHUNK_PAGES of this class's chunk size.
+    chunk_kind: usize,
+    /// Objects per chunk.
+    per_chunk: u32,
+    /// Chunks of this class with a free object, by fullness (group g holds chunks at least
+    /// g/GROUPS full).
+    groups: [Vec<u32>; GROUPS],
+}
+
+/// Fullness groups per class.
+const GROUPS: usize = 4;
+/// A chunk in no group (it is full).
+const NO_GROUP: u8 = u8::MAX;
+
+struct Chunk {
+    class: u16,
+    first_page: u64,
+    live: u32,
+    /// Objects below this were handed out at least once.
+    fresh: u32,
+    /// Objects given back, reused first.
+    free: Vec<u32>,
+    /// Its fullness group ([`NO_GROUP`] when full) and its place there.
+    group: u8,
+    at: u32,
+}
+
+/// The allocator.
+pub(crate) struct Blobs {
+    classes: Vec<Class>,
+    chunks: Vec<Chunk>,
+    free_chunk_ids: Vec<u32>,
+    /// Per chunk size: first pages of released chunks, reusable by a chunk of that size.
+    free_runs: [Vec<u64>; CHUNK_PAGES.len()],
+    /// Per arena page below `next_page`: the chunk that holds it (u32::MAX: none).
+    chunk_of_page: Vec<u32>,
+    /// Pages below this were carved into chunks at least once.
+    next_page: u64,
+    /// Pages the arena has (granted by the memnode).
+    granted_pages: u64,
+    /// Pages of live chunks that objects have reached, now and at most.
+    resident_pages: u64,
+    peak_resident_pages: u64,
+    /// Bytes of live blobs when the peak was reached.
+    blob_bytes_at_peak: u64,
+    /// Live blobs and their bytes.
+    blobs: u64,
+    blob_bytes: u64,
+}
+
+/// A blob size the allocator cannot place.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct NoRoom {
+    /// Pages the arena would need beyond what it has.
+    pub more_pages: u64,
+}
+
+impl Blobs {
+    /// An allocator for blobs of up to `max_len` bytes over an arena that has no pages yet.
+    pub(crate) fn new(max_len: usize) -> Blobs {
+        let n = max_len.div_ceil(GRANULE);
+        let classes = (1..=n)
+            .map(|g| {
+                let size = (g * GRANULE) as u32;
+                let chunk_kind = best_chunk(size);
+                Class {
+                    size,
+                    chunk_kind,
+                    per_chunk: CHUNK_PAGES[chunk_kind] * PAGE_SIZE as u32 / size,
+                    groups: Default::default(),
+                }
+            })
+            .collect();
+        Blobs {
+            classes,
+            chunks: Vec::new(),
+            free_chunk_ids: Vec::new(),
+            free_runs: Default::default(),
+            chunk_of_page: Vec::new(),
+            next_page: 0,
+            granted_pages: 0,
+            resident_pages: 0,
+            peak_resident_pages: 0,
+            blob_bytes_at_peak: 0,
+            blobs: 0,
+            blob_bytes: 0,
+        }
+    }
+
+    /// The arena grew to `pages` pages.
+    pub(crate) fn set_granted(&mut self, pages: u64) {
+        debug_assert!(pages >= self.granted_pages);
+        self.granted_pages = pages;
+    }
+
+    /// Places a blob of `len` bytes. Fails, changing nothing, when a new chunk is needed and the
+    /// arena has no room for it.
+    pub(crate) fn alloc(&mut self, len: usize) -> Result<Loc, NoRoom> {
+        assert!(len > 0, "empty blob");
+        let c = len.div_ceil(GRANULE) - 1;
+        assert!(c < self.classes.len(), "blob of {len} bytes is too large");
+        let fullest = self.classes[c]
+            .groups
+            .iter()
+            .rev()
+            .find_map(|g| g.last().copied());
+        let chunk_id = match fullest {
+            Some(id) => id,
+            None => self.new_chunk(c)?,
+        };
+        let size = u64::from(self.classes[c].size);
+        let chunk = &mut self.chunks[chunk_id as usize];
+        let obj = match chunk.free.pop() {
+            Some(o) => o,
+            None => {
+                // A fresh object: the pages it reaches start to cost memory.
+                let before = (u64::from(chunk.fresh) * size).div_ceil(PAGE_SIZE as u64);
+                chunk.fresh += 1;
+                let after = (u64::from(chunk.fresh) * size).div_ceil(PAGE_SIZE as u64);
+                self.resident_pages += after - before;
+                if self.resident_pages > self.peak_resident_pages {
+                    self.peak_resident_pages = self.resident_pages;
+                    self.blob_bytes_at_peak = self.blob_bytes + len as u64;
+                }
+                chunk.fresh - 1
+            }
+        };
+        chunk.live += 1;
+        let first_page = chunk.first_page;
+        self.regroup(chunk_id);
+        self.blobs += 1;
+        self.blob_bytes += len as u64;
+        Ok(Loc {
+            offset: first_page * PAGE_SIZE as u64 + u64::from(obj) * size,
+            len: len as u32,
+        })
+    }
+
+    /// Moves a chunk to the fullness group its live count calls for.
+    fn regroup(&mut self, id: u32) {
+        let chunk = &self.chunks[id as usize];
+        let class = &mut self.classes[chunk.class as usize];
+        let want = if chunk.live == class.per_chunk || chunk.live == 0 {
+            NO_GROUP
+        } else {
+            (chunk.live as usize * GROUPS / class.per_chunk as usize) as u8
+        };
+        let (old, at) = (chunk.group, chunk.at);
+        if want == old {
+            return;
+        }
+        if old != NO_GROUP {
+            let g = &mut class.groups[old as usize];
+            g.swap_remove(at as usize);
+            if let Some(&moved) = g.get(at as usize) {
+                self.chunks[moved as usize].at = at;
+            }
+        }
+        let mut at = 0;
+        if want != NO_GROUP {
+            let g = &mut class.groups[want as usize];
+            at = g.len() as u32;
+            g.push(id);
+        }
+        let chunk = &mut self.chunks[id as usize];
+        chunk.group = want;
+        chunk.at = at;
+    }
+
+    /// Gives `loc` back. Returns the pages `(first, count)` of a chunk left empty, which the
+    /// caller should punch out of the arena's memory.
+    pub(crate) fn free(&mut self, loc: Loc) -> Option<(u64, u64)> {
+        let page = loc.offset / PAGE_SIZE as u64;
+        let chunk_id = self.chunk_of_page[page as usize];
+        assert_ne!(chunk_id, u32::MAX, "freeing a blob outside any chunk");
+        let chunk = &mut self.chunks[chunk_id as usize];
+        let class = &mut self.classes[chunk.class as usize];
+        let obj = (loc.offset - chunk.first_page * PAGE_SIZE as u64) / u64::from(class.size);
+        debug_assert!(
+            loc.len.div_ceil(GRANULE as u32) * GRANULE as u32 == class.size,
+            "a blob freed with a length of another class"
+        );
+        chunk.free.push(obj as u32);
+        chunk.live -= 1;
+        let (live, kind, first) = (chunk.live, class.chunk_kind, chunk.first_page);
+        let touched = (u64::from(chunk.fresh) * u64::from(class.size)).div_ceil(PAGE_SIZE as u64);
+        self.blobs -= 1;
+        self.blob_bytes -= u64::from(loc.len);
+        self.regroup(chunk_id);
+        if live > 0 {
+            return None;
+        }
+        // Hand the whole chunk back.
+        let pages = u64::from(CHUNK_PAGES[kind]);
+        self.free_runs[kind].push(first);
+        for p in first..first + pages {
+            self.chunk_of_page[p as usize] = u32::MAX;
+        }
+        self.chunks[chunk_id as usize].free = Vec::new();
+        self.free_chunk_ids.push(chunk_id);
+        self.resident_pages -= touched;
+        Some((first, touched))
+    }
+
+    fn new_chunk(&mut self, c: usize) -> Result<u32, NoRoom> {
+        let kind = self.classes[c].chunk_kind;
+        let pages = u64::from(CHUNK_PAGES[kind]);
+        let first = match self.free_runs[kind].pop() {
+            Some(p) => p,
+            None => {
+                if self.next_page + pages > self.granted_pages {
+                    return Err(NoRoom {
+                        more_pages: self.next_page + pages - self.granted_pages,
+                    });
+                }
+                self.next_page += pages;
+                self.chunk_of_page.resize(self.next_page as usize, u32::MAX);
+                self.next_page - pages
+            }
+        };
+        let chunk = Chunk {
+            class: c as u16,
+            first_page: first,
+            live: 0,
+            fresh: 0,
+            free: Vec::new(),
+            group: NO_GROUP,
+            at: 0,
+        };
+        let id = match self.free_chunk_ids.pop() {
+            Some(id) => {
+                self.chunks[id as usize] = chunk;
+                id
+            }
+            None => {
+                self.chunks.push(chunk);
+                (self.chunks.len() - 1) as u32
+            }
+        };
+        for p in first..first + pages {
+            self.chunk_of_page[p as usize] = id;
+        }
+        // Listed in the lowest group until its first object is handed out.
+        let g = &mut self.classes[c].groups[0];
+        self.chunks[id as usize].group = 0;
+        self.chunks[id as usize].at = g.len() as u32;
+        g.push(id);
+        Ok(id)
+    }
+
+    /// Pages of live chunks that objects have reached (the arena memory in use).
+    pub(crate) fn resident_pages(&self) -> u64 {
+        self.resident_pages
+    }
+
+    /// The most pages live chunks ever held at once.
+    pub(crate) fn peak_resident_pages(&self) -> u64 {
+        self.peak_resident_pages
+    }
+
+    /// Bytes of live blobs when the resident peak was reached.
+    pub(crate) fn blob_bytes_at_peak(&self) -> u64 {
+        self.blob_bytes_at_peak
+    }
+
+    /// Live blobs.
+    #[cfg(test)]
+    pub(crate) fn blobs(&self) -> u64 {
+        self.blobs
+    }
+
+    /// Bytes of live blobs.
+    pub(crate) fn blob_bytes(&self) -> u64 {
+        self.blob_bytes
+    }
+}
+
+/// The chunk size (an index into CHUNK_PAGES) for objects of `size` bytes: the smallest that
+/// wastes at most 1/32 of the chunk, else the one that wastes least.
+fn best_chunk(size: u32) -> usize {
+    let waste = |k: usize| {
+        let bytes = CHUNK_PAGES[k] * PAGE_SIZE as u32;
+        f64::from(bytes % size) / f64::from(bytes)
+    };
+    (0..CHUNK_PAGES.len())
+        .find(|&k| waste(k) <= 1.0 / 32.0)
+        .unwrap_or_else(|| {
+            (0..CHUNK_PAGES.len())
+                .min_by(|&a, &b| waste(a).total_cmp(&waste(b)))
+                .expect("chunk sizes")
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MAX: usize = 4113;
+
+    #[test]
+    fn every_class_wastes_little_and_fits_its_largest_blob() {
+        let b = Blobs::new(MAX);
+        for c in &b.classes {
+            let bytes = CHUNK_PAGES[c.chunk_kind] * PAGE_SIZE as u32;
+            assert!(c.per_chunk >= 1 && c.per_chunk * c.size <= bytes);
+            let waste = f64::from(bytes - c.per_chunk * c.size) / f64::from(bytes);
+            assert!(waste < 0.06, "class {} wastes {waste:.3}", c.size);
+        }
+        assert!(b.classes.last().unwrap().size as usize >= MAX);
+    }
+
+    #[test]
+    fn blobs_never_overlap_and_emptied_chunks_come_back() {
+        let mut b = Blobs::new(MAX);
+        b.set_granted(100_000);
+        let mut x = 12345u64;
+        let mut live: Vec<Loc> = Vec::new();
+        for round in 0..20_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            if live.len() > 2000 || (round % 3 == 0 && !live.is_empty()) {
+                let i = (x as usize / 7) % live.len();
+                b.free(live.swap_remove(i));
+            } else {
+                let len = 1 + (x as usize % MAX);
+                live.push(b.alloc(len).unwrap());
+            }
+        }
+        let mut spans: Vec<(u64, u64)> = live
+            .iter()
+            .map(|l| (l.offset, l.offset + u64::from(l.len)))
+            .collect();
+        spans.sort_unstable();
+        for w in spans.windows(2) {
+            assert!(w[0].1 <= w[1].0, "overlap {w:?}");
+        }
+        assert_eq!(b.blobs(), live.len() as u64);
+        assert_eq!(
+            b.blob_bytes(),
+            live.iter().map(|l| u64::from(l.len)).sum::<u64>()
+        );
+        let resident = b.resident_pages();
+        let mut punched = 0;
+        for l in live.drain(..) {
+            if let Some((_, n)) = b.free(l) {
+                punched += n;
+            }
+        }
+        assert_eq!(punched, resident, "every chunk is handed back once empty");
+        assert_eq!(b.resident_pages(), 0);
+    }
+
+    #[test]
+    fn small_blobs_pack_densely() {
+        let mut b = Blobs::new(MAX);
+        b.set_granted(10_000);
+        for _ in 0..10_000 {
+            b.alloc(500).unwrap();
+        }
+        let used = b.resident_pages() * PAGE_SIZE as u64;
+        let ideal = 10_000 * 512;
+        assert!(
+            used as f64 <= ideal as f64 * 1.04,
+            "{used} bytes for {ideal}"
+        );
+    }
+
+    #[test]
+    fn no_room_changes_nothing_and_a_grant_lets_it_continue() {
+        let mut b = Blobs::new(MAX);
+        b.set_granted(1);
+        let a = b.alloc(100).unwrap();
+        let e = b.alloc(MAX).unwrap_err();
+        assert!(e.more_pages >= 1);
+        assert_eq!((b.blobs(), b.resident_pages()), (1, 1));
+        b.set_granted(1 + MAX_CHUNK_PAGES);
+        b.alloc(MAX).unwrap();
+        assert_eq!(b.free(a), Some((0, 1)));
+        // The released page is reused by the next chunk of its size.
+        assert_eq!(b.alloc(100).unwrap().offset, 0);
+    }
+}
