@@ -76,6 +76,9 @@ pub struct MicroArgs {
     /// Far-page compression: `lz4` (default), `zstd` or `off`.
     #[arg(long, default_value = "lz4")]
     compress: gleaner_pager::Compression,
+    /// Keep resident pages' far copies (clean evictions write nothing).
+    #[arg(long)]
+    keep_far_copies: bool,
     /// Seal far pages with AES-256-GCM: `on` (default) or `off`.
     #[arg(long, default_value = "on")]
     encrypt: gleaner_pager::Encryption,
@@ -293,6 +296,7 @@ fn micro(args: &MicroArgs) -> Result<MicroReport, String> {
     cfg.predict_writes = args.predict_writes;
     cfg.data_path = args.data_path;
     cfg.compression = args.compress;
+    cfg.keep_far_copies = args.keep_far_copies;
     cfg.encryption = args.encrypt.clone();
     cfg.dirty_tracking = args.dirty_tracking;
     cfg.handler_spin = Duration::from_micros(args.handler_spin_us);

@@ -82,6 +82,12 @@ pub struct RunArgs {
     /// `openssl rand -hex 32 > key && chmod 600 key`) instead of a random one.
     #[arg(long, value_name = "FILE")]
     key_file: Option<PathBuf>,
+    /// Keep a page's far copy while it is resident, so a clean page is evicted without being
+    /// encoded and written again. By default (under asynchronous dirty tracking, with a memnode
+    /// on this host) a page's far copy is dropped when the page is fetched, so far memory holds
+    /// only evicted pages, as zram does.
+    #[arg(long)]
+    keep_far_copies: bool,
     /// How writes to resident pages are tracked: `auto` (asynchronous where the kernel offers
     /// it, Linux 6.8+, and the host has no swap), `async` (the kernel lets a page's first write
     /// through itself; eviction finds written pages by scanning) or `sync` (a write-protect
@@ -224,6 +230,10 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
         .env("GLEANER_DATA_PATH", args.data_path.to_string())
         .env("GLEANER_COMPRESS", args.compress.to_string())
         .env(
+            "GLEANER_KEEP_FAR_COPIES",
+            if args.keep_far_copies { "1" } else { "0" },
+        )
+        .env(
             "GLEANER_ENCRYPT",
             if args.encrypt.is_on() { "on" } else { "off" },
         )
@@ -308,6 +318,7 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
         "predict_writes": args.predict_writes.to_string(),
         "data_path": args.data_path.to_string(),
         "compress": args.compress.to_string(),
+        "keep_far_copies": args.keep_far_copies,
         "encrypt": args.encrypt.is_on(),
         "dirty_tracking": args.dirty_tracking.to_string(),
     });
@@ -603,9 +614,14 @@ fn summary(report: &Value, wall: Duration) -> String {
     let n = |v: &Value| v.as_u64().unwrap_or(0);
     let procs = n(&t["process_count"]);
     if procs == 0 {
+        let why = if report["exit_status"] == gleaner_pager::FATAL_EXIT_CODE {
+            "far memory failed and the program was stopped: see the FATAL message above"
+        } else {
+            "no process reported far-memory stats (it may not use the C allocator, or it was \
+             killed)"
+        };
         return format!(
-            "gleaner run: {} {} in {:.2} s; no process reported far-memory stats (it may not use \
-             the C allocator, or it was killed)",
+            "gleaner run: {} {} in {:.2} s; {why}",
             report["command"][0].as_str().unwrap_or(""),
             report["outcome"].as_str().unwrap_or(""),
             wall.as_secs_f64()
@@ -774,6 +790,41 @@ fn signal_name(sig: i32) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn summary_reports_the_codec_summed_over_processes() {
+        let p = |encoded: u64, blob: u64, decoded: u64, ns: u64| {
+            json!({"pid": 1, "stats": {"faults": {"remote": 1}, "store": {
+                "peak_resident_bytes": 1 << 20,
+                "codec": {"pages_encoded": encoded, "blob_bytes": blob, "pages_decoded": decoded,
+                          "decompress_ns_total": ns, "blobs_opened": decoded,
+                          "open_ns_total": ns / 2, "auth_failures": 0,
+                          "compress_ns_per_page": 999.0}}}})
+        };
+        let procs = [p(100, 40 * 4096, 10, 5000), p(300, 60 * 4096, 30, 15000)];
+        let report = json!({"command": ["prog"], "outcome": "exited with status 0",
+                            "local_mem_bytes": 1, "reclaim": "hermit", "compress": "lz4",
+                            "encrypt": true, "processes": procs, "total": sum_stats(&procs)});
+        let s = summary(&report, Duration::from_secs(1));
+        // 400 pages in 100 pages' worth of blobs; 20 us over 40 decodes.
+        assert!(
+            s.contains("codec: lz4 4.0x, far memory used at most 2.00 MiB"),
+            "{s}"
+        );
+        assert!(
+            s.contains("0.50 us to decompress a page, 0.25 us to open it"),
+            "{s}"
+        );
+        assert!(s.contains("sealed with AES-256-GCM"), "{s}");
+        let failed = json!({"command": ["prog"], "outcome": "exited with status 86",
+                            "exit_status": gleaner_pager::FATAL_EXIT_CODE, "processes": [],
+                            "total": sum_stats(&[])});
+        let f = summary(&failed, Duration::from_secs(1));
+        assert!(f.contains("far memory failed"), "{f}");
+        let mut quiet = report.clone();
+        quiet["total"]["store"]["codec"]["pages_encoded"] = json!(0);
+        assert!(!summary(&quiet, Duration::from_secs(1)).contains("codec:"));
+    }
 
     #[test]
     fn summary_says_whether_write_prediction_installed_pages_or_ran_in_shadow() {

@@ -164,6 +164,9 @@ pub struct CodecStats {
     pub incompressible: u64,
     /// Pages decoded (fetched or compared).
     pub pages_decoded: u64,
+    /// Bytes of the blobs those pages were decoded from (with `blob_bytes`, what crossed the
+    /// wire to a socket memnode, less the protocol's framing).
+    pub blob_bytes_decoded: u64,
     /// Pages compressed (all but the same-filled ones), and the nanoseconds it took in all.
     pub pages_compressed: u64,
     /// See `pages_compressed`.
@@ -207,6 +210,7 @@ struct Counters {
     same: AtomicU64,
     raw: AtomicU64,
     decoded: AtomicU64,
+    decoded_bytes: AtomicU64,
     compress_ns: AtomicU64,
     decompress_ns: AtomicU64,
     sealed: AtomicU64,
@@ -314,6 +318,7 @@ impl Codec {
             same_filled: ld(&c.same),
             incompressible: ld(&c.raw),
             pages_decoded: ld(&c.decoded),
+            blob_bytes_decoded: ld(&c.decoded_bytes),
             pages_compressed: encoded - ld(&c.same),
             compress_ns_total: ld(&c.compress_ns),
             decompress_ns_total: ld(&c.decompress_ns),
@@ -491,6 +496,8 @@ impl CodecCtx {
         c.decompress_ns
             .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
         c.decoded.fetch_add(1, Ordering::Relaxed);
+        c.decoded_bytes
+            .fetch_add(blob.len() as u64, Ordering::Relaxed);
         Ok(())
     }
 }

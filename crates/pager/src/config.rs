@@ -129,6 +129,11 @@ pub struct RegionConfig {
     /// How far pages are sealed against the memnode: AES-256-GCM with a random per-region key
     /// (default), with a key derived from a key file, or `off`.
     pub encryption: Encryption,
+    /// Keep a page's far copy while it is resident (a clean page is then evicted without a
+    /// write-back) instead of dropping it when the page is fetched (the default under
+    /// asynchronous dirty tracking: far memory then holds only evicted pages, as zram does,
+    /// at the cost of encoding a clean page again when it is next evicted).
+    pub keep_far_copies: bool,
     /// Pages per eviction batch. 0 (default): a sixteenth of the budget, between
     /// [`MIN_AUTO_EVICT_BATCH`] and [`DEFAULT_EVICT_BATCH`] pages (large batches measured fastest,
     /// but four of them must fit in the budget).
@@ -193,6 +198,7 @@ impl RegionConfig {
             handler_spin: Duration::ZERO,
             data_path: DataPath::Auto,
             compression: Compression::default(),
+            keep_far_copies: false,
             encryption: Encryption::default(),
             dirty_tracking: DirtyTracking::Auto,
             evict_batch: 0,

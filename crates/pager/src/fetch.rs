@@ -22,6 +22,10 @@ pub(crate) fn install_fetched(
     prefetched: bool,
 ) {
     engine.mem.install(page, data, writable);
+    // Still ours (FETCHING) until published below: its far copy can go.
+    if engine.drop_far_copies {
+        engine.store.forget(page as u64);
+    }
     let state = if writable {
         PageState::Dirty
     } else {

@@ -179,6 +179,7 @@ impl Region {
             trace,
             evict_batch: cfg.batch_pages(),
             tracking,
+            drop_far_copies: tracking == Tracking::Async && !cfg.keep_far_copies,
             stop,
         });
         let mut threads = Vec::new();

@@ -80,8 +80,9 @@ pub(crate) struct Blobs {
     /// Pages of live chunks that objects have reached, now and at most.
     resident_pages: u64,
     peak_resident_pages: u64,
-    /// Bytes of live blobs when the peak was reached.
+    /// Bytes of live blobs, and how many, when the peak was reached.
     blob_bytes_at_peak: u64,
+    blobs_at_peak: u64,
     /// Live blobs and their bytes.
     blobs: u64,
     blob_bytes: u64,
@@ -121,6 +122,7 @@ impl Blobs {
             resident_pages: 0,
             peak_resident_pages: 0,
             blob_bytes_at_peak: 0,
+            blobs_at_peak: 0,
             blobs: 0,
             blob_bytes: 0,
         }
@@ -160,6 +162,7 @@ impl Blobs {
                 if self.resident_pages > self.peak_resident_pages {
                     self.peak_resident_pages = self.resident_pages;
                     self.blob_bytes_at_peak = self.blob_bytes + len as u64;
+                    self.blobs_at_peak = self.blobs + 1;
                 }
                 chunk.fresh - 1
             }
@@ -300,6 +303,11 @@ impl Blobs {
     /// Bytes of live blobs when the resident peak was reached.
     pub(crate) fn blob_bytes_at_peak(&self) -> u64 {
         self.blob_bytes_at_peak
+    }
+
+    /// Live blobs when the resident peak was reached.
+    pub(crate) fn blobs_at_peak(&self) -> u64 {
+        self.blobs_at_peak
     }
 
     /// Live blobs.

@@ -91,6 +91,8 @@ pub struct StoreStats {
     pub slab_pages: u64,
     /// Pages with a far copy (shm; same-filled pages are kept in the index, without a blob).
     pub pages_stored: u64,
+    /// Far copies dropped when their pages were fetched (shm, asynchronous tracking).
+    pub copies_dropped: u64,
     /// Bytes of slab memory holding blobs now: what the host spends on this region's far pages
     /// (shm).
     pub resident_bytes: u64,
@@ -98,6 +100,8 @@ pub struct StoreStats {
     pub peak_resident_bytes: u64,
     /// `blob_bytes` when `resident_bytes` peaked (shm): the allocator's slack then.
     pub blob_bytes_at_peak: u64,
+    /// Blobs (far pages other than same-filled ones) held when `resident_bytes` peaked (shm).
+    pub blobs_at_peak: u64,
     /// Bytes of the blobs themselves (shm): `resident_bytes` less the allocator's slack.
     pub blob_bytes: u64,
     /// Grant requests that found the memnode full (shm).
@@ -113,6 +117,12 @@ pub(crate) trait PageStore: Send + Sync {
     /// Forgets `(first page, count)` ranges the program discarded. Only space is at stake: a
     /// failure is logged, not fatal.
     fn release(&self, ranges: &[(u64, u32)]);
+    /// Drops the far copy of `page`, which the caller owns (FETCHING) and has just installed, to
+    /// save the memory it takes while the page is resident. Only for a region that tracks writes
+    /// asynchronously: eviction then finds the far copy missing ([`StoreHandle::matches`] says
+    /// no) and writes the page back. Shared memory drops it; a socket keeps it (a free request
+    /// per fault would cost more than the memory).
+    fn forget(&self, _page: u64) {}
     /// Ends the session (the region is going away).
     fn close(&self);
     /// The memnode's address, for stats and messages.

@@ -77,6 +77,8 @@ struct Inner {
     ver: Box<[AtomicU64]>,
     /// Pages with a far copy.
     stored: AtomicU64,
+    /// Far copies dropped when their pages were fetched.
+    dropped: AtomicU64,
     space: Mutex<Space>,
     grants_refused: AtomicU64,
 }
@@ -120,6 +122,7 @@ impl ShmStore {
                 loc: zeroed_atomics(region_pages),
                 ver: zeroed_atomics(region_pages),
                 stored: AtomicU64::new(0),
+                dropped: AtomicU64::new(0),
                 space: Mutex::new(Space {
                     blobs: Blobs::new(MAX_BLOB_LEN),
                     granted: 0,
@@ -167,6 +170,21 @@ impl PageStore for ShmStore {
         }
     }
 
+    fn forget(&self, page: u64) {
+        let inner = &*self.inner;
+        let old = match inner.loc.get(page as usize) {
+            Some(e) => e.swap(0, Ordering::Relaxed),
+            None => return,
+        };
+        match old {
+            0 => return,
+            SAME_FILLED => {}
+            e => inner.free(&[unpack(e)]),
+        }
+        inner.stored.fetch_sub(1, Ordering::Relaxed);
+        inner.dropped.fetch_add(1, Ordering::Relaxed);
+    }
+
     fn close(&self) {
         self.inner.session.close();
     }
@@ -186,9 +204,11 @@ impl PageStore for ShmStore {
             slabs: space.slabs.len() as u64,
             slab_pages: space.granted,
             pages_stored: self.inner.stored.load(Ordering::Relaxed),
+            copies_dropped: self.inner.dropped.load(Ordering::Relaxed),
             resident_bytes: space.blobs.resident_pages() * PAGE_SIZE as u64,
             peak_resident_bytes: space.blobs.peak_resident_pages() * PAGE_SIZE as u64,
             blob_bytes_at_peak: space.blobs.blob_bytes_at_peak(),
+            blobs_at_peak: space.blobs.blobs_at_peak(),
             blob_bytes: space.blobs.blob_bytes(),
             grants_refused: self.inner.grants_refused.load(Ordering::Relaxed),
             codec: self.inner.codec.stats(),
