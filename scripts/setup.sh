@@ -11,6 +11,7 @@ command -v python3 >/dev/null || need_apt+=(python3)
 command -v memcached >/dev/null || need_apt+=(memcached)
 command -v redis-server >/dev/null || need_apt+=(redis-server)
 command -v redis-cli >/dev/null || need_apt+=(redis-tools)
+command -v javac >/dev/null || need_apt+=(default-jdk-headless)
 if [ ${#need_apt[@]} -gt 0 ]; then
     echo "setup: installing ${need_apt[*]} with apt-get" >&2
     SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo

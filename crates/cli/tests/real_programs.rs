@@ -2,8 +2,9 @@
 //! verifying data, not just the exit status: memcached (about 1 GiB at 25%), redis-server
 //! (a data set larger than the budget, then `BGSAVE`, whose dump must hold exactly the data:
 //! this exercises fork) and python3, each over both data paths: the embedded memnode (shared
-//! memory) and a memnode process on TCP loopback (the socket). The programs come from
-//! `scripts/setup.sh` (apt); a missing one fails the test with a message saying so.
+//! memory) and a memnode process on TCP loopback (the socket); and a Java program (the JVM
+//! protects parts of its heap `PROT_NONE`, which eviction must step around). The programs come
+//! from `scripts/setup.sh` (apt); a missing one fails the test with a message saying so.
 
 mod common;
 
@@ -23,7 +24,8 @@ fn require(program: &str) -> String {
     let path = String::from_utf8_lossy(&out.stdout).trim().to_string();
     assert!(
         out.status.success() && !path.is_empty(),
-        "{program} is not installed: run scripts/setup.sh (it installs memcached and redis-server)"
+        "{program} is not installed: run scripts/setup.sh (it installs memcached, redis-server \
+         and a JDK)"
     );
     path
 }
@@ -508,4 +510,58 @@ fn python_checksums_match(via: Via) {
         "pages came back from the memnode (faults and prefetches): {s}"
     );
     assert_data_path(via, &s);
+}
+
+/// The JVM's heap at a quarter of its size: 80k random 1 KiB arrays in a HashMap, two full GCs
+/// (which protect and unprotect parts of the heap), then a checksum over all of them.
+#[test]
+fn java_hash_map_at_a_quarter_local_checksums_match() {
+    let javac = require("javac");
+    let java = require("java");
+    let dir = TempDir::new("java");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/java/FarHeap.java");
+    let built = Command::new(&javac)
+        .args(["-d", &dir.path().to_string_lossy()])
+        .arg(&source)
+        .output()
+        .unwrap();
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let classes = dir.path().to_string_lossy().into_owned();
+    // Class-data sharing maps its archive with MAP_FIXED over heap space the JVM reserved
+    // (docs/compatibility.md): off.
+    let args = [
+        "-Xshare:off",
+        "-Xmx512m",
+        "-XX:+UseSerialGC",
+        "-cp",
+        &classes,
+        "FarHeap",
+        "80000",
+    ];
+    let local = Command::new(&java).args(args).output().unwrap();
+    assert!(
+        local.status.success(),
+        "{}",
+        String::from_utf8_lossy(&local.stderr)
+    );
+    let want = String::from_utf8_lossy(&local.stdout);
+    let want = want.split(" in ").next().unwrap().to_string();
+    let mut cmd = vec![java.as_str()];
+    cmd.extend(args);
+    let mut run = spawn_under_gleaner(dir.path(), "32M", None, &cmd);
+    assert_eq!(wait_exit(&mut run, Duration::from_secs(300)), Some(0));
+    let far = std::fs::read_to_string(dir.path().join("out.log")).unwrap();
+    assert!(
+        far.starts_with(&want),
+        "the checksum under far memory differs from the all-local one: {far} vs {want}"
+    );
+    let s = stats(dir.path());
+    assert!(
+        s["total"]["faults"]["remote"].as_u64().unwrap() > 1000,
+        "the heap went to far memory and came back: {s}"
+    );
 }

@@ -85,6 +85,9 @@ struct Victim {
     stale: bool,
     /// Resident at a fork of the process (may still be shared with the child).
     forked: bool,
+    /// The pipe could not take it (the program made it inaccessible, e.g. `PROT_NONE`): it
+    /// stays resident, as it was.
+    skipped: bool,
 }
 
 impl Evictor {
@@ -156,11 +159,23 @@ impl Evictor {
                 .filter(|v| v.captured.is_some())
                 .map(|v| v.page),
         );
-        if let Err(e) = self.pipe.capture(mem, &take) {
-            fatal(&format!("taking pages being evicted into the pipe: {e}"));
+        let refused = match self.pipe.capture(|p| mem.addr_of(p), &take) {
+            Ok(refused) => refused,
+            Err(e) => fatal(&format!("taking pages being evicted into the pipe: {e}")),
+        };
+        if !refused.is_empty() {
+            captured = self.skip(&refused);
         }
-        if let Err(e) = mem.mapping.discard_ranges(&self.runs) {
+        let dropped = if refused.is_empty() {
+            std::mem::take(&mut self.runs)
+        } else {
+            runs(self.victims.iter().filter(|v| !v.skipped).map(|v| v.page))
+        };
+        if let Err(e) = mem.mapping.discard_ranges(&dropped) {
             fatal(&format!("dropping evicted pages: {e}"));
+        }
+        if refused.is_empty() {
+            self.runs = dropped;
         }
         self.scratch.resize(captured * PAGE_SIZE, 0);
         if let Err(e) = self.pipe.read(&mut self.scratch) {
@@ -233,6 +248,28 @@ impl Evictor {
         Counters::add(&c.evict_drop_ns, (t2 - t1).as_nanos() as u64);
         Counters::add(&c.evict_send_ns, (t3 - t2).as_nanos() as u64);
         evicted
+    }
+
+    /// Leaves the victims whose pages the pipe refused resident (they are not dropped and keep
+    /// their state) and renumbers the captured ones. Returns how many are captured.
+    fn skip(&mut self, refused: &[usize]) -> usize {
+        let mut captured = 0;
+        for v in self.victims.iter_mut() {
+            if refused.binary_search(&v.page).is_ok() {
+                v.skipped = true;
+                v.stale = false;
+                v.captured = None;
+            } else if v.captured.is_some() {
+                v.captured = Some(captured);
+                captured += 1;
+            }
+        }
+        log::debug!(
+            "{} pages being evicted could not be taken into the pipe (inaccessible to the \
+             program, e.g. PROT_NONE): left resident",
+            refused.len()
+        );
+        captured
     }
 
     /// Victims resident at a fork may still be shared with the child: a write to one would go
@@ -330,6 +367,13 @@ impl Evictor {
         }
         let mut policy = None;
         for v in &self.victims {
+            if v.skipped {
+                s.mem.table.release(v.page, v.was);
+                policy
+                    .get_or_insert_with(|| s.policy.lock().expect("policy lock"))
+                    .on_reject(v.page);
+                continue;
+            }
             if kept.contains(&v.page) {
                 s.mem.table.release(v.page, PageState::Dirty);
                 policy
@@ -377,6 +421,7 @@ impl Evictor {
                         captured: None,
                         stale: false,
                         forked: table.is_forked(page),
+                        skipped: false,
                     })
                 }
                 // Resident but busy (a write is being let through, or the state just changed):
@@ -445,13 +490,24 @@ impl Pipe {
         Ok(Pipe { read, write })
     }
 
-    /// Takes the pages of `runs` (mapped pages of the region) into the pipe, in order.
-    fn capture(&self, mem: &crate::mem::Memory, runs: &[(usize, usize)]) -> std::io::Result<()> {
-        for chunk in runs.chunks(1024) {
-            let iov: Vec<libc::iovec> = chunk
+    /// Takes the pages of `runs` (mapped pages of the region) into the pipe, in order. Returns
+    /// the pages it could not take, sorted: pages the program made inaccessible (`PROT_NONE`:
+    /// the JVM does this to parts of its heap), which `vmsplice` refuses with `EFAULT`; the
+    /// others are in the pipe, in order.
+    fn capture(
+        &self,
+        addr_of: impl Fn(usize) -> usize,
+        runs: &[(usize, usize)],
+    ) -> std::io::Result<Vec<usize>> {
+        let mut refused = Vec::new();
+        let mut pending: std::collections::VecDeque<(usize, usize)> =
+            runs.iter().copied().collect();
+        while !pending.is_empty() {
+            let iov: Vec<libc::iovec> = pending
                 .iter()
+                .take(1024)
                 .map(|&(first, count)| libc::iovec {
-                    iov_base: mem.addr_of(first) as *mut libc::c_void,
+                    iov_base: addr_of(first) as *mut libc::c_void,
                     iov_len: count * PAGE_SIZE,
                 })
                 .collect();
@@ -468,16 +524,39 @@ impl Pipe {
                     libc::SPLICE_F_NONBLOCK,
                 )
             };
-            if n < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            if n as usize != want {
+            let took = if n < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.raw_os_error() != Some(libc::EFAULT) {
+                    return Err(e);
+                }
+                0
+            } else {
+                n as usize
+            };
+            if took % PAGE_SIZE != 0 {
                 return Err(std::io::Error::other(format!(
-                    "vmsplice took {n} of {want} bytes"
+                    "vmsplice took {took} of {want} bytes, not whole pages"
                 )));
             }
+            // Skip what was taken; the page after it (if the call stopped short) was refused.
+            let mut pages = took / PAGE_SIZE;
+            while pages > 0 {
+                let (first, count) = pending.pop_front().expect("taken pages were asked for");
+                let used = pages.min(count);
+                if used < count {
+                    pending.push_front((first + used, count - used));
+                }
+                pages -= used;
+            }
+            if took < want {
+                let (first, count) = pending.pop_front().expect("a refused page was asked for");
+                refused.push(first);
+                if count > 1 {
+                    pending.push_front((first + 1, count - 1));
+                }
+            }
         }
-        Ok(())
+        Ok(refused)
     }
 
     /// Reads exactly `buf.len()` bytes out of the pipe.
@@ -540,6 +619,35 @@ mod tests {
         // SAFETY: the iovec names mapped pages of `m`, live across the call.
         let n = unsafe { libc::vmsplice(pipe.write.as_raw_fd(), &iov, 1, 0) };
         assert_eq!(n as usize, count * PAGE_SIZE);
+    }
+
+    /// A page the program made inaccessible is refused by the pipe; the others are taken, in
+    /// order, and the refused one is named so eviction can leave it resident.
+    #[test]
+    fn the_pipe_names_a_protected_page_it_cannot_take_and_takes_the_rest() {
+        let pipe = Pipe::new(16).unwrap();
+        let m = Mapping::reserve(5 * PAGE_SIZE).unwrap();
+        for p in 0..5 {
+            poke(&m, p, p as u8 + 10);
+        }
+        // SAFETY: changes the protection of one page of our own mapping, which nothing else
+        // touches during the test.
+        let r = unsafe {
+            libc::mprotect(
+                (m.addr() + 2 * PAGE_SIZE) as *mut libc::c_void,
+                PAGE_SIZE,
+                libc::PROT_NONE,
+            )
+        };
+        assert_eq!(r, 0);
+        let refused = pipe
+            .capture(|p| m.addr() + p * PAGE_SIZE, &[(0, 3), (3, 2)])
+            .unwrap();
+        assert_eq!(refused, vec![2]);
+        let mut buf = vec![0u8; 4 * PAGE_SIZE];
+        pipe.read(&mut buf).unwrap();
+        let firsts: Vec<u8> = buf.chunks(PAGE_SIZE).map(|c| c[0]).collect();
+        assert_eq!(firsts, vec![10, 11, 13, 14]);
     }
 
     /// The kernel contract the drop relies on, checked on this kernel: a write that lands

@@ -109,6 +109,15 @@ impl Memory {
                 log::warn!("page {page} was already present at install; kept");
                 self.wake(page);
             }
+            Err(gleaner_uffd::UffdError::Os { source, .. })
+                if source.raw_os_error() == Some(libc::ENOENT) =>
+            {
+                fatal(&format!(
+                    "installing page {page} failed: the program mapped something else over it (a \
+                 file or shared mapping placed with MAP_FIXED inside its far-memory heap, as the \
+                 JVM's class-data sharing does: run java with -Xshare:off): {source}"
+                ))
+            }
             Err(e) => fatal(&format!("installing page {page} failed: {e}")),
         }
     }
