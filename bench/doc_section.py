@@ -6,8 +6,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOC = os.path.join(ROOT, "docs", "BENCHMARKS.md")
 
 
-def write_section(text, begin, end, doc_path=DOC):
-    """Replaces the text between `begin` and `end` (markers included) with `text`."""
+def write_section(text, begin, end, doc_path=DOC, at_end=False):
+    """Replaces the text between `begin` and `end` (markers included) with `text`. Where the
+    markers are not there yet, the section goes in front of the harness's section, or (`at_end`)
+    at the end of the document."""
     with open(doc_path) as f:
         doc = f.read()
     if begin in doc:
@@ -15,6 +17,11 @@ def write_section(text, begin, end, doc_path=DOC):
         doc = doc[:a] + text + doc[b:]
     else:
         marker = "<!-- harness:begin -->"
-        doc = doc.replace(marker, text + "\n\n" + marker) if marker in doc else doc + "\n" + text + "\n"
+        if at_end:
+            doc = doc.rstrip("\n") + "\n\n" + text + "\n"
+        elif marker in doc:
+            doc = doc.replace(marker, text + "\n\n" + marker)
+        else:
+            doc = doc + "\n" + text + "\n"
     with open(doc_path, "w") as f:
         f.write(doc)

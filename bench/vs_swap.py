@@ -30,7 +30,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -108,32 +107,9 @@ def _run(cmd, tmp, timeout, preexec=None):
     return rc, stdout, _tail(err_path), wall, child.usage(), child.timed_out
 
 
-class ZramSampler:
-    """Polls the zram device's mm_stat while a run is in progress (the process's swap is freed
-    when it exits, so mem_used_total is read during the run; mem_used_max after it)."""
-
-    def __init__(self, dev, interval=0.05):
-        self.dev, self.interval = dev, interval
-        self.peak = {"mem_used_total": 0, "orig_data_size": 0, "compr_data_size": 0}
-        self.samples = 0
-        self._stop = threading.Event()
-        self._t = threading.Thread(target=self._loop, daemon=True)
-
-    def _loop(self):
-        while not self._stop.is_set():
-            st = swapenv.zram_stats(self.dev)
-            self.samples += 1
-            for k in self.peak:
-                self.peak[k] = max(self.peak[k], st.get(k, 0))
-            self._stop.wait(self.interval)
-
-    def __enter__(self):
-        self._t.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._t.join(timeout=5)
+# The sampler lives in the harness's swapenv (its linux-swap runs sample zram too); kept here by
+# name for the scripts that import it from vs_swap.
+ZramSampler = swapenv.ZramSampler
 
 
 def _remove_cgroup(state, cg):
@@ -168,7 +144,7 @@ def under_linux_swap(state, name, limit, zram_bytes, cmd, tmp, timeout):
                 "vmstat_delta": {k: vm1.get(k, 0) - vm0.get(k, 0)
                                  for k in ("pswpin", "pswpout", "pgmajfault", "pgsteal_direct", "pgsteal_kswapd")},
                 "zram": {**zinfo, "after": swapenv.zram_stats(zinfo["device"]),
-                         "peak_sampled": zs.peak, "samples": zs.samples},
+                         "peak_sampled": zs.peak, "at_peak_sampled": zs.at_peak, "samples": zs.samples},
             }
         finally:
             _remove_cgroup(state, cg)
@@ -182,19 +158,22 @@ def _parse_json(stdout):
         return None
 
 
-def micro_cmd(system, pattern, size):
+def micro_cmd(system, pattern, size, extra_args=()):
+    """`extra_args` (other scripts: e.g. `--memnode embedded-tcp`) go at the end."""
     cmd = [GLEANER, "bench", "micro"]
     if system == "linux-swap":
         cmd += ["--system", "plain"]
     cmd += ["--pattern", pattern, "--size", size]
     if system == "gleaner":
         cmd += ["--local", f"{LOCAL_PCT}%"]
-    return cmd + ["--json", "--pin-cpu", str(PIN_CPU)]
+    return cmd + ["--json", "--pin-cpu", str(PIN_CPU)] + list(extra_args)
 
 
-def micro_cell(ctx, system, pattern, rep, tmp):
-    cmd = micro_cmd(system, pattern, ctx["size"])
-    rec = {"kind": "micro", "system": system, "pattern": pattern, "rep": rep,
+def micro_cell(ctx, system, pattern, rep, tmp, extra_args=(), label=None):
+    """One micro run. `extra_args` go to micro_cmd; `label` (default `system`) is the record's
+    system name (other scripts run several gleaner configurations)."""
+    cmd = micro_cmd(system, pattern, ctx["size"], extra_args)
+    rec = {"kind": "micro", "system": label or system, "pattern": pattern, "rep": rep,
            "command": fmt_cmd(["gleaner"] + cmd[1:]), "started": now_iso()}
     if system == "gleaner":
         rc, stdout, err, wall, usage, timed_out = _run(cmd, tmp, ctx["timeout"])
@@ -228,28 +207,40 @@ def micro_cell(ctx, system, pattern, rep, tmp):
 DEMO_RE = re.compile(r"checksum ([0-9a-f]+) over (\d+) objects in ([0-9.]+) s")
 
 
-def demo_cmd(system, stats_file=None):
-    job = ["taskset", "-c", str(PIN_CPU), python_exe(), DEMO_JOB, str(DEMO_N)]
+STATS_NAME = "gleaner-stats.json"   # a gleaner demo cell's stats file, in its tmp directory
+
+
+def demo_cmd(system, stats_file=None, extra_args=(), job=None, local_mem=DEMO_LOCAL):
+    """The demo job's command under `system`. Other scripts run another job the same way: `job`
+    (default: the demo job pinned with taskset), `local_mem` (gleaner's --local-mem) and
+    `extra_args` (more `gleaner run` flags, after --stats)."""
+    if job is None:
+        job = ["taskset", "-c", str(PIN_CPU), python_exe(), DEMO_JOB, str(DEMO_N)]
     if system == "gleaner":
-        pre = [GLEANER, "run", "--local-mem", DEMO_LOCAL]
+        pre = [GLEANER, "run", "--local-mem", local_mem]
         if stats_file:
             pre += ["--stats", stats_file]
-        return pre + ["--"] + job
-    return job
+        return pre + list(extra_args) + ["--"] + list(job)
+    return list(job)
 
 
-def demo_cell(ctx, system, rep, tmp):
-    stats_file = os.path.join(tmp, "gleaner-stats.json") if system == "gleaner" else None
-    cmd = demo_cmd(system, stats_file)
+def demo_cell(ctx, system, rep, tmp, extra_args=(), job=None, local_mem=DEMO_LOCAL,
+              cgroup_limit=None, label=None, kind="demo"):
+    """One run of the demo job (or, with `job`, of another program that prints the same
+    `checksum HEX over N objects in S s` line) all-local, under gleaner or in a memory cgroup
+    limited to `cgroup_limit` (default: `local_mem`) with zram swap. `label` (default `system`)
+    is the record's system name, `kind` its kind."""
+    stats_file = os.path.join(tmp, STATS_NAME) if system == "gleaner" else None
+    cmd = demo_cmd(system, stats_file, extra_args, job, local_mem)
     shown = ["gleaner"] + cmd[1:] if system == "gleaner" else cmd
-    rec = {"kind": "demo", "system": system, "rep": rep,
+    rec = {"kind": kind, "system": label or system, "rep": rep,
            "command": fmt_cmd([c if c != stats_file else "STATS.json" for c in shown]),
            "started": now_iso()}
     if system == "linux-swap":
-        limit = parse_size(DEMO_LOCAL)
+        limit = cgroup_limit or parse_size(local_mem)
         rec["cgroup_limit_bytes"] = limit
         rc, stdout, err, wall, usage, timed_out, swap = under_linux_swap(
-            ctx["state"], f"{os.getpid()}-demo-{rep}", limit, max(1 << 30, 4 * limit), cmd, tmp,
+            ctx["state"], f"{os.getpid()}-{kind}-{rep}", limit, max(1 << 30, 4 * limit), cmd, tmp,
             ctx["timeout"])
         rec["swap"] = swap
     else:
@@ -280,15 +271,17 @@ def demo_cell(ctx, system, rep, tmp):
     return rec
 
 
-def check_demo_checksums(res, final=False):
+def check_demo_checksums(res, final=False, key="demo"):
     """Every demo run's checksum must equal the all-local runs' (which must agree): a mismatch
     fails the cell, loudly. Re-run after each demo cell (an all-local run may come later in a
-    rep's order) and at the end (`final`: a run with nothing to compare against fails)."""
-    demo = res.get("demo") or {}
+    rep's order) and at the end (`final`: a run with nothing to compare against fails). `key`:
+    the results' entry holding the runs by system (other scripts check other jobs the same way);
+    the reference goes to `<key>_reference_checksum`."""
+    demo = res.get(key) or {}
     ref = {r.get("checksum") for r in demo.get("all-local", []) if r.get("run_ok", r.get("ok"))}
     reference = next(iter(ref)) if len(ref) == 1 else None
-    res["demo_reference_checksum"] = reference
-    for system in ("all-local", "gleaner", "linux-swap"):
+    res[f"{key}_reference_checksum"] = reference
+    for system in demo:
         for r in demo.get(system, []):
             run_ok = r.get("run_ok", r.get("ok"))
             r["ok"], r["checksum_matches"] = run_ok, None
@@ -308,7 +301,7 @@ def check_demo_checksums(res, final=False):
                 r["error"] = f"CHECKSUM MISMATCH: {r.get('checksum')} != all-local {reference}"
                 if not r.get("mismatch_reported"):
                     r["mismatch_reported"] = True
-                    log(f"!!! demo {system} rep {r['rep'] + 1}: CHECKSUM MISMATCH: {r.get('checksum')} "
+                    log(f"!!! {key} {system} rep {r['rep'] + 1}: CHECKSUM MISMATCH: {r.get('checksum')} "
                         f"!= all-local {reference} -- a FAILED cell")
             else:
                 r["checksum_matches"] = True

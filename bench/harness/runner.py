@@ -142,9 +142,16 @@ class Suite:
                     cg = swapenv.Cgroup(self.state, f"{os.getpid()}-{w.name}-{ratio}", budget)
                     try:
                         launch = Launch("linux-swap", budget, tmp, cgroup=cg, swap_dev=zinfo["device"])
-                        r = w.run(launch, tmp)
+                        # zram's mm_stat during the run (the program's swap is freed when it
+                        # exits, so the end-of-run mm_stat keeps only mem_used_max).
+                        with swapenv.ZramSampler(zinfo["device"]) as zs:
+                            r = w.run(launch, tmp)
                         r.update(launch.collect())
                         r["zram"] = zinfo
+                        if isinstance(r.get("swap"), dict):
+                            r["swap"]["zram_peak_sampled"] = zs.peak
+                            r["swap"]["zram_at_peak_sampled"] = zs.at_peak
+                            r["swap"]["zram_samples"] = zs.samples
                         ooms = (r.get("swap") or {}).get("cgroup", {}).get("oom_kills")
                         if ooms:
                             r["ok"] = False

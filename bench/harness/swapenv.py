@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 
 from .common import log
@@ -199,6 +200,39 @@ def zram_stats(dev):
     keys = ["orig_data_size", "compr_data_size", "mem_used_total", "mem_limit", "mem_used_max",
             "same_pages", "pages_compacted", "huge_pages"]
     return {k: int(v) for k, v in zip(keys, vals)}
+
+
+class ZramSampler:
+    """Polls the zram device's mm_stat while a run is in progress (the process's swap is freed
+    when it exits, so mem_used_total is read during the run; mem_used_max after it). `peak` holds
+    each field's own maximum; `at_peak` the whole mm_stat of the sample where mem_used_total was
+    highest (so that its mem_used_total and orig_data_size are of the same moment)."""
+
+    def __init__(self, dev, interval=0.05):
+        self.dev, self.interval = dev, interval
+        self.peak = {"mem_used_total": 0, "orig_data_size": 0, "compr_data_size": 0}
+        self.at_peak = {}
+        self.samples = 0
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self):
+        while not self._stop.is_set():
+            st = zram_stats(self.dev)
+            self.samples += 1
+            if st.get("mem_used_total", 0) > self.at_peak.get("mem_used_total", -1):
+                self.at_peak = st
+            for k in self.peak:
+                self.peak[k] = max(self.peak[k], st.get(k, 0))
+            self._stop.wait(self.interval)
+
+    def __enter__(self):
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._t.join(timeout=5)
 
 
 def _teardown_zram(state):

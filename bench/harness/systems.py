@@ -177,6 +177,8 @@ def read_gleaner_stats(path):
     lat = t.get("remote_fault_latency", {})
     ev = t.get("evictions", {})
     fl = t.get("faults", {})
+    store = t.get("store") or {}
+    codec = store.get("codec") or {}
     return {
         "process_count": t.get("process_count", len(d.get("processes", [])) or 1),
         "remote_faults": fl.get("remote", 0),
@@ -189,6 +191,17 @@ def read_gleaner_stats(path):
         "remote_fault_p50_us": lat.get("p50_us"),
         "remote_fault_p99_us": lat.get("p99_us"),
         "remote_fault_p999_us": lat.get("p999_us"),
+        # The far memory the host spent on the run's far pages at its peak (shared-memory data
+        # path; summed over processes) with the blobs held then and their bytes, the same at
+        # exit (when the stats were written), and the codec's output: for comparing with zram
+        # (bench/codec.py). None where the stats predate a field.
+        "far_memory_peak_bytes": store.get("peak_resident_bytes"),
+        "far_memory_bytes_at_exit": store.get("resident_bytes"),
+        "far_blobs_at_peak": store.get("blobs_at_peak"),
+        "far_blob_bytes_at_peak": store.get("blob_bytes_at_peak"),
+        "far_pages_stored": store.get("pages_stored"),
+        "codec_blob_bytes": codec.get("blob_bytes"),
+        "codec_pages_encoded": codec.get("pages_encoded"),
         "outcome": d.get("outcome"),
         "exit_status": d.get("exit_status"),
     }
