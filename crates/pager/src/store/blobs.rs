@@ -4,15 +4,16 @@
 //! Blobs are rounded up to a multiple of [`GRANULE`] bytes; each size *class* carves *chunks*
 //! of 1 to 32 pages into equal objects. Objects may straddle page boundaries (the arena is one
 //! contiguous range), so a class wastes only its chunk's tail: the chunk size is the smallest
-//! that wastes at most 1/32 of it. A chunk's pages cost memory only once an object on them is
-//! handed out (shared memory is allocated on first touch), so a fresh chunk is filled from its
-//! start. A new blob goes to the fullest chunk of its class that has room (zsmalloc's fullness
-//! groups), so that emptier chunks drain; a chunk whose last object is freed is handed back whole
-//! (the caller punches its pages out of the slab, giving the memory back to the host) and its
-//! pages are reused by the next chunk of the same size.
+//! that wastes at most 1/32 of it. A chunk's pages cost memory only while an object on them is
+//! live (shared memory is allocated on first touch): the allocator tracks which pages of each
+//! chunk live objects reach, and a free that leaves a page with no live object on it hands that
+//! page back (the caller punches it out of the slab, giving the memory to the host), even while
+//! the rest of the chunk is in use. A new blob goes to the fullest chunk of its class that has
+//! room (zsmalloc's fullness groups), so that emptier chunks drain; a chunk whose last object is
+//! freed is released and its pages reused by the next chunk of the same size.
 //!
-//! What it does not do: compaction. Partly used chunks of a class stay as they are until their
-//! objects are freed; the stats report how much of the touched memory blobs fill.
+//! What it does not do: compaction. A page with one live object on it stays resident; the stats
+//! report how much of the resident memory blobs fill.
 //!
 //! This module only does arithmetic: it never touches the arena.
 
@@ -59,6 +60,11 @@ struct Chunk {
     fresh: u32,
     /// Objects given back, reused first.
     free: Vec<u32>,
+    /// Which objects are live, a bit each.
+    live_bits: Vec<u64>,
+    /// Which of its pages hold memory (a live object reached them since they were last
+    /// handed back), a bit each.
+    resident: u32,
     /// Its fullness group ([`NO_GROUP`] when full) and its place there.
     group: u8,
     at: u32,
@@ -154,24 +160,31 @@ impl Blobs {
         let obj = match chunk.free.pop() {
             Some(o) => o,
             None => {
-                // A fresh object: the pages it reaches start to cost memory.
-                let before = (u64::from(chunk.fresh) * size).div_ceil(PAGE_SIZE as u64);
                 chunk.fresh += 1;
-                let after = (u64::from(chunk.fresh) * size).div_ceil(PAGE_SIZE as u64);
-                self.resident_pages += after - before;
-                if self.resident_pages > self.peak_resident_pages {
-                    self.peak_resident_pages = self.resident_pages;
-                    self.blob_bytes_at_peak = self.blob_bytes + len as u64;
-                    self.blobs_at_peak = self.blobs + 1;
-                }
                 chunk.fresh - 1
             }
         };
         chunk.live += 1;
+        chunk.live_bits[obj as usize / 64] |= 1 << (obj % 64);
+        // The pages it reaches start (or go on) costing memory.
+        let (p0, p1) = pages_of(obj, size);
+        let mut touched = 0;
+        for p in p0..=p1 {
+            if chunk.resident & (1 << p) == 0 {
+                chunk.resident |= 1 << p;
+                touched += 1;
+            }
+        }
         let first_page = chunk.first_page;
         self.regroup(chunk_id);
         self.blobs += 1;
         self.blob_bytes += len as u64;
+        self.resident_pages += touched;
+        if self.resident_pages > self.peak_resident_pages {
+            self.peak_resident_pages = self.resident_pages;
+            self.blob_bytes_at_peak = self.blob_bytes;
+            self.blobs_at_peak = self.blobs;
+        }
         Ok(Loc {
             offset: first_page * PAGE_SIZE as u64 + u64::from(obj) * size,
             len: len as u32,
@@ -209,30 +222,51 @@ impl Blobs {
         chunk.at = at;
     }
 
-    /// Gives `loc` back. Returns the pages `(first, count)` of a chunk left empty, which the
-    /// caller should punch out of the arena's memory.
-    pub(crate) fn free(&mut self, loc: Loc) -> Option<(u64, u64)> {
+    /// Gives `loc` back. Appends to `punch` the arena pages no live object reaches any more,
+    /// which the caller should punch out of the arena's memory before anything is placed there
+    /// again (their contents are dead).
+    pub(crate) fn free(&mut self, loc: Loc, punch: &mut Vec<u64>) {
         let page = loc.offset / PAGE_SIZE as u64;
         let chunk_id = self.chunk_of_page[page as usize];
         assert_ne!(chunk_id, u32::MAX, "freeing a blob outside any chunk");
         let chunk = &mut self.chunks[chunk_id as usize];
-        let class = &mut self.classes[chunk.class as usize];
-        let obj = (loc.offset - chunk.first_page * PAGE_SIZE as u64) / u64::from(class.size);
+        let class = &self.classes[chunk.class as usize];
+        let size = u64::from(class.size);
+        let obj = ((loc.offset - chunk.first_page * PAGE_SIZE as u64) / size) as u32;
         debug_assert!(
             loc.len.div_ceil(GRANULE as u32) * GRANULE as u32 == class.size,
             "a blob freed with a length of another class"
         );
-        chunk.free.push(obj as u32);
+        let bit = 1u64 << (obj % 64);
+        assert!(
+            chunk.live_bits[obj as usize / 64] & bit != 0,
+            "freeing a blob that is not live"
+        );
+        chunk.live_bits[obj as usize / 64] &= !bit;
+        chunk.free.push(obj);
         chunk.live -= 1;
+        // Hand back the pages it reached that no other live object does.
+        let (p0, p1) = pages_of(obj, size);
+        let mut released = 0;
+        for p in p0..=p1 {
+            let (o0, o1) = objects_on(p, size, class.per_chunk);
+            let busy = (o0..=o1).any(|o| chunk.live_bits[o as usize / 64] & (1 << (o % 64)) != 0);
+            if !busy && chunk.resident & (1 << p) != 0 {
+                chunk.resident &= !(1 << p);
+                punch.push(chunk.first_page + u64::from(p));
+                released += 1;
+            }
+        }
         let (live, kind, first) = (chunk.live, class.chunk_kind, chunk.first_page);
-        let touched = (u64::from(chunk.fresh) * u64::from(class.size)).div_ceil(PAGE_SIZE as u64);
+        self.resident_pages -= released;
         self.blobs -= 1;
         self.blob_bytes -= u64::from(loc.len);
         self.regroup(chunk_id);
         if live > 0 {
-            return None;
+            return;
         }
-        // Hand the whole chunk back.
+        // Release the chunk (every page of it was handed back above).
+        debug_assert_eq!(self.chunks[chunk_id as usize].resident, 0);
         let pages = u64::from(CHUNK_PAGES[kind]);
         self.free_runs[kind].push(first);
         for p in first..first + pages {
@@ -240,8 +274,6 @@ impl Blobs {
         }
         self.chunks[chunk_id as usize].free = Vec::new();
         self.free_chunk_ids.push(chunk_id);
-        self.resident_pages -= touched;
-        Some((first, touched))
     }
 
     fn new_chunk(&mut self, c: usize) -> Result<u32, NoRoom> {
@@ -266,6 +298,8 @@ impl Blobs {
             live: 0,
             fresh: 0,
             free: Vec::new(),
+            live_bits: vec![0; (self.classes[c].per_chunk as usize).div_ceil(64)],
+            resident: 0,
             group: NO_GROUP,
             at: 0,
         };
@@ -322,6 +356,26 @@ impl Blobs {
     }
 }
 
+/// The pages (relative to its chunk) object `obj` of `size` bytes reaches, first and last.
+fn pages_of(obj: u32, size: u64) -> (u32, u32) {
+    let start = u64::from(obj) * size;
+    let end = start + size - 1;
+    (
+        (start / PAGE_SIZE as u64) as u32,
+        (end / PAGE_SIZE as u64) as u32,
+    )
+}
+
+/// The objects of `size` bytes (of a chunk holding `per_chunk`) that reach page `p` of the chunk,
+/// first and last.
+fn objects_on(p: u32, size: u64, per_chunk: u32) -> (u32, u32) {
+    let start = u64::from(p) * PAGE_SIZE as u64;
+    let end = start + PAGE_SIZE as u64 - 1;
+    let first = (start / size) as u32;
+    let last = ((end / size) as u32).min(per_chunk - 1);
+    (first, last.max(first))
+}
+
 /// The chunk size (an index into CHUNK_PAGES) for objects of `size` bytes: the smallest that
 /// wastes at most 1/32 of the chunk, else the one that wastes least.
 fn best_chunk(size: u32) -> usize {
@@ -357,18 +411,27 @@ mod tests {
     }
 
     #[test]
-    fn blobs_never_overlap_and_emptied_chunks_come_back() {
+    fn blobs_never_overlap_and_no_live_blob_is_on_a_page_handed_back() {
         let mut b = Blobs::new(MAX);
         b.set_granted(100_000);
         let mut x = 12345u64;
         let mut live: Vec<Loc> = Vec::new();
+        let mut punch = Vec::new();
+        let page = PAGE_SIZE as u64;
         for round in 0..20_000 {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
             if live.len() > 2000 || (round % 3 == 0 && !live.is_empty()) {
                 let i = (x as usize / 7) % live.len();
-                b.free(live.swap_remove(i));
+                punch.clear();
+                b.free(live.swap_remove(i), &mut punch);
+                for &p in &punch {
+                    let on_it = live.iter().any(|l| {
+                        l.offset < (p + 1) * page && l.offset + u64::from(l.len) > p * page
+                    });
+                    assert!(!on_it, "page {p} handed back under a live blob");
+                }
             } else {
                 let len = 1 + (x as usize % MAX);
                 live.push(b.alloc(len).unwrap());
@@ -387,15 +450,45 @@ mod tests {
             b.blob_bytes(),
             live.iter().map(|l| u64::from(l.len)).sum::<u64>()
         );
+        // Resident pages are exactly those live blobs reach.
+        let mut reached: Vec<u64> = spans
+            .iter()
+            .flat_map(|&(a, e)| a / page..=(e - 1) / page)
+            .collect();
+        reached.sort_unstable();
+        reached.dedup();
+        assert_eq!(b.resident_pages(), reached.len() as u64);
         let resident = b.resident_pages();
         let mut punched = 0;
         for l in live.drain(..) {
-            if let Some((_, n)) = b.free(l) {
-                punched += n;
-            }
+            punch.clear();
+            b.free(l, &mut punch);
+            punched += punch.len() as u64;
         }
-        assert_eq!(punched, resident, "every chunk is handed back once empty");
+        assert_eq!(
+            punched, resident,
+            "every page is handed back once its blobs are gone"
+        );
         assert_eq!(b.resident_pages(), 0);
+    }
+
+    #[test]
+    fn freeing_most_blobs_of_a_chunk_hands_back_their_pages() {
+        let mut b = Blobs::new(MAX);
+        b.set_granted(1000);
+        // 3 KiB blobs: a chunk of several pages, each page reached by one or two blobs.
+        let locs: Vec<Loc> = (0..40).map(|_| b.alloc(3000).unwrap()).collect();
+        let full = b.resident_pages();
+        let mut punch = Vec::new();
+        for l in &locs[1..] {
+            b.free(*l, &mut punch);
+        }
+        assert!(
+            b.resident_pages() <= 2,
+            "{} of {full} pages stay",
+            b.resident_pages()
+        );
+        assert_eq!(punch.len() as u64, full - b.resident_pages());
     }
 
     #[test]
@@ -423,7 +516,9 @@ mod tests {
         assert_eq!((b.blobs(), b.resident_pages()), (1, 1));
         b.set_granted(1 + MAX_CHUNK_PAGES);
         b.alloc(MAX).unwrap();
-        assert_eq!(b.free(a), Some((0, 1)));
+        let mut punch = Vec::new();
+        b.free(a, &mut punch);
+        assert_eq!(punch, vec![0]);
         // The released page is reused by the next chunk of its size.
         assert_eq!(b.alloc(100).unwrap().offset, 0);
     }

@@ -79,6 +79,8 @@ struct Inner {
     stored: AtomicU64,
     /// Far copies dropped when their pages were fetched.
     dropped: AtomicU64,
+    /// Their blobs, until the next `free` gives them back.
+    forgotten: Mutex<Vec<Loc>>,
     space: Mutex<Space>,
     grants_refused: AtomicU64,
 }
@@ -123,6 +125,7 @@ impl ShmStore {
                 ver: zeroed_atomics(region_pages),
                 stored: AtomicU64::new(0),
                 dropped: AtomicU64::new(0),
+                forgotten: Mutex::new(Vec::new()),
                 space: Mutex::new(Space {
                     blobs: Blobs::new(MAX_BLOB_LEN),
                     granted: 0,
@@ -165,9 +168,7 @@ impl PageStore for ShmStore {
             }
         }
         inner.stored.fetch_sub(dropped, Ordering::Relaxed);
-        if !freed.is_empty() {
-            inner.free(&freed);
-        }
+        inner.free(&freed);
     }
 
     fn forget(&self, page: u64) {
@@ -179,7 +180,12 @@ impl PageStore for ShmStore {
         match old {
             0 => return,
             SAME_FILLED => {}
-            e => inner.free(&[unpack(e)]),
+            // Freed by the next write-back or release (off the fault path, which calls this).
+            e => inner
+                .forgotten
+                .lock()
+                .expect("forgotten lock")
+                .push(unpack(e)),
         }
         inner.stored.fetch_sub(1, Ordering::Relaxed);
         inner.dropped.fetch_add(1, Ordering::Relaxed);
@@ -217,17 +223,19 @@ impl PageStore for ShmStore {
 }
 
 impl Inner {
-    /// Gives blobs back, punching chunks left empty out of their slabs.
+    /// Gives blobs back, punching the pages no live blob reaches any more out of their slabs
+    /// (under the lock, so nothing is placed there before they are punched), and the blobs of
+    /// far copies dropped since the last call with them.
     fn free(&self, locs: &[Loc]) {
+        let forgotten = std::mem::take(&mut *self.forgotten.lock().expect("forgotten lock"));
         let mut space = self.space.lock().expect("space lock");
-        let mut empty = Vec::new();
-        for &l in locs {
-            if let Some(run) = space.blobs.free(l) {
-                empty.push(run);
-            }
+        let mut punch = Vec::new();
+        for &l in locs.iter().chain(&forgotten) {
+            space.blobs.free(l, &mut punch);
         }
-        for (first, pages) in empty {
-            punch(&space.slabs, first, pages);
+        punch.sort_unstable();
+        for (first, count) in crate::evict::runs(punch.iter().map(|&p| p as usize)) {
+            punch_pages(&space.slabs, first as u64, count as u64);
         }
     }
 
@@ -246,12 +254,14 @@ impl Inner {
                     Ok(l) => break l,
                     Err(_) => {
                         if let Err(e) = self.grant(&mut space) {
-                            let mut empty = Vec::new();
+                            let mut punch = Vec::new();
                             for l in out.drain(..) {
-                                empty.extend(space.blobs.free(l));
+                                space.blobs.free(l, &mut punch);
                             }
-                            for (first, pages) in empty {
-                                punch(&space.slabs, first, pages);
+                            punch.sort_unstable();
+                            let runs = crate::evict::runs(punch.iter().map(|&p| p as usize));
+                            for (first, count) in runs {
+                                punch_pages(&space.slabs, first as u64, count as u64);
                             }
                             return Err(e);
                         }
@@ -311,7 +321,7 @@ impl Inner {
 }
 
 /// Punches arena pages `first..first+pages` out of the slabs holding them.
-fn punch(slabs: &[(u64, u64, OwnedFd)], first: u64, pages: u64) {
+fn punch_pages(slabs: &[(u64, u64, OwnedFd)], first: u64, pages: u64) {
     let end = first + pages;
     for (start, len, fd) in slabs {
         let (a, b) = (first.max(*start), end.min(start + len));
@@ -325,7 +335,7 @@ fn punch(slabs: &[(u64, u64, OwnedFd)], first: u64, pages: u64) {
             (b - a) * PAGE_SIZE as u64,
         );
         if let Err(e) = r {
-            log::debug!("punching a freed chunk out of a slab: {e}");
+            log::debug!("punching freed pages out of a slab: {e}");
         }
     }
 }
@@ -482,9 +492,8 @@ impl StoreHandle for ShmHandle {
         }
         self.batch.clear();
         inner.stored.fetch_add(added, Ordering::Relaxed);
-        if !freed.is_empty() {
-            inner.free(&freed);
-        }
+        // Also gives back the blobs of far copies dropped since the last batch.
+        inner.free(&freed);
         Ok(())
     }
 
