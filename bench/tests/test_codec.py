@@ -306,14 +306,16 @@ def test_an_oom_killed_harness_cell_runs_once_more(monkeypatch, tmp_path):
 def test_a_failed_job_says_why(monkeypatch, tmp_path):
     def cell(ctx, system, rep, tmp, **kw):
         assert kw["kind"] == "java" and kw["local_mem"] == "128M" and kw["cgroup_limit"] == 160 * MiB
-        assert kw["job"] == ["java", "-cp", "/tmp/cls", "FarHeap"]
+        assert kw["job"] == ["java", "-Xshare:off", "-cp", "/tmp/cls", "FarHeap"]   # gleaner's
         return {"kind": "java", "system": kw["label"], "rep": rep, "ok": False, "run_ok": False,
                 "run_error": "exit status 86", "error": "exit status 86",
                 "command": "gleaner run -- java -cp /tmp/cls FarHeap",
                 "stderr_tail": ("gleaner: FATAL: vmsplice took 1 of 2 bytes\ngleaner: stopping\n"
                                "gleaner run: java exited with status 86: see the FATAL message above\n")}
     monkeypatch.setattr(codec, "demo_cell", cell)
-    ctx = {"java_job": ["java", "-cp", "/tmp/cls", "FarHeap"], "java_classes": "/tmp/cls"}
+    ctx = {"java_job": ["java", "-cp", "/tmp/cls", "FarHeap"],
+           "java_job_gleaner": ["java", "-Xshare:off", "-cp", "/tmp/cls", "FarHeap"],
+           "java_classes": "/tmp/cls"}
     rec = codec.job_cell(ctx, "java", "gleaner", 0, str(tmp_path))
     assert rec["error"] == "exit status 86; gleaner: FATAL: vmsplice took 1 of 2 bytes"
     assert rec["run_error"] == rec["error"] and not rec["ok"]
@@ -430,7 +432,8 @@ def test_reused_pieces_keep_their_behaviour(tmp_path):
     assert vs_swap.demo_cmd("linux-swap", job=["java", "X"]) == ["java", "X"]
     j = codec.java_job("/usr/bin/java", "/tmp/c")
     assert j[:4] == ["taskset", "-c", "0", "/usr/bin/java"] and j[-4:] == ["-cp", "/tmp/c", "FarHeap", "300000"]
-    assert "-XX:+UseSerialGC" in j
+    assert "-XX:+UseSerialGC" in j and "-Xshare:off" not in j
+    assert "-Xshare:off" in codec.java_job("/usr/bin/java", "/tmp/c", gleaner=True)
 
     # The harness keeps gleaner's far-memory numbers.
     stats = tmp_path / "s.json"
