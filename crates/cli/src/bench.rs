@@ -76,9 +76,9 @@ pub struct MicroArgs {
     /// Far-page compression: `lz4` (default), `zstd` or `off`.
     #[arg(long, default_value = "lz4")]
     compress: gleaner_pager::Compression,
-    /// Keep resident pages' far copies (clean evictions write nothing).
-    #[arg(long)]
-    keep_far_copies: bool,
+    /// Which fetched pages drop their far copy: `all` (default), `demand` or `none`.
+    #[arg(long, default_value = "all")]
+    drop_far_copies: gleaner_pager::FarCopies,
     /// Seal far pages with AES-256-GCM: `on` (default) or `off`.
     #[arg(long, default_value = "on")]
     encrypt: gleaner_pager::Encryption,
@@ -296,7 +296,7 @@ fn micro(args: &MicroArgs) -> Result<MicroReport, String> {
     cfg.predict_writes = args.predict_writes;
     cfg.data_path = args.data_path;
     cfg.compression = args.compress;
-    cfg.keep_far_copies = args.keep_far_copies;
+    cfg.drop_far_copies = args.drop_far_copies;
     cfg.encryption = args.encrypt.clone();
     cfg.dirty_tracking = args.dirty_tracking;
     cfg.handler_spin = Duration::from_micros(args.handler_spin_us);
@@ -307,8 +307,11 @@ fn micro(args: &MicroArgs) -> Result<MicroReport, String> {
     // Validate before starting anything, so a bad budget is reported first and alone.
     cfg.validate_only().map_err(|e| e.to_string())?;
     let floor_bytes = (args.floor_samples * PAGE_SIZE) as u64;
-    let (endpoint, token_file, _node) =
-        resolve_memnode(&args.memnode, &args.token_file, args.size + floor_bytes)?;
+    let (endpoint, token_file, _node) = resolve_memnode(
+        &args.memnode,
+        &args.token_file,
+        gleaner_pager::capacity_for_region(args.size + floor_bytes),
+    )?;
     cfg = cfg.with_memnode(endpoint.clone(), Some(token_file.clone()));
     cfg.handler_threads = args.handlers;
     let region = Region::new(cfg).map_err(|e| e.to_string())?;

@@ -82,12 +82,12 @@ pub struct RunArgs {
     /// `openssl rand -hex 32 > key && chmod 600 key`) instead of a random one.
     #[arg(long, value_name = "FILE")]
     key_file: Option<PathBuf>,
-    /// Keep a page's far copy while it is resident, so a clean page is evicted without being
-    /// encoded and written again. By default (under asynchronous dirty tracking, with a memnode
-    /// on this host) a page's far copy is dropped when the page is fetched, so far memory holds
-    /// only evicted pages, as zram does.
-    #[arg(long)]
-    keep_far_copies: bool,
+    /// Which pages give up their far copy when they come back (asynchronous dirty tracking, a
+    /// memnode on this host): `all` (default: far memory then holds only evicted pages, as zram
+    /// does), `demand` (prefetched pages keep theirs: a scan's pages then leave again without
+    /// being encoded and written, faster for scans), or `none`.
+    #[arg(long, value_name = "WHICH", default_value = "all")]
+    drop_far_copies: gleaner_pager::FarCopies,
     /// How writes to resident pages are tracked: `auto` (asynchronous where the kernel offers
     /// it, Linux 6.8+, and the host has no swap), `async` (the kernel lets a page's first write
     /// through itself; eviction finds written pages by scanning) or `sync` (a write-protect
@@ -229,10 +229,7 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
         .env("GLEANER_HANDLERS", args.handlers.to_string())
         .env("GLEANER_DATA_PATH", args.data_path.to_string())
         .env("GLEANER_COMPRESS", args.compress.to_string())
-        .env(
-            "GLEANER_KEEP_FAR_COPIES",
-            if args.keep_far_copies { "1" } else { "0" },
-        )
+        .env("GLEANER_DROP_FAR_COPIES", args.drop_far_copies.to_string())
         .env(
             "GLEANER_ENCRYPT",
             if args.encrypt.is_on() { "on" } else { "off" },
@@ -318,7 +315,7 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
         "predict_writes": args.predict_writes.to_string(),
         "data_path": args.data_path.to_string(),
         "compress": args.compress.to_string(),
-        "keep_far_copies": args.keep_far_copies,
+        "drop_far_copies": args.drop_far_copies.to_string(),
         "encrypt": args.encrypt.is_on(),
         "dirty_tracking": args.dirty_tracking.to_string(),
     });

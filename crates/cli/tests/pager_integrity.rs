@@ -176,7 +176,7 @@ fn one_gib_at_ten_percent_over_embedded_unix_socket_memnode() {
 fn integrity_keeping_far_copies_drops_clean_pages_without_writing_them() {
     gleaner_bin();
     let mut cfg = RegionConfig::new(GIB / 4, GIB / 40);
-    cfg.keep_far_copies = true;
+    cfg.drop_far_copies = gleaner_pager::FarCopies::None;
     let region = Region::new(cfg).unwrap();
     random_ops_then_verify_all(&region, 2, 30_000);
     let s = region.stats();
@@ -186,6 +186,20 @@ fn integrity_keeping_far_copies_drops_clean_pages_without_writing_them() {
         s.evictions.clean > 0,
         "clean pages were dropped without a write-back"
     );
+}
+
+/// Dropping only demand-fetched pages' far copies: prefetched pages keep theirs, and evicting
+/// them unwritten writes nothing.
+#[test]
+fn integrity_dropping_only_demand_fetched_far_copies() {
+    gleaner_bin();
+    let mut cfg = RegionConfig::new(GIB / 4, GIB / 40);
+    cfg.drop_far_copies = gleaner_pager::FarCopies::Demand;
+    let region = Region::new(cfg).unwrap();
+    random_ops_then_verify_all(&region, 2, 30_000);
+    let s = region.stats();
+    assert!(s.store.copies_dropped > 0);
+    assert!(s.prefetch.issued > 0, "the test must prefetch");
 }
 
 /// By default (asynchronous tracking, shared memory) a fetched page's far copy is dropped, so

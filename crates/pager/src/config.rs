@@ -12,6 +12,45 @@ pub use crate::predict::WritePrediction;
 pub use crate::prefetch::PrefetchInstall;
 pub use crate::store::DataPath;
 
+/// Which pages give up their far copy when they come back: see
+/// [`RegionConfig::drop_far_copies`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FarCopies {
+    /// Every fetched page, on demand or by prefetch.
+    #[default]
+    All,
+    /// Pages fetched on demand; prefetched ones keep theirs.
+    Demand,
+    /// None: every resident page keeps its far copy.
+    None,
+}
+
+impl std::str::FromStr for FarCopies {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "all" => Ok(FarCopies::All),
+            "demand" => Ok(FarCopies::Demand),
+            "none" => Ok(FarCopies::None),
+            _ => Err(format!(
+                "`{s}` is not a far-copy policy: use all (default: far memory holds only evicted \
+                 pages), demand (prefetched pages keep theirs) or none"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for FarCopies {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            FarCopies::All => "all",
+            FarCopies::Demand => "demand",
+            FarCopies::None => "none",
+        })
+    }
+}
+
 /// How writes to resident pages are tracked, so that pages nobody wrote are evicted without a
 /// write-back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -129,11 +168,11 @@ pub struct RegionConfig {
     /// How far pages are sealed against the memnode: AES-256-GCM with a random per-region key
     /// (default), with a key derived from a key file, or `off`.
     pub encryption: Encryption,
-    /// Keep a page's far copy while it is resident (a clean page is then evicted without a
-    /// write-back) instead of dropping it when the page is fetched (the default under
-    /// asynchronous dirty tracking: far memory then holds only evicted pages, as zram does,
-    /// at the cost of encoding a clean page again when it is next evicted).
-    pub keep_far_copies: bool,
+    /// Which pages give up their far copy when they come back (asynchronous dirty tracking on
+    /// shared memory only): `all` (default: far memory holds only evicted pages, as zram does),
+    /// `demand` (not prefetched pages, which a scan brings back and evicts unwritten) or `none`.
+    /// A page without a far copy is encoded and written again at its next eviction.
+    pub drop_far_copies: FarCopies,
     /// Pages per eviction batch. 0 (default): a sixteenth of the budget, between
     /// [`MIN_AUTO_EVICT_BATCH`] and [`DEFAULT_EVICT_BATCH`] pages (large batches measured fastest,
     /// but four of them must fit in the budget).
@@ -198,7 +237,7 @@ impl RegionConfig {
             handler_spin: Duration::ZERO,
             data_path: DataPath::Auto,
             compression: Compression::default(),
-            keep_far_copies: false,
+            drop_far_copies: FarCopies::default(),
             encryption: Encryption::default(),
             dirty_tracking: DirtyTracking::Auto,
             evict_batch: 0,

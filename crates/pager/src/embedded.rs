@@ -24,6 +24,13 @@ pub struct EmbeddedMemnode {
     dir: PathBuf,
 }
 
+/// The capacity a private memnode needs to hold every page of `region_bytes` of far memory: the
+/// region plus room for the codec's and the allocator's overhead on pages that do not compress (a
+/// blob is up to 17 bytes larger than its page, rounded up to its size class).
+pub fn capacity_for_region(region_bytes: u64) -> u64 {
+    region_bytes + region_bytes / 16 + (64 << 20)
+}
+
 impl EmbeddedMemnode {
     /// Starts a memnode with `capacity` bytes, on a Unix socket or (with `tcp`) on loopback.
     pub fn start(capacity: u64, tcp: bool) -> Result<EmbeddedMemnode, PagerError> {

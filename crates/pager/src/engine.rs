@@ -50,9 +50,9 @@ pub(crate) struct Engine {
     pub(crate) evict_batch: usize,
     /// How writes to resident pages are tracked.
     pub(crate) tracking: Tracking,
-    /// Drop a page's far copy when it is fetched and installed (asynchronous tracking only: see
-    /// [`PageStore::forget`]).
-    pub(crate) drop_far_copies: bool,
+    /// Which pages drop their far copy when fetched and installed (asynchronous tracking only:
+    /// see [`PageStore::forget`]).
+    pub(crate) drop_far_copies: crate::config::FarCopies,
     pub(crate) stop: Stop,
 }
 

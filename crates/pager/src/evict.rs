@@ -187,15 +187,18 @@ impl Evictor {
         for v in self.victims.iter_mut() {
             let Some(i) = v.captured else { continue };
             if async_wp {
-                if v.written {
-                    v.stale = true;
-                } else if !store.matches(v.page as u64, &self.scratch[i * PAGE_SIZE..][..PAGE_SIZE])
-                {
-                    // Written between the scan and the drop (or a far copy that cannot be
-                    // compared here).
-                    v.stale = true;
-                    raced += 1;
-                }
+                let data = &self.scratch[i * PAGE_SIZE..][..PAGE_SIZE];
+                v.stale = v.written
+                    || match store.far_copy_matches(v.page as u64, data) {
+                        Some(true) => false,
+                        // Written between the scan and the drop.
+                        Some(false) => {
+                            raced += 1;
+                            true
+                        }
+                        // No far copy (dropped when fetched, or a socket that cannot compare).
+                        None => true,
+                    };
             }
         }
         self.ids.clear();

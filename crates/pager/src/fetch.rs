@@ -1,6 +1,7 @@
 //! Bringing pages in from the store: installing a fetched page, prefetching the prefetcher's
 //! candidates after a demand fault, and bringing every page home before `fork`.
 
+use crate::config::FarCopies;
 use crate::engine::Engine;
 use crate::fatal::fatal;
 use crate::fault::{lost, Handler};
@@ -23,7 +24,12 @@ pub(crate) fn install_fetched(
 ) {
     engine.mem.install(page, data, writable);
     // Still ours (FETCHING) until published below: its far copy can go.
-    if engine.drop_far_copies {
+    let drop = match engine.drop_far_copies {
+        FarCopies::All => true,
+        FarCopies::Demand => !prefetched,
+        FarCopies::None => false,
+    };
+    if drop {
         engine.store.forget(page as u64);
     }
     let state = if writable {

@@ -42,11 +42,11 @@ mod trace;
 
 pub use config::{
     default_max_reclaim_threads, Compression, DataPath, DirtyTracking, Encryption, EvictKind,
-    MemnodeTarget, PrefetchInstall, PrefetcherKind, ReclaimMode, RegionConfig, WritePrediction,
-    DEFAULT_EVICT_BATCH, DEFAULT_PREFETCH, MAX_AUTO_HANDLERS, MIN_AUTO_EVICT_BATCH,
-    MIN_BUDGET_BATCHES,
+    FarCopies, MemnodeTarget, PrefetchInstall, PrefetcherKind, ReclaimMode, RegionConfig,
+    WritePrediction, DEFAULT_EVICT_BATCH, DEFAULT_PREFETCH, MAX_AUTO_HANDLERS,
+    MIN_AUTO_EVICT_BATCH, MIN_BUDGET_BATCHES,
 };
-pub use embedded::EmbeddedMemnode;
+pub use embedded::{capacity_for_region, EmbeddedMemnode};
 pub use fatal::FATAL_EXIT_CODE;
 pub use predict::{WritePredictionStats, PREDICTED_RESIDENCIES};
 pub use prefetch::PrefetchStats;

@@ -65,8 +65,10 @@ impl Region {
         let size = pages * PAGE_SIZE;
         let (embedded, endpoint, token) = match &cfg.memnode {
             MemnodeTarget::Embedded | MemnodeTarget::EmbeddedTcp => {
-                let node =
-                    EmbeddedMemnode::start(size as u64, cfg.memnode == MemnodeTarget::EmbeddedTcp)?;
+                let node = EmbeddedMemnode::start(
+                    crate::embedded::capacity_for_region(size as u64),
+                    cfg.memnode == MemnodeTarget::EmbeddedTcp,
+                )?;
                 let (e, t) = (node.endpoint().clone(), node.token());
                 (Some(node), e, t)
             }
@@ -179,7 +181,11 @@ impl Region {
             trace,
             evict_batch: cfg.batch_pages(),
             tracking,
-            drop_far_copies: tracking == Tracking::Async && !cfg.keep_far_copies,
+            drop_far_copies: if tracking == Tracking::Async {
+                cfg.drop_far_copies
+            } else {
+                crate::config::FarCopies::None
+            },
             stop,
         });
         let mut threads = Vec::new();
@@ -328,30 +334,39 @@ impl Region {
         };
         let mut batch = Vec::with_capacity(gleaner_proto::MAX_BATCH_PAGES);
         let pages = self.len() / PAGE_SIZE;
-        let mut page = 0;
-        while page < pages {
-            batch.clear();
-            while page < pages && batch.len() < gleaner_proto::MAX_BATCH_PAGES {
-                if table.transition(page, PageState::Remote, PageState::Fetching) {
-                    if e.prefetch.forget(page) {
-                        // Fetched again below; its staged copy's slot is given back.
-                        e.budget.release(1);
+        // Until a pass finds nothing remote: a prefetch in flight during a pass publishes its
+        // pages REMOTE (staged) after the pass went by them.
+        loop {
+            let mut brought = 0;
+            let mut page = 0;
+            while page < pages {
+                batch.clear();
+                while page < pages && batch.len() < gleaner_proto::MAX_BATCH_PAGES {
+                    if table.transition(page, PageState::Remote, PageState::Fetching) {
+                        if e.prefetch.forget(page) {
+                            // Fetched again below; its staged copy's slot is given back.
+                            e.budget.release(1);
+                        }
+                        batch.push(page as u64);
                     }
-                    batch.push(page as u64);
+                    page += 1;
                 }
-                page += 1;
+                if !batch.is_empty() {
+                    brought += batch.len();
+                    crate::fetch::bring_home(e, &mut *store, &batch);
+                }
             }
-            if !batch.is_empty() {
-                crate::fetch::bring_home(e, &mut *store, &batch);
+            // Faults in flight on other threads finish their installs before the child is made.
+            for p in 0..pages {
+                while matches!(
+                    table.get(p),
+                    PageState::Fetching | PageState::Evicting | PageState::Prefetching
+                ) {
+                    std::thread::yield_now();
+                }
             }
-        }
-        // Faults in flight on other threads finish their installs before the child is made.
-        for p in 0..pages {
-            while matches!(
-                table.get(p),
-                PageState::Fetching | PageState::Evicting | PageState::Prefetching
-            ) {
-                std::thread::yield_now();
+            if brought == 0 && (0..pages).all(|p| table.get(p) != PageState::Remote) {
+                break;
             }
         }
     }

@@ -21,7 +21,7 @@
 //! | `GLEANER_DIRTY_TRACKING` | `auto` (asynchronous where the kernel offers it and there is no swap), `async` or `sync` | `auto` |
 //! | `GLEANER_DATA_PATH` | `auto` (shared memory for a memnode on this host), `shm` or `socket` | `auto` |
 //! | `GLEANER_COMPRESS` | far-page compression: `lz4`, `zstd` or `off` | `lz4` |
-//! | `GLEANER_KEEP_FAR_COPIES` | `1`: keep a resident page's far copy (clean evictions write nothing) | `0` |
+//! | `GLEANER_DROP_FAR_COPIES` | which fetched pages drop their far copy: `all`, `demand` or `none` | `all` |
 //! | `GLEANER_ENCRYPT` | seal far pages with AES-256-GCM: `on` or `off` | `on` |
 //! | `GLEANER_KEY_FILE` | derive the page key from this file (64 hex digits, mode 0600) | a random key |
 //! | `GLEANER_STATS` | write the region's stats JSON here at exit (`%p` is replaced by the pid) | — |
@@ -55,8 +55,8 @@ use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::OnceLock;
 
 use gleaner_pager::{
-    Compression, DataPath, DirtyTracking, Encryption, EvictKind, MemnodeTarget, PrefetchInstall,
-    PrefetcherKind, ReclaimMode, Region, RegionConfig, WritePrediction,
+    Compression, DataPath, DirtyTracking, Encryption, EvictKind, FarCopies, MemnodeTarget,
+    PrefetchInstall, PrefetcherKind, ReclaimMode, Region, RegionConfig, WritePrediction,
 };
 use gleaner_proto::units::{format_size, parse_size};
 
@@ -96,7 +96,7 @@ struct Config {
     pin_handlers: bool,
     data_path: DataPath,
     compression: Compression,
-    keep_far_copies: bool,
+    drop_far_copies: FarCopies,
     encryption: Encryption,
     dirty_tracking: DirtyTracking,
     evict_batch: Option<usize>,
@@ -139,7 +139,7 @@ fn config_from_env() -> Result<Option<Config>, String> {
         pin_handlers: parsed::<u8>("GLEANER_PIN_HANDLERS")?.unwrap_or(1) != 0,
         data_path: parsed("GLEANER_DATA_PATH")?.unwrap_or_default(),
         compression: parsed("GLEANER_COMPRESS")?.unwrap_or_default(),
-        keep_far_copies: parsed::<u8>("GLEANER_KEEP_FAR_COPIES")?.unwrap_or(0) != 0,
+        drop_far_copies: parsed("GLEANER_DROP_FAR_COPIES")?.unwrap_or_default(),
         encryption: parsed::<Encryption>("GLEANER_ENCRYPT")?
             .unwrap_or_default()
             .with_key_file(var("GLEANER_KEY_FILE").map(PathBuf::from))
@@ -228,7 +228,7 @@ fn start() -> Result<(), String> {
     rc.pin_handlers = cfg.pin_handlers;
     rc.data_path = cfg.data_path;
     rc.compression = cfg.compression;
-    rc.keep_far_copies = cfg.keep_far_copies;
+    rc.drop_far_copies = cfg.drop_far_copies;
     rc.encryption = cfg.encryption.clone();
     rc.dirty_tracking = cfg.dirty_tracking;
     if let Some(n) = cfg.evict_batch {

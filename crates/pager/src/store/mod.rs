@@ -119,8 +119,8 @@ pub(crate) trait PageStore: Send + Sync {
     fn release(&self, ranges: &[(u64, u32)]);
     /// Drops the far copy of `page`, which the caller owns (FETCHING) and has just installed, to
     /// save the memory it takes while the page is resident. Only for a region that tracks writes
-    /// asynchronously: eviction then finds the far copy missing ([`StoreHandle::matches`] says
-    /// no) and writes the page back. Shared memory drops it; a socket keeps it (a free request
+    /// asynchronously: eviction then finds the far copy missing
+    /// ([`StoreHandle::far_copy_matches`] says so) and writes the page back. Shared memory drops it; a socket keeps it (a free request
     /// per fault would cost more than the memory).
     fn forget(&self, _page: u64) {}
     /// Ends the session (the region is going away).
@@ -158,9 +158,10 @@ pub(crate) trait StoreHandle: Send {
     /// Makes the staged pages durable on the far side. On [`StoreError::Full`] (a socket only)
     /// nothing was stored.
     fn commit(&mut self) -> Result<(), StoreError>;
-    /// Whether the far copy of `page` (which the caller owns) is known to equal `data`: shared
-    /// memory decodes the page's blob and compares; a socket cannot tell and says no.
-    fn matches(&mut self, page: u64, data: &[u8]) -> bool;
+    /// Whether the far copy of `page` (which the caller owns) equals `data`: shared memory
+    /// decodes the page's blob and compares; `None` when there is no far copy to compare (none
+    /// is kept, or a socket, which cannot tell).
+    fn far_copy_matches(&mut self, page: u64, data: &[u8]) -> Option<bool>;
     /// Stores `pages`: reserve, stage and commit at once. All or nothing on
     /// [`StoreError::Full`].
     #[cfg(test)]

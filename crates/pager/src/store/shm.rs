@@ -497,19 +497,19 @@ impl StoreHandle for ShmHandle {
         Ok(())
     }
 
-    fn matches(&mut self, page: u64, data: &[u8]) -> bool {
+    fn far_copy_matches(&mut self, page: u64, data: &[u8]) -> Option<bool> {
         let inner = &*self.inner;
         match inner
             .loc
             .get(page as usize)
             .map_or(0, |e| e.load(Ordering::Relaxed))
         {
-            0 => false,
+            0 => None,
             SAME_FILLED => {
-                same_filled(data) == Some(inner.ver[page as usize].load(Ordering::Relaxed))
+                Some(same_filled(data) == Some(inner.ver[page as usize].load(Ordering::Relaxed)))
             }
             // A far copy that cannot be decoded is not equal: the page is written back again.
-            _ => self.decode(page).is_ok() && self.page[..] == *data,
+            _ => Some(self.decode(page).is_ok() && self.page[..] == *data),
         }
     }
 }

@@ -240,7 +240,7 @@ impl StoreHandle for SocketHandle {
         Ok(())
     }
 
-    fn matches(&mut self, _page: u64, _data: &[u8]) -> bool {
-        false
+    fn far_copy_matches(&mut self, _page: u64, _data: &[u8]) -> Option<bool> {
+        None
     }
 }
