@@ -80,10 +80,12 @@ PATH_LABEL = {"shm": "shared memory (embedded memnode)", "tcp": "TCP (--memnode 
 EXPECTED_STORE_PATH = {"shm": "shm", "tcp": "socket"}
 
 DEMO_LOCAL = vs_swap.DEMO_LOCAL
-DEMO_SYSTEMS = ["all-local", "gleaner", "gleaner-codec-off", "gleaner-keep-copies", "linux-swap"]
+DEMO_SYSTEMS = ["all-local", "gleaner", "gleaner-codec-off", "gleaner-keep-copies", "gleaner-drop-all",
+                "linux-swap"]
 # The same run keeping resident pages' far copies (the old default), to show what dropping them
 # saves in far memory and costs in time.
 KEEP_COPIES = ["--drop-far-copies", "none"]
+DROP_ALL = ["--drop-far-copies", "all"]
 
 JAVA_SRC = os.path.join(ROOT, "bench", "java", "FarHeap.java")
 JAVA_N = 300000
@@ -183,6 +185,8 @@ def job_cell(ctx, kind, system, rep, tmp):
         system, kw["extra_args"] = "gleaner", CODEC_OFF
     elif system == "gleaner-keep-copies":
         system, kw["extra_args"] = "gleaner", KEEP_COPIES
+    elif system == "gleaner-drop-all":
+        system, kw["extra_args"] = "gleaner", DROP_ALL
     if kind == "java":
         if ctx.get("java_error"):
             return {"kind": kind, "system": label, "rep": rep, "ok": False, "run_ok": False,
@@ -198,7 +202,7 @@ def job_cell(ctx, kind, system, rep, tmp):
     if system == "gleaner":
         stats = _load(os.path.join(tmp, vs_swap.STATS_NAME))
         rec["stats"] = stats
-        codec_on = label in ("gleaner", "gleaner-keep-copies")
+        codec_on = label in ("gleaner", "gleaner-keep-copies", "gleaner-drop-all")
         err = _check_stats(rec, stats, codec_on=codec_on) if rec.get("run_ok") else None
         if err:
             _fail(rec, err)
@@ -613,21 +617,23 @@ def demo_wall(res):
 
 
 def far_copies(res):
-    """The demo job dropping fetched pages' far copies (the default) against keeping them:
-    peak far memory and wall time (information)."""
+    """The demo job under each far-copy policy: peak far memory and wall time (information).
+    gleaner's default drops demand-fetched pages' copies; `all` drops every fetched page's,
+    `none` keeps them all."""
     demo = res.get("demo") or {}
-
-    def peaks(runs):
-        return [((r.get("stats") or {}).get("total") or {}).get("store", {}).get("peak_resident_bytes")
-                for r in _ok(runs)]
-    drop, keep = demo.get("gleaner", []), demo.get("gleaner-keep-copies", [])
-    pd = _med([x for x in peaks(drop) if x]) if drop else None
-    pk = _med([x for x in peaks(keep) if x]) if keep else None
-    wd = _med([r["wall_s"] for r in _ok(drop)]) if drop else None
-    wk = _med([r["wall_s"] for r in _ok(keep)]) if keep else None
-    return {"present": bool(keep), "drop_peak": pd, "keep_peak": pk, "peak_ratio": _div(pd, pk),
-            "drop_wall": wd, "keep_wall": wk, "wall_ratio": _div(wd, wk),
-            "failed_runs": len([r for r in drop + keep if not r.get("ok")])}
+    out = {"present": bool(demo.get("gleaner-keep-copies") or demo.get("gleaner-drop-all")), "rows": []}
+    for label, system in (("demand (default)", "gleaner"), ("all", "gleaner-drop-all"),
+                          ("none", "gleaner-keep-copies")):
+        runs = demo.get(system, [])
+        if not runs:
+            continue
+        peaks = [((r.get("stats") or {}).get("total") or {}).get("store", {}).get("peak_resident_bytes")
+                 for r in _ok(runs)]
+        out["rows"].append({"policy": label, "system": system,
+                            "peak": _med([x for x in peaks if x]),
+                            "wall": _med([r["wall_s"] for r in _ok(runs)]),
+                            "failed_runs": len([r for r in runs if not r.get("ok")])})
+    return out
 
 
 def verdicts(res):
@@ -1134,19 +1140,19 @@ def render_text(res, results_name="bench/results/codec.json"):
     fc = far_copies(res)
     if fc["present"]:
         mib = (lambda b: _fmt(b / (1 << 20) if b else None, "{:.1f}"))
-        L.append("Dropping a fetched page's far copy (the default under asynchronous dirty tracking) "
-                 "against keeping it (`--drop-far-copies none`), on the demo job (information, no target):")
+        L.append("Which fetched pages drop their far copy (`--drop-far-copies`), on the demo job "
+                 "(information, no target):")
         L.append("")
-        L.append("| | far memory at peak MiB | wall s |")
+        L.append("| policy | far memory at peak MiB | wall s |")
         L.append("|---|---|---|")
-        L.append(f"| dropped (default) | {mib(fc['drop_peak'])} | {_fmt(fc['drop_wall'], '{:.2f}')} |")
-        L.append(f"| kept | {mib(fc['keep_peak'])} | {_fmt(fc['keep_wall'], '{:.2f}')} |")
-        L.append(f"| dropped / kept | {_fmt(fc['peak_ratio'], '{:.2f}')} | {_fmt(fc['wall_ratio'], '{:.2f}')} |")
+        for row in fc["rows"]:
+            L.append(f"| {row['policy']} | {mib(row['peak'])} | {_fmt(row['wall'], '{:.2f}')} |")
         L.append("")
-        c = _first_command((res.get("demo") or {}).get("gleaner-keep-copies", []))
-        if c:
-            L.append(f"* kept: `{c}`")
-            L.append("")
+        for system in ("gleaner-drop-all", "gleaner-keep-copies"):
+            c = _first_command((res.get("demo") or {}).get(system, []))
+            if c:
+                L.append(f"* `{c}`")
+        L.append("")
 
     fails = failed_cells(res)
     L.append("Failed runs: " + ("none." if not fails else f"**{len(fails)}**:"))
