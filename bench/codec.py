@@ -80,12 +80,12 @@ PATH_LABEL = {"shm": "shared memory (embedded memnode)", "tcp": "TCP (--memnode 
 EXPECTED_STORE_PATH = {"shm": "shm", "tcp": "socket"}
 
 DEMO_LOCAL = vs_swap.DEMO_LOCAL
-DEMO_SYSTEMS = ["all-local", "gleaner", "gleaner-codec-off", "gleaner-keep-copies", "gleaner-drop-all",
+DEMO_SYSTEMS = ["all-local", "gleaner", "gleaner-codec-off", "gleaner-keep-copies", "gleaner-drop-demand",
                 "linux-swap"]
 # The same run keeping resident pages' far copies (the old default), to show what dropping them
 # saves in far memory and costs in time.
 KEEP_COPIES = ["--drop-far-copies", "none"]
-DROP_ALL = ["--drop-far-copies", "all"]
+DROP_DEMAND = ["--drop-far-copies", "demand"]
 
 JAVA_SRC = os.path.join(ROOT, "bench", "java", "FarHeap.java")
 JAVA_N = 300000
@@ -185,8 +185,8 @@ def job_cell(ctx, kind, system, rep, tmp):
         system, kw["extra_args"] = "gleaner", CODEC_OFF
     elif system == "gleaner-keep-copies":
         system, kw["extra_args"] = "gleaner", KEEP_COPIES
-    elif system == "gleaner-drop-all":
-        system, kw["extra_args"] = "gleaner", DROP_ALL
+    elif system == "gleaner-drop-demand":
+        system, kw["extra_args"] = "gleaner", DROP_DEMAND
     if kind == "java":
         if ctx.get("java_error"):
             return {"kind": kind, "system": label, "rep": rep, "ok": False, "run_ok": False,
@@ -202,7 +202,7 @@ def job_cell(ctx, kind, system, rep, tmp):
     if system == "gleaner":
         stats = _load(os.path.join(tmp, vs_swap.STATS_NAME))
         rec["stats"] = stats
-        codec_on = label in ("gleaner", "gleaner-keep-copies", "gleaner-drop-all")
+        codec_on = label in ("gleaner", "gleaner-keep-copies", "gleaner-drop-demand")
         err = _check_stats(rec, stats, codec_on=codec_on) if rec.get("run_ok") else None
         if err:
             _fail(rec, err)
@@ -622,7 +622,7 @@ def far_copies(res):
     `none` keeps them all."""
     demo = res.get("demo") or {}
     out = {"present": bool(demo.get("gleaner-keep-copies") or demo.get("gleaner-drop-all")), "rows": []}
-    for label, system in (("demand (default)", "gleaner"), ("all", "gleaner-drop-all"),
+    for label, system in (("all (default)", "gleaner"), ("demand", "gleaner-drop-demand"),
                           ("none", "gleaner-keep-copies")):
         runs = demo.get(system, [])
         if not runs:
@@ -1148,7 +1148,7 @@ def render_text(res, results_name="bench/results/codec.json"):
         for row in fc["rows"]:
             L.append(f"| {row['policy']} | {mib(row['peak'])} | {_fmt(row['wall'], '{:.2f}')} |")
         L.append("")
-        for system in ("gleaner-drop-all", "gleaner-keep-copies"):
+        for system in ("gleaner-drop-demand", "gleaner-keep-copies"):
             c = _first_command((res.get("demo") or {}).get(system, []))
             if c:
                 L.append(f"* `{c}`")

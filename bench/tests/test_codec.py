@@ -452,10 +452,10 @@ def test_far_copies_compares_the_demo_under_each_policy():
     def run(rep, peak, wall):
         return {"rep": rep, "ok": True, "wall_s": wall,
                 "stats": {"total": {"store": {"peak_resident_bytes": peak}}}}
-    res = {"demo": {"gleaner": [run(0, 12 << 20, 1.8)], "gleaner-drop-all": [run(0, 10 << 20, 2.0)],
+    res = {"demo": {"gleaner": [run(0, 10 << 20, 2.0)], "gleaner-drop-demand": [run(0, 12 << 20, 1.8)],
                     "gleaner-keep-copies": [run(0, 20 << 20, 1.6)]}}
     fc = codec.far_copies(res)
     assert fc["present"]
     assert [(r["policy"], r["peak"], r["wall"]) for r in fc["rows"]] == [
-        ("demand (default)", 12 << 20, 1.8), ("all", 10 << 20, 2.0), ("none", 20 << 20, 1.6)]
+        ("all (default)", 10 << 20, 2.0), ("demand", 12 << 20, 1.8), ("none", 20 << 20, 1.6)]
     assert not codec.far_copies({"demo": {"gleaner": [run(0, 1, 1.0)]}})["present"]

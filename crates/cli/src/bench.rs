@@ -76,8 +76,8 @@ pub struct MicroArgs {
     /// Far-page compression: `lz4` (default), `zstd` or `off`.
     #[arg(long, default_value = "lz4")]
     compress: gleaner_pager::Compression,
-    /// Which fetched pages drop their far copy: `demand` (default), `all` or `none`.
-    #[arg(long, default_value = "demand")]
+    /// Which fetched pages drop their far copy: `all` (default), `demand` or `none`.
+    #[arg(long, default_value = "all")]
     drop_far_copies: gleaner_pager::FarCopies,
     /// Seal far pages with AES-256-GCM: `on` (default) or `off`.
     #[arg(long, default_value = "on")]

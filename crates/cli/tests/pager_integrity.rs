@@ -188,25 +188,26 @@ fn integrity_keeping_far_copies_drops_clean_pages_without_writing_them() {
     );
 }
 
-/// By default (asynchronous tracking, shared memory) pages a fault fetched give up their far
-/// copies; prefetched pages keep theirs, and evicting them unwritten writes nothing.
+/// Dropping only demand-fetched pages' far copies: prefetched pages keep theirs, and evicting
+/// them unwritten writes nothing.
 #[test]
-fn demand_fetched_pages_give_up_their_far_copies_by_default() {
+fn integrity_dropping_only_demand_fetched_far_copies() {
     gleaner_bin();
-    let region = Region::new(RegionConfig::new(GIB / 4, GIB / 40)).unwrap();
+    let mut cfg = RegionConfig::new(GIB / 4, GIB / 40);
+    cfg.drop_far_copies = gleaner_pager::FarCopies::Demand;
+    let region = Region::new(cfg).unwrap();
     random_ops_then_verify_all(&region, 2, 30_000);
     let s = region.stats();
     assert!(s.store.copies_dropped > 0);
     assert!(s.prefetch.issued > 0, "the test must prefetch");
 }
 
-/// Dropping every fetched page's far copy, far memory holds only pages that are not resident.
+/// By default (asynchronous tracking, shared memory) every fetched page gives up its far copy:
+/// far memory holds only pages that are not resident.
 #[test]
-fn with_every_far_copy_dropped_far_memory_holds_only_evicted_pages() {
+fn fetched_pages_give_up_their_far_copies_by_default() {
     gleaner_bin();
-    let mut cfg = RegionConfig::new(GIB / 4, GIB / 40);
-    cfg.drop_far_copies = gleaner_pager::FarCopies::All;
-    let region = Region::new(cfg).unwrap();
+    let region = Region::new(RegionConfig::new(GIB / 4, GIB / 40)).unwrap();
     random_ops_then_verify_all(&region, 2, 30_000);
     let s = region.stats();
     assert!(s.store.copies_dropped > 0);

@@ -16,10 +16,10 @@ pub use crate::store::DataPath;
 /// [`RegionConfig::drop_far_copies`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum FarCopies {
-    /// Every fetched page, on demand or by prefetch.
-    All,
-    /// Pages fetched on demand; prefetched ones keep theirs (default).
+    /// Every fetched page, on demand or by prefetch (default).
     #[default]
+    All,
+    /// Pages fetched on demand; prefetched ones keep theirs.
     Demand,
     /// None: every resident page keeps its far copy.
     None,
@@ -34,8 +34,8 @@ impl std::str::FromStr for FarCopies {
             "demand" => Ok(FarCopies::Demand),
             "none" => Ok(FarCopies::None),
             _ => Err(format!(
-                "`{s}` is not a far-copy policy: use demand (default: prefetched pages keep \
-                 theirs), all (far memory holds only evicted pages) or none"
+                "`{s}` is not a far-copy policy: use all (default: far memory holds only evicted \
+                 pages), demand (prefetched pages keep theirs) or none"
             )),
         }
     }
@@ -169,10 +169,10 @@ pub struct RegionConfig {
     /// (default), with a key derived from a key file, or `off`.
     pub encryption: Encryption,
     /// Which pages give up their far copy when they come back (asynchronous dirty tracking on
-    /// shared memory only): `demand` (default: pages a fault fetched, not prefetched ones, which
-    /// a scan brings back and evicts unwritten), `all` (far memory then holds only evicted
-    /// pages, as zram does) or `none`. A page without a far copy is encoded and written again at
-    /// its next eviction.
+    /// shared memory only): `all` (default: far memory then holds only evicted pages, as zram
+    /// does), `demand` (pages a fault fetched, not prefetched ones, which a scan brings back and
+    /// evicts unwritten) or `none`. A page without a far copy is encoded and written again at its
+    /// next eviction.
     pub drop_far_copies: FarCopies,
     /// Pages per eviction batch. 0 (default): a sixteenth of the budget, between
     /// [`MIN_AUTO_EVICT_BATCH`] and [`DEFAULT_EVICT_BATCH`] pages (large batches measured fastest,

@@ -21,7 +21,7 @@
 //! | `GLEANER_DIRTY_TRACKING` | `auto` (asynchronous where the kernel offers it and there is no swap), `async` or `sync` | `auto` |
 //! | `GLEANER_DATA_PATH` | `auto` (shared memory for a memnode on this host), `shm` or `socket` | `auto` |
 //! | `GLEANER_COMPRESS` | far-page compression: `lz4`, `zstd` or `off` | `lz4` |
-//! | `GLEANER_DROP_FAR_COPIES` | which fetched pages drop their far copy: `demand`, `all` or `none` | `demand` |
+//! | `GLEANER_DROP_FAR_COPIES` | which fetched pages drop their far copy: `all`, `demand` or `none` | `all` |
 //! | `GLEANER_ENCRYPT` | seal far pages with AES-256-GCM: `on` or `off` | `on` |
 //! | `GLEANER_KEY_FILE` | derive the page key from this file (64 hex digits, mode 0600) | a random key |
 //! | `GLEANER_STATS` | write the region's stats JSON here at exit (`%p` is replaced by the pid) | — |
