@@ -4,6 +4,15 @@
 # of the protocol decoder. Run as root (the userfaultfd-permission test switches to `nobody`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# /dev/null must be the null device: a root process that once replaced it with a file (a test
+# writing its results "atomically" to /dev/null did) leaves every later reader of /dev/null,
+# rustc's probes among them, reading junk. Repair it loudly, and check again after the tests.
+devnull_ok() { [ -c /dev/null ]; }
+if ! devnull_ok; then
+    echo "WARNING: /dev/null is not the null device (something replaced it); recreating it" >&2
+    rm -f /dev/null && mknod -m 666 /dev/null c 1 3
+fi
 bash scripts/setup.sh
 [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
 
@@ -28,6 +37,8 @@ if [ "${GLEANER_SKIP_BENCH_QUICK:-0}" = 1 ]; then
 else
     HARNESS_RUN_QUICK=1 make -s bench-test
 fi
+
+devnull_ok || { echo "FAIL: a test replaced /dev/null with a regular file" >&2; exit 1; }
 
 step "fuzz the protocol decoder (${GLEANER_FUZZ_SECONDS:-30} s)"
 if rustup toolchain list 2>/dev/null | grep -q nightly; then
