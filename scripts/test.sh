@@ -12,6 +12,8 @@ devnull_ok() { [ -c /dev/null ]; }
 if ! devnull_ok; then
     echo "WARNING: /dev/null is not the null device (something replaced it); recreating it" >&2
     rm -f /dev/null && mknod -m 666 /dev/null c 1 3
+    # Cargo caches its rustc probes, failures included: drop what was probed meanwhile.
+    rm -f target/.rustc_info.json fuzz/target/.rustc_info.json
 fi
 bash scripts/setup.sh
 [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
