@@ -379,7 +379,13 @@ fn tamper(st: &ProxyState, session: u64, reply: &[u8], out: &mut Vec<u8>) -> boo
     }) else {
         return false;
     };
-    if st.tampered.fetch_add(1, Ordering::SeqCst) != 0 {
+    // One reply only, whichever connection's thread gets here first (a plain increment would
+    // count the losers too).
+    if st
+        .tampered
+        .compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst)
+        .is_err()
+    {
         return false;
     }
     PageBatch::begin(out);
