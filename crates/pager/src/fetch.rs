@@ -12,9 +12,11 @@ use crate::store::StoreHandle;
 use crate::PAGE_SIZE;
 
 /// Installs `data` as `page` (owned in FETCHING or PREFETCHING, its budget slot taken) and
-/// publishes it. A read installs the page write-protected (clean: its far copy is valid, so it
+/// publishes it. A read installs the page write-protected (clean: where its far copy is kept, it
 /// can later be dropped with no write); a write, or a read of a page write prediction expects to
 /// be written, installs it writable and dirty, saving the write-protect fault that would follow.
+/// Under asynchronous tracking the far copy is dropped here, as `drop_far_copies` says, before
+/// the page is published.
 pub(crate) fn install_fetched(
     engine: &Engine,
     page: usize,
