@@ -285,12 +285,6 @@ impl Codec {
         self.key.is_some()
     }
 
-    /// Counts a same-filled page a store keeps without a blob (in its own index).
-    pub fn note_same_filled(&self) {
-        self.counters.encoded.fetch_add(1, Ordering::Relaxed);
-        self.counters.same.fetch_add(1, Ordering::Relaxed);
-    }
-
     /// Records that a blob failed authentication.
     fn note_tamper(&self) {
         self.counters.auth_failures.fetch_add(1, Ordering::Relaxed);
@@ -335,6 +329,14 @@ impl Codec {
     }
 }
 
+/// What [`CodecCtx::encode_or_word`] made of a page.
+pub enum Encoded<'a> {
+    /// The page is this 8-byte word over and over.
+    Word(u64),
+    /// The page's blob (valid until the next call) and the version it must be decoded with.
+    Blob(&'a [u8], u64),
+}
+
 /// One thread's codec: encodes pages into blobs and decodes them back.
 pub struct CodecCtx {
     codec: Arc<Codec>,
@@ -355,12 +357,35 @@ impl CodecCtx {
     /// Encodes `page` (4 KiB), the contents of region page `page_no`, into a blob; returns the
     /// blob (valid until the next call) and the version it must be decoded with.
     pub fn encode(&mut self, page_no: u64, page: &[u8]) -> (&[u8], u64) {
+        let same = same_filled(page);
+        self.encode_checked(page_no, page, same)
+    }
+
+    /// Like [`CodecCtx::encode`], but a page of one repeated word is not made into a blob: the
+    /// caller keeps the word itself (the shared-memory store, in its index).
+    pub fn encode_or_word(&mut self, page_no: u64, page: &[u8]) -> Encoded<'_> {
+        match same_filled(page) {
+            Some(word) => {
+                let c = &self.codec.counters;
+                c.encoded.fetch_add(1, Ordering::Relaxed);
+                c.same.fetch_add(1, Ordering::Relaxed);
+                Encoded::Word(word)
+            }
+            None => {
+                let (blob, version) = self.encode_checked(page_no, page, None);
+                Encoded::Blob(blob, version)
+            }
+        }
+    }
+
+    /// Encodes `page`, whose repeated word (if any) the caller found: `same`.
+    fn encode_checked(&mut self, page_no: u64, page: &[u8], same: Option<u64>) -> (&[u8], u64) {
         assert_eq!(page.len(), PAGE_SIZE, "the codec encodes whole pages");
         let codec = &*self.codec;
         let c = &codec.counters;
         let version = codec.next_version.fetch_add(1, Ordering::Relaxed);
         let out = &mut self.scratch;
-        let len = if let Some(word) = same_filled(page) {
+        let len = if let Some(word) = same {
             out[0] = KIND_SAME;
             out[1..9].copy_from_slice(&word.to_le_bytes());
             c.same.fetch_add(1, Ordering::Relaxed);
@@ -572,18 +597,6 @@ mod tests {
         s.into_bytes()[..PAGE_SIZE].to_vec()
     }
 
-    fn random_page(seed: u64) -> Vec<u8> {
-        let mut x = seed | 1;
-        (0..PAGE_SIZE)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect()
-    }
-
     fn round_trip(c: Compression, e: Encryption, page: &[u8]) -> usize {
         let codec = Codec::new(c, e.clone()).unwrap();
         let mut ctx = codec.ctx();
@@ -606,7 +619,7 @@ mod tests {
                 if c != Compression::Off {
                     assert!(t < PAGE_SIZE * 3 / 4, "{c}: text compressed to {t} bytes");
                 }
-                let r = round_trip(c, e.clone(), &random_page(7));
+                let r = round_trip(c, e.clone(), &crate::noise_page(7));
                 assert_eq!(r, 1 + PAGE_SIZE + tag, "{c}: random pages are stored raw");
                 assert_eq!(round_trip(c, e.clone(), &vec![0u8; PAGE_SIZE]), 9 + tag);
                 assert_eq!(round_trip(c, e, &same), 9 + tag);
@@ -673,7 +686,7 @@ mod tests {
         let mut ctx = codec.ctx();
         ctx.encode(0, &text_page(1));
         ctx.encode(1, &vec![0u8; PAGE_SIZE]);
-        ctx.encode(2, &random_page(3));
+        ctx.encode(2, &crate::noise_page(3));
         let s = codec.stats();
         assert_eq!(
             (s.pages_encoded, s.same_filled, s.incompressible),

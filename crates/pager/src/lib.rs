@@ -59,6 +59,20 @@ pub use store::StoreStats;
 /// The page size gleaner manages (the base page size of x86-64 and most arm64 kernels).
 pub const PAGE_SIZE: usize = gleaner_proto::PAGE_SIZE;
 
+/// A page of pseudo-random bytes (incompressible), different for every `seed` (tests).
+#[cfg(test)]
+pub(crate) fn noise_page(seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..PAGE_SIZE)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
 /// Why a region could not be created.
 #[derive(Debug, thiserror::Error)]
 pub enum PagerError {

@@ -337,7 +337,6 @@ impl Region {
         // Until a pass finds nothing remote: a prefetch in flight during a pass publishes its
         // pages REMOTE (staged) after the pass went by them.
         loop {
-            let mut brought = 0;
             let mut page = 0;
             while page < pages {
                 batch.clear();
@@ -352,7 +351,6 @@ impl Region {
                     page += 1;
                 }
                 if !batch.is_empty() {
-                    brought += batch.len();
                     crate::fetch::bring_home(e, &mut *store, &batch);
                 }
             }
@@ -365,7 +363,7 @@ impl Region {
                     std::thread::yield_now();
                 }
             }
-            if brought == 0 && (0..pages).all(|p| table.get(p) != PageState::Remote) {
+            if (0..pages).all(|p| table.get(p) != PageState::Remote) {
                 break;
             }
         }

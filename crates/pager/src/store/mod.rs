@@ -228,6 +228,13 @@ pub(crate) fn open(
     }
 }
 
+/// `n` atomics holding 0, from zeroed memory (untouched pages of a large index cost nothing).
+pub(crate) fn zeroed_atomics(n: usize) -> Box<[std::sync::atomic::AtomicU64]> {
+    let v = Box::<[std::sync::atomic::AtomicU64]>::new_zeroed_slice(n);
+    // SAFETY: an all-zero u64 is a valid AtomicU64 holding 0.
+    unsafe { v.assume_init() }
+}
+
 /// A page-sized scratch buffer.
 pub(crate) type PageBuf = Box<[u8; PAGE_SIZE]>;
 
@@ -399,18 +406,6 @@ mod tests {
         assert_eq!((s.pages_stored, s.blob_bytes, s.resident_bytes), (0, 0, 0));
     }
 
-    fn noise(seed: u64) -> Vec<u8> {
-        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..PAGE_SIZE)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect()
-    }
-
     #[test]
     fn a_full_memnode_refuses_the_whole_write_and_recovers_once_room_is_freed() {
         // 20 MiB: the first grant cannot be the usual 64 MiB.
@@ -421,7 +416,7 @@ mod tests {
         let refused = loop {
             let ids: Vec<u64> = (written..written + 64).collect();
             let r = h.write(&ids, &mut |i, dst| {
-                dst.copy_from_slice(&noise(ids[i]));
+                dst.copy_from_slice(&crate::noise_page(ids[i]));
                 Ok(())
             });
             match r {
@@ -440,17 +435,20 @@ mod tests {
         let got = read_copies(&mut *h, &[0, written - 1]).unwrap();
         assert_eq!(
             (got[0].clone(), got[1].clone()),
-            (noise(0), noise(written - 1))
+            (crate::noise_page(0), crate::noise_page(written - 1))
         );
         // Free room, then the same write goes through.
         store.release(&[(0, 512)]);
         let ids: Vec<u64> = (written..written + 64).collect();
         h.write(&ids, &mut |i, dst| {
-            dst.copy_from_slice(&noise(ids[i]));
+            dst.copy_from_slice(&crate::noise_page(ids[i]));
             Ok(())
         })
         .unwrap();
-        assert_eq!(read_copies(&mut *h, &[written]).unwrap()[0], noise(written));
+        assert_eq!(
+            read_copies(&mut *h, &[written]).unwrap()[0],
+            crate::noise_page(written)
+        );
     }
 
     #[test]

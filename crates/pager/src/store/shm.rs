@@ -35,8 +35,8 @@ use gleaner_proto::ErrorCode;
 use super::arena::Arena;
 use super::blobs::{Blobs, Loc, MAX_CHUNK_PAGES};
 use super::socket::Session;
-use super::{page_buf, PageBuf, PageStore, StoreError, StoreHandle, StoreStats};
-use crate::codec::{fill_word, same_filled, Codec, CodecCtx, MAX_BLOB_LEN};
+use super::{page_buf, zeroed_atomics, PageBuf, PageStore, StoreError, StoreHandle, StoreStats};
+use crate::codec::{fill_word, same_filled, Codec, CodecCtx, Encoded, MAX_BLOB_LEN};
 use crate::{PagerError, PAGE_SIZE};
 
 /// The first grant asks for this many pages (64 MiB); later ones for half of what the session
@@ -92,12 +92,6 @@ struct Space {
     granted: u64,
     /// The slabs, in arena order: (first page, pages, memfd).
     slabs: Vec<(u64, u64, OwnedFd)>,
-}
-
-fn zeroed_atomics(n: usize) -> Box<[AtomicU64]> {
-    let v = Box::<[AtomicU64]>::new_zeroed_slice(n);
-    // SAFETY: an all-zero u64 is a valid AtomicU64 holding 0.
-    unsafe { v.assume_init() }
 }
 
 impl ShmStore {
@@ -229,14 +223,7 @@ impl Inner {
     fn free(&self, locs: &[Loc]) {
         let forgotten = std::mem::take(&mut *self.forgotten.lock().expect("forgotten lock"));
         let mut space = self.space.lock().expect("space lock");
-        let mut punch = Vec::new();
-        for &l in locs.iter().chain(&forgotten) {
-            space.blobs.free(l, &mut punch);
-        }
-        punch.sort_unstable();
-        for (first, count) in crate::evict::runs(punch.iter().map(|&p| p as usize)) {
-            punch_pages(&space.slabs, first as u64, count as u64);
-        }
+        space.free(locs.iter().chain(&forgotten).copied());
     }
 
     /// Places blobs of `lens` bytes, asking the memnode for more memory as needed; all or
@@ -254,15 +241,7 @@ impl Inner {
                     Ok(l) => break l,
                     Err(_) => {
                         if let Err(e) = self.grant(&mut space) {
-                            let mut punch = Vec::new();
-                            for l in out.drain(..) {
-                                space.blobs.free(l, &mut punch);
-                            }
-                            punch.sort_unstable();
-                            let runs = crate::evict::runs(punch.iter().map(|&p| p as usize));
-                            for (first, count) in runs {
-                                punch_pages(&space.slabs, first as u64, count as u64);
-                            }
+                            space.free(out.drain(..));
                             return Err(e);
                         }
                     }
@@ -317,6 +296,21 @@ impl Inner {
         let granted = space.granted;
         space.blobs.set_granted(granted);
         Ok(())
+    }
+}
+
+impl Space {
+    /// Gives blobs back to the allocator and punches the pages no live blob reaches any more out
+    /// of their slabs (under the caller's lock, so nothing is placed there before they are).
+    fn free(&mut self, locs: impl Iterator<Item = Loc>) {
+        let mut punch = Vec::new();
+        for l in locs {
+            self.blobs.free(l, &mut punch);
+        }
+        punch.sort_unstable();
+        for (first, count) in crate::evict::runs(punch.iter().map(|&p| p as usize)) {
+            punch_pages(&self.slabs, first as u64, count as u64);
+        }
     }
 }
 
@@ -431,13 +425,9 @@ impl StoreHandle for ShmHandle {
             fill(i, &mut self.page[..]).map_err(|e| {
                 StoreError::Lost(format!("reading page {page} for write-back failed: {e}"))
             })?;
-            let staged = match same_filled(&self.page[..]) {
-                Some(word) => {
-                    self.ctx.codec().note_same_filled();
-                    Staged::Same(word)
-                }
-                None => {
-                    let (blob, version) = self.ctx.encode(page, &self.page[..]);
+            let staged = match self.ctx.encode_or_word(page, &self.page[..]) {
+                Encoded::Word(word) => Staged::Same(word),
+                Encoded::Blob(blob, version) => {
                     let start = self.batch.len();
                     self.batch.extend_from_slice(blob);
                     Staged::Blob {

@@ -14,7 +14,7 @@ use gleaner_proto::{
     SessionKey, Token,
 };
 
-use super::{page_buf, PageBuf, PageStore, StoreError, StoreHandle, StoreStats};
+use super::{page_buf, zeroed_atomics, PageBuf, PageStore, StoreError, StoreHandle, StoreStats};
 use crate::codec::{Codec, CodecCtx};
 use crate::PagerError;
 
@@ -107,15 +107,13 @@ pub(crate) struct SocketStore {
     session: Session,
     codec: Arc<Codec>,
     /// Per region page: the version of its blob on the memnode.
-    versions: Arc<[AtomicU64]>,
+    versions: Arc<Box<[AtomicU64]>>,
 }
 
 impl SocketStore {
     /// The store of `session`, for a region of `region_pages` pages encoded by `codec`.
     pub(crate) fn new(session: Session, region_pages: usize, codec: Arc<Codec>) -> SocketStore {
-        let versions = Arc::<[AtomicU64]>::new_zeroed_slice(region_pages);
-        // SAFETY: an all-zero u64 is a valid AtomicU64 holding 0.
-        let versions = unsafe { versions.assume_init() };
+        let versions = Arc::new(zeroed_atomics(region_pages));
         SocketStore {
             session,
             codec,
@@ -173,7 +171,7 @@ struct SocketHandle {
     /// The read sent by `request`, with its ids.
     pending: Option<(PendingRead, Vec<u64>)>,
     ctx: CodecCtx,
-    versions: Arc<[AtomicU64]>,
+    versions: Arc<Box<[AtomicU64]>>,
     /// The pages of the batch being built and their blobs' versions, published at commit.
     staged: Vec<(u64, u64)>,
     /// Where a page is decoded into, or filled before encoding.
