@@ -728,14 +728,8 @@ def run_all(args):
                    "harness": None if args.skip_harness else {
                        "size": harness_size, "workloads": HARNESS_WORKLOADS, "ratio": HARNESS_RATIO},
                    "python": python_exe()},
-        "linux_swap": {
-            "cgroup": swapenv.cgroup_mode(),
-            "swappiness": open("/proc/sys/vm/swappiness").read().strip(),
-            "page_cluster": open("/proc/sys/vm/page-cluster").read().strip(),
-            "thp_enabled": swapenv._read("/sys/kernel/mm/transparent_hugepage/enabled"),
-            "other_swaps_at_start": swapenv.active_swaps(),
-            "zram_algorithm": "the kernel's default (comp_algorithm left as it is)",
-        },
+        "linux_swap": {**swapenv.linux_swap_settings(),
+                       "zram_algorithm": "the kernel's default (comp_algorithm left as it is)"},
         "targets": {"memory": MEMORY_TARGET, "fault_p50": FAULT_TARGET, "wire": WIRE_TARGET},
         "complete": False,
         "order": [],
@@ -1139,14 +1133,13 @@ def render_text(res, results_name="bench/results/codec.json"):
 
     fc = far_copies(res)
     if fc["present"]:
-        mib = (lambda b: _fmt(b / (1 << 20) if b else None, "{:.1f}"))
         L.append("Which fetched pages drop their far copy (`--drop-far-copies`), on the demo job "
                  "(information, no target):")
         L.append("")
         L.append("| policy | far memory at peak MiB | wall s |")
         L.append("|---|---|---|")
         for row in fc["rows"]:
-            L.append(f"| {row['policy']} | {mib(row['peak'])} | {_fmt(row['wall'], '{:.2f}')} |")
+            L.append(f"| {row['policy']} | {_mib(row['peak'])} | {_fmt(row['wall'], '{:.2f}')} |")
         L.append("")
         for system in ("gleaner-drop-demand", "gleaner-keep-copies"):
             c = _first_command((res.get("demo") or {}).get(system, []))
@@ -1192,25 +1185,7 @@ def main(argv=None):
     ap.add_argument("--doc", default=DOC, help="the document to render into (default docs/BENCHMARKS.md)")
     ap.add_argument("--no-render", action="store_true", help="write the JSON only")
     ap.add_argument("--render-only", action="store_true", help="re-render the doc section from --out")
-    args = ap.parse_args(argv)
-    args.out = os.path.abspath(args.out)
-    name = os.path.relpath(args.out, ROOT) if args.out.startswith(ROOT + os.sep) else args.out
-    if args.render_only:
-        if not os.path.exists(args.out):
-            sys.exit(f"codec.py: {args.out} missing: run without --render-only first")
-        with open(args.out) as f:
-            render(json.load(f), args.doc, name)
-        return 0
-    if args.reps is not None and args.reps < 1:
-        ap.error("--reps must be at least 1")
-    rc, res = run_all(args)
-    if args.no_render:
-        pass
-    elif res["complete"]:
-        render(res, args.doc, name)
-    else:
-        log(f"the run is incomplete: {args.doc} left as it was (--render-only renders it anyway)")
-    return rc
+    return vs_swap.run_or_render(ap, argv, "codec.py", run_all, render, log)
 
 
 if __name__ == "__main__":

@@ -391,13 +391,7 @@ def run_all(args):
                    "size_bytes": size_bytes, "local_pct": LOCAL_PCT, "local_bytes": local_bytes,
                    "pin_cpu": PIN_CPU, "demo": not args.skip_demo, "demo_n": DEMO_N,
                    "demo_local": DEMO_LOCAL, "python": python_exe()},
-        "linux_swap": {
-            "cgroup": swapenv.cgroup_mode(),
-            "swappiness": open("/proc/sys/vm/swappiness").read().strip(),
-            "page_cluster": open("/proc/sys/vm/page-cluster").read().strip(),
-            "thp_enabled": swapenv._read("/sys/kernel/mm/transparent_hugepage/enabled"),
-            "other_swaps_at_start": swapenv.active_swaps(),
-        },
+        "linux_swap": swapenv.linux_swap_settings(),
         "complete": False,
         "order": [],
         "micro": {p: {"gleaner": [], "linux-swap": []} for p in patterns},
@@ -782,12 +776,19 @@ def main(argv=None):
     ap.add_argument("--doc", default=DOC, help="the document to render into (default docs/BENCHMARKS.md)")
     ap.add_argument("--no-render", action="store_true", help="write the JSON only")
     ap.add_argument("--render-only", action="store_true", help="re-render the doc section from --out")
+    return run_or_render(ap, argv, "vs_swap.py", run_all, render, log)
+
+
+def run_or_render(ap, argv, script, run_all, render, log):
+    """The end of a same-run script's main (this one's and bench/codec.py's): parse `ap`, then
+    re-render the doc from --out (--render-only), or run everything and render a complete run
+    (unless --no-render). Returns the exit status."""
     args = ap.parse_args(argv)
     args.out = os.path.abspath(args.out)
     name = os.path.relpath(args.out, ROOT) if args.out.startswith(ROOT + os.sep) else args.out
     if args.render_only:
         if not os.path.exists(args.out):
-            sys.exit(f"vs_swap.py: {args.out} missing: run without --render-only first")
+            sys.exit(f"{script}: {args.out} missing: run without --render-only first")
         with open(args.out) as f:
             render(json.load(f), args.doc, name)
         return 0

@@ -193,6 +193,17 @@ def zram_swap_on(state, size_bytes, algorithm=None):
     return {"device": dev, "disksize_bytes": int(size_bytes), "comp_algorithm": chosen, "how": how}
 
 
+def linux_swap_settings():
+    """What a Linux-swap baseline ran under, for a results file."""
+    return {
+        "cgroup": cgroup_mode(),
+        "swappiness": open("/proc/sys/vm/swappiness").read().strip(),
+        "page_cluster": open("/proc/sys/vm/page-cluster").read().strip(),
+        "thp_enabled": _read("/sys/kernel/mm/transparent_hugepage/enabled"),
+        "other_swaps_at_start": active_swaps(),
+    }
+
+
 def zram_stats(dev):
     """mm_stat of the device: orig_data_size, compr_data_size, mem_used_total, ..."""
     name = os.path.basename(dev)
