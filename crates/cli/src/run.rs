@@ -134,6 +134,11 @@ pub struct RunArgs {
     /// Address space reserved per process for managed memory.
     #[arg(long, value_name = "SIZE", default_value = "64G")]
     arena: String,
+    /// Let a process whose far memory cannot start (a token it cannot read, a memnode it cannot
+    /// reach) run entirely in local memory, with a warning, instead of stopping it with exit 86.
+    /// Either way the summary counts the processes that ran on far memory and those that did not.
+    #[arg(long)]
+    fail_open: bool,
     /// Do not print the stats summary at the end.
     #[arg(long, short)]
     quiet: bool,
@@ -184,8 +189,7 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
     let key_file = match &args.key_file {
         None => None,
         Some(p) => {
-            let p = std::path::absolute(p)
-                .map_err(|e| SetupError::new(format!("--key-file {}: {e}", p.display())))?;
+            let p = absolute("--key-file", p)?;
             gleaner_pager::codec::read_key_file(&p).map_err(|e| SetupError::new(e.to_string()))?;
             Some(p)
         }
@@ -200,10 +204,14 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
     // The memnode: given (checked now, so a typo is not a failure inside the program), or ours.
     let (embedded, endpoint, token_file) = match &args.memnode {
         Some(addr) => {
-            let endpoint: Endpoint = addr
-                .parse()
-                .map_err(|e| SetupError::new(format!("--memnode {addr}: {e}")))?;
-            let token_file = args.token_file.clone().unwrap_or_else(default_token_path);
+            let endpoint = absolute_endpoint(
+                addr.parse()
+                    .map_err(|e| SetupError::new(format!("--memnode {addr}: {e}")))?,
+            )?;
+            let token_file = absolute(
+                "--token-file",
+                &args.token_file.clone().unwrap_or_else(default_token_path),
+            )?;
             check_memnode(&endpoint, &token_file)?;
             (None, endpoint, token_file)
         }
@@ -259,13 +267,16 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
         .env("GLEANER_MEMNODE", endpoint.to_string())
         .env("GLEANER_TOKEN_FILE", &token_file)
         .env("GLEANER_STATS", stats_dir.0.join("stats-%p.json"))
+        .env("GLEANER_REPORT_DIR", &stats_dir.0)
+        .env("GLEANER_FAIL_OPEN", if args.fail_open { "1" } else { "0" })
         .env("GLEANER_BIN", &self_exe);
 
+    // Every path reaches the program absolute: its processes may change directory.
     if let Some(t) = &args.stats_trace {
-        cmd.env("GLEANER_STATS_TRACE", t);
+        cmd.env("GLEANER_STATS_TRACE", absolute("--stats-trace", t)?);
     }
     if let Some(t) = &args.trace {
-        cmd.env("GLEANER_TRACE", t);
+        cmd.env("GLEANER_TRACE", absolute("--trace", t)?);
     }
     let signals = SignalForwarder::install()?;
     let started = Instant::now();
@@ -293,13 +304,23 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
         }
         _ => (1, "ended in an unknown way".into()),
     };
+    let processes = stats_dir.collect();
+    let pagers = PagerCounts::from_reports(&stats_dir.pager_reports());
+    if let Some(warning) = pagers.warning() {
+        eprintln!("gleaner run: {warning}");
+    }
+    // A process stopped because its far memory could not start is a failed run, even where the
+    // program's top process carried on and exited 0 (a script that ignores a helper's status).
+    let exit = if exit == 0 && pagers.stopped > 0 {
+        gleaner_pager::FATAL_EXIT_CODE as u8
+    } else {
+        exit
+    };
     if i32::from(exit) == gleaner_pager::FATAL_EXIT_CODE {
         eprintln!(
             "gleaner run: {name} was stopped because its far memory failed (see the message above)"
         );
     }
-
-    let processes = stats_dir.collect();
     let report = json!({
         "command": args.command.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>(),
         "outcome": outcome,
@@ -309,6 +330,7 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
         "memnode": endpoint.to_string(),
         "memnode_embedded": args.memnode.is_none(),
         "processes": processes,
+        "far_memory_processes": pagers.to_json(),
         "total": sum_stats(&processes),
         "reclaim": args.reclaim.to_string(),
         "prefetch": args.prefetch.to_string(),
@@ -363,7 +385,7 @@ fn budget(args: &RunArgs) -> Result<Budget, SetupError> {
 fn find_preload_library() -> Result<PathBuf, SetupError> {
     const NAME: &str = "libgleaner_preload.so";
     if let Some(p) = std::env::var_os("GLEANER_PRELOAD") {
-        let p = PathBuf::from(p);
+        let p = absolute("GLEANER_PRELOAD", Path::new(&p))?;
         return if p.is_file() {
             Ok(p)
         } else {
@@ -509,6 +531,21 @@ fn half_of_available_memory() -> Result<u64, SetupError> {
     Ok(meminfo("MemAvailable")? / 2)
 }
 
+/// `path` made absolute against the launcher's working directory, so that a process of the run
+/// that changes directory still finds it.
+fn absolute(flag: &str, path: &Path) -> Result<PathBuf, SetupError> {
+    std::path::absolute(path)
+        .map_err(|e| SetupError::new(format!("{flag} {}: {e}", path.display())))
+}
+
+/// A Unix-socket memnode's path made absolute (see [`absolute`]); TCP addresses unchanged.
+fn absolute_endpoint(endpoint: Endpoint) -> Result<Endpoint, SetupError> {
+    Ok(match endpoint {
+        Endpoint::Unix(p) => Endpoint::Unix(absolute("--memnode", &p)?),
+        tcp => tcp,
+    })
+}
+
 /// The preload library first, then whatever the caller had in `LD_PRELOAD`.
 fn preload_list(lib: &Path) -> OsString {
     let mut v = lib.as_os_str().to_os_string();
@@ -532,6 +569,17 @@ impl StatsDir {
             .create(&dir)
             .map_err(|e| SetupError::new(format!("creating {}: {e}", dir.display())))?;
         Ok(StatsDir(dir))
+    }
+
+    /// Every process's start report (`pager-PID.json`, see the preload library), in no order.
+    fn pager_reports(&self) -> Vec<Value> {
+        std::fs::read_dir(&self.0)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("pager-"))
+            .filter_map(|e| serde_json::from_str(&std::fs::read_to_string(e.path()).ok()?).ok())
+            .collect()
     }
 
     /// Every process's stats, `{ "pid": N, "stats": {...} }`, in pid order.
@@ -561,6 +609,85 @@ impl StatsDir {
 impl Drop for StatsDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// How many processes of the run started their pager, were stopped because it could not start,
+/// or ran all-local under `--fail-open` (from the preload library's `pager-PID.json` reports).
+#[derive(Debug, Default, PartialEq)]
+struct PagerCounts {
+    started: usize,
+    stopped: usize,
+    all_local: usize,
+    /// The first few that did not start: (pid, program, error).
+    failures: Vec<(u64, String, String)>,
+}
+
+impl PagerCounts {
+    /// At most this many failures are kept by name.
+    const NAMED: usize = 5;
+
+    fn from_reports(reports: &[Value]) -> PagerCounts {
+        let mut c = PagerCounts::default();
+        let mut reports: Vec<&Value> = reports.iter().collect();
+        reports.sort_by_key(|r| r["pid"].as_u64());
+        for r in reports {
+            match r["pager"].as_str() {
+                Some("started") => c.started += 1,
+                Some(kind @ ("failed" | "fail_open")) => {
+                    if kind == "failed" {
+                        c.stopped += 1;
+                    } else {
+                        c.all_local += 1;
+                    }
+                    if c.failures.len() < Self::NAMED {
+                        c.failures.push((
+                            r["pid"].as_u64().unwrap_or(0),
+                            r["program"].as_str().unwrap_or("?").to_string(),
+                            r["error"].as_str().unwrap_or("?").to_string(),
+                        ));
+                    }
+                }
+                _ => {}
+            }
+        }
+        c
+    }
+
+    fn to_json(&self) -> Value {
+        json!({
+            "started": self.started,
+            "stopped_pager_failed": self.stopped,
+            "all_local_fail_open": self.all_local,
+            "failures": self.failures.iter().map(|(pid, program, error)| {
+                json!({"pid": pid, "program": program, "error": error})
+            }).collect::<Vec<_>>(),
+        })
+    }
+
+    /// A loud line when any process did not run on far memory.
+    fn warning(&self) -> Option<String> {
+        let not = self.stopped + self.all_local;
+        if not == 0 {
+            return None;
+        }
+        let what = match (self.stopped, self.all_local) {
+            (1, 0) => "it was stopped (exit 86)".to_string(),
+            (s, 0) => format!("{s} were stopped (exit 86)"),
+            (0, 1) => "it ran entirely in local memory (--fail-open)".to_string(),
+            (0, l) => format!("{l} ran entirely in local memory (--fail-open)"),
+            (s, l) => format!(
+                "{s} were stopped (exit 86) and {l} ran entirely in local memory (--fail-open)"
+            ),
+        };
+        let first = &self.failures[0];
+        Some(format!(
+            "{not} of {} processes could not start far memory: {what}; first: {} (pid {}): {}",
+            self.started + not,
+            first.1,
+            first.0,
+            first.2
+        ))
     }
 }
 
@@ -639,7 +766,7 @@ fn summary(report: &Value, wall: Duration) -> String {
         "predicted written, in shadow"
     };
     format!(
-        "gleaner run: {} {} in {:.2} s | local budget {} per process, {} process{} | faults: {} \
+        "gleaner run: {} {} in {:.2} s | local budget {} per process, {} process{} on far memory{} | faults: {} \
          zero-fill, {} remote (p50 {:.1} us, p99 {:.1} us; {} {predicted}), {} write-protect | \
          evicted: {} clean, {} dirty | reclaim {}: {} pages by reclaim threads ({:.2} s CPU), {} \
          faults waited on direct reclaim | in {} / out {}{}",
@@ -649,6 +776,7 @@ fn summary(report: &Value, wall: Duration) -> String {
         format_size(n(&report["local_mem_bytes"])),
         procs,
         if procs == 1 { "" } else { "es" },
+        not_on_far_memory(report),
         n(&t["faults"]["zero_fill"]),
         n(&t["faults"]["remote"]),
         lat["p50_us"].as_f64().unwrap_or(0.0),
@@ -665,6 +793,18 @@ fn summary(report: &Value, wall: Duration) -> String {
         format_size(n(&t["bytes_out"])),
         codec_summary(report),
     )
+}
+
+/// For the summary: how many processes did not run on far memory, if any did not.
+fn not_on_far_memory(report: &Value) -> String {
+    let f = &report["far_memory_processes"];
+    let n = |v: &Value| v.as_u64().unwrap_or(0);
+    match (n(&f["stopped_pager_failed"]), n(&f["all_local_fail_open"])) {
+        (0, 0) => String::new(),
+        (s, 0) => format!(" ({s} more stopped: far memory could not start)"),
+        (0, l) => format!(" ({l} more ran all-local: --fail-open)"),
+        (s, l) => format!(" ({s} more stopped, {l} more ran all-local)"),
+    }
 }
 
 /// What the page codec did, for the summary: the far memory the pages took and the codec's
@@ -788,6 +928,25 @@ fn signal_name(sig: i32) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pager_reports_are_counted_and_the_first_failure_named() {
+        let r = |pid: u64, pager: &str, err: Option<&str>| json!({"pid": pid, "program": format!("p{pid}"), "pager": pager, "error": err});
+        let all_started = PagerCounts::from_reports(&[r(1, "started", None)]);
+        assert_eq!(all_started.warning(), None);
+        let mixed = PagerCounts::from_reports(&[
+            r(9, "failed", Some("late")),
+            r(3, "started", None),
+            r(5, "failed", Some("no token")),
+            r(7, "fail_open", Some("gone")),
+            json!({"pager": "garbage"}),
+        ]);
+        assert_eq!((mixed.started, mixed.stopped, mixed.all_local), (1, 2, 1));
+        let w = mixed.warning().unwrap();
+        assert!(w.starts_with("3 of 4 processes could not start far memory: 2 were stopped (exit 86) and 1 ran entirely in local memory"), "{w}");
+        assert!(w.ends_with("first: p5 (pid 5): no token"), "{w}");
+        assert_eq!(mixed.to_json()["failures"].as_array().unwrap().len(), 3);
+    }
 
     #[test]
     fn summary_reports_the_codec_summed_over_processes() {

@@ -433,3 +433,130 @@ fn policy_flags_reach_the_program() {
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("expected `on` or `off`"), "{err}");
 }
+
+/// A script's helper that changes directory still finds the token file given relatively (issue
+/// 14 item 5: through a pyenv shim, 5 of 15 processes could not read `tok` and ran all-local),
+/// and so do the per-process paths (`--stats-trace`): the launcher makes them absolute.
+#[test]
+fn relative_paths_reach_processes_that_change_directory() {
+    preload_library_is_built();
+    let node = MemnodeProc::start("127.0.0.1:0", "256M");
+    let cwd = node.dir.path().to_path_buf();
+    let stats = cwd.join("stats.json");
+    let mut child = Command::new(gleaner_bin())
+        .current_dir(&cwd)
+        .args(["run", "--local-mem", "8M", "--memnode"])
+        .arg(node.endpoint.to_string())
+        .args(["--token-file", "token", "--stats-trace", "trace-%p.jsonl"])
+        .arg("--stats")
+        .arg(&stats)
+        .args(["--", "sh", "-c", "cd / && exec \"$0\" mixed 32"])
+        .arg(program())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (code, out, err) = wait_output(&mut child, LIMIT);
+    assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
+    assert!(out.contains("mixed ok"), "{out}");
+    assert!(!err.contains("could not start"), "{err}");
+    let stats: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    let procs = &stats["far_memory_processes"];
+    assert_eq!(procs["stopped_pager_failed"], 0, "{stats}");
+    assert_eq!(procs["all_local_fail_open"], 0, "{stats}");
+    assert!(procs["started"].as_u64().unwrap() >= 1, "{stats}");
+    // The program, started in `/`, really used the memnode.
+    assert!(
+        stats["total"]["faults"]["remote"].as_u64().unwrap() > pages(16 << 20),
+        "{stats}"
+    );
+    let pid = stats["processes"][0]["pid"].as_u64().unwrap();
+    assert!(
+        cwd.join(format!("trace-{pid}.jsonl")).exists(),
+        "the stats trace lands where it was asked for, not in `/`"
+    );
+}
+
+/// `sh -c 'HELPER; exit 0'` where the helper's far memory cannot start: the helper is stopped
+/// (exit 86), and the run fails although the script exited 0; the summary counts and names it.
+#[test]
+fn a_process_whose_far_memory_cannot_start_fails_the_run() {
+    let (code, out, err, stats) = run_helper_with_unreadable_token(&[]);
+    assert_eq!(code, Some(86), "stdout: {out}\nstderr: {err}");
+    assert!(
+        !out.contains("mixed ok"),
+        "the helper must not have run: {out}"
+    );
+    assert!(out.contains("script went on"), "{out}");
+    assert!(
+        err.contains("1 of 2 processes could not start far memory: it was stopped (exit 86)"),
+        "{err}"
+    );
+    assert!(
+        err.contains("/nonexistent/token"),
+        "the reason is named: {err}"
+    );
+    let procs = &stats["far_memory_processes"];
+    assert_eq!(procs["started"], 1, "{stats}");
+    assert_eq!(procs["stopped_pager_failed"], 1, "{stats}");
+    assert!(
+        procs["failures"][0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("cannot read the memnode token"),
+        "{stats}"
+    );
+    assert_eq!(stats["exit_status"], 86, "{stats}");
+}
+
+/// The same helper under `--fail-open` runs all-local, correctly, and the run says so.
+#[test]
+fn fail_open_runs_the_process_all_local_and_says_so() {
+    let (code, out, err, stats) = run_helper_with_unreadable_token(&["--fail-open"]);
+    assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
+    assert!(out.contains("mixed ok"), "the helper ran, all-local: {out}");
+    assert!(
+        err.contains("runs entirely in local memory"),
+        "the process warns: {err}"
+    );
+    assert!(
+        err.contains(
+            "1 of 2 processes could not start far memory: it ran entirely in local memory"
+        ),
+        "{err}"
+    );
+    let procs = &stats["far_memory_processes"];
+    assert_eq!(procs["started"], 1, "{stats}");
+    assert_eq!(procs["all_local_fail_open"], 1, "{stats}");
+    // The helper's memory never went to the memnode (the shell, the one process on far memory,
+    // writes no stats: it ends without running exit handlers).
+    assert_eq!(
+        stats["total"]["faults"]["remote"].as_u64().unwrap_or(0),
+        0,
+        "{stats}"
+    );
+}
+
+/// `gleaner run [extra] -- sh -c 'GLEANER_TOKEN_FILE=/nonexistent/token PROGRAM mixed 32; echo
+/// script went on'`.
+fn run_helper_with_unreadable_token(
+    extra: &[&str],
+) -> (Option<i32>, String, String, serde_json::Value) {
+    let script = format!(
+        "GLEANER_TOKEN_FILE=/nonexistent/token {} mixed 32; echo script went on",
+        program()
+    );
+    preload_library_is_built();
+    let dir = TempDir::new("failopen");
+    let stats = dir.path().join("stats.json");
+    let stats_s = stats.to_string_lossy().into_owned();
+    let mut args = vec!["run", "--local-mem", "8M", "--stats", &stats_s];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--", "sh", "-c", &script]);
+    let (code, out, err) = run_gleaner(&args, LIMIT);
+    let json = serde_json::from_str(&std::fs::read_to_string(&stats).unwrap_or_default())
+        .unwrap_or(serde_json::Value::Null);
+    (code, out, err, json)
+}

@@ -35,6 +35,8 @@
 //! | `GLEANER_STATS_TRACE` | append a JSON line of reclaim and fault counters here every 100 ms (`%p`: pid) | — |
 //! | `GLEANER_LOG` | pager messages on stderr: `error`, `warn`, `info`, `debug`, `trace` | `warn` |
 //! | `GLEANER_BIN` | the `gleaner` executable, to start an embedded memnode | on `PATH` |
+//! | `GLEANER_FAIL_OPEN` | `1`: a process whose pager cannot start runs all-local, with a warning, instead of stopping with exit 86 | `0` |
+//! | `GLEANER_REPORT_DIR` | write `pager-PID.json` here saying whether this process's pager started (set by `gleaner run`, which counts them) | — |
 //!
 //! `fork`: before the child is created, every page held only on the memnode is brought back, so
 //! the child (which has no pager) sees exactly the parent's memory; the parent then evicts back
@@ -173,9 +175,10 @@ where
     }
 }
 
-fn start() -> Result<(), String> {
+/// Starts this process's pager; `Ok(false)` when the library is inert (no budget set).
+fn start() -> Result<bool, String> {
     let Some(cfg) = config_from_env()? else {
-        return Ok(());
+        return Ok(false);
     };
     logger::install();
     if std::env::var_os("GLEANER_PRINT_CONFIG").is_some() {
@@ -255,7 +258,7 @@ fn start() -> Result<(), String> {
         libc::atexit(at_exit);
         libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child));
     }
-    Ok(())
+    Ok(true)
 }
 
 fn mark_runtime_thread() {
@@ -264,12 +267,89 @@ fn mark_runtime_thread() {
 
 extern "C" fn init() {
     IN_RUNTIME.with(|c| c.set(true));
-    if let Err(e) = start() {
-        eprintln!("gleaner: cannot put this program on far memory: {e}");
-        // SAFETY: _exit has no preconditions; nothing of the program has run yet.
-        unsafe { libc::_exit(1) };
+    match start() {
+        Ok(false) => {}
+        Ok(true) => {
+            report_pager("started", None);
+        }
+        Err(e) => {
+            let fail_open = std::env::var("GLEANER_FAIL_OPEN").is_ok_and(|v| v == "1");
+            let outcome = if fail_open { "fail_open" } else { "failed" };
+            let (program, pid) = (program_name(), std::process::id());
+            // Under `gleaner run`, the first failure of the run is printed in full and the
+            // launcher counts the rest (a shell script's helpers would repeat it dozens of times).
+            if report_pager(outcome, Some(&e)) == Report::FirstFailure {
+                if fail_open {
+                    eprintln!(
+                        "gleaner: warning: {program} (pid {pid}) runs entirely in local memory, \
+                         because its far memory could not start and fail-open was asked for: {e}"
+                    );
+                } else {
+                    eprintln!(
+                        "gleaner: {program} (pid {pid}) was stopped: its far memory could not \
+                         start: {e}"
+                    );
+                }
+            }
+            if !fail_open {
+                // SAFETY: _exit has no preconditions; nothing of the program has run yet.
+                unsafe { libc::_exit(gleaner_pager::FATAL_EXIT_CODE) };
+            }
+        }
     }
     IN_RUNTIME.with(|c| c.set(false));
+}
+
+/// This process's program, for messages: its executable's file name.
+fn program_name() -> String {
+    std::env::current_exe()
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "this program".into())
+}
+
+/// What [`report_pager`] found.
+#[derive(PartialEq)]
+enum Report {
+    /// This is the run's first failure, or no launcher is counting: print the message.
+    FirstFailure,
+    /// A started pager, or a failure after the first: the launcher's summary tells.
+    Counted,
+}
+
+/// Tells `gleaner run` (through `GLEANER_REPORT_DIR`) whether this process's pager started:
+/// `started`, `failed` (the process was stopped) or `fail_open` (it runs all-local). The launcher
+/// counts them, so no process of a run falls back to local memory unnoticed.
+fn report_pager(outcome: &str, error: Option<&str>) -> Report {
+    let Some(dir) = std::env::var_os("GLEANER_REPORT_DIR").filter(|d| !d.is_empty()) else {
+        return Report::FirstFailure;
+    };
+    let dir = PathBuf::from(dir);
+    let pid = std::process::id();
+    let line = serde_json::json!({
+        "pid": pid,
+        "program": program_name(),
+        "pager": outcome,
+        "error": error,
+    })
+    .to_string();
+    let path = dir.join(format!("pager-{pid}.json"));
+    if let Err(e) = std::fs::write(&path, line) {
+        eprintln!("gleaner: cannot write {}: {e}", path.display());
+        return Report::FirstFailure;
+    }
+    // The first failing process creates the marker; creation is atomic, so exactly one prints.
+    let first = error.is_some()
+        && std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(dir.join("first-failure"))
+            .is_ok();
+    if first {
+        Report::FirstFailure
+    } else {
+        Report::Counted
+    }
 }
 
 /// Runs `init` when the library is loaded, before `main`.
