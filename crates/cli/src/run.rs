@@ -52,6 +52,11 @@ pub struct RunArgs {
     /// The memnode's token file (with --memnode). Default: ~/.gleaner/token.
     #[arg(long, value_name = "FILE", requires = "memnode")]
     token_file: Option<PathBuf>,
+    /// Seconds to wait for a memnode's reply before treating the connection as broken. A broken
+    /// connection to a TCP memnode is replaced by a new one to the same session, retried for as
+    /// long as the memnode keeps the session (its `--lease`); the program only waits.
+    #[arg(long, value_name = "SECS", default_value = "30", value_parser = parse_seconds)]
+    memnode_timeout: f64,
     /// Capacity of the private memnode. Default: half of this machine's available memory.
     #[arg(long, value_name = "SIZE", conflicts_with = "memnode")]
     memnode_capacity: Option<String>,
@@ -266,6 +271,7 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
         .env("GLEANER_PREDICT_WRITES", args.predict_writes.to_string())
         .env("GLEANER_MEMNODE", endpoint.to_string())
         .env("GLEANER_TOKEN_FILE", &token_file)
+        .env("GLEANER_MEMNODE_TIMEOUT", args.memnode_timeout.to_string())
         .env("GLEANER_STATS", stats_dir.0.join("stats-%p.json"))
         .env("GLEANER_REPORT_DIR", &stats_dir.0)
         .env("GLEANER_FAIL_OPEN", if args.fail_open { "1" } else { "0" })
@@ -531,6 +537,14 @@ fn half_of_available_memory() -> Result<u64, SetupError> {
     Ok(meminfo("MemAvailable")? / 2)
 }
 
+/// Parses a positive number of seconds.
+fn parse_seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v.is_finite() => Ok(v),
+        _ => Err(format!("`{s}` is not a positive number of seconds")),
+    }
+}
+
 /// `path` made absolute against the launcher's working directory, so that a process of the run
 /// that changes directory still finds it.
 fn absolute(flag: &str, path: &Path) -> Result<PathBuf, SetupError> {
@@ -769,7 +783,7 @@ fn summary(report: &Value, wall: Duration) -> String {
         "gleaner run: {} {} in {:.2} s | local budget {} per process, {} process{} on far memory{} | faults: {} \
          zero-fill, {} remote (p50 {:.1} us, p99 {:.1} us; {} {predicted}), {} write-protect | \
          evicted: {} clean, {} dirty | reclaim {}: {} pages by reclaim threads ({:.2} s CPU), {} \
-         faults waited on direct reclaim | in {} / out {}{}",
+         faults waited on direct reclaim | in {} / out {}{}{}",
         report["command"][0].as_str().unwrap_or(""),
         report["outcome"].as_str().unwrap_or(""),
         wall.as_secs_f64(),
@@ -791,6 +805,10 @@ fn summary(report: &Value, wall: Duration) -> String {
         n(&t["reclaim"]["direct_waits"]),
         format_size(n(&t["bytes_in"])),
         format_size(n(&t["bytes_out"])),
+        match n(&t["store"]["reconnects"]) {
+            0 => String::new(),
+            k => format!(" | {k} broken memnode connections replaced"),
+        },
         codec_summary(report),
     )
 }

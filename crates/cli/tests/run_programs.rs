@@ -5,39 +5,14 @@
 mod common;
 
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use common::{gleaner_bin, run_gleaner, wait_output, MemnodeProc, TempDir};
+use common::{
+    gleaner_bin, preload_program as program, run_gleaner, wait_output, MemnodeProc, TempDir,
+};
 
 const LIMIT: Duration = Duration::from_secs(120);
-
-/// The test program, compiled once per test binary.
-fn program() -> &'static str {
-    static BIN: OnceLock<String> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-        let out = gleaner_bin()
-            .parent()
-            .unwrap()
-            .join("gleaner_preload_program");
-        let cc = Command::new("cc")
-            .args(["-O1", "-Wall", "-Werror", "-pthread"])
-            .arg(root.join("tests/c/preload_program.c"))
-            .arg("-o")
-            .arg(&out)
-            .output()
-            .expect("a C compiler (cc)");
-        assert!(
-            cc.status.success(),
-            "{}",
-            String::from_utf8_lossy(&cc.stderr)
-        );
-        out.to_string_lossy().into_owned()
-    })
-}
 
 fn preload_library_is_built() {
     let lib = gleaner_bin()

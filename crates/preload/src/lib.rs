@@ -13,6 +13,7 @@
 //! | `GLEANER_LOCAL_MEM` | local memory budget (e.g. `512M`); **required**: without it the library stays inert | — |
 //! | `GLEANER_MEMNODE` | memnode address (`HOST:PORT`, `unix:PATH`) | a private embedded memnode |
 //! | `GLEANER_TOKEN_FILE` | the memnode's token file | `~/.gleaner/token` |
+//! | `GLEANER_MEMNODE_TIMEOUT` | seconds to wait for a memnode's reply before reconnecting (a TCP memnode: a broken connection is replaced within the session's lease, the program only waits) | `30` |
 //! | `GLEANER_ARENA_SIZE` | address space reserved for managed memory | `64G` |
 //! | `GLEANER_HANDLERS` | fault-handler threads (0: one per CPU, each pinned to its CPU) | `0` |
 //! | `GLEANER_PIN_HANDLERS` | pin each fault handler to one CPU (`1`) or not (`0`) | `1` |
@@ -92,6 +93,7 @@ struct Config {
     local: u64,
     memnode: Option<String>,
     token_file: Option<PathBuf>,
+    reply_timeout: Option<std::time::Duration>,
     arena: u64,
     handlers: usize,
     handler_spin_us: u64,
@@ -132,6 +134,16 @@ fn config_from_env() -> Result<Option<Config>, String> {
         local: size("GLEANER_LOCAL_MEM", &local)?,
         memnode: var("GLEANER_MEMNODE"),
         token_file: var("GLEANER_TOKEN_FILE").map(PathBuf::from),
+        reply_timeout: parsed::<f64>("GLEANER_MEMNODE_TIMEOUT")?
+            .map(|s| {
+                std::time::Duration::try_from_secs_f64(s)
+                    .ok()
+                    .filter(|d| !d.is_zero())
+                    .ok_or(format!(
+                        "GLEANER_MEMNODE_TIMEOUT: `{s}` is not a positive number of seconds"
+                    ))
+            })
+            .transpose()?,
         arena: size(
             "GLEANER_ARENA_SIZE",
             &var("GLEANER_ARENA_SIZE").unwrap_or("64G".into()),
@@ -225,6 +237,9 @@ fn start() -> Result<bool, String> {
             endpoint: addr.parse().map_err(|e| format!("GLEANER_MEMNODE: {e}"))?,
             token_file: cfg.token_file.clone(),
         };
+    }
+    if let Some(t) = cfg.reply_timeout {
+        rc.reply_timeout = t;
     }
     rc.handler_threads = cfg.handlers;
     rc.handler_spin = std::time::Duration::from_micros(cfg.handler_spin_us);

@@ -95,6 +95,16 @@ impl Stream {
         }
     }
 
+    /// Sets the read and the write timeout (None waits forever): a peer that stops reading
+    /// blocks a write once the socket buffers are full.
+    pub fn set_timeouts(&self, t: Option<Duration>) -> io::Result<()> {
+        self.set_read_timeout(t)?;
+        match self {
+            Stream::Tcp(s) => s.set_write_timeout(t),
+            Stream::Unix(s) => s.set_write_timeout(t),
+        }
+    }
+
     /// Shuts down both directions, unblocking any thread reading from a clone of this stream.
     pub fn shutdown(&self) -> io::Result<()> {
         match self {
@@ -196,6 +206,19 @@ pub enum ClientError {
 }
 
 impl ClientError {
+    /// Whether the connection, not the memnode, failed: it could not be made, it broke, or a
+    /// reply did not come in time. Another connection to the same session may succeed; a
+    /// refusal, a failed authentication or a garbled frame would only repeat.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            ClientError::Connect { .. } => true,
+            ClientError::Transport { source, .. } => {
+                matches!(source, ProtoError::Io(_) | ProtoError::Closed)
+            }
+            _ => false,
+        }
+    }
+
     /// The memnode's error code, if the memnode itself refused the request.
     pub fn server_code(&self) -> Option<ErrorCode> {
         match self {
@@ -268,6 +291,8 @@ pub struct Connection {
     next_req: u32,
     tx: Vec<u8>,
     rx: Vec<u8>,
+    /// How long a reply may take (the socket's timeout), for error messages.
+    reply_timeout: Duration,
 }
 
 impl fmt::Debug for Connection {
@@ -299,7 +324,7 @@ impl Connection {
             source,
         };
         stream
-            .set_read_timeout(Some(opts.connect_timeout))
+            .set_timeouts(Some(opts.connect_timeout))
             .map_err(|e| transport(e.into()))?;
         let mut conn = Connection {
             stream,
@@ -313,6 +338,7 @@ impl Connection {
             next_req: 1,
             tx: Vec::new(),
             rx: Vec::new(),
+            reply_timeout: opts.reply_timeout,
         };
         let header = read_frame(&mut conn.stream, &mut conn.rx).map_err(transport)?;
         let server_nonce = match Message::decode(header.kind, &conn.rx).map_err(transport)? {
@@ -377,7 +403,7 @@ impl Connection {
             }
         }
         conn.stream
-            .set_read_timeout(Some(opts.reply_timeout))
+            .set_timeouts(Some(opts.reply_timeout))
             .map_err(|e| transport(e.into()))?;
         Ok(conn)
     }
@@ -393,6 +419,24 @@ impl Connection {
     }
 
     fn transport_error(&self, source: ProtoError) -> ClientError {
+        // A socket timeout reads as "resource temporarily unavailable": say what it means.
+        let source = match source {
+            ProtoError::Io(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                ProtoError::Io(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "the memnode did not answer within {:.1} s",
+                        self.reply_timeout.as_secs_f64()
+                    ),
+                ))
+            }
+            other => other,
+        };
         ClientError::Transport {
             endpoint: self.endpoint.clone(),
             source,

@@ -4,7 +4,10 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+
+pub mod proxy;
 
 use gleaner_proto::Endpoint;
 
@@ -13,6 +16,32 @@ pub fn gleaner_bin() -> PathBuf {
     let p = PathBuf::from(env!("CARGO_BIN_EXE_gleaner"));
     std::env::set_var("GLEANER_BIN", &p);
     p
+}
+
+/// tests/c/preload_program.c (a C program that knows nothing of gleaner and checks its own
+/// data), compiled once per test binary; its path.
+pub fn preload_program() -> &'static str {
+    static BIN: OnceLock<String> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let out = gleaner_bin()
+            .parent()
+            .unwrap()
+            .join("gleaner_preload_program");
+        let cc = Command::new("cc")
+            .args(["-O1", "-Wall", "-Werror", "-pthread"])
+            .arg(root.join("tests/c/preload_program.c"))
+            .arg("-o")
+            .arg(&out)
+            .output()
+            .expect("a C compiler (cc)");
+        assert!(
+            cc.status.success(),
+            "{}",
+            String::from_utf8_lossy(&cc.stderr)
+        );
+        out.to_string_lossy().into_owned()
+    })
 }
 
 /// A fresh private directory under the system temp dir, removed on drop.
@@ -68,6 +97,17 @@ impl MemnodeProc {
         dir: TempDir,
         token_file: PathBuf,
     ) -> MemnodeProc {
+        Self::start_with_lease(listen, capacity, dir, token_file, "10")
+    }
+
+    /// As [`MemnodeProc::start_with_token`], with the memnode's `--lease` in seconds.
+    pub fn start_with_lease(
+        listen: &str,
+        capacity: &str,
+        dir: TempDir,
+        token_file: PathBuf,
+        lease_secs: &str,
+    ) -> MemnodeProc {
         let listen = if listen == "unix" {
             format!("unix:{}", dir.path().join("m.sock").display())
         } else {
@@ -76,6 +116,7 @@ impl MemnodeProc {
         let stderr_file = dir.path().join("memnode.stderr");
         let mut child = Command::new(gleaner_bin())
             .args(["memnode", "--listen", &listen, "--capacity", capacity])
+            .args(["--lease", lease_secs])
             .arg("--token-file")
             .arg(&token_file)
             .stdin(Stdio::null())

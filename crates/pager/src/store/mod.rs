@@ -106,6 +106,8 @@ pub struct StoreStats {
     pub blob_bytes: u64,
     /// Grant requests that found the memnode full (shm).
     pub grants_refused: u64,
+    /// Broken or unresponsive connections replaced by new ones to the same session (socket).
+    pub reconnects: u64,
     /// What the page codec did.
     pub codec: CodecStats,
 }

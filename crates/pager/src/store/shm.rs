@@ -211,6 +211,7 @@ impl PageStore for ShmStore {
             blobs_at_peak: space.blobs.blobs_at_peak(),
             blob_bytes: space.blobs.blob_bytes(),
             grants_refused: self.inner.grants_refused.load(Ordering::Relaxed),
+            reconnects: 0,
             codec: self.inner.codec.stats(),
         }
     }

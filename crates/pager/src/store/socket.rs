@@ -3,11 +3,18 @@
 //! store has its own connection attached to the session, so demand fetches never queue behind
 //! write-backs. Pages travel as the codec's blobs (compressed, sealed); the client keeps only
 //! each page's version, to open its blob with.
+//!
+//! A connection that breaks or stops answering is replaced by a new one attached to the same
+//! session, with bounded backoff, for as long as the memnode keeps the session (its lease), and
+//! the request is sent again: reads and write batches are idempotent (a batch carries the same
+//! blobs, versions included). The program only waits. Past the lease, or when the memnode no
+//! longer knows the session, the data is lost and the error says so.
 
 use std::io;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use gleaner_proto::{
     ClientError, ConnectOptions, Connection, Endpoint, ErrorCode, PageBatch, PendingRead,
@@ -26,8 +33,21 @@ pub(crate) struct Session {
     opts: ConnectOptions,
     id: (u64, SessionKey),
     capacity_pages: u64,
+    /// How long the memnode keeps the session without a connection: the reconnection window.
+    lease: Duration,
     control: Mutex<Option<Connection>>,
+    /// Broken connections replaced by a new one.
+    reconnects: AtomicU64,
+    /// Whether a reconnection was logged as a warning (the first one is).
+    warned: AtomicBool,
 }
+
+/// The most reconnections one request may take before its data is given up as unreachable (a
+/// connection that breaks again at once, over and over).
+const MAX_RECONNECTS_PER_REQUEST: u32 = 8;
+
+/// The shortest reconnection window, whatever lease the memnode announces.
+const MIN_RECONNECT_WINDOW: Duration = Duration::from_secs(1);
 
 impl Session {
     /// Connects, authenticates and creates the session.
@@ -44,13 +64,69 @@ impl Session {
             opts,
             id: (info.session_id, info.session_key),
             capacity_pages: info.capacity_bytes / gleaner_proto::PAGE_SIZE as u64,
+            lease: Duration::from_millis(info.lease_ms),
             control: Mutex::new(Some(first)),
+            reconnects: AtomicU64::new(0),
+            warned: AtomicBool::new(false),
         })
     }
 
     /// One more connection attached to the session.
     pub(crate) fn attach(&self) -> Result<Connection, ClientError> {
         Connection::connect(&self.endpoint, &self.token, Some(self.id), &self.opts)
+    }
+
+    /// A new connection to the session in place of one that failed with `cause` (a transient
+    /// error), retried with backoff from 5 ms to 500 ms for as long as the session's lease keeps
+    /// it on the memnode. The error, when none comes, says why the data is out of reach.
+    pub(crate) fn reattach(&self, cause: &ClientError) -> Result<Connection, StoreError> {
+        let window = self.lease.max(MIN_RECONNECT_WINDOW);
+        let deadline = Instant::now() + window;
+        let mut backoff = Duration::from_millis(5);
+        // The first time is worth a warning; the run's summary counts the rest.
+        if !self.warned.swap(true, Ordering::Relaxed) {
+            log::warn!("{cause}; reconnecting to the session (further reconnections are counted in the stats, not logged)");
+        } else {
+            log::debug!("{cause}; reconnecting to the session");
+        }
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let mut opts = self.opts.clone();
+            opts.connect_timeout = opts
+                .connect_timeout
+                .min(left.max(Duration::from_millis(100)));
+            match Connection::connect(&self.endpoint, &self.token, Some(self.id), &opts) {
+                Ok(conn) => {
+                    self.reconnects.fetch_add(1, Ordering::Relaxed);
+                    log::info!("reconnected to the memnode at {}", self.endpoint);
+                    return Ok(conn);
+                }
+                Err(e) if e.is_transient() && Instant::now() + backoff < deadline => {
+                    std::thread::sleep(backoff);
+                    backoff = (backoff * 2).min(Duration::from_millis(500));
+                }
+                Err(e @ ClientError::AuthRejected { .. }) => {
+                    return Err(StoreError::Lost(format!(
+                        "the memnode at {} no longer has this program's session ({e}); the \
+                         connection had failed: {cause}",
+                        self.endpoint
+                    )))
+                }
+                Err(e) => {
+                    return Err(StoreError::Lost(format!(
+                        "the memnode at {} could not be reached again within the session's \
+                         lease of {:.1} s ({e}); the connection had failed: {cause}",
+                        self.endpoint,
+                        window.as_secs_f64()
+                    )))
+                }
+            }
+        }
+    }
+
+    /// Broken connections replaced so far.
+    pub(crate) fn reconnects(&self) -> u64 {
+        self.reconnects.load(Ordering::Relaxed)
     }
 
     /// The memnode's address.
@@ -104,7 +180,7 @@ pub(crate) fn store_error(e: ClientError) -> StoreError {
 
 /// The store over the socket.
 pub(crate) struct SocketStore {
-    session: Session,
+    session: Arc<Session>,
     codec: Arc<Codec>,
     /// Per region page: the version of its blob on the memnode.
     versions: Arc<Box<[AtomicU64]>>,
@@ -115,7 +191,7 @@ impl SocketStore {
     pub(crate) fn new(session: Session, region_pages: usize, codec: Arc<Codec>) -> SocketStore {
         let versions = Arc::new(zeroed_atomics(region_pages));
         SocketStore {
-            session,
+            session: Arc::new(session),
             codec,
             versions,
         }
@@ -124,8 +200,14 @@ impl SocketStore {
 
 impl PageStore for SocketStore {
     fn handle(&self) -> Result<Box<dyn StoreHandle>, PagerError> {
+        let conn = match self.session.attach() {
+            Ok(conn) => conn,
+            Err(e) if e.is_transient() => self.session.reattach(&e).map_err(|_| e)?,
+            Err(e) => return Err(e.into()),
+        };
         Ok(Box::new(SocketHandle {
-            conn: self.session.attach()?,
+            conn,
+            session: self.session.clone(),
             pending: None,
             ctx: self.codec.ctx(),
             versions: self.versions.clone(),
@@ -137,8 +219,25 @@ impl PageStore for SocketStore {
     fn release(&self, ranges: &[(u64, u32)]) {
         self.session.with_control(|conn| {
             for chunk in ranges.chunks(gleaner_proto::MAX_FREE_RANGES) {
-                if let Err(e) = conn.free(chunk) {
-                    log::warn!("releasing discarded pages on the memnode: {e}");
+                let mut tries = 0;
+                loop {
+                    match conn.free(chunk) {
+                        Ok(()) => break,
+                        Err(e) if e.is_transient() && tries < MAX_RECONNECTS_PER_REQUEST => {
+                            tries += 1;
+                            match self.session.reattach(&e) {
+                                Ok(fresh) => *conn = fresh,
+                                Err(e) => {
+                                    log::warn!("releasing discarded pages on the memnode: {e}");
+                                    return;
+                                }
+                            }
+                        }
+                        Err(e) => {
+                            log::warn!("releasing discarded pages on the memnode: {e}");
+                            break;
+                        }
+                    }
                 }
             }
         });
@@ -159,6 +258,7 @@ impl PageStore for SocketStore {
     fn stats(&self) -> StoreStats {
         StoreStats {
             data_path: "socket",
+            reconnects: self.session.reconnects(),
             codec: self.codec.stats(),
             ..StoreStats::default()
         }
@@ -168,6 +268,8 @@ impl PageStore for SocketStore {
 /// One thread's connection.
 struct SocketHandle {
     conn: Connection,
+    /// To replace `conn` when it fails.
+    session: Arc<Session>,
     /// The read sent by `request`, with its ids.
     pending: Option<(PendingRead, Vec<u64>)>,
     ctx: CodecCtx,
@@ -178,28 +280,67 @@ struct SocketHandle {
     page: PageBuf,
 }
 
+impl SocketHandle {
+    /// Replaces the connection, which failed with `cause`, by a new one to the same session;
+    /// `tries` counts the replacements of one request.
+    fn reconnect(&mut self, cause: &ClientError, tries: &mut u32) -> Result<(), StoreError> {
+        if *tries >= MAX_RECONNECTS_PER_REQUEST {
+            return Err(StoreError::Lost(format!(
+                "the connection to the memnode failed {tries} times over for one request; the \
+                 last failure: {cause}"
+            )));
+        }
+        *tries += 1;
+        self.conn = self.session.reattach(cause)?;
+        Ok(())
+    }
+
+    /// Sends a read of `pages`, on a new connection if need be.
+    fn send_read(&mut self, pages: &[u64], tries: &mut u32) -> Result<PendingRead, StoreError> {
+        loop {
+            match self.conn.start_read(pages) {
+                Ok(p) => return Ok(p),
+                Err(e) if e.is_transient() => self.reconnect(&e, tries)?,
+                Err(e) => return Err(store_error(e)),
+            }
+        }
+    }
+}
+
 impl StoreHandle for SocketHandle {
     fn request(&mut self, pages: &[u64]) -> Result<(), StoreError> {
         assert!(self.pending.is_none(), "a read is already outstanding");
-        let p = self.conn.start_read(pages).map_err(store_error)?;
+        let p = self.send_read(pages, &mut 0)?;
         self.pending = Some((p, pages.to_vec()));
         Ok(())
     }
 
     fn receive(&mut self, f: &mut dyn FnMut(usize, &[u8])) -> Result<(), StoreError> {
-        let (p, ids) = self.pending.take().expect("receive without a request");
-        let batch = self.conn.finish_read(p, &ids).map_err(store_error)?;
-        for (i, (page, blob)) in batch.iter().enumerate() {
-            let version = self
-                .versions
-                .get(page as usize)
-                .map_or(0, |v| v.load(Ordering::Relaxed));
-            self.ctx
-                .decode(page, version, blob, &mut self.page[..])
-                .map_err(|t| StoreError::Lost(t.to_string()))?;
-            f(i, &self.page[..]);
+        let (mut p, ids) = self.pending.take().expect("receive without a request");
+        let mut tries = 0;
+        loop {
+            let batch = match self.conn.finish_read(p, &ids) {
+                Ok(batch) => batch,
+                Err(e) if e.is_transient() => {
+                    // Reads change nothing on the memnode: ask again on a new connection.
+                    self.reconnect(&e, &mut tries)?;
+                    p = self.send_read(&ids, &mut tries)?;
+                    continue;
+                }
+                Err(e) => return Err(store_error(e)),
+            };
+            for (i, (page, blob)) in batch.iter().enumerate() {
+                let version = self
+                    .versions
+                    .get(page as usize)
+                    .map_or(0, |v| v.load(Ordering::Relaxed));
+                self.ctx
+                    .decode(page, version, blob, &mut self.page[..])
+                    .map_err(|t| StoreError::Lost(t.to_string()))?;
+                f(i, &self.page[..]);
+            }
+            return Ok(());
         }
-        Ok(())
     }
 
     fn reserve(&mut self, _pages: &[u64]) -> Result<(), StoreError> {
@@ -226,7 +367,20 @@ impl StoreHandle for SocketHandle {
     }
 
     fn commit(&mut self) -> Result<(), StoreError> {
-        self.conn.write_built_batch().map_err(store_error)?;
+        let mut tries = 0;
+        loop {
+            match self.conn.write_built_batch() {
+                Ok(()) => break,
+                Err(e) if e.is_transient() => {
+                    // Whether or not the memnode stored the batch before the connection broke,
+                    // storing the same blobs again leaves it in the same state.
+                    let batch = std::mem::take(self.conn.write_buffer());
+                    self.reconnect(&e, &mut tries)?;
+                    *self.conn.write_buffer() = batch;
+                }
+                Err(e) => return Err(store_error(e)),
+            }
+        }
         // Stored: the memnode now holds these versions (a refused batch stored nothing, and
         // its pages stay local until written back again).
         for &(page, version) in &self.staged {
