@@ -6,7 +6,7 @@ import struct
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "seeds", "decode_frame")
 PAGE = 4096
-VERSION = 3  # PROTOCOL_VERSION
+VERSION = 4  # PROTOCOL_VERSION
 MAX_BLOB = PAGE + 64  # MAX_BLOB_SIZE
 
 
@@ -20,11 +20,11 @@ def text(s):
 
 
 def batch(lengths):
-    """A page batch: u32 count, then per entry u64 id, u32 len, len bytes (1 <= len <= MAX_BLOB)."""
+    """A page batch: u32 count, then per entry u64 id, u64 version, u32 len, len bytes (1 <= len <= MAX_BLOB)."""
     out = struct.pack("<I", len(lengths))
     for i, n in enumerate(lengths):
         assert 1 <= n <= MAX_BLOB
-        out += struct.pack("<QI", i, n) + bytes([i & 0xFF]) * n
+        out += struct.pack("<QQI", i, i + 1, n) + bytes([i & 0xFF]) * n
     return out
 
 

@@ -18,7 +18,7 @@ fuzz_target!(|data: &[u8]| {
                 Message::Read { pages } => assert_eq!(pages.iter().count(), pages.len()),
                 Message::Pages { batch } | Message::Write { batch } => {
                     assert_eq!(batch.iter().count(), batch.len());
-                    for (_, blob) in batch.iter() {
+                    for (_, _, blob) in batch.iter() {
                         assert!((1..=gleaner_proto::MAX_BLOB_SIZE).contains(&blob.len()));
                     }
                 }

@@ -312,7 +312,7 @@ fn to_memnode(st: &ProxyState, mut from: TcpStream, mut to: TcpStream, session: 
                 if let Ok(Message::Write { batch }) = Message::decode(h.kind, &payload) {
                     let ses = session.load(Ordering::SeqCst);
                     let mut w = st.written.lock().unwrap();
-                    for (page, blob) in batch.iter() {
+                    for (page, _, blob) in batch.iter() {
                         w.record(ses, page, blob);
                     }
                 }
@@ -372,7 +372,7 @@ fn tamper(st: &ProxyState, session: u64, reply: &[u8], out: &mut Vec<u8>) -> boo
         return false;
     };
     let written = st.written.lock().unwrap();
-    let Some((victim, forged)) = batch.iter().find_map(|(page, blob)| {
+    let Some((victim, forged)) = batch.iter().find_map(|(page, _, blob)| {
         written
             .forgery(st.mode, session, page, blob)
             .map(|f| (page, f))
@@ -389,9 +389,11 @@ fn tamper(st: &ProxyState, session: u64, reply: &[u8], out: &mut Vec<u8>) -> boo
         return false;
     }
     PageBatch::begin(out);
-    for (page, blob) in batch.iter() {
+    // The version field is left as the memnode sent it: the client opens every blob with the
+    // version it recorded itself, never the one that comes back.
+    for (page, version, blob) in batch.iter() {
         let blob = if page == victim { &forged[..] } else { blob };
-        PageBatch::push(out, page, blob);
+        PageBatch::push(out, page, version, blob);
     }
     *st.forged.lock().unwrap() = format!(
         "session {session}: page {victim}'s blob replaced ({:?}) in a reply of {} pages",

@@ -32,7 +32,7 @@ use crate::server::Shared;
 use crate::session::{AttachError, Session};
 use crate::slabs::GrantError;
 use crate::stats::bump;
-use crate::store::{stage, Blob};
+use crate::store::{stage, Blob, Staged};
 
 /// Longest `Auth` payload accepted: its fixed fields plus a client name of up to 4 KiB. Before
 /// authentication nothing larger is legitimate, so nothing larger is allocated.
@@ -111,10 +111,10 @@ struct Conn<'a> {
     /// Send buffer (one reply payload), reused.
     tx: Vec<u8>,
     /// Blobs of a write, copied out of `rx` before the session lock is taken.
-    staged: Vec<(u64, Blob)>,
+    staged: Vec<Staged>,
     /// Scratch for counting the bytes a write adds.
     order: Vec<(u64, usize)>,
-    /// Blobs replaced by a write, freed after the session lock is released.
+    /// Blobs replaced or skipped (stale) by a write, freed after the session lock is released.
     replaced: Vec<Blob>,
 }
 
@@ -325,8 +325,9 @@ impl Conn<'_> {
                 self.replaced.clear();
                 match result {
                     None => ended(session),
-                    Some(Ok(_new)) => {
+                    Some(Ok(written)) => {
                         bump(&counters.pages_written, batch.len() as u64);
+                        bump(&counters.stale_writes, written.stale);
                         Reply::Ack(batch.len() as u32)
                     }
                     Some(Err(full)) => {

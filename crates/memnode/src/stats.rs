@@ -31,6 +31,7 @@ pub(crate) struct Counters {
     pub slab_pages_granted: AtomicU64,
     pub pages_read: AtomicU64,
     pub pages_written: AtomicU64,
+    pub stale_writes: AtomicU64,
     pub pages_freed: AtomicU64,
     pub errors_not_found: AtomicU64,
     pub errors_full: AtomicU64,
@@ -112,6 +113,9 @@ pub struct Totals {
     pub pages_read: u64,
     /// Pages stored by writes (overwrites included).
     pub pages_written: u64,
+    /// Written pages not stored because a newer version was held (a batch delivered late by a
+    /// connection its client had already replaced).
+    pub stale_writes: u64,
     /// Pages removed by `Free` requests.
     pub pages_freed: u64,
     /// Reads refused because a page was not stored.
@@ -212,6 +216,7 @@ impl Counters {
             },
             pages_read: get(&self.pages_read),
             pages_written: get(&self.pages_written),
+            stale_writes: get(&self.stale_writes),
             pages_freed: get(&self.pages_freed),
             errors_not_found: get(&self.errors_not_found),
             errors_full: get(&self.errors_full),

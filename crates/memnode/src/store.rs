@@ -51,6 +51,16 @@ use gleaner_proto::{PageBatch, PageIds, PageRanges};
 /// One stored page: its blob, exactly as the client sent it (1 to `MAX_BLOB_SIZE` bytes).
 pub(crate) type Blob = Box<[u8]>;
 
+/// A page as the client wrote it: `(id, version, blob)`.
+pub(crate) type Staged = (u64, u64, Blob);
+
+/// A stored page: the version the client gave it and its blob.
+#[derive(Debug)]
+struct Stored {
+    version: u64,
+    blob: Blob,
+}
+
 /// How many missing ids a `NotFound` message lists.
 const MISSING_LISTED: usize = 8;
 
@@ -191,18 +201,32 @@ impl std::fmt::Display for Missing {
 
 /// Copies a write batch into freshly allocated blobs, outside any lock. `staged` is cleared
 /// first.
-pub(crate) fn stage(batch: &PageBatch<'_>, staged: &mut Vec<(u64, Blob)>) {
+pub(crate) fn stage(batch: &PageBatch<'_>, staged: &mut Vec<Staged>) {
     staged.clear();
     staged.reserve(batch.len());
     // One allocation and one copy (no zero-fill) per entry, at the entry's own length (the
     // decoder bounded it to 1..=MAX_BLOB_SIZE).
-    staged.extend(batch.iter().map(|(id, data)| (id, Blob::from(data))));
+    staged.extend(
+        batch
+            .iter()
+            .map(|(id, version, data)| (id, version, Blob::from(data))),
+    );
+}
+
+/// What a stored write batch did.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Written {
+    /// The change in the bytes the session holds.
+    pub(crate) delta: i64,
+    /// Entries not stored because the session holds a newer version of their page (a batch
+    /// delivered late, after its client had written the page again).
+    pub(crate) stale: u64,
 }
 
 /// One session's pages.
 #[derive(Debug)]
 pub(crate) struct PageStore {
-    pages: HashMap<u64, Blob, IdHashBuilder>,
+    pages: HashMap<u64, Stored, IdHashBuilder>,
     /// Sum of the lengths of the blobs in `pages` (what they hold of the [`Capacity`]).
     stored_bytes: u64,
     /// Set once the session ended: the store then refuses every further operation.
@@ -244,7 +268,9 @@ impl PageStore {
         };
         for id in ids.iter() {
             match self.pages.get(&id) {
-                Some(page) if missing.total == 0 => PageBatch::push(out, id, &page[..]),
+                Some(page) if missing.total == 0 => {
+                    PageBatch::push(out, id, page.version, &page.blob[..])
+                }
                 Some(_) => {}
                 None => {
                     missing.total += 1;
@@ -264,28 +290,37 @@ impl PageStore {
     /// Stores the staged blobs, all or nothing. Reserves the batch's net growth in bytes from
     /// `capacity` (see the module documentation); if it does not fit, stores nothing and leaves
     /// `staged` as it was. On success `staged` is drained, any bytes the batch freed (smaller
-    /// blobs replacing larger ones) are released, and the blobs it replaced are moved to
-    /// `replaced` so the caller can free them after unlocking. `order` is scratch space. Returns
-    /// the change in the bytes the session holds.
+    /// blobs replacing larger ones) are released, and the blobs it replaced or skipped are moved
+    /// to `dropped` so the caller can free them after unlocking. An entry older than the
+    /// version stored for its page is skipped (counted as stale); an equal version replaces
+    /// (the same batch sent again). `order` is scratch space.
     pub(crate) fn write(
         &mut self,
-        staged: &mut Vec<(u64, Blob)>,
+        staged: &mut Vec<Staged>,
         capacity: &Capacity,
         order: &mut Vec<(u64, usize)>,
-        replaced: &mut Vec<Blob>,
-    ) -> Result<i64, Full> {
+        dropped: &mut Vec<Blob>,
+    ) -> Result<Written, Full> {
         // Group the entries by id, in batch order within an id: the last entry of each group is
-        // the copy that will be stored. Batches are at most MAX_BATCH_PAGES long.
+        // the copy that will be stored, unless the stored page is newer. Batches are at most
+        // MAX_BATCH_PAGES long.
         order.clear();
-        order.extend(staged.iter().enumerate().map(|(i, (id, _))| (*id, i)));
+        order.extend(staged.iter().enumerate().map(|(i, (id, _, _))| (*id, i)));
         order.sort_unstable();
-        let (mut grow, mut shrink) = (0u64, 0u64);
+        let (mut grow, mut shrink, mut stale) = (0u64, 0u64, 0u64);
+        let mut applied = Vec::with_capacity(order.len());
         for (k, &(id, i)) in order.iter().enumerate() {
             if order.get(k + 1).is_some_and(|next| next.0 == id) {
                 continue; // a later copy of this id replaces this one within the batch
             }
-            grow += staged[i].1.len() as u64;
-            shrink += self.pages.get(&id).map_or(0, |old| old.len() as u64);
+            let old = self.pages.get(&id);
+            if old.is_some_and(|old| old.version > staged[i].1) {
+                stale += 1;
+                continue;
+            }
+            grow += staged[i].2.len() as u64;
+            shrink += old.map_or(0, |old| old.blob.len() as u64);
+            applied.push(i);
         }
         let needed = grow.saturating_sub(shrink);
         capacity.try_reserve(needed).map_err(|free| Full {
@@ -293,21 +328,30 @@ impl PageStore {
             free,
             total: capacity.total(),
         })?;
-        self.pages.reserve(staged.len());
-        for (id, blob) in staged.drain(..) {
-            if let Some(old) = self.pages.insert(id, blob) {
-                replaced.push(old);
+        applied.sort_unstable();
+        self.pages.reserve(applied.len());
+        let mut next = applied.iter().peekable();
+        for (i, (id, version, blob)) in staged.drain(..).enumerate() {
+            if next.next_if(|&&a| a == i).is_none() {
+                dropped.push(blob);
+                continue;
+            }
+            if let Some(old) = self.pages.insert(id, Stored { version, blob }) {
+                dropped.push(old.blob);
             }
         }
         // Only the last copy of each id remains: net of the earlier copies and the old blobs.
         capacity.release(shrink.saturating_sub(grow));
         self.stored_bytes = self.stored_bytes + grow - shrink;
-        Ok(grow as i64 - shrink as i64)
+        Ok(Written {
+            delta: grow as i64 - shrink as i64,
+            stale,
+        })
     }
 
     /// Removes `id`'s blob, if stored; returns its length.
     fn remove(&mut self, id: u64) -> Option<u64> {
-        self.pages.remove(&id).map(|b| b.len() as u64)
+        self.pages.remove(&id).map(|p| p.blob.len() as u64)
     }
 
     /// Removes every stored page in `ranges` and releases their bytes to `capacity`; returns
@@ -328,10 +372,10 @@ impl PageStore {
             // The ranges cover more ids than the session holds: walk the map once instead,
             // testing each id against the sorted, merged ranges.
             let merged = merge_ranges(ranges);
-            self.pages.retain(|id, blob| {
+            self.pages.retain(|id, page| {
                 let keep = !covered(&merged, *id);
                 if !keep {
-                    bytes += blob.len() as u64;
+                    bytes += page.blob.len() as u64;
                 }
                 keep
             });
@@ -439,7 +483,7 @@ mod tests {
         let mut out = Vec::new();
         PageBatch::begin(&mut out);
         for &(id, len) in entries {
-            PageBatch::push_slot(&mut out, id, len).fill(fill(id, len));
+            PageBatch::push_slot(&mut out, id, 0, len).fill(fill(id, len));
         }
         out
     }
@@ -458,7 +502,9 @@ mod tests {
         let mut staged = Vec::new();
         stage(&PageBatch::from_encoded(&raw), &mut staged);
         let mut replaced = Vec::new();
-        let r = store.write(&mut staged, cap, &mut Vec::new(), &mut replaced);
+        let r = store
+            .write(&mut staged, cap, &mut Vec::new(), &mut replaced)
+            .map(|w| w.delta);
         if r.is_err() {
             assert_eq!(
                 staged.len(),
@@ -490,7 +536,79 @@ mod tests {
         store
             .read_into(&PageIds::from_encoded(&ids), &mut out)
             .unwrap();
-        PageBatch::from_encoded(&out).get(0).1.to_vec()
+        PageBatch::from_encoded(&out).get(0).2.to_vec()
+    }
+
+    /// Writes `(id, version, blob length, fill byte)` entries as one batch.
+    fn write_versions(
+        store: &mut PageStore,
+        cap: &Capacity,
+        entries: &[(u64, u64, usize, u8)],
+    ) -> Written {
+        let mut raw = Vec::new();
+        PageBatch::begin(&mut raw);
+        for &(id, version, len, byte) in entries {
+            PageBatch::push_slot(&mut raw, id, version, len).fill(byte);
+        }
+        let mut staged = Vec::new();
+        stage(&PageBatch::from_encoded(&raw), &mut staged);
+        let mut dropped = Vec::new();
+        let w = store
+            .write(&mut staged, cap, &mut Vec::new(), &mut dropped)
+            .unwrap();
+        assert!(staged.is_empty());
+        w
+    }
+
+    #[test]
+    fn a_late_batch_never_overwrites_a_newer_version() {
+        let cap = Capacity::new(100 * P);
+        let mut s = PageStore::new(9);
+        // Version 5 of page 1 and version 2 of page 2 are stored.
+        let w = write_versions(&mut s, &cap, &[(1, 5, 100, 0xA5), (2, 2, 300, 0xB2)]);
+        assert_eq!(
+            w,
+            Written {
+                delta: 400,
+                stale: 0
+            }
+        );
+        // A batch delivered late carries version 4 of page 1 (older: skipped, its bytes not
+        // counted) and version 3 of page 2 (newer: stored).
+        let w = write_versions(&mut s, &cap, &[(1, 4, 900, 0xA4), (2, 3, 200, 0xB3)]);
+        assert_eq!(
+            w,
+            Written {
+                delta: -100,
+                stale: 1
+            }
+        );
+        assert_eq!(read(&s, 1), vec![0xA5; 100]);
+        assert_eq!(read(&s, 2), vec![0xB3; 200]);
+        // The same version again (a batch sent twice) replaces; so does version 0 over 0.
+        let w = write_versions(
+            &mut s,
+            &cap,
+            &[(1, 5, 50, 0xA6), (3, 0, 10, 1), (3, 0, 20, 2)],
+        );
+        assert_eq!(
+            w,
+            Written {
+                delta: -50 + 20,
+                stale: 0
+            }
+        );
+        assert_eq!(read(&s, 1), vec![0xA6; 50]);
+        assert_eq!(read(&s, 3), vec![2; 20]);
+        // Versions travel back on reads.
+        let mut ids = Vec::new();
+        PageIds::encode_into(&mut ids, &[2, 1]);
+        let mut out = Vec::new();
+        s.read_into(&PageIds::from_encoded(&ids), &mut out).unwrap();
+        let versions: Vec<u64> = PageBatch::from_encoded(&out).iter().map(|e| e.1).collect();
+        assert_eq!(versions, vec![3, 5]);
+        assert_eq!(s.stored_bytes(), 200 + 50 + 20);
+        assert_eq!(cap.used(), 200 + 50 + 20);
     }
 
     #[test]
@@ -762,7 +880,7 @@ mod tests {
         s.read_into(&PageIds::from_encoded(&ids), &mut out).unwrap();
         let b = PageBatch::from_encoded(&out);
         assert_eq!(b.get(0).0, 2);
-        assert_eq!(b.get(0).1, &[fill(2, PAGE_SIZE); PAGE_SIZE][..]);
+        assert_eq!(b.get(0).2, &[fill(2, PAGE_SIZE); PAGE_SIZE][..]);
         assert_eq!(b.get(1).0, 1);
         ids.clear();
         PageIds::encode_into(&mut ids, &(0..20).collect::<Vec<_>>());

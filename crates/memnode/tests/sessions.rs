@@ -1,11 +1,13 @@
 //! Session life: Goodbye releases at once; a dropped connection keeps the session for the lease,
-//! during which the client can re-attach; several connections share one session safely.
+//! during which the client can re-attach; several connections share one session safely; a write
+//! that a replaced connection delivers late never overwrites a newer version of its page.
 
 mod common;
 
 use std::time::{Duration, Instant};
 
 use common::{assert_pages, wait_until, write, TestServer, P};
+use gleaner_proto::{Connection, PageBatch};
 
 const LEASE: Duration = Duration::from_secs(1);
 
@@ -55,6 +57,36 @@ fn dropped_connection_keeps_pages_for_the_lease() {
     let s = server.stats();
     assert_eq!(s.totals.sessions_released_by_lease, 1);
     assert!(s.sessions.iter().all(|e| e.id != id));
+}
+
+/// Writes one `(page, version)` entry of `len` bytes of `byte` on `conn`.
+fn write_version(conn: &mut Connection, page: u64, version: u64, len: usize, byte: u8) {
+    let buf = conn.write_buffer();
+    PageBatch::begin(buf);
+    PageBatch::push_slot(buf, page, version, len).fill(byte);
+    conn.write_built_batch().unwrap();
+}
+
+#[test]
+fn a_late_write_on_another_connection_never_overwrites_a_newer_version() {
+    let server = TestServer::start("127.0.0.1:0", 100, LEASE);
+    let mut replaced = server.connect();
+    let info = replaced.session();
+    let mut fresh = server.attach(info.session_id, info.session_key).unwrap();
+    // The client wrote version 8 of page 7 on its new connection; then version 6, sent on the
+    // connection it had given up on, reaches the memnode.
+    write_version(&mut fresh, 7, 8, 500, 0x88);
+    write_version(&mut replaced, 7, 6, 700, 0x66);
+    let batch = fresh.read_pages(&[7]).unwrap();
+    let (page, version, blob) = batch.get(0);
+    assert_eq!((page, version), (7, 8));
+    assert_eq!(blob, &[0x88; 500][..]);
+    let stats = server.local_stats();
+    assert_eq!(stats.totals.stale_writes, 1);
+    assert_eq!(stats.used_bytes, 500, "the stale blob takes no capacity");
+    // The same version again (a batch resent after a reconnection) is stored.
+    write_version(&mut replaced, 7, 8, 400, 0x89);
+    assert_eq!(fresh.read_pages(&[7]).unwrap().get(0).2, &[0x89; 400][..]);
 }
 
 #[test]

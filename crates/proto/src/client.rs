@@ -537,7 +537,12 @@ impl Connection {
             Ok(Message::Pages { batch }) => batch,
             _ => unreachable!("validated by round_trip"),
         };
-        if batch.len() != ids.len() || batch.iter().zip(ids).any(|((got, _), want)| got != *want) {
+        if batch.len() != ids.len()
+            || batch
+                .iter()
+                .zip(ids)
+                .any(|((got, _, _), want)| got != *want)
+        {
             return Err(ClientError::Transport {
                 endpoint: self.endpoint.clone(),
                 source: ProtoError::Malformed {
@@ -563,7 +568,8 @@ impl Connection {
     }
 
     /// Stores `pages` (`(id, blob)` pairs, at most [`crate::MAX_BATCH_PAGES`], each blob 1 to
-    /// [`crate::MAX_BLOB_SIZE`] bytes; panics otherwise). All or nothing, like
+    /// [`crate::MAX_BLOB_SIZE`] bytes; panics otherwise), unversioned (version 0: each write
+    /// replaces the page's blob; see [`PageBatch`]). All or nothing, like
     /// [`Connection::write_built_batch`].
     pub fn write_pages<'p>(
         &mut self,
@@ -571,7 +577,7 @@ impl Connection {
     ) -> Result<(), ClientError> {
         PageBatch::begin(&mut self.tx);
         for (id, data) in pages {
-            PageBatch::push(&mut self.tx, id, data);
+            PageBatch::push(&mut self.tx, id, 0, data);
         }
         self.write_built_batch()
     }

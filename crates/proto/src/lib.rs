@@ -43,7 +43,7 @@ pub const PAGE_SIZE: usize = 4096;
 /// and the memnode; any length from 1 to this bound is valid.
 pub const MAX_BLOB_SIZE: usize = PAGE_SIZE + 64;
 /// Protocol version spoken by this build. A peer with another version is refused at the handshake.
-pub const PROTOCOL_VERSION: u8 = 3;
+pub const PROTOCOL_VERSION: u8 = 4;
 /// Most pages one read or write request may carry.
 pub const MAX_BATCH_PAGES: usize = 256;
 /// Most page ranges one free request may carry.
@@ -51,8 +51,8 @@ pub const MAX_FREE_RANGES: usize = 4096;
 /// Longest text (error message, stats JSON, client name) a frame may carry.
 pub const MAX_TEXT_LEN: usize = 256 * 1024;
 /// Largest payload any frame may carry: a full write batch of maximal blobs plus its count
-/// (`4 + 256 × (8 + 4 + 4160)` = 1 068 036 bytes).
-pub const MAX_PAYLOAD: usize = 4 + MAX_BATCH_PAGES * (8 + 4 + MAX_BLOB_SIZE);
+/// (`4 + 256 × (8 + 8 + 4 + 4160)` = 1 070 084 bytes).
+pub const MAX_PAYLOAD: usize = 4 + MAX_BATCH_PAGES * (8 + 8 + 4 + MAX_BLOB_SIZE);
 
 /// Why a frame could not be read or decoded.
 #[derive(Debug, thiserror::Error)]

@@ -402,11 +402,15 @@ impl<'a> PageIds<'a> {
     }
 }
 
-/// A batch of `(page id, blob)` pairs: `u32 count` then `count` × (`u64` id, `u32` len, `len`
-/// bytes), with `count <= MAX_BATCH_PAGES` and `1 <= len <= MAX_BLOB_SIZE` for every entry.
+/// A batch of `(page id, version, blob)` entries: `u32 count` then `count` × (`u64` id, `u64`
+/// version, `u32` len, `len` bytes), with `count <= MAX_BATCH_PAGES` and
+/// `1 <= len <= MAX_BLOB_SIZE` for every entry.
 ///
 /// Blobs are opaque to the protocol (the pager seals each page into one: compressed, encrypted,
-/// or the raw 4096 bytes); only their bounds are checked.
+/// or the raw 4096 bytes); only their bounds are checked. The version is the client's count of
+/// its writes of the page (its codec's nonce): a memnode ignores a write older than the blob it
+/// holds, so a batch that a broken connection delivers late never overwrites a newer one. A
+/// client that does not version its pages sends 0 throughout (every write then replaces).
 ///
 /// Entries have variable sizes, so an entry's offset cannot be computed: the batch keeps the
 /// count from its header and walks the entries. It deliberately keeps no offsets index: that
@@ -432,7 +436,7 @@ impl<'a> PageBatch<'a> {
 
     /// Appends the header of one entry of `len` bytes to a begun batch and bumps its count.
     /// Panics if `len` is out of bounds or the batch is already full.
-    fn push_header(out: &mut Vec<u8>, id: u64, len: usize) {
+    fn push_header(out: &mut Vec<u8>, id: u64, version: u64, len: usize) {
         assert!(
             (1..=MAX_BLOB_SIZE).contains(&len),
             "a batch entry must be 1 to {MAX_BLOB_SIZE} bytes, not {len}"
@@ -441,20 +445,21 @@ impl<'a> PageBatch<'a> {
         assert!(count < MAX_BATCH_PAGES, "page batch too large");
         out[0..4].copy_from_slice(&(count as u32 + 1).to_le_bytes());
         out.extend_from_slice(&id.to_le_bytes());
+        out.extend_from_slice(&version.to_le_bytes());
         out.extend_from_slice(&(len as u32).to_le_bytes());
     }
 
     /// Appends one entry to a batch started with [`PageBatch::begin`].
     /// Panics if `data` is empty or longer than [`MAX_BLOB_SIZE`], or the batch is already full.
-    pub fn push(out: &mut Vec<u8>, id: u64, data: &[u8]) {
-        Self::push_header(out, id, data.len());
+    pub fn push(out: &mut Vec<u8>, id: u64, version: u64, data: &[u8]) {
+        Self::push_header(out, id, version, data.len());
         out.extend_from_slice(data);
     }
 
     /// Appends one entry of `len` zeroed bytes to a begun batch and returns them to fill in
     /// place. Panics if `len` is 0 or more than [`MAX_BLOB_SIZE`], or the batch is already full.
-    pub fn push_slot(out: &mut Vec<u8>, id: u64, len: usize) -> &mut [u8] {
-        Self::push_header(out, id, len);
+    pub fn push_slot(out: &mut Vec<u8>, id: u64, version: u64, len: usize) -> &mut [u8] {
+        Self::push_header(out, id, version, len);
         let start = out.len();
         out.resize(start + len, 0);
         &mut out[start..]
@@ -480,7 +485,7 @@ impl<'a> PageBatch<'a> {
 
     /// The `i`-th entry. O(i): walks the entries before it (see the type's documentation).
     /// Panics if `i >= self.len()`.
-    pub fn get(&self, i: usize) -> (u64, &'a [u8]) {
+    pub fn get(&self, i: usize) -> (u64, u64, &'a [u8]) {
         self.iter().nth(i).unwrap_or_else(|| {
             panic!(
                 "batch entry {i} out of range (the batch has {} entries)",
@@ -507,8 +512,12 @@ pub struct BatchIter<'a> {
     left: usize,
 }
 
+/// Bytes of a batch entry's header: id, version, length.
+const ENTRY_HEADER: usize = 20;
+
 impl<'a> Iterator for BatchIter<'a> {
-    type Item = (u64, &'a [u8]);
+    /// `(page id, version, blob)`.
+    type Item = (u64, u64, &'a [u8]);
 
     fn next(&mut self) -> Option<Self::Item> {
         if self.left == 0 {
@@ -518,15 +527,17 @@ impl<'a> Iterator for BatchIter<'a> {
         // walk simply ends early rather than panicking.
         let entry = (|| {
             let id = u64::from_le_bytes(self.rest.get(..8)?.try_into().ok()?);
-            let len = u32::from_le_bytes(self.rest.get(8..12)?.try_into().ok()?) as usize;
-            let data = self.rest.get(12..12 + len)?;
-            Some((id, data, 12 + len))
+            let version = u64::from_le_bytes(self.rest.get(8..16)?.try_into().ok()?);
+            let len = u32::from_le_bytes(self.rest.get(16..ENTRY_HEADER)?.try_into().ok()?);
+            let len = len as usize;
+            let data = self.rest.get(ENTRY_HEADER..ENTRY_HEADER + len)?;
+            Some((id, version, data, ENTRY_HEADER + len))
         })();
         match entry {
-            Some((id, data, used)) => {
+            Some((id, version, data, used)) => {
                 self.rest = &self.rest[used..];
                 self.left -= 1;
-                Some((id, data))
+                Some((id, version, data))
             }
             None => {
                 self.left = 0;
@@ -648,8 +659,8 @@ impl<'a> Cursor<'a> {
         Ok(&self.buf[start..self.pos])
     }
 
-    /// A [`PageBatch`]: a `u32` count, then `count` entries of (`u64` id, `u32` len, `len`
-    /// bytes). Checks the count against [`MAX_BATCH_PAGES`] and every entry's length against
+    /// A [`PageBatch`]: a `u32` count, then `count` entries of (`u64` id, `u64` version, `u32`
+    /// len, `len` bytes). Checks the count against [`MAX_BATCH_PAGES`] and every entry's length against
     /// `1..=MAX_BLOB_SIZE` and the bytes actually present, before the batch is handed out.
     fn batch(&mut self) -> Result<PageBatch<'a>, ProtoError> {
         let start = self.pos;
@@ -667,9 +678,10 @@ impl<'a> Cursor<'a> {
                     c.buf.len() - at
                 ))
             };
-            if self.buf.len() - self.pos < 12 {
+            if self.buf.len() - self.pos < ENTRY_HEADER {
                 return Err(truncated(self));
             }
+            self.u64()?;
             self.u64()?;
             let len = self.u32()? as usize;
             if !(1..=MAX_BLOB_SIZE).contains(&len) {
@@ -717,10 +729,10 @@ mod tests {
         PageIds::encode_into(&mut ids, &[1, 2, u64::MAX]);
         let mut batch = Vec::new();
         PageBatch::begin(&mut batch);
-        PageBatch::push(&mut batch, 5, &[7u8; PAGE_SIZE]);
-        PageBatch::push_slot(&mut batch, 6, 100).fill(9);
-        PageBatch::push(&mut batch, 7, &[1]);
-        PageBatch::push(&mut batch, 8, &[2u8; MAX_BLOB_SIZE]);
+        PageBatch::push(&mut batch, 5, 50, &[7u8; PAGE_SIZE]);
+        PageBatch::push_slot(&mut batch, 6, u64::MAX, 100).fill(9);
+        PageBatch::push(&mut batch, 7, 0, &[1]);
+        PageBatch::push(&mut batch, 8, 1, &[2u8; MAX_BLOB_SIZE]);
         let mut ranges = Vec::new();
         PageRanges::encode_into(&mut ranges, &[(0, 10), (100, 1)]);
         for msg in [
@@ -772,14 +784,20 @@ mod tests {
         let b = PageBatch::from_encoded(&batch);
         assert_eq!(b.len(), 4);
         assert_eq!(b.get(1).0, 6);
-        assert_eq!(b.get(1).1.len(), 100);
-        assert!(b.get(1).1.iter().all(|&x| x == 9));
-        let entries: Vec<(u64, usize)> = b.iter().map(|(id, d)| (id, d.len())).collect();
+        assert_eq!(b.get(1).1, u64::MAX);
+        assert_eq!(b.get(1).2.len(), 100);
+        assert!(b.get(1).2.iter().all(|&x| x == 9));
+        let entries: Vec<(u64, u64, usize)> = b.iter().map(|(id, v, d)| (id, v, d.len())).collect();
         assert_eq!(
             entries,
-            vec![(5, PAGE_SIZE), (6, 100), (7, 1), (8, MAX_BLOB_SIZE)]
+            vec![
+                (5, 50, PAGE_SIZE),
+                (6, u64::MAX, 100),
+                (7, 0, 1),
+                (8, 1, MAX_BLOB_SIZE)
+            ]
         );
-        assert_eq!(b.get(3).1, &[2u8; MAX_BLOB_SIZE][..]);
+        assert_eq!(b.get(3).2, &[2u8; MAX_BLOB_SIZE][..]);
         let ids = PageIds::from_encoded(&ids);
         assert_eq!(ids.iter().collect::<Vec<_>>(), vec![1, 2, u64::MAX]);
     }
@@ -832,8 +850,8 @@ mod tests {
         };
         let mut valid = Vec::new();
         PageBatch::begin(&mut valid);
-        PageBatch::push(&mut valid, 1, &[1u8; 37]);
-        PageBatch::push(&mut valid, 2, &[2u8; PAGE_SIZE]);
+        PageBatch::push(&mut valid, 1, 3, &[1u8; 37]);
+        PageBatch::push(&mut valid, 2, 4, &[2u8; PAGE_SIZE]);
         for _ in 0..20_000 {
             let kind = MessageKind::from_u8((next() % 16 + 1) as u8).unwrap();
             let len = (next() % 64) as usize;
@@ -851,16 +869,18 @@ mod tests {
                 assert_eq!(batch.iter().count(), batch.len());
                 assert!(batch
                     .iter()
-                    .all(|(_, d)| (1..=MAX_BLOB_SIZE).contains(&d.len())));
+                    .all(|(_, _, d)| (1..=MAX_BLOB_SIZE).contains(&d.len())));
             }
         }
     }
 
-    /// A batch payload from raw `(id, declared len, data)` entries, with a chosen count.
+    /// A batch payload from raw `(id, declared len, data)` entries (version = id + 100), with a
+    /// chosen count.
     fn raw_batch(count: u32, entries: &[(u64, u32, &[u8])]) -> Vec<u8> {
         let mut p = count.to_le_bytes().to_vec();
         for (id, len, data) in entries {
             p.extend_from_slice(&id.to_le_bytes());
+            p.extend_from_slice(&(id + 100).to_le_bytes());
             p.extend_from_slice(&len.to_le_bytes());
             p.extend_from_slice(data);
         }
@@ -899,7 +919,7 @@ mod tests {
         let Message::Write { batch } = Message::decode(MessageKind::Write, &p).unwrap() else {
             panic!("not a write");
         };
-        assert_eq!(batch.get(0), (9, &max[..]));
+        assert_eq!(batch.get(0), (9, 109, &max[..]));
     }
 
     #[test]
@@ -908,21 +928,22 @@ mod tests {
         let p = raw_batch(1, &[(1, 100, &[0; 99])]);
         assert_batch_rejected(
             &p,
-            "entry 0 of 1 at offset 4 is truncated (111 bytes remain)",
+            "entry 0 of 1 at offset 4 is truncated (119 bytes remain)",
         );
-        // The entry header itself is cut (an id and half a length).
+        // The entry header itself is cut (an id, a version and half a length).
         let mut p = raw_batch(2, &[(1, 2, &[5, 6])]);
         p.extend_from_slice(&7u64.to_le_bytes());
+        p.extend_from_slice(&8u64.to_le_bytes());
         p.extend_from_slice(&[1, 0]);
         assert_batch_rejected(
             &p,
-            "entry 1 of 2 at offset 18 is truncated (10 bytes remain)",
+            "entry 1 of 2 at offset 26 is truncated (18 bytes remain)",
         );
         // The count promises more entries than are present.
         let p = raw_batch(3, &[(1, 1, &[1])]);
         assert_batch_rejected(
             &p,
-            "entry 1 of 3 at offset 17 is truncated (0 bytes remain)",
+            "entry 1 of 3 at offset 25 is truncated (0 bytes remain)",
         );
     }
 
@@ -933,7 +954,7 @@ mod tests {
         assert_batch_rejected(&p, "1 trailing bytes");
         // Entries beyond the count are trailing bytes too, not extra entries.
         let p = raw_batch(1, &[(1, 1, &[1]), (2, 1, &[2])]);
-        assert_batch_rejected(&p, "13 trailing bytes");
+        assert_batch_rejected(&p, "21 trailing bytes");
         // An empty batch is just its count.
         let empty = 0u32.to_le_bytes();
         let Message::Pages { batch } = Message::decode(MessageKind::Pages, &empty).unwrap() else {
@@ -957,15 +978,16 @@ mod tests {
         let mut out = Vec::new();
         PageBatch::begin(&mut out);
         for id in 0..MAX_BATCH_PAGES as u64 {
-            PageBatch::push_slot(&mut out, id, MAX_BLOB_SIZE).fill(id as u8);
+            PageBatch::push_slot(&mut out, id, id * 3, MAX_BLOB_SIZE).fill(id as u8);
         }
         assert_eq!(out.len(), MAX_PAYLOAD);
         let Message::Write { batch } = Message::decode(MessageKind::Write, &out).unwrap() else {
             panic!("not a write");
         };
         assert_eq!(batch.len(), MAX_BATCH_PAGES);
-        for (i, (id, data)) in batch.iter().enumerate() {
+        for (i, (id, version, data)) in batch.iter().enumerate() {
             assert_eq!(id, i as u64);
+            assert_eq!(version, id * 3);
             assert_eq!(data.len(), MAX_BLOB_SIZE);
             assert!(data.iter().all(|&b| b == i as u8));
         }
@@ -1001,7 +1023,7 @@ mod tests {
     fn pushing_an_empty_entry_panics() {
         let mut out = Vec::new();
         PageBatch::begin(&mut out);
-        PageBatch::push(&mut out, 1, &[]);
+        PageBatch::push(&mut out, 1, 0, &[]);
     }
 
     #[test]
@@ -1009,7 +1031,7 @@ mod tests {
     fn pushing_an_oversized_slot_panics() {
         let mut out = Vec::new();
         PageBatch::begin(&mut out);
-        PageBatch::push_slot(&mut out, 1, MAX_BLOB_SIZE + 1);
+        PageBatch::push_slot(&mut out, 1, 0, MAX_BLOB_SIZE + 1);
     }
 
     #[test]
@@ -1018,7 +1040,7 @@ mod tests {
         let mut out = Vec::new();
         PageBatch::begin(&mut out);
         for id in 0..=MAX_BATCH_PAGES as u64 {
-            PageBatch::push(&mut out, id, &[0]);
+            PageBatch::push(&mut out, id, 0, &[0]);
         }
     }
 }

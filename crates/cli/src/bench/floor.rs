@@ -120,7 +120,7 @@ fn touch_with_handler(
                         .read_pages(&[page as u64])
                         .map_err(|e| e.to_string())?
                         .get(0)
-                        .1
+                        .2
                         .as_ptr(),
                     None => local.as_ptr(),
                 };

@@ -175,7 +175,7 @@ pub fn assert_blobs(conn: &mut Connection, blobs: &[(u64, u64, usize)]) {
     let ids: Vec<u64> = blobs.iter().map(|b| b.0).collect();
     let batch = conn.read_pages(&ids).expect("read");
     assert_eq!(batch.len(), blobs.len());
-    for ((got_id, data), &(id, seed, len)) in batch.iter().zip(blobs) {
+    for ((got_id, _, data), &(id, seed, len)) in batch.iter().zip(blobs) {
         assert_eq!(got_id, id);
         assert_eq!(data.len(), len, "blob {id} has the wrong length");
         assert!(
@@ -196,7 +196,7 @@ pub fn assert_pages(conn: &mut Connection, pages: &[(u64, u64)]) {
     let ids: Vec<u64> = pages.iter().map(|p| p.0).collect();
     let batch = conn.read_pages(&ids).expect("read");
     assert_eq!(batch.len(), pages.len());
-    for ((got_id, data), &(id, seed)) in batch.iter().zip(pages) {
+    for ((got_id, _, data), &(id, seed)) in batch.iter().zip(pages) {
         assert_eq!(got_id, id);
         assert!(
             data == page(seed).as_slice(),

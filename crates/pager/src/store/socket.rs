@@ -329,7 +329,9 @@ impl StoreHandle for SocketHandle {
                 }
                 Err(e) => return Err(store_error(e)),
             };
-            for (i, (page, blob)) in batch.iter().enumerate() {
+            // The version the memnode echoes is not trusted: the blob is opened with the one
+            // this client recorded, so a memnode that lies about it is caught by the codec.
+            for (i, (page, _, blob)) in batch.iter().enumerate() {
                 let version = self
                     .versions
                     .get(page as usize)
@@ -360,7 +362,9 @@ impl StoreHandle for SocketHandle {
                 StoreError::Lost(format!("reading page {page} for write-back failed: {e}"))
             })?;
             let (blob, version) = self.ctx.encode(page, &self.page[..]);
-            PageBatch::push(buf, page, blob);
+            // The version travels in the clear too, so the memnode keeps the newest of two
+            // copies of a page (a batch a replaced connection delivers late).
+            PageBatch::push(buf, page, version, blob);
             self.staged.push((page, version));
         }
         Ok(())
