@@ -200,14 +200,8 @@ impl SocketStore {
 
 impl PageStore for SocketStore {
     fn handle(&self) -> Result<Box<dyn StoreHandle>, PagerError> {
-        let conn = match self.session.attach() {
-            Ok(conn) => conn,
-            Err(e) if e.is_transient() => self.session.reattach(&e).map_err(|_| e)?,
-            Err(e) => return Err(e.into()),
-        };
         Ok(Box::new(SocketHandle {
-            conn,
-            session: self.session.clone(),
+            link: Link::open(&self.session)?,
             pending: None,
             ctx: self.codec.ctx(),
             versions: self.versions.clone(),
@@ -265,22 +259,32 @@ impl PageStore for SocketStore {
     }
 }
 
-/// One thread's connection.
-struct SocketHandle {
+/// What [`Link::finish_read`] calls for each page read: `(index, page, version, blob)`.
+pub(crate) type ReadEntry<'a> = dyn FnMut(usize, u64, u64, &[u8]) -> Result<(), StoreError> + 'a;
+
+/// A connection to a session that replaces itself when it breaks (see the module
+/// documentation): each request is retried on a new connection within the session's lease.
+pub(crate) struct Link {
     conn: Connection,
     /// To replace `conn` when it fails.
     session: Arc<Session>,
-    /// The read sent by `request`, with its ids.
-    pending: Option<(PendingRead, Vec<u64>)>,
-    ctx: CodecCtx,
-    versions: Arc<Box<[AtomicU64]>>,
-    /// The pages of the batch being built and their blobs' versions, published at commit.
-    staged: Vec<(u64, u64)>,
-    /// Where a page is decoded into, or filled before encoding.
-    page: PageBuf,
 }
 
-impl SocketHandle {
+impl Link {
+    /// A new connection attached to `session` (retried like any other if the first try fails
+    /// transiently).
+    pub(crate) fn open(session: &Arc<Session>) -> Result<Link, PagerError> {
+        let conn = match session.attach() {
+            Ok(conn) => conn,
+            Err(e) if e.is_transient() => session.reattach(&e).map_err(|_| e)?,
+            Err(e) => return Err(e.into()),
+        };
+        Ok(Link {
+            conn,
+            session: session.clone(),
+        })
+    }
+
     /// Replaces the connection, which failed with `cause`, by a new one to the same session;
     /// `tries` counts the replacements of one request.
     fn reconnect(&mut self, cause: &ClientError, tries: &mut u32) -> Result<(), StoreError> {
@@ -296,7 +300,11 @@ impl SocketHandle {
     }
 
     /// Sends a read of `pages`, on a new connection if need be.
-    fn send_read(&mut self, pages: &[u64], tries: &mut u32) -> Result<PendingRead, StoreError> {
+    pub(crate) fn send_read(
+        &mut self,
+        pages: &[u64],
+        tries: &mut u32,
+    ) -> Result<PendingRead, StoreError> {
         loop {
             match self.conn.start_read(pages) {
                 Ok(p) => return Ok(p),
@@ -305,44 +313,94 @@ impl SocketHandle {
             }
         }
     }
+
+    /// Completes a read sent with [`Link::send_read`] (the same `pages`), asking again on a new
+    /// connection if this one breaks: `f(i, page, version, blob)` for each page, in order.
+    pub(crate) fn finish_read(
+        &mut self,
+        mut pending: PendingRead,
+        pages: &[u64],
+        tries: &mut u32,
+        f: &mut ReadEntry<'_>,
+    ) -> Result<(), StoreError> {
+        loop {
+            let batch = match self.conn.finish_read(pending, pages) {
+                Ok(batch) => batch,
+                Err(e) if e.is_transient() => {
+                    // Reads change nothing on the memnode: ask again on a new connection.
+                    self.reconnect(&e, tries)?;
+                    pending = self.send_read(pages, tries)?;
+                    continue;
+                }
+                Err(e) => return Err(store_error(e)),
+            };
+            for (i, (page, version, blob)) in batch.iter().enumerate() {
+                f(i, page, version, blob)?;
+            }
+            return Ok(());
+        }
+    }
+
+    /// The buffer to build a write batch in ([`PageBatch::begin`], [`PageBatch::push`]).
+    pub(crate) fn batch(&mut self) -> &mut Vec<u8> {
+        self.conn.write_buffer()
+    }
+
+    /// Sends the batch built in [`Link::batch`], again on a new connection if this one breaks:
+    /// whether or not the memnode stored it before the connection broke, storing the same
+    /// blobs again leaves it in the same state (and an older copy never replaces a newer one).
+    pub(crate) fn write_batch(&mut self) -> Result<(), StoreError> {
+        let mut tries = 0;
+        loop {
+            match self.conn.write_built_batch() {
+                Ok(()) => return Ok(()),
+                Err(e) if e.is_transient() => {
+                    let batch = std::mem::take(self.conn.write_buffer());
+                    self.reconnect(&e, &mut tries)?;
+                    *self.conn.write_buffer() = batch;
+                }
+                Err(e) => return Err(store_error(e)),
+            }
+        }
+    }
+}
+
+/// One thread's connection.
+struct SocketHandle {
+    link: Link,
+    /// The read sent by `request`, with its ids.
+    pending: Option<(PendingRead, Vec<u64>)>,
+    ctx: CodecCtx,
+    versions: Arc<Box<[AtomicU64]>>,
+    /// The pages of the batch being built and their blobs' versions, published at commit.
+    staged: Vec<(u64, u64)>,
+    /// Where a page is decoded into, or filled before encoding.
+    page: PageBuf,
 }
 
 impl StoreHandle for SocketHandle {
     fn request(&mut self, pages: &[u64]) -> Result<(), StoreError> {
         assert!(self.pending.is_none(), "a read is already outstanding");
-        let p = self.send_read(pages, &mut 0)?;
+        let p = self.link.send_read(pages, &mut 0)?;
         self.pending = Some((p, pages.to_vec()));
         Ok(())
     }
 
     fn receive(&mut self, f: &mut dyn FnMut(usize, &[u8])) -> Result<(), StoreError> {
-        let (mut p, ids) = self.pending.take().expect("receive without a request");
-        let mut tries = 0;
-        loop {
-            let batch = match self.conn.finish_read(p, &ids) {
-                Ok(batch) => batch,
-                Err(e) if e.is_transient() => {
-                    // Reads change nothing on the memnode: ask again on a new connection.
-                    self.reconnect(&e, &mut tries)?;
-                    p = self.send_read(&ids, &mut tries)?;
-                    continue;
-                }
-                Err(e) => return Err(store_error(e)),
-            };
-            // The version the memnode echoes is not trusted: the blob is opened with the one
-            // this client recorded, so a memnode that lies about it is caught by the codec.
-            for (i, (page, _, blob)) in batch.iter().enumerate() {
-                let version = self
-                    .versions
+        let (p, ids) = self.pending.take().expect("receive without a request");
+        let (ctx, versions, page_buf) = (&mut self.ctx, &self.versions, &mut self.page);
+        self.link
+            .finish_read(p, &ids, &mut 0, &mut |i, page, _, blob| {
+                // The version the memnode echoes is not trusted: the blob is opened with the
+                // one this client recorded, so a memnode that lies about it is caught.
+                let version = versions
                     .get(page as usize)
                     .map_or(0, |v| v.load(Ordering::Relaxed));
-                self.ctx
-                    .decode(page, version, blob, &mut self.page[..])
+                ctx.decode(page, version, blob, &mut page_buf[..])
                     .map_err(|t| StoreError::Lost(t.to_string()))?;
-                f(i, &self.page[..]);
-            }
-            return Ok(());
-        }
+                f(i, &page_buf[..]);
+                Ok(())
+            })
     }
 
     fn reserve(&mut self, _pages: &[u64]) -> Result<(), StoreError> {
@@ -354,7 +412,7 @@ impl StoreHandle for SocketHandle {
         pages: &[u64],
         fill: &mut dyn FnMut(usize, &mut [u8]) -> io::Result<()>,
     ) -> Result<(), StoreError> {
-        let buf = self.conn.write_buffer();
+        let buf = self.link.batch();
         PageBatch::begin(buf);
         self.staged.clear();
         for (i, &page) in pages.iter().enumerate() {
@@ -371,20 +429,7 @@ impl StoreHandle for SocketHandle {
     }
 
     fn commit(&mut self) -> Result<(), StoreError> {
-        let mut tries = 0;
-        loop {
-            match self.conn.write_built_batch() {
-                Ok(()) => break,
-                Err(e) if e.is_transient() => {
-                    // Whether or not the memnode stored the batch before the connection broke,
-                    // storing the same blobs again leaves it in the same state.
-                    let batch = std::mem::take(self.conn.write_buffer());
-                    self.reconnect(&e, &mut tries)?;
-                    *self.conn.write_buffer() = batch;
-                }
-                Err(e) => return Err(store_error(e)),
-            }
-        }
+        self.link.write_batch()?;
         // Stored: the memnode now holds these versions (a refused batch stored nothing, and
         // its pages stay local until written back again).
         for &(page, version) in &self.staged {
