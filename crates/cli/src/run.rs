@@ -46,9 +46,16 @@ pub struct RunArgs {
     /// The program's expected peak memory, the base of --local-ratio.
     #[arg(long, value_name = "SIZE", requires = "local_ratio")]
     footprint: Option<String>,
-    /// Memnode address (HOST:PORT or unix:PATH). Default: start a private one for this run.
-    #[arg(long, value_name = "ADDR")]
+    /// Memnode address (HOST:PORT or unix:PATH), or several separated by commas: a pool, where
+    /// every far page is written to --replicas of them and a lost memnode loses nothing.
+    /// Default: start a private one for this run.
+    #[arg(long, value_name = "ADDR[,ADDR...]")]
     memnode: Option<String>,
+    /// Copies of each far page in a pool of memnodes (1 to their number): 2 by default when
+    /// several are given. Reads go to the copy that answers fastest; a memnode that goes away is
+    /// replaced and its pages copied anew from the others.
+    #[arg(long, value_name = "R", requires = "memnode")]
+    replicas: Option<usize>,
     /// The memnode's token file (with --memnode). Default: ~/.gleaner/token.
     #[arg(long, value_name = "FILE", requires = "memnode")]
     token_file: Option<PathBuf>,
@@ -208,17 +215,38 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
 
     // The memnode: given (checked now, so a typo is not a failure inside the program), or ours.
     let (embedded, endpoint, token_file) = match &args.memnode {
-        Some(addr) => {
-            let endpoint = absolute_endpoint(
-                addr.parse()
-                    .map_err(|e| SetupError::new(format!("--memnode {addr}: {e}")))?,
-            )?;
+        Some(addrs) => {
+            let endpoints = addrs
+                .split(',')
+                .map(|a| {
+                    let a = a.trim();
+                    absolute_endpoint(
+                        a.parse()
+                            .map_err(|e| SetupError::new(format!("--memnode {a}: {e}")))?,
+                    )
+                })
+                .collect::<Result<Vec<Endpoint>, SetupError>>()?;
             let token_file = absolute(
                 "--token-file",
                 &args.token_file.clone().unwrap_or_else(default_token_path),
             )?;
-            check_memnode(&endpoint, &token_file)?;
-            (None, endpoint, token_file)
+            if let Some(r) = args.replicas {
+                if r == 0 || r > endpoints.len() || r > 8 {
+                    return Err(SetupError::new(format!(
+                        "--replicas {r}: give 1 to {} (one copy per memnode at most, 8 at most)",
+                        endpoints.len().min(8)
+                    )));
+                }
+            }
+            for endpoint in &endpoints {
+                check_memnode(endpoint, &token_file)?;
+            }
+            let list = endpoints
+                .iter()
+                .map(|e| e.to_string())
+                .collect::<Vec<_>>()
+                .join(",");
+            (None, list, token_file)
         }
         None => {
             let capacity = match &args.memnode_capacity {
@@ -228,7 +256,7 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
             };
             let node = EmbeddedMemnode::start(capacity, false)
                 .map_err(|e| SetupError::new(format!("cannot start the private memnode: {e}")))?;
-            let (e, t) = (node.endpoint().clone(), node.token_file());
+            let (e, t) = (node.endpoint().to_string(), node.token_file());
             (Some(node), e, t)
         }
     };
@@ -269,7 +297,7 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
         )
         .env("GLEANER_EVICT", args.evict.to_string())
         .env("GLEANER_PREDICT_WRITES", args.predict_writes.to_string())
-        .env("GLEANER_MEMNODE", endpoint.to_string())
+        .env("GLEANER_MEMNODE", &endpoint)
         .env("GLEANER_TOKEN_FILE", &token_file)
         .env("GLEANER_MEMNODE_TIMEOUT", args.memnode_timeout.to_string())
         .env("GLEANER_STATS", stats_dir.0.join("stats-%p.json"))
@@ -278,6 +306,9 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
         .env("GLEANER_BIN", &self_exe);
 
     // Every path reaches the program absolute: its processes may change directory.
+    if let Some(r) = args.replicas {
+        cmd.env("GLEANER_REPLICAS", r.to_string());
+    }
     if let Some(t) = &args.stats_trace {
         cmd.env("GLEANER_STATS_TRACE", absolute("--stats-trace", t)?);
     }

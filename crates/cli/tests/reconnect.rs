@@ -153,7 +153,7 @@ fn a_stall_past_the_lease_stops_the_program_with_a_clear_error() {
     assert_eq!(code, Some(FATAL_EXIT_CODE), "stdout: {out}\nstderr: {err}");
     assert!(!out.contains("mixed ok"), "{out}");
     assert!(
-        err.contains("could not be reached again within the session's lease of 1.0 s"),
+        err.contains("could not be reached again within 1.0 s (the session's lease)"),
         "{err}"
     );
     assert!(

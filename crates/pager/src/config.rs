@@ -135,6 +135,16 @@ pub enum MemnodeTarget {
         /// The token file (default: `gleaner_proto::units::default_token_path()`).
         token_file: Option<PathBuf>,
     },
+    /// Spread pages over several running memnodes, each extent on `replicas` of them (see
+    /// `store/pool.rs`). They share one token.
+    Pool {
+        /// Their addresses.
+        endpoints: Vec<Endpoint>,
+        /// The token file (default: `gleaner_proto::units::default_token_path()`).
+        token_file: Option<PathBuf>,
+        /// Copies of each extent, 1 to the number of memnodes (at most 8).
+        replicas: usize,
+    },
 }
 
 /// How to build a [`crate::Region`].

@@ -53,6 +53,16 @@ impl Region {
             MemnodeTarget::Remote { endpoint, .. } => {
                 crate::store::uses_shm(endpoint, cfg.data_path)
             }
+            MemnodeTarget::Pool { .. } => {
+                if cfg.data_path == crate::store::DataPath::Shm {
+                    return Err(PagerError::Config(
+                        "--data-path shm cannot be used with a pool of memnodes: replicas live \
+                         on other hosts, reached over sockets"
+                            .into(),
+                    ));
+                }
+                false
+            }
         };
         let tracking = resolve_tracking(&cfg, shm)?;
         if tracking == Tracking::Async {
@@ -63,32 +73,54 @@ impl Region {
             allow_user_mode_only: cfg.allow_user_mode_only,
         })?;
         let size = pages * PAGE_SIZE;
-        let (embedded, endpoint, token) = match &cfg.memnode {
+        let opts = ConnectOptions {
+            reply_timeout: cfg.reply_timeout,
+            client_name: format!("pager pid {} region {}", std::process::id(), size),
+            ..ConnectOptions::default()
+        };
+        let token_from = |file: &Option<std::path::PathBuf>| {
+            load_token(
+                &file
+                    .clone()
+                    .unwrap_or_else(gleaner_proto::units::default_token_path),
+            )
+        };
+        let (embedded, store) = match &cfg.memnode {
             MemnodeTarget::Embedded | MemnodeTarget::EmbeddedTcp => {
                 let node = EmbeddedMemnode::start(
                     crate::embedded::capacity_for_region(size as u64),
                     cfg.memnode == MemnodeTarget::EmbeddedTcp,
                 )?;
                 let (e, t) = (node.endpoint().clone(), node.token());
-                (Some(node), e, t)
+                let store = crate::store::open(e, t, opts, cfg.data_path, pages, codec)?;
+                (Some(node), store)
             }
             MemnodeTarget::Remote {
                 endpoint,
                 token_file,
             } => {
-                let path = token_file
-                    .clone()
-                    .unwrap_or_else(gleaner_proto::units::default_token_path);
-                (None, endpoint.clone(), load_token(&path)?)
+                let token = token_from(token_file)?;
+                let store =
+                    crate::store::open(endpoint.clone(), token, opts, cfg.data_path, pages, codec)?;
+                (None, store)
+            }
+            MemnodeTarget::Pool {
+                endpoints,
+                token_file,
+                replicas,
+            } => {
+                let token = token_from(token_file)?;
+                let store = crate::store::pool::open(
+                    endpoints.clone(),
+                    token,
+                    opts,
+                    *replicas,
+                    pages,
+                    codec,
+                )?;
+                (None, store)
             }
         };
-        let opts = ConnectOptions {
-            reply_timeout: cfg.reply_timeout,
-            client_name: format!("pager pid {} region {}", std::process::id(), size),
-            ..ConnectOptions::default()
-        };
-        let capacity_endpoint = endpoint.clone();
-        let store = crate::store::open(endpoint, token, opts, cfg.data_path, pages, codec)?;
         if !cfg.sparse && store.capacity_pages() < (pages.saturating_sub(budget)) as u64 {
             log::warn!(
                 "memnode {} holds at most {} pages but this region may need {}; the program \
@@ -107,9 +139,10 @@ impl Region {
             handles.push(store.handle()?);
         }
         log::debug!(
-            "region of {} pages, budget {budget}, memnode {capacity_endpoint}, {} handlers \
+            "region of {} pages, budget {budget}, memnode {}, {} handlers \
              ({placement:?}), {pool} reclaim threads",
             pages,
+            store.describe(),
             placement.len()
         );
 

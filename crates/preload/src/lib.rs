@@ -11,7 +11,8 @@
 //! | variable | meaning | default |
 //! |---|---|---|
 //! | `GLEANER_LOCAL_MEM` | local memory budget (e.g. `512M`); **required**: without it the library stays inert | — |
-//! | `GLEANER_MEMNODE` | memnode address (`HOST:PORT`, `unix:PATH`) | a private embedded memnode |
+//! | `GLEANER_MEMNODE` | memnode address (`HOST:PORT`, `unix:PATH`), or several separated by commas: a pool | a private embedded memnode |
+//! | `GLEANER_REPLICAS` | copies of each far page in a pool (1 to the number of memnodes) | `2` with several memnodes |
 //! | `GLEANER_TOKEN_FILE` | the memnode's token file | `~/.gleaner/token` |
 //! | `GLEANER_MEMNODE_TIMEOUT` | seconds to wait for a memnode's reply before reconnecting (a TCP memnode: a broken connection is replaced within the session's lease, the program only waits) | `30` |
 //! | `GLEANER_ARENA_SIZE` | address space reserved for managed memory | `64G` |
@@ -92,6 +93,7 @@ pub(crate) fn is_fork_child() -> bool {
 struct Config {
     local: u64,
     memnode: Option<String>,
+    replicas: Option<usize>,
     token_file: Option<PathBuf>,
     reply_timeout: Option<std::time::Duration>,
     arena: u64,
@@ -133,6 +135,7 @@ fn config_from_env() -> Result<Option<Config>, String> {
     Ok(Some(Config {
         local: size("GLEANER_LOCAL_MEM", &local)?,
         memnode: var("GLEANER_MEMNODE"),
+        replicas: parsed("GLEANER_REPLICAS")?,
         token_file: var("GLEANER_TOKEN_FILE").map(PathBuf::from),
         reply_timeout: parsed::<f64>("GLEANER_MEMNODE_TIMEOUT")?
             .map(|s| {
@@ -232,10 +235,25 @@ fn start() -> Result<bool, String> {
         );
     }
     let mut rc = RegionConfig::new(cfg.arena as usize, cfg.local as usize);
-    if let Some(addr) = &cfg.memnode {
-        rc.memnode = MemnodeTarget::Remote {
-            endpoint: addr.parse().map_err(|e| format!("GLEANER_MEMNODE: {e}"))?,
-            token_file: cfg.token_file.clone(),
+    if let Some(addrs) = &cfg.memnode {
+        let endpoints = addrs
+            .split(',')
+            .map(|a| {
+                a.trim()
+                    .parse()
+                    .map_err(|e| format!("GLEANER_MEMNODE: {e}"))
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        rc.memnode = match (endpoints.len(), cfg.replicas) {
+            (1, None) => MemnodeTarget::Remote {
+                endpoint: endpoints.into_iter().next().expect("one"),
+                token_file: cfg.token_file.clone(),
+            },
+            (n, replicas) => MemnodeTarget::Pool {
+                endpoints,
+                token_file: cfg.token_file.clone(),
+                replicas: replicas.unwrap_or(n.min(2)),
+            },
         };
     }
     if let Some(t) = cfg.reply_timeout {

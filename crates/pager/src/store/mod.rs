@@ -13,6 +13,7 @@
 
 mod arena;
 mod blobs;
+pub(crate) mod pool;
 pub(crate) mod shm;
 pub(crate) mod socket;
 
@@ -108,6 +109,9 @@ pub struct StoreStats {
     pub grants_refused: u64,
     /// Broken or unresponsive connections replaced by new ones to the same session (socket).
     pub reconnects: u64,
+    /// The memnodes of a pool and their replicas (a pool only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pool: Option<pool::PoolStats>,
     /// What the page codec did.
     pub codec: CodecStats,
 }

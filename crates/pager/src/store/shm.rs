@@ -212,6 +212,7 @@ impl PageStore for ShmStore {
             blob_bytes: space.blobs.blob_bytes(),
             grants_refused: self.inner.grants_refused.load(Ordering::Relaxed),
             reconnects: 0,
+            pool: None,
             codec: self.inner.codec.stats(),
         }
     }

@@ -33,8 +33,10 @@ pub(crate) struct Session {
     opts: ConnectOptions,
     id: (u64, SessionKey),
     capacity_pages: u64,
-    /// How long the memnode keeps the session without a connection: the reconnection window.
+    /// How long the memnode keeps the session without a connection.
     lease: Duration,
+    /// How long a broken connection is retried: the lease, unless set shorter.
+    window: Duration,
     control: Mutex<Option<Connection>>,
     /// Broken connections replaced by a new one.
     reconnects: AtomicU64,
@@ -65,10 +67,19 @@ impl Session {
             id: (info.session_id, info.session_key),
             capacity_pages: info.capacity_bytes / gleaner_proto::PAGE_SIZE as u64,
             lease: Duration::from_millis(info.lease_ms),
+            window: Duration::from_millis(info.lease_ms).max(MIN_RECONNECT_WINDOW),
             control: Mutex::new(Some(first)),
             reconnects: AtomicU64::new(0),
             warned: AtomicBool::new(false),
         })
+    }
+
+    /// Retries broken connections for `window` (when given) instead of the whole lease.
+    pub(crate) fn reconnect_within(mut self, window: Option<Duration>) -> Session {
+        if let Some(w) = window {
+            self.window = w.min(self.window);
+        }
+        self
     }
 
     /// One more connection attached to the session.
@@ -80,7 +91,7 @@ impl Session {
     /// error), retried with backoff from 5 ms to 500 ms for as long as the session's lease keeps
     /// it on the memnode. The error, when none comes, says why the data is out of reach.
     pub(crate) fn reattach(&self, cause: &ClientError) -> Result<Connection, StoreError> {
-        let window = self.lease.max(MIN_RECONNECT_WINDOW);
+        let window = self.window;
         let deadline = Instant::now() + window;
         let mut backoff = Duration::from_millis(5);
         // The first time is worth a warning; the run's summary counts the rest.
@@ -114,10 +125,15 @@ impl Session {
                 }
                 Err(e) => {
                     return Err(StoreError::Lost(format!(
-                        "the memnode at {} could not be reached again within the session's \
-                         lease of {:.1} s ({e}); the connection had failed: {cause}",
+                        "the memnode at {} could not be reached again within {:.1} s{} ({e}); \
+                         the connection had failed: {cause}",
                         self.endpoint,
-                        window.as_secs_f64()
+                        window.as_secs_f64(),
+                        if window >= self.lease {
+                            " (the session's lease)"
+                        } else {
+                            ""
+                        }
                     )))
                 }
             }

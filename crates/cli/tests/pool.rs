@@ -1,0 +1,221 @@
+//! A pool of memnodes under a running program: three real `gleaner memnode` processes on TCP
+//! loopback, `gleaner run --memnode A,B,C` (two replicas of every extent) of
+//! tests/c/preload_program.c, which checks every byte it wrote. Pages spread over all three;
+//! `kill -9` of one during the run loses nothing (its extents are copied anew from the
+//! survivors); `kill -9` of two stops the program with exit 86 and a message naming them.
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{gleaner_bin, preload_program, run_gleaner, wait_output, MemnodeProc, TempDir};
+use gleaner_pager::FATAL_EXIT_CODE;
+use gleaner_proto::{ConnectOptions, Connection};
+
+const LIMIT: Duration = Duration::from_secs(180);
+
+/// Three memnodes sharing one token.
+fn three_memnodes() -> (Vec<MemnodeProc>, TempDir) {
+    let dir = TempDir::new("pool-token");
+    let token = dir.path().join("token");
+    gleaner_proto::write_token_file(&token, &gleaner_proto::generate_token()).unwrap();
+    let nodes = (0..3)
+        .map(|_| {
+            MemnodeProc::start_with_token(
+                "127.0.0.1:0",
+                "1G",
+                TempDir::new("pool-node"),
+                token.clone(),
+            )
+        })
+        .collect();
+    (nodes, dir)
+}
+
+fn addresses(nodes: &[MemnodeProc]) -> String {
+    nodes
+        .iter()
+        .map(|n| n.endpoint.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Starts `gleaner run --local-mem 8M --memnode A,B,C --stats FILE -- preload_program mixed MB`.
+fn start_run(nodes: &[MemnodeProc], stats: &std::path::Path, mb: &str) -> Child {
+    Command::new(gleaner_bin())
+        .args(["run", "--local-mem", "8M", "--memnode", &addresses(nodes)])
+        .arg("--token-file")
+        .arg(&nodes[0].token_file)
+        .arg("--stats")
+        .arg(stats)
+        .args(["--", preload_program(), "mixed", mb])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Pages the run's session holds on `node` (its `pages_held` stat, every session of it).
+fn pages_held(node: &MemnodeProc) -> u64 {
+    let token = gleaner_proto::read_token_file(&node.token_file).unwrap();
+    let Ok(mut c) = Connection::connect(&node.endpoint, &token, None, &ConnectOptions::default())
+    else {
+        return 0;
+    };
+    let stats: serde_json::Value = serde_json::from_str(&c.stats().unwrap()).unwrap();
+    let _ = c.goodbye();
+    stats["pages_held"].as_u64().unwrap_or(0)
+}
+
+/// Waits until `node` holds at least `pages` of the run's pages: the program is well under
+/// way.
+fn wait_for_pages(node: &MemnodeProc, pages: u64) {
+    let deadline = Instant::now() + LIMIT;
+    while pages_held(node) < pages {
+        assert!(
+            Instant::now() < deadline,
+            "the memnode never got {pages} pages"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn read_stats(path: &std::path::Path) -> serde_json::Value {
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or(serde_json::Value::Null)
+}
+
+fn pool_stats(stats: &serde_json::Value) -> &serde_json::Value {
+    &stats["processes"][0]["stats"]["store"]["pool"]
+}
+
+#[test]
+fn pages_spread_over_the_pool_with_two_replicas() {
+    let (nodes, _token) = three_memnodes();
+    let dir = TempDir::new("pool-run");
+    let stats_path = dir.path().join("stats.json");
+    let mut child = start_run(&nodes, &stats_path, "64");
+    let (code, out, err) = wait_output(&mut child, LIMIT);
+    assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
+    assert!(out.contains("mixed ok"), "{out}");
+    let stats = read_stats(&stats_path);
+    let pool = pool_stats(&stats);
+    assert_eq!(pool["replicas"], 2, "{stats}");
+    let members = pool["memnodes"].as_array().unwrap();
+    assert_eq!(members.len(), 3);
+    let mut extents = 0;
+    for m in members {
+        assert_eq!(m["alive"], true, "{m}");
+        assert!(
+            m["extents"].as_u64().unwrap() > 0,
+            "every memnode got extents: {pool}"
+        );
+        assert!(m["pages_written"].as_u64().unwrap() > 0, "{pool}");
+        extents += m["extents"].as_u64().unwrap();
+    }
+    assert_eq!(extents % 2, 0, "two replicas of every extent: {pool}");
+    assert_eq!(pool["extents_degraded"], 0, "{pool}");
+    assert!(
+        stats["total"]["faults"]["remote"].as_u64().unwrap() > (32 << 20) / 4096,
+        "{stats}"
+    );
+}
+
+#[test]
+fn killing_one_memnode_of_three_loses_nothing() {
+    let (mut nodes, _token) = three_memnodes();
+    let dir = TempDir::new("pool-run");
+    let stats_path = dir.path().join("stats.json");
+    let mut child = start_run(&nodes, &stats_path, "96");
+    wait_for_pages(&nodes[1], 2000);
+    let victim = nodes[1].endpoint.to_string();
+    nodes[1].kill();
+    let (code, out, err) = wait_output(&mut child, LIMIT);
+    assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
+    assert!(
+        out.contains("mixed ok"),
+        "every byte read back was right: {out}"
+    );
+    assert!(err.contains(&format!("memnode {victim} is lost")), "{err}");
+    let stats = read_stats(&stats_path);
+    let pool = pool_stats(&stats);
+    let members = pool["memnodes"].as_array().unwrap();
+    let dead: Vec<_> = members.iter().filter(|m| m["alive"] == false).collect();
+    assert_eq!(dead.len(), 1, "{pool}");
+    assert_eq!(dead[0]["endpoint"], victim.as_str(), "{pool}");
+    assert!(
+        pool["extents_repaired"].as_u64().unwrap() >= 1
+            && pool["pages_repaired"].as_u64().unwrap() > 0,
+        "the lost memnode's extents were copied anew: {pool}"
+    );
+}
+
+/// Builds 64 MiB that it keeps, waits, then reads it all back (so every far page is needed
+/// again after the memnodes are killed during the wait).
+const KEEPER: &str = "import hashlib, time\n\
+blocks = [bytearray((b'%08d' % i) * 131072) for i in range(64)]\n\
+print('built', flush=True)\n\
+time.sleep(2)\n\
+h = hashlib.sha256()\n\
+for b in blocks: h.update(b)\n\
+print('checksum', h.hexdigest())\n";
+
+#[test]
+fn killing_two_memnodes_of_three_stops_the_program_naming_them() {
+    let (mut nodes, _token) = three_memnodes();
+    let mut child = Command::new(gleaner_bin())
+        .args(["run", "--local-mem", "8M", "--memnode", &addresses(&nodes)])
+        .arg("--token-file")
+        .arg(&nodes[0].token_file)
+        .args(["--", "python3", "-c", KEEPER])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Every pair of memnodes holds some of the 64 MiB once the third one holds its share.
+    wait_for_pages(&nodes[1], 4000);
+    let victims = [nodes[0].endpoint.to_string(), nodes[2].endpoint.to_string()];
+    nodes[0].kill();
+    nodes[2].kill();
+    let (code, out, err) = wait_output(&mut child, LIMIT);
+    assert_eq!(code, Some(FATAL_EXIT_CODE), "stdout: {out}\nstderr: {err}");
+    assert!(!out.contains("checksum"), "no result from lost data: {out}");
+    let fatal = err
+        .lines()
+        .find(|l| l.contains("FATAL"))
+        .unwrap_or_else(|| panic!("no FATAL line: {err}"));
+    assert!(fatal.contains("lost memnodes: "), "{fatal}");
+    for v in &victims {
+        assert!(fatal.contains(v.as_str()), "{v} is not named: {fatal}");
+    }
+}
+
+#[test]
+fn more_replicas_than_memnodes_is_a_clear_error() {
+    let (nodes, _token) = three_memnodes();
+    let two = addresses(&nodes[..2]);
+    let token = nodes[0].token_file.to_string_lossy().into_owned();
+    let (code, _, err) = run_gleaner(
+        &[
+            "run",
+            "--local-mem",
+            "8M",
+            "--memnode",
+            &two,
+            "--token-file",
+            &token,
+            "--replicas",
+            "3",
+            "--",
+            "true",
+        ],
+        LIMIT,
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--replicas 3: give 1 to 2"), "{err}");
+}

@@ -1,0 +1,1004 @@
+//! The pool store: far pages spread over several memnodes, each extent of the region written to
+//! `replicas` of them, so that losing a memnode loses nothing.
+//!
+//! # Placement
+//!
+//! The region is cut into extents of [`EXTENT_PAGES`] pages (8 MiB). An extent is placed on its
+//! first write-back: `replicas` distinct live memnodes, each chosen by the power of two choices
+//! (two members drawn at random, the one with fewer extents per byte of capacity wins), as
+//! Infiniswap places its slabs. A placement is one `u64` per extent (member index + 1 in each
+//! byte), read without locks on every fetch and write-back.
+//!
+//! # Reads, writes and failures
+//!
+//! A write-back stages every page once (one encoding, one version) into a batch per member of
+//! its extent and sends the batches; it succeeds when every page reached at least one live
+//! member. A fetch asks, for each page, the live replica that has answered fastest (an average
+//! of its recent reads). Each member's connections replace themselves within the member's lease
+//! (see `socket.rs`); a member that stays unreachable, refuses the session, or returns a blob
+//! that does not open is **lost**: it is never asked again, its pages are read from another
+//! replica, and the repair thread re-replicates every extent it held onto another member,
+//! copying the pages from a survivor. The program stops (exit 86) only when every replica of a
+//! page it needs is lost; the message names them and why.
+//!
+//! Re-replication is race-free with the write-backs going on meanwhile: the new placement is
+//! published first (later write-backs go to the new member too), the copy then waits for the
+//! write-backs staged under the old placement, and each page is copied with its version, which
+//! the memnode compares (protocol v4): a copy can never replace a newer blob. Pages whose
+//! version moved during the copy are copied again.
+//!
+//! A pool always uses the socket data path (even for `unix:` memnodes): shared-memory slabs are
+//! one host's memory, which replication across hosts is meant to survive.
+
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use gleaner_proto::{ConnectOptions, Endpoint, PageBatch, PendingRead, Token, MAX_BATCH_PAGES};
+use serde::Serialize;
+
+use super::socket::{Link, Session};
+use super::{page_buf, zeroed_atomics, PageBuf, PageStore, StoreError, StoreHandle, StoreStats};
+use crate::codec::{Codec, CodecCtx};
+use crate::PagerError;
+
+/// Pages per extent: the unit of placement and re-replication (8 MiB).
+pub(crate) const EXTENT_PAGES: u64 = 2048;
+
+/// The most replicas of an extent (one byte each in a placement word).
+pub const MAX_REPLICAS: usize = 8;
+
+/// The most memnodes in a pool (a member index + 1 fits a byte).
+pub const MAX_MEMNODES: usize = 255;
+
+/// How long a replicated pool tries to reconnect to a memnode before giving it up.
+const REPLICATED_RECONNECT_WINDOW: Duration = Duration::from_secs(1);
+
+/// How long re-replication waits for the write-backs staged under an extent's old placement.
+const REPAIR_DRAIN: Duration = Duration::from_secs(2);
+
+/// One memnode of the pool.
+struct Member {
+    session: Arc<Session>,
+    alive: AtomicBool,
+    /// Why it was lost (empty while alive).
+    lost_because: Mutex<String>,
+    /// Extents placed on it.
+    extents: AtomicU64,
+    /// Average latency of its recent reads, in ns (0: none yet).
+    read_ns: AtomicU64,
+    /// Pages read from it and written to it.
+    pages_read: AtomicU64,
+    pages_written: AtomicU64,
+}
+
+/// The pool and its placement, shared by the store, its handles and the repair thread.
+struct Pool {
+    members: Vec<Member>,
+    replicas: usize,
+    /// Per extent: member index + 1 per byte, 0 where unplaced.
+    placement: Box<[AtomicU64]>,
+    /// Per extent: the members of its placement still being filled by re-replication, which
+    /// take its writes but must not serve its reads yet (packed like `placement`).
+    filling: Box<[AtomicU64]>,
+    /// Per extent: write-backs staged and not yet committed.
+    inflight: Box<[AtomicU32]>,
+    /// Per region page: the version of its blob on the memnodes (0: none there).
+    versions: Arc<Box<[AtomicU64]>>,
+    codec: Arc<Codec>,
+    /// Wakes the repair thread (a member was lost, or the store is closing).
+    wake: (Mutex<bool>, Condvar),
+    stop: AtomicBool,
+    rng: AtomicU64,
+    pages_repaired: AtomicU64,
+    extents_repaired: AtomicU64,
+}
+
+/// Unpacks a placement word into member indices.
+fn members_of(word: u64) -> impl Iterator<Item = usize> {
+    (0..MAX_REPLICAS)
+        .map(move |k| ((word >> (8 * k)) & 0xFF) as usize)
+        .take_while(|&b| b != 0)
+        .map(|b| b - 1)
+}
+
+/// Packs member indices (at most [`MAX_REPLICAS`]) into a placement word.
+fn pack(members: &[usize]) -> u64 {
+    members
+        .iter()
+        .enumerate()
+        .fold(0, |w, (k, &m)| w | ((m as u64 + 1) << (8 * k)))
+}
+
+impl Pool {
+    fn alive(&self, m: usize) -> bool {
+        self.members[m].alive.load(Ordering::Acquire)
+    }
+
+    fn name(&self, m: usize) -> String {
+        self.members[m].session.endpoint().to_string()
+    }
+
+    /// Marks member `m` lost because of `why` (once), and wakes the repair thread.
+    fn lose(&self, m: usize, why: &str) {
+        let member = &self.members[m];
+        *member.lost_because.lock().expect("lost lock") = why.to_string();
+        if member.alive.swap(false, Ordering::AcqRel) {
+            log::error!(
+                "memnode {} is lost ({why}); its extents are re-replicated from the other replicas",
+                self.name(m)
+            );
+            let (flag, cv) = &self.wake;
+            *flag.lock().expect("wake lock") = true;
+            cv.notify_all();
+        }
+    }
+
+    /// A pseudo-random number (xorshift; placement only needs spread, not secrecy).
+    fn random(&self) -> u64 {
+        let mut x = self.rng.load(Ordering::Relaxed);
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.rng.store(x, Ordering::Relaxed);
+        x
+    }
+
+    /// How loaded member `m` is: extents per GiB of its capacity.
+    fn load(&self, m: usize) -> f64 {
+        let capacity = self.members[m].session.capacity_pages().max(1) as f64;
+        self.members[m].extents.load(Ordering::Relaxed) as f64 / capacity
+    }
+
+    /// Up to `n` live members not in `taken`, each the less loaded of two drawn at random.
+    fn choose(&self, n: usize, taken: &[usize]) -> Vec<usize> {
+        let mut chosen: Vec<usize> = Vec::with_capacity(n);
+        for _ in 0..n {
+            let candidates: Vec<usize> = (0..self.members.len())
+                .filter(|&m| self.alive(m) && !taken.contains(&m) && !chosen.contains(&m))
+                .collect();
+            let pick = match candidates.len() {
+                0 => break,
+                1 => candidates[0],
+                k => {
+                    let a = candidates[(self.random() % k as u64) as usize];
+                    let b = candidates[(self.random() % k as u64) as usize];
+                    if self.load(b) < self.load(a) {
+                        b
+                    } else {
+                        a
+                    }
+                }
+            };
+            chosen.push(pick);
+        }
+        chosen
+    }
+
+    /// The placement of `extent`, placing it now if it has none.
+    fn place(&self, extent: usize) -> Result<u64, StoreError> {
+        let slot = &self.placement[extent];
+        let word = slot.load(Ordering::Acquire);
+        if word != 0 {
+            return Ok(word);
+        }
+        let chosen = self.choose(self.replicas, &[]);
+        if chosen.is_empty() {
+            return Err(StoreError::Lost(format!(
+                "every memnode of the pool is lost: {}",
+                self.lost_list()
+            )));
+        }
+        if chosen.len() < self.replicas {
+            log::warn!(
+                "extent {extent} placed on {} memnode(s) instead of {}: too few are alive",
+                chosen.len(),
+                self.replicas
+            );
+        }
+        match slot.compare_exchange(0, pack(&chosen), Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => {
+                for &m in &chosen {
+                    self.members[m].extents.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(pack(&chosen))
+            }
+            Err(winner) => Ok(winner),
+        }
+    }
+
+    /// "A (why), B (why)" for every lost member.
+    fn lost_list(&self) -> String {
+        self.lost_of(0..self.members.len())
+    }
+
+    /// "A (why), B (why)" for the lost members among `ms`.
+    fn lost_of(&self, ms: impl Iterator<Item = usize>) -> String {
+        ms.filter(|&m| !self.alive(m))
+            .map(|m| {
+                format!(
+                    "{} ({})",
+                    self.name(m),
+                    self.members[m].lost_because.lock().expect("lost lock")
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// The live replica of `page` that has read fastest, skipping `avoid`.
+    fn reader_for(&self, page: u64, avoid: &[usize]) -> Result<usize, StoreError> {
+        let extent = (page / EXTENT_PAGES) as usize;
+        let word = self.placement[extent].load(Ordering::Acquire);
+        let filling = self.filling[extent].load(Ordering::Acquire);
+        members_of(word)
+            .filter(|&m| self.alive(m) && !avoid.contains(&m))
+            .filter(|&m| !members_of(filling).any(|f| f == m))
+            .min_by_key(|&m| self.members[m].read_ns.load(Ordering::Relaxed))
+            .ok_or_else(|| {
+                // The extent may have been re-placed since a replica was lost: name every lost
+                // memnode of the pool, not only those of its placement now.
+                StoreError::Lost(format!(
+                    "every memnode holding page {page} is lost (lost memnodes: {})",
+                    self.lost_list()
+                ))
+            })
+    }
+
+    /// Folds one read's latency into member `m`'s average (weight 1/8).
+    fn record_read(&self, m: usize, took: Duration, pages: usize) {
+        let member = &self.members[m];
+        let ns = took.as_nanos().min(u64::MAX as u128) as u64;
+        let old = member.read_ns.load(Ordering::Relaxed);
+        let new = if old == 0 { ns } else { old - old / 8 + ns / 8 };
+        member.read_ns.store(new.max(1), Ordering::Relaxed);
+        member.pages_read.fetch_add(pages as u64, Ordering::Relaxed);
+    }
+
+    fn version(&self, page: u64) -> u64 {
+        self.versions
+            .get(page as usize)
+            .map_or(0, |v| v.load(Ordering::Relaxed))
+    }
+}
+
+/// The store over a pool of memnodes.
+pub(crate) struct PoolStore {
+    pool: Arc<Pool>,
+    repair: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// Opens a session on every memnode of `endpoints` and the pool store over them, each extent on
+/// `replicas` of them.
+pub(crate) fn open(
+    endpoints: Vec<Endpoint>,
+    token: Token,
+    opts: ConnectOptions,
+    replicas: usize,
+    region_pages: usize,
+    codec: Arc<Codec>,
+) -> Result<Box<dyn PageStore>, PagerError> {
+    if endpoints.is_empty() || endpoints.len() > MAX_MEMNODES {
+        return Err(PagerError::Config(format!(
+            "a pool needs 1 to {MAX_MEMNODES} memnodes, not {}",
+            endpoints.len()
+        )));
+    }
+    if replicas == 0 || replicas > endpoints.len().min(MAX_REPLICAS) {
+        return Err(PagerError::Config(format!(
+            "{replicas} replicas cannot be placed on {} memnode(s) (1 to {} replicas)",
+            endpoints.len(),
+            endpoints.len().min(MAX_REPLICAS)
+        )));
+    }
+    // With other replicas to read from, a memnode that does not come back within a second is
+    // given up (and its extents re-replicated) rather than waited for as long as its lease.
+    let window = (replicas > 1).then_some(REPLICATED_RECONNECT_WINDOW);
+    let mut members = Vec::with_capacity(endpoints.len());
+    for endpoint in endpoints {
+        let session = Session::open(endpoint, token, opts.clone())?.reconnect_within(window);
+        members.push(Member {
+            session: Arc::new(session),
+            alive: AtomicBool::new(true),
+            lost_because: Mutex::new(String::new()),
+            extents: AtomicU64::new(0),
+            read_ns: AtomicU64::new(0),
+            pages_read: AtomicU64::new(0),
+            pages_written: AtomicU64::new(0),
+        });
+    }
+    let extents = (region_pages as u64).div_ceil(EXTENT_PAGES) as usize;
+    let seed: [u8; 8] = gleaner_proto::random_bytes();
+    let pool = Arc::new(Pool {
+        members,
+        replicas,
+        placement: zeroed_atomics(extents),
+        filling: zeroed_atomics(extents),
+        inflight: (0..extents).map(|_| AtomicU32::new(0)).collect(),
+        versions: Arc::new(zeroed_atomics(region_pages)),
+        codec,
+        wake: (Mutex::new(false), Condvar::new()),
+        stop: AtomicBool::new(false),
+        rng: AtomicU64::new(u64::from_le_bytes(seed) | 1),
+        pages_repaired: AtomicU64::new(0),
+        extents_repaired: AtomicU64::new(0),
+    });
+    let p = pool.clone();
+    let repair = std::thread::Builder::new()
+        .name("gleaner-repair".into())
+        .spawn(move || repair_loop(&p))
+        .map_err(|source| PagerError::Os {
+            op: "starting the re-replication thread",
+            source,
+        })?;
+    Ok(Box::new(PoolStore {
+        pool,
+        repair: Mutex::new(Some(repair)),
+    }))
+}
+
+impl PageStore for PoolStore {
+    fn handle(&self) -> Result<Box<dyn StoreHandle>, PagerError> {
+        let mut links = Vec::with_capacity(self.pool.members.len());
+        for m in &self.pool.members {
+            links.push(Some(Link::open(&m.session)?));
+        }
+        Ok(Box::new(PoolHandle {
+            pool: self.pool.clone(),
+            links,
+            ctx: self.pool.codec.ctx(),
+            page: page_buf(),
+            requested: Vec::new(),
+            reads: Vec::new(),
+            staged: Vec::new(),
+            batches: Vec::new(),
+            held: Vec::new(),
+        }))
+    }
+
+    fn release(&self, ranges: &[(u64, u32)]) {
+        for &(first, count) in ranges {
+            for page in first..first + u64::from(count) {
+                if let Some(v) = self.pool.versions.get(page as usize) {
+                    v.store(0, Ordering::Relaxed);
+                }
+            }
+        }
+        for (m, member) in self.pool.members.iter().enumerate() {
+            if !self.pool.alive(m) {
+                continue;
+            }
+            member.session.with_control(|conn| {
+                for chunk in ranges.chunks(gleaner_proto::MAX_FREE_RANGES) {
+                    if let Err(e) = conn.free(chunk) {
+                        log::warn!("releasing discarded pages on {}: {e}", self.pool.name(m));
+                        break;
+                    }
+                }
+            });
+        }
+    }
+
+    fn close(&self) {
+        self.pool.stop.store(true, Ordering::Release);
+        {
+            let (flag, cv) = &self.pool.wake;
+            *flag.lock().expect("wake lock") = true;
+            cv.notify_all();
+        }
+        if let Some(t) = self.repair.lock().expect("repair lock").take() {
+            let _ = t.join();
+        }
+        for (m, member) in self.pool.members.iter().enumerate() {
+            if self.pool.alive(m) {
+                member.session.close();
+            }
+        }
+    }
+
+    fn describe(&self) -> String {
+        let names: Vec<String> = (0..self.pool.members.len())
+            .map(|m| self.pool.name(m))
+            .collect();
+        format!(
+            "a pool of {} memnodes ({}), {} replica{}",
+            names.len(),
+            names.join(", "),
+            self.pool.replicas,
+            if self.pool.replicas == 1 { "" } else { "s" }
+        )
+    }
+
+    fn capacity_pages(&self) -> u64 {
+        let total: u64 = self
+            .pool
+            .members
+            .iter()
+            .map(|m| m.session.capacity_pages())
+            .sum();
+        total / self.pool.replicas as u64
+    }
+
+    fn stats(&self) -> StoreStats {
+        let pool = &self.pool;
+        let degraded = pool
+            .placement
+            .iter()
+            .filter(|w| {
+                let word = w.load(Ordering::Relaxed);
+                word != 0 && members_of(word).filter(|&m| pool.alive(m)).count() < pool.replicas
+            })
+            .count() as u64;
+        StoreStats {
+            data_path: "socket",
+            reconnects: pool.members.iter().map(|m| m.session.reconnects()).sum(),
+            codec: pool.codec.stats(),
+            pool: Some(PoolStats {
+                replicas: pool.replicas,
+                extent_pages: EXTENT_PAGES,
+                extents_degraded: degraded,
+                extents_repaired: pool.extents_repaired.load(Ordering::Relaxed),
+                pages_repaired: pool.pages_repaired.load(Ordering::Relaxed),
+                memnodes: (0..pool.members.len())
+                    .map(|m| {
+                        let member = &pool.members[m];
+                        MemberStats {
+                            endpoint: pool.name(m),
+                            alive: pool.alive(m),
+                            lost_because: member.lost_because.lock().expect("lost lock").clone(),
+                            extents: member.extents.load(Ordering::Relaxed),
+                            pages_read: member.pages_read.load(Ordering::Relaxed),
+                            pages_written: member.pages_written.load(Ordering::Relaxed),
+                            read_us: member.read_ns.load(Ordering::Relaxed) as f64 / 1000.0,
+                            reconnects: member.session.reconnects(),
+                        }
+                    })
+                    .collect(),
+            }),
+            ..StoreStats::default()
+        }
+    }
+}
+
+impl Drop for PoolStore {
+    fn drop(&mut self) {
+        self.pool.stop.store(true, Ordering::Release);
+        let (flag, cv) = &self.pool.wake;
+        *flag.lock().expect("wake lock") = true;
+        cv.notify_all();
+    }
+}
+
+/// The pool's part of the stats.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct PoolStats {
+    /// Replicas of each extent.
+    pub replicas: usize,
+    /// Pages per extent.
+    pub extent_pages: u64,
+    /// Extents with fewer live replicas than asked for now.
+    pub extents_degraded: u64,
+    /// Extents given a new replica after a memnode was lost.
+    pub extents_repaired: u64,
+    /// Pages copied to new replicas.
+    pub pages_repaired: u64,
+    /// Each memnode.
+    pub memnodes: Vec<MemberStats>,
+}
+
+/// One memnode of a pool, in the stats.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct MemberStats {
+    /// Its address.
+    pub endpoint: String,
+    /// Whether it is still used.
+    pub alive: bool,
+    /// Why it was lost (empty while alive).
+    pub lost_because: String,
+    /// Extents placed on it.
+    pub extents: u64,
+    /// Pages read from it.
+    pub pages_read: u64,
+    /// Pages written to it.
+    pub pages_written: u64,
+    /// Average latency of its recent reads, µs.
+    pub read_us: f64,
+    /// Broken connections to it replaced.
+    pub reconnects: u64,
+}
+
+/// One thread's connections to every member.
+struct PoolHandle {
+    pool: Arc<Pool>,
+    /// Per member (None once it is lost).
+    links: Vec<Option<Link>>,
+    ctx: CodecCtx,
+    page: PageBuf,
+    /// The pages of the outstanding read.
+    requested: Vec<u64>,
+    /// The outstanding read, per member asked: (member, the read if it left, its pages, their
+    /// indices in `requested`, when it left).
+    reads: Vec<PoolRead>,
+    /// The pages being written back and their versions.
+    staged: Vec<(u64, u64)>,
+    /// Per member with a batch being built: (member, indices in `staged`).
+    batches: Vec<(usize, Vec<usize>)>,
+    /// Extents whose in-flight count this write-back holds.
+    held: Vec<usize>,
+}
+
+/// One member's part of a read.
+struct PoolRead {
+    member: usize,
+    pending: Option<PendingRead>,
+    pages: Vec<u64>,
+    indices: Vec<usize>,
+    sent: Instant,
+}
+
+impl PoolHandle {
+    /// Member `m`'s link, if it is alive.
+    fn link(&mut self, m: usize) -> Option<&mut Link> {
+        if !self.pool.alive(m) {
+            self.links[m] = None;
+        }
+        self.links[m].as_mut()
+    }
+
+    /// Marks member `m` lost and drops this thread's link to it.
+    fn lose(&mut self, m: usize, why: &str) {
+        self.links[m] = None;
+        self.pool.lose(m, why);
+    }
+
+    /// Sends one read per member for the pages at `indices` of `requested`, each page to its
+    /// fastest live replica not in `avoid`.
+    fn send_reads(&mut self, indices: &[usize], avoid: &[usize]) -> Result<(), StoreError> {
+        for &i in indices {
+            let page = self.requested[i];
+            let m = self.pool.reader_for(page, avoid)?;
+            match self
+                .reads
+                .iter_mut()
+                .find(|r| r.member == m && r.pending.is_none())
+            {
+                Some(r) => {
+                    r.pages.push(page);
+                    r.indices.push(i);
+                }
+                None => self.reads.push(PoolRead {
+                    member: m,
+                    pending: None,
+                    pages: vec![page],
+                    indices: vec![i],
+                    sent: Instant::now(),
+                }),
+            }
+        }
+        for k in 0..self.reads.len() {
+            if self.reads[k].pending.is_some() {
+                continue;
+            }
+            let m = self.reads[k].member;
+            let pages = std::mem::take(&mut self.reads[k].pages);
+            let sent = self
+                .link(m)
+                .map(|l| l.send_read(&pages, &mut 0))
+                .unwrap_or_else(|| Err(StoreError::Lost("lost".into())));
+            self.reads[k].pages = pages;
+            self.reads[k].sent = Instant::now();
+            match sent {
+                Ok(p) => self.reads[k].pending = Some(p),
+                // Left without a read: `receive` asks another replica.
+                Err(StoreError::Lost(why)) => self.lose(m, &why),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Releases the in-flight counts of the last write-back.
+    fn release_held(&mut self) {
+        for e in self.held.drain(..) {
+            self.pool.inflight[e].fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+impl StoreHandle for PoolHandle {
+    fn request(&mut self, pages: &[u64]) -> Result<(), StoreError> {
+        assert!(self.reads.is_empty(), "a read is already outstanding");
+        self.requested.clear();
+        self.requested.extend_from_slice(pages);
+        let all: Vec<usize> = (0..pages.len()).collect();
+        self.send_reads(&all, &[])
+    }
+
+    fn receive(&mut self, f: &mut dyn FnMut(usize, &[u8])) -> Result<(), StoreError> {
+        let mut avoid: Vec<usize> = Vec::new();
+        let result = loop {
+            let reads = std::mem::take(&mut self.reads);
+            let mut retry: Vec<usize> = Vec::new();
+            for read in reads {
+                let m = read.member;
+                let outcome = match (read.pending, self.links[m].as_mut()) {
+                    (Some(pending), Some(link)) => {
+                        let (ctx, page_buf, pool) = (&mut self.ctx, &mut self.page, &self.pool);
+                        let indices = &read.indices;
+                        let r = link.finish_read(
+                            pending,
+                            &read.pages,
+                            &mut 0,
+                            &mut |k, page, _, blob| {
+                                // Opened with the version this client recorded, never the
+                                // memnode's.
+                                ctx.decode(page, pool.version(page), blob, &mut page_buf[..])
+                                    .map_err(|t| StoreError::Lost(t.to_string()))?;
+                                f(indices[k], &page_buf[..]);
+                                Ok(())
+                            },
+                        );
+                        if r.is_ok() {
+                            self.pool
+                                .record_read(m, read.sent.elapsed(), read.pages.len());
+                        }
+                        r
+                    }
+                    _ => Err(StoreError::Lost(format!(
+                        "{}",
+                        self.pool.members[m].lost_because.lock().expect("lost lock")
+                    ))),
+                };
+                if let Err(e) = outcome {
+                    // Some pages of this read may have reached `f` already (they opened, so
+                    // they are what this program wrote): they are read again from another
+                    // replica and delivered again, which `f` (a copy into the page's
+                    // destination) tolerates.
+                    self.lose(m, &e.to_string());
+                    avoid.push(m);
+                    retry.extend_from_slice(&read.indices);
+                }
+            }
+            if retry.is_empty() {
+                break Ok(());
+            }
+            if let Err(e) = self.send_reads(&retry, &avoid) {
+                break Err(e);
+            }
+        };
+        self.reads.clear();
+        result
+    }
+
+    fn reserve(&mut self, _pages: &[u64]) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    fn stage(
+        &mut self,
+        pages: &[u64],
+        fill: &mut dyn FnMut(usize, &mut [u8]) -> io::Result<()>,
+    ) -> Result<(), StoreError> {
+        self.release_held();
+        self.staged.clear();
+        self.batches.clear();
+        for (i, &page) in pages.iter().enumerate() {
+            let extent = (page / EXTENT_PAGES) as usize;
+            if !self.held.contains(&extent) {
+                // Counted before the placement is read, so that re-replication, which swaps
+                // the placement and then waits for this count, also waits for this write.
+                self.pool.inflight[extent].fetch_add(1, Ordering::AcqRel);
+                self.held.push(extent);
+            }
+            let word = self.pool.place(extent)?;
+            fill(i, &mut self.page[..]).map_err(|e| {
+                StoreError::Lost(format!("reading page {page} for write-back failed: {e}"))
+            })?;
+            let (blob, version) = self.ctx.encode(page, &self.page[..]);
+            self.staged.push((page, version));
+            for m in members_of(word) {
+                let Some(link) = self.links[m].as_mut().filter(|_| self.pool.alive(m)) else {
+                    continue;
+                };
+                let k = match self.batches.iter().position(|b| b.0 == m) {
+                    Some(k) => k,
+                    None => {
+                        PageBatch::begin(link.batch());
+                        self.batches.push((m, Vec::new()));
+                        self.batches.len() - 1
+                    }
+                };
+                PageBatch::push(link.batch(), page, version, blob);
+                self.batches[k].1.push(i);
+            }
+        }
+        Ok(())
+    }
+
+    fn commit(&mut self) -> Result<(), StoreError> {
+        let mut copies = vec![0u32; self.staged.len()];
+        let mut full: Option<String> = None;
+        let batches = std::mem::take(&mut self.batches);
+        for (m, indices) in &batches {
+            let sent = match self.link(*m) {
+                Some(link) => link.write_batch(),
+                None => continue,
+            };
+            match sent {
+                Ok(()) => {
+                    self.pool.members[*m]
+                        .pages_written
+                        .fetch_add(indices.len() as u64, Ordering::Relaxed);
+                    for &i in indices {
+                        copies[i] += 1;
+                    }
+                }
+                Err(StoreError::Full(why)) => full = Some(why),
+                Err(StoreError::Lost(why)) => self.lose(*m, &why),
+            }
+        }
+        self.release_held();
+        if let Some(why) = full {
+            // Pages stay local until written back again; copies stored elsewhere meanwhile are
+            // replaced then (or never read).
+            return Err(StoreError::Full(why));
+        }
+        if let Some(i) = copies.iter().position(|&c| c == 0) {
+            let page = self.staged[i].0;
+            return Err(StoreError::Lost(format!(
+                "page {page} could not be written to any memnode holding it (lost memnodes: {})",
+                self.pool.lost_list()
+            )));
+        }
+        for &(page, version) in &self.staged {
+            if let Some(v) = self.pool.versions.get(page as usize) {
+                v.store(version, Ordering::Relaxed);
+            }
+        }
+        self.staged.clear();
+        Ok(())
+    }
+
+    fn far_copy_matches(&mut self, _page: u64, _data: &[u8]) -> Option<bool> {
+        None
+    }
+}
+
+impl Drop for PoolHandle {
+    fn drop(&mut self) {
+        self.release_held();
+    }
+}
+
+/// The repair thread: whenever a member is lost (and every second), gives every extent that
+/// lost a replica a new one and copies its pages there.
+fn repair_loop(pool: &Pool) {
+    let mut links: Vec<Option<Link>> = (0..pool.members.len()).map(|_| None).collect();
+    loop {
+        {
+            let (flag, cv) = &pool.wake;
+            let mut woken = flag.lock().expect("wake lock");
+            if !*woken {
+                woken = cv
+                    .wait_timeout(woken, Duration::from_secs(1))
+                    .expect("wake lock")
+                    .0;
+            }
+            *woken = false;
+        }
+        if pool.stop.load(Ordering::Acquire) {
+            return;
+        }
+        for extent in 0..pool.placement.len() {
+            if pool.stop.load(Ordering::Acquire) {
+                return;
+            }
+            let word = pool.placement[extent].load(Ordering::Acquire);
+            if word == 0 || members_of(word).all(|m| pool.alive(m)) {
+                continue;
+            }
+            if let Err(e) = repair_extent(pool, extent, word, &mut links) {
+                log::warn!("re-replicating extent {extent}: {e}; trying again later");
+            }
+        }
+    }
+}
+
+/// Gives `extent` (placed as `word`, with a lost member) new replicas and copies its pages to
+/// them from a survivor.
+fn repair_extent(
+    pool: &Pool,
+    extent: usize,
+    word: u64,
+    links: &mut [Option<Link>],
+) -> Result<(), StoreError> {
+    let survivors: Vec<usize> = members_of(word).filter(|&m| pool.alive(m)).collect();
+    if survivors.is_empty() {
+        // Nothing to copy from: a read of one of its pages says which memnodes were lost.
+        return Ok(());
+    }
+    let all: Vec<usize> = members_of(word).collect();
+    let added = pool.choose(pool.replicas - survivors.len(), &all);
+    let mut placed = survivors.clone();
+    placed.extend_from_slice(&added);
+    // The new members take writes at once but serve no read until they hold every page: marked
+    // filling before they appear in the placement, so no reader sees one without the other.
+    pool.filling[extent].store(pack(&added), Ordering::Release);
+    if pool.placement[extent]
+        .compare_exchange(word, pack(&placed), Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        pool.filling[extent].store(0, Ordering::Release);
+        return Ok(()); // placed anew meanwhile: the next round looks again
+    }
+    for &m in &added {
+        pool.members[m].extents.fetch_add(1, Ordering::Relaxed);
+    }
+    if added.is_empty() {
+        return Ok(()); // no member to add: the extent stays degraded, without the lost one
+    }
+    // Write-backs staged under the old placement did not go to the new members: wait for them,
+    // so that the copy below sees their versions.
+    let deadline = Instant::now() + REPAIR_DRAIN;
+    while pool.inflight[extent].load(Ordering::Acquire) > 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let first = extent as u64 * EXTENT_PAGES;
+    let end = (first + EXTENT_PAGES).min(pool.versions.len() as u64);
+    let mut todo: Vec<u64> = (first..end).filter(|&p| pool.version(p) != 0).collect();
+    // Copied pages whose version moved meanwhile are copied again (a few rounds at most).
+    let mut rounds = 0;
+    while !todo.is_empty() {
+        rounds += 1;
+        if rounds > 8 {
+            // The filling members keep serving writes and no reads; the next round goes on.
+            return Err(StoreError::Lost(format!(
+                "{} pages of the extent kept changing during the copy",
+                todo.len()
+            )));
+        }
+        let mut copied: Vec<(u64, u64)> = Vec::with_capacity(todo.len());
+        for chunk in todo.chunks(MAX_BATCH_PAGES) {
+            copy_pages(pool, chunk, &survivors, &added, links, &mut copied)?;
+        }
+        todo = copied
+            .iter()
+            .filter(|&&(p, v)| pool.version(p) != 0 && pool.version(p) != v)
+            .map(|&(p, _)| p)
+            .collect();
+    }
+    pool.filling[extent].store(0, Ordering::Release);
+    pool.extents_repaired.fetch_add(1, Ordering::Relaxed);
+    log::info!(
+        "extent {extent} re-replicated onto {}",
+        added
+            .iter()
+            .map(|&m| pool.name(m))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    Ok(())
+}
+
+/// Copies `pages` from one of `sources` to every member of `targets`, recording each page's
+/// copied version in `copied`. A page no longer held (discarded meanwhile) is skipped.
+fn copy_pages(
+    pool: &Pool,
+    pages: &[u64],
+    sources: &[usize],
+    targets: &[usize],
+    links: &mut [Option<Link>],
+    copied: &mut Vec<(u64, u64)>,
+) -> Result<(), StoreError> {
+    let mut blobs: Vec<(u64, u64, Vec<u8>)> = Vec::with_capacity(pages.len());
+    let mut read = false;
+    for &s in sources {
+        if !pool.alive(s) {
+            continue;
+        }
+        let link = match link_to(pool, s, links) {
+            Some(l) => l,
+            None => continue,
+        };
+        blobs.clear();
+        let r = link.send_read(pages, &mut 0).and_then(|p| {
+            link.finish_read(p, pages, &mut 0, &mut |_, page, version, blob| {
+                blobs.push((page, version, blob.to_vec()));
+                Ok(())
+            })
+        });
+        match r {
+            Ok(()) => {
+                read = true;
+                break;
+            }
+            // A page discarded since the copy started: copy the others one by one.
+            Err(StoreError::Lost(why)) if why.contains("no longer holds") => {
+                for &page in pages {
+                    let r = link.send_read(&[page], &mut 0).and_then(|p| {
+                        link.finish_read(p, &[page], &mut 0, &mut |_, page, version, blob| {
+                            blobs.push((page, version, blob.to_vec()));
+                            Ok(())
+                        })
+                    });
+                    if let Err(StoreError::Lost(why)) = r {
+                        if !why.contains("no longer holds") {
+                            return Err(StoreError::Lost(why));
+                        }
+                    }
+                }
+                read = true;
+                break;
+            }
+            Err(StoreError::Lost(why)) => {
+                links[s] = None;
+                pool.lose(s, &why);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    if !read {
+        return Err(StoreError::Lost(format!(
+            "no replica left to copy from: {}",
+            pool.lost_of(sources.iter().copied())
+        )));
+    }
+    for &t in targets {
+        if !pool.alive(t) {
+            continue;
+        }
+        let Some(link) = link_to(pool, t, links) else {
+            continue;
+        };
+        PageBatch::begin(link.batch());
+        for (page, version, blob) in &blobs {
+            PageBatch::push(link.batch(), *page, *version, blob);
+        }
+        match link.write_batch() {
+            Ok(()) => {
+                pool.members[t]
+                    .pages_written
+                    .fetch_add(blobs.len() as u64, Ordering::Relaxed);
+            }
+            Err(StoreError::Lost(why)) => {
+                links[t] = None;
+                pool.lose(t, &why);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    pool.pages_repaired
+        .fetch_add(blobs.len() as u64, Ordering::Relaxed);
+    copied.extend(blobs.iter().map(|(p, v, _)| (*p, *v)));
+    Ok(())
+}
+
+/// The repair thread's link to member `m`, opened on first use (None if it cannot be).
+fn link_to<'a>(pool: &Pool, m: usize, links: &'a mut [Option<Link>]) -> Option<&'a mut Link> {
+    if links[m].is_none() {
+        match Link::open(&pool.members[m].session) {
+            Ok(l) => links[m] = Some(l),
+            Err(e) => {
+                pool.lose(m, &e.to_string());
+                return None;
+            }
+        }
+    }
+    links[m].as_mut()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placements_pack_and_unpack() {
+        assert_eq!(members_of(0).count(), 0);
+        let w = pack(&[3, 0, 254]);
+        assert_eq!(members_of(w).collect::<Vec<_>>(), vec![3, 0, 254]);
+        let w = pack(&[1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(members_of(w).count(), 8);
+    }
+}
