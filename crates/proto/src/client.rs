@@ -219,6 +219,12 @@ impl ClientError {
         }
     }
 
+    /// Whether a connection could not be made because nothing listens at the address.
+    pub fn is_refused(&self) -> bool {
+        matches!(self, ClientError::Connect { source, .. }
+            if source.kind() == io::ErrorKind::ConnectionRefused)
+    }
+
     /// The memnode's error code, if the memnode itself refused the request.
     pub fn server_code(&self) -> Option<ErrorCode> {
         match self {

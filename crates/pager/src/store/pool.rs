@@ -94,6 +94,8 @@ struct Pool {
     rng: AtomicU64,
     pages_repaired: AtomicU64,
     extents_repaired: AtomicU64,
+    /// Time spent copying pages to new replicas, ns.
+    repair_ns: AtomicU64,
 }
 
 /// Unpacks a placement word into member indices.
@@ -324,6 +326,7 @@ pub(crate) fn open(
         rng: AtomicU64::new(u64::from_le_bytes(seed) | 1),
         pages_repaired: AtomicU64::new(0),
         extents_repaired: AtomicU64::new(0),
+        repair_ns: AtomicU64::new(0),
     });
     let p = pool.clone();
     let repair = std::thread::Builder::new()
@@ -441,6 +444,7 @@ impl PageStore for PoolStore {
                 extents_degraded: degraded,
                 extents_repaired: pool.extents_repaired.load(Ordering::Relaxed),
                 pages_repaired: pool.pages_repaired.load(Ordering::Relaxed),
+                repair_seconds: pool.repair_ns.load(Ordering::Relaxed) as f64 / 1e9,
                 memnodes: (0..pool.members.len())
                     .map(|m| {
                         let member = &pool.members[m];
@@ -484,6 +488,8 @@ pub struct PoolStats {
     pub extents_repaired: u64,
     /// Pages copied to new replicas.
     pub pages_repaired: u64,
+    /// Time spent copying them (waiting for write-backs under the old placement included).
+    pub repair_seconds: f64,
     /// Each memnode.
     pub memnodes: Vec<MemberStats>,
 }
@@ -845,6 +851,7 @@ fn repair_extent(
     while pool.inflight[extent].load(Ordering::Acquire) > 0 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(1));
     }
+    let copy_started = Instant::now();
     let first = extent as u64 * EXTENT_PAGES;
     let end = (first + EXTENT_PAGES).min(pool.versions.len() as u64);
     let mut todo: Vec<u64> = (first..end).filter(|&p| pool.version(p) != 0).collect();
@@ -870,6 +877,8 @@ fn repair_extent(
             .collect();
     }
     pool.filling[extent].store(0, Ordering::Release);
+    pool.repair_ns
+        .fetch_add(copy_started.elapsed().as_nanos() as u64, Ordering::Relaxed);
     pool.extents_repaired.fetch_add(1, Ordering::Relaxed);
     log::info!(
         "extent {extent} re-replicated onto {}",

@@ -37,6 +37,9 @@ pub(crate) struct Session {
     lease: Duration,
     /// How long a broken connection is retried: the lease, unless set shorter.
     window: Duration,
+    /// Whether a refused connection ends the retries at once (nobody listens there: with other
+    /// replicas to turn to, waiting for a restart only stalls the program).
+    refusal_is_final: bool,
     control: Mutex<Option<Connection>>,
     /// Broken connections replaced by a new one.
     reconnects: AtomicU64,
@@ -68,16 +71,19 @@ impl Session {
             capacity_pages: info.capacity_bytes / gleaner_proto::PAGE_SIZE as u64,
             lease: Duration::from_millis(info.lease_ms),
             window: Duration::from_millis(info.lease_ms).max(MIN_RECONNECT_WINDOW),
+            refusal_is_final: false,
             control: Mutex::new(Some(first)),
             reconnects: AtomicU64::new(0),
             warned: AtomicBool::new(false),
         })
     }
 
-    /// Retries broken connections for `window` (when given) instead of the whole lease.
+    /// Retries broken connections for `window` (when given) instead of the whole lease, and
+    /// then takes a refused connection as final (for a member of a replicated pool).
     pub(crate) fn reconnect_within(mut self, window: Option<Duration>) -> Session {
         if let Some(w) = window {
             self.window = w.min(self.window);
+            self.refusal_is_final = true;
         }
         self
     }
@@ -111,6 +117,12 @@ impl Session {
                     self.reconnects.fetch_add(1, Ordering::Relaxed);
                     log::info!("reconnected to the memnode at {}", self.endpoint);
                     return Ok(conn);
+                }
+                Err(e) if self.refusal_is_final && e.is_refused() => {
+                    return Err(StoreError::Lost(format!(
+                        "nothing listens at {} any more ({e}); the connection had failed: {cause}",
+                        self.endpoint
+                    )))
                 }
                 Err(e) if e.is_transient() && Instant::now() + backoff < deadline => {
                     std::thread::sleep(backoff);
