@@ -26,8 +26,10 @@ typedef struct gleaner_region gleaner_region;
 
 /*
  * Creates a region of `size` bytes with at most `local_budget` bytes resident.
- * `memnode`: a memnode address ("HOST:PORT" or "unix:PATH"), or NULL to start a private
- *            embedded memnode (needs the `gleaner` executable: $GLEANER_BIN or $PATH).
+ * `memnode`: a memnode address ("HOST:PORT" or "unix:PATH"), several separated by commas (a
+ *            pool: every far page on two of them, so losing one loses nothing), or NULL to
+ *            start a private embedded memnode (needs the `gleaner` executable: $GLEANER_BIN or
+ *            $PATH).
  * `token_file`: the memnode's token file, or NULL for the default (~/.gleaner/token).
  * Returns NULL on failure; gleaner_last_error() then says why.
  */

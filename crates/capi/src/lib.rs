@@ -49,7 +49,7 @@ pub unsafe extern "C" fn gleaner_region_create(
         if let Some(addr) = unsafe { opt_str(memnode) }? {
             // SAFETY: as above.
             let token = unsafe { opt_str(token_file) }?.map(PathBuf::from);
-            cfg = cfg.with_memnode(addr.parse()?, token);
+            cfg = cfg.with_memnodes(&addr, token, None)?;
         }
         Region::new(cfg).map_err(|e| e.to_string())
     };

@@ -147,6 +147,33 @@ pub enum MemnodeTarget {
     },
 }
 
+impl MemnodeTarget {
+    /// One memnode (`HOST:PORT`, `unix:PATH`), or a pool of several separated by commas, each
+    /// far page on `replicas` of them (default: 2, or 1 when only one is given). One address
+    /// with `replicas` given is a pool of one.
+    pub fn from_addresses(
+        addresses: &str,
+        token_file: Option<PathBuf>,
+        replicas: Option<usize>,
+    ) -> Result<MemnodeTarget, String> {
+        let endpoints = addresses
+            .split(',')
+            .map(|a| a.trim().parse::<Endpoint>().map_err(|e| e.to_string()))
+            .collect::<Result<Vec<_>, String>>()?;
+        Ok(match (endpoints.len(), replicas) {
+            (1, None) => MemnodeTarget::Remote {
+                endpoint: endpoints.into_iter().next().expect("one address"),
+                token_file,
+            },
+            (n, replicas) => MemnodeTarget::Pool {
+                endpoints,
+                token_file,
+                replicas: replicas.unwrap_or(n.min(2)),
+            },
+        })
+    }
+}
+
 /// How to build a [`crate::Region`].
 #[derive(Debug, Clone)]
 pub struct RegionConfig {
@@ -279,6 +306,18 @@ impl RegionConfig {
         self
     }
 
+    /// Uses the memnodes at `addresses`: one address, or several separated by commas (a pool,
+    /// each far page on `replicas` of them: default 2).
+    pub fn with_memnodes(
+        mut self,
+        addresses: &str,
+        token_file: Option<PathBuf>,
+        replicas: Option<usize>,
+    ) -> Result<Self, String> {
+        self.memnode = MemnodeTarget::from_addresses(addresses, token_file, replicas)?;
+        Ok(self)
+    }
+
     /// Checks the configuration without creating anything.
     pub fn validate_only(&self) -> Result<(), PagerError> {
         self.validate().map(|_| ())
@@ -378,6 +417,31 @@ impl RegionConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn memnode_addresses_make_one_memnode_or_a_pool() {
+        let one = MemnodeTarget::from_addresses("10.0.0.1:7070", None, None).unwrap();
+        assert!(matches!(one, MemnodeTarget::Remote { .. }), "{one:?}");
+        let pool = MemnodeTarget::from_addresses("a:1, b:2,unix:/s", None, None).unwrap();
+        let MemnodeTarget::Pool {
+            endpoints,
+            replicas,
+            ..
+        } = pool
+        else {
+            panic!("not a pool");
+        };
+        assert_eq!(endpoints.len(), 3);
+        assert_eq!(endpoints[1].to_string(), "b:2");
+        assert_eq!(replicas, 2);
+        let one_replica = MemnodeTarget::from_addresses("a:1", None, Some(1)).unwrap();
+        assert!(matches!(
+            one_replica,
+            MemnodeTarget::Pool { replicas: 1, .. }
+        ));
+        let bad = MemnodeTarget::from_addresses("a:1,", None, None).unwrap_err();
+        assert!(bad.contains("not a memnode address"), "{bad}");
+    }
 
     #[test]
     fn too_small_budget_is_refused_with_the_minimum_named() {

@@ -236,25 +236,8 @@ fn start() -> Result<bool, String> {
     }
     let mut rc = RegionConfig::new(cfg.arena as usize, cfg.local as usize);
     if let Some(addrs) = &cfg.memnode {
-        let endpoints = addrs
-            .split(',')
-            .map(|a| {
-                a.trim()
-                    .parse()
-                    .map_err(|e| format!("GLEANER_MEMNODE: {e}"))
-            })
-            .collect::<Result<Vec<_>, String>>()?;
-        rc.memnode = match (endpoints.len(), cfg.replicas) {
-            (1, None) => MemnodeTarget::Remote {
-                endpoint: endpoints.into_iter().next().expect("one"),
-                token_file: cfg.token_file.clone(),
-            },
-            (n, replicas) => MemnodeTarget::Pool {
-                endpoints,
-                token_file: cfg.token_file.clone(),
-                replicas: replicas.unwrap_or(n.min(2)),
-            },
-        };
+        rc.memnode = MemnodeTarget::from_addresses(addrs, cfg.token_file.clone(), cfg.replicas)
+            .map_err(|e| format!("GLEANER_MEMNODE: {e}"))?;
     }
     if let Some(t) = cfg.reply_timeout {
         rc.reply_timeout = t;
