@@ -45,6 +45,7 @@ seeds = {
     "error": frame(14, struct.pack("<H", 3) + text("memnode full")),
     "grant_request": frame(15, struct.pack("<Q", 16384)),
     "grant": frame(16, struct.pack("<IQ", 0, 16384)),
+    "drain": frame(17, b""),
     "two_frames": frame(9, b"") + frame(4, struct.pack("<I", 1) + struct.pack("<Q", 9), req=2),
 }
 os.makedirs(OUT, exist_ok=True)

@@ -51,7 +51,7 @@ pub struct RunArgs {
     /// Default: start a private one for this run.
     #[arg(long, value_name = "ADDR[,ADDR...]")]
     memnode: Option<String>,
-    /// Copies of each far page in a pool of memnodes (1 to their number): 2 by default when
+    /// Copies of each far page in a pool of memnodes (1 to their number, at most 4): 2 by default when
     /// several are given. Reads go to the copy that answers fastest; a memnode that goes away is
     /// replaced and its pages copied anew from the others.
     #[arg(long, value_name = "R", requires = "memnode")]
@@ -231,10 +231,12 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
                 &args.token_file.clone().unwrap_or_else(default_token_path),
             )?;
             if let Some(r) = args.replicas {
-                if r == 0 || r > endpoints.len() || r > 8 {
+                let most = endpoints.len().min(gleaner_pager::MAX_REPLICAS);
+                if r == 0 || r > most {
                     return Err(SetupError::new(format!(
-                        "--replicas {r}: give 1 to {} (one copy per memnode at most, 8 at most)",
-                        endpoints.len().min(8)
+                        "--replicas {r}: give 1 to {most} (one copy per memnode at most, {} at \
+                         most)",
+                        gleaner_pager::MAX_REPLICAS
                     )));
                 }
             }

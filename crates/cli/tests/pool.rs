@@ -2,7 +2,9 @@
 //! loopback, `gleaner run --memnode A,B,C` (two replicas of every extent) of
 //! tests/c/preload_program.c, which checks every byte it wrote. Pages spread over all three;
 //! `kill -9` of one during the run loses nothing (its extents are copied anew from the
-//! survivors); `kill -9` of two stops the program with exit 86 and a message naming them.
+//! survivors); `kill -9` of two stops the program with exit 86 and a message naming them;
+//! `gleaner memnode drain` of one moves its pages to the others and it exits, the program
+//! unaffected.
 
 mod common;
 
@@ -152,6 +154,50 @@ fn killing_one_memnode_of_three_loses_nothing() {
             && pool["pages_repaired"].as_u64().unwrap() > 0,
         "the lost memnode's extents were copied anew: {pool}"
     );
+}
+
+#[test]
+fn draining_a_memnode_moves_its_pages_and_it_exits_empty() {
+    let (mut nodes, _token) = three_memnodes();
+    let dir = TempDir::new("pool-run");
+    let stats_path = dir.path().join("stats.json");
+    let mut child = start_run(&nodes, &stats_path, "96");
+    wait_for_pages(&nodes[1], 2000);
+    let drained = nodes[1].endpoint.to_string();
+    let drain = Command::new(gleaner_bin())
+        .args(["memnode", "drain", "--addr", &drained, "--timeout", "120"])
+        .arg("--token-file")
+        .arg(&nodes[1].token_file)
+        .output()
+        .unwrap();
+    let drain_out = String::from_utf8_lossy(&drain.stdout).into_owned();
+    assert!(
+        drain.status.success(),
+        "{drain_out}{}",
+        String::from_utf8_lossy(&drain.stderr)
+    );
+    assert!(drain_out.contains("is draining"), "{drain_out}");
+    assert!(drain_out.contains("drained and stopped"), "{drain_out}");
+    // The memnode exited on its own, cleanly.
+    let status = nodes[1].child.wait().unwrap();
+    assert!(status.success(), "the drained memnode exited with {status}");
+    let (code, out, err) = wait_output(&mut child, LIMIT);
+    assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
+    assert!(
+        out.contains("mixed ok"),
+        "every byte read back was right: {out}"
+    );
+    let stats = read_stats(&stats_path);
+    let pool = pool_stats(&stats);
+    let member = pool["memnodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["endpoint"] == drained.as_str())
+        .unwrap();
+    assert_eq!(member["drained"], true, "{pool}");
+    assert!(pool["pages_repaired"].as_u64().unwrap() > 0, "{pool}");
+    assert_eq!(pool["extents_degraded"], 0, "{pool}");
 }
 
 /// Builds 64 MiB that it keeps, waits, then reads it all back (so every far page is needed

@@ -48,6 +48,24 @@ pub struct MemnodeCommand {
 pub enum MemnodeSubcommand {
     /// Print a running memnode's stats as pretty-printed JSON.
     Stats(StatsArgs),
+    /// Drain a running memnode before taking it down: clients using it in a pool of memnodes
+    /// copy their pages to the other memnodes and leave; it exits once no session is left
+    /// (clients with no other memnode stay until they end). Waits for that, printing progress.
+    Drain(DrainArgs),
+}
+
+/// Options of `gleaner memnode drain`.
+#[derive(Args, Debug)]
+pub struct DrainArgs {
+    /// The memnode to drain: HOST:PORT or unix:PATH.
+    #[arg(long, value_name = "ADDR", default_value = DEFAULT_ADDR)]
+    pub addr: Endpoint,
+    /// The shared token [default: $GLEANER_TOKEN_FILE, else ~/.gleaner/token].
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Give up waiting (exit 1; the memnode keeps draining) after this many seconds.
+    #[arg(long, value_name = "SECS", default_value = "600")]
+    pub timeout: u64,
 }
 
 /// Options of `gleaner memnode` (serving).
@@ -131,6 +149,9 @@ pub enum CliError {
         /// The parse error.
         source: serde_json::Error,
     },
+    /// `drain` gave up waiting.
+    #[error("{0}")]
+    DrainTimeout(String),
     /// Writing to stdout failed.
     #[error("cannot write to stdout: {0}")]
     Stdout(io::Error),
@@ -140,6 +161,7 @@ pub enum CliError {
 pub fn main(cmd: MemnodeCommand) -> ExitCode {
     let result = match cmd.command {
         Some(MemnodeSubcommand::Stats(args)) => stats(args),
+        Some(MemnodeSubcommand::Drain(args)) => drain(args),
         None => serve(cmd.serve),
     };
     match result {
@@ -234,6 +256,70 @@ fn serve(args: ServeArgs) -> Result<(), CliError> {
     let summary = result?;
     log::info!("{summary}");
     Ok(())
+}
+
+/// Starts draining a memnode, then waits until it has stopped (nothing listens any more),
+/// printing its sessions and bytes whenever they change.
+fn drain(args: DrainArgs) -> Result<(), CliError> {
+    let token_path = args.token_file.clone().unwrap_or_else(default_token_path);
+    let token = read_token_file(&token_path).map_err(|source| CliError::StatsToken {
+        addr: args.addr.clone(),
+        source: Box::new(CliError::TokenRead {
+            path: token_path.clone(),
+            source,
+        }),
+    })?;
+    let opts = ConnectOptions {
+        reply_timeout: Duration::from_secs(10),
+        client_name: format!("gleaner memnode drain (pid {})", std::process::id()),
+        ..ConnectOptions::default()
+    };
+    let mut conn = Connection::connect(&args.addr, &token, None, &opts)?;
+    let sessions = conn.drain()?;
+    let _ = conn.goodbye();
+    println!(
+        "memnode at {} is draining: {} other session(s) to leave",
+        args.addr,
+        sessions.saturating_sub(1)
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(args.timeout);
+    let mut last = String::new();
+    loop {
+        let state = match Connection::connect(&args.addr, &token, None, &opts) {
+            Ok(mut c) => {
+                let json = c.stats()?;
+                let _ = c.goodbye();
+                let v: serde_json::Value =
+                    serde_json::from_str(&json).map_err(|source| CliError::BadStats {
+                        addr: args.addr.clone(),
+                        source,
+                    })?;
+                // This query's own session is counted too.
+                let others = v["sessions_total"].as_u64().unwrap_or(0).saturating_sub(1);
+                format!(
+                    "{others} session(s) left, {} held",
+                    format_size(v["used_bytes"].as_u64().unwrap_or(0))
+                )
+            }
+            // Nothing listens (or the socket file is gone), or it hung up mid-query: stopped.
+            Err(ClientError::Connect { .. } | ClientError::Transport { .. }) => {
+                println!("memnode at {} drained and stopped", args.addr);
+                return Ok(());
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if state != last {
+            println!("{state}");
+            last = state;
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(CliError::DrainTimeout(format!(
+                "memnode at {} is still draining after {} s ({last}); it goes on draining",
+                args.addr, args.timeout
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 /// Prints a running memnode's stats as pretty JSON.
@@ -415,7 +501,15 @@ mod tests {
             Some(MemnodeSubcommand::Stats(s)) => {
                 assert_eq!(s.addr, Endpoint::Tcp("10.0.0.1:9".into()))
             }
-            None => panic!("stats subcommand not parsed"),
+            _ => panic!("stats subcommand not parsed"),
+        }
+        let m = parse(&["drain", "--addr", "10.0.0.1:9", "--timeout", "5"]).unwrap();
+        match m.command {
+            Some(MemnodeSubcommand::Drain(d)) => {
+                assert_eq!(d.addr, Endpoint::Tcp("10.0.0.1:9".into()));
+                assert_eq!(d.timeout, 5);
+            }
+            _ => panic!("drain subcommand not parsed"),
         }
         assert!(parse(&["--listen", "nonsense"]).is_err());
         assert!(parse(&["--lease", "-1"]).is_err());

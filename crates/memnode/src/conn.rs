@@ -259,6 +259,7 @@ impl Conn<'_> {
             | K::Ping
             | K::StatsRequest
             | K::Goodbye
+            | K::Drain
             | K::GrantRequest => {}
             K::Auth => {
                 return Err(End::Malformed {
@@ -357,7 +358,28 @@ impl Conn<'_> {
             }
             Message::Ping => {
                 bump(&counters.req_ping, 1);
-                Reply::Pong
+                if shared.is_draining() {
+                    // How clients in a pool learn to move their pages elsewhere.
+                    Reply::Error(
+                        ErrorCode::Draining,
+                        "this memnode is draining: move your pages to other memnodes and end \
+                         the session (reads and writes are still served)"
+                            .into(),
+                    )
+                } else {
+                    Reply::Pong
+                }
+            }
+            Message::Drain => {
+                let sessions = shared.sessions.snapshot().len();
+                if !shared.start_draining() {
+                    log::info!(
+                        "draining (asked by {}): {sessions} sessions to leave; exiting once none \
+                         is left",
+                        self.peer
+                    );
+                }
+                Reply::Ack(u32::try_from(sessions).unwrap_or(u32::MAX))
             }
             Message::GrantRequest { pages } => {
                 bump(&counters.req_grant, 1);

@@ -41,6 +41,10 @@ pub(crate) struct Shared {
     pub(crate) counters: Counters,
     started: Instant,
     stopping: AtomicBool,
+    /// Set by `Drain`: clients are told to leave, and the server stops once no session is left.
+    draining: AtomicBool,
+    /// Wakes the accept loop (to stop once drained).
+    waker: Waker,
     /// A second handle on every open connection, to shut them all down at exit.
     conns: Mutex<HashMap<u64, Stream>>,
 }
@@ -49,6 +53,16 @@ impl Shared {
     /// Whether shutdown has begun.
     pub(crate) fn is_stopping(&self) -> bool {
         self.stopping.load(Ordering::Acquire)
+    }
+
+    /// Whether the server is draining.
+    pub(crate) fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
+    }
+
+    /// Starts draining; returns whether it had already started.
+    pub(crate) fn start_draining(&self) -> bool {
+        self.draining.swap(true, Ordering::AcqRel)
     }
 
     fn conns(&self) -> MutexGuard<'_, HashMap<u64, Stream>> {
@@ -184,6 +198,8 @@ impl Server {
             counters: Counters::default(),
             started: Instant::now(),
             stopping: AtomicBool::new(false),
+            draining: AtomicBool::new(false),
+            waker: waker.clone(),
             conns: Mutex::new(HashMap::new()),
             config,
         });
@@ -338,6 +354,12 @@ fn reap(shared: &Shared) {
     let tick = (lease / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
     while !shared.is_stopping() {
         thread::park_timeout(tick);
+        if shared.is_draining() && shared.sessions.snapshot().is_empty() {
+            log::info!("drained: no session is left; stopping");
+            shared.stopping.store(true, Ordering::Release);
+            shared.waker.wake();
+            return;
+        }
         for s in shared.sessions.take_expired(lease) {
             let freed = s.end(&shared.capacity);
             bump(&shared.counters.sessions_released_by_lease, 1);

@@ -54,6 +54,7 @@ pub use reclaim::ReclaimStats;
 pub use region::Region;
 pub use sampler::STATS_TRACE_INTERVAL;
 pub use stats::{EvictionStats, FaultBreakdown, FaultStats, LatencySummary, RegionStats};
+pub use store::pool::MAX_REPLICAS;
 pub use store::StoreStats;
 
 /// The page size gleaner manages (the base page size of x86-64 and most arm64 kernels).

@@ -605,6 +605,16 @@ impl Connection {
         }
     }
 
+    /// Asks the memnode to drain (see [`MessageKind::Drain`]); returns how many sessions it had.
+    pub fn drain(&mut self) -> Result<u32, ClientError> {
+        self.tx.clear();
+        let kind = self.round_trip(MessageKind::Drain)?;
+        match Message::decode(kind, &self.rx) {
+            Ok(Message::Ack { count }) => Ok(count),
+            _ => Err(self.unexpected(kind)),
+        }
+    }
+
     /// The memnode's metrics as JSON text.
     pub fn stats(&mut self) -> Result<String, ClientError> {
         self.tx.clear();

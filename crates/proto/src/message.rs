@@ -51,6 +51,9 @@ pub enum MessageKind {
     GrantRequest = 15,
     /// Server → client: a slab was granted; the frame carries its memfd (`SCM_RIGHTS`).
     Grant = 16,
+    /// Client → server: start draining: tell every client (through its pings) to move its pages
+    /// elsewhere, and exit once no session is left. Answered with `Ack{count = sessions}`.
+    Drain = 17,
 }
 
 impl MessageKind {
@@ -74,6 +77,7 @@ impl MessageKind {
             14 => Error,
             15 => GrantRequest,
             16 => Grant,
+            17 => Drain,
             _ => return None,
         })
     }
@@ -95,6 +99,9 @@ pub enum ErrorCode {
     ShuttingDown = 5,
     /// Any other server-side failure.
     Internal = 6,
+    /// The server is draining (the answer to `Ping`): move your pages to other memnodes and end
+    /// the session; reads and writes are still served meanwhile.
+    Draining = 7,
 }
 
 impl ErrorCode {
@@ -107,6 +114,7 @@ impl ErrorCode {
             4 => BadRequest,
             5 => ShuttingDown,
             6 => Internal,
+            7 => Draining,
             _ => return None,
         })
     }
@@ -174,6 +182,8 @@ pub enum Message<'a> {
     },
     /// See [`MessageKind::Ping`].
     Ping,
+    /// See [`MessageKind::Drain`].
+    Drain,
     /// See [`MessageKind::Pong`].
     Pong,
     /// See [`MessageKind::StatsRequest`].
@@ -219,6 +229,7 @@ impl<'a> Message<'a> {
             Message::Ack { .. } => MessageKind::Ack,
             Message::Free { .. } => MessageKind::Free,
             Message::Ping => MessageKind::Ping,
+            Message::Drain => MessageKind::Drain,
             Message::Pong => MessageKind::Pong,
             Message::StatsRequest => MessageKind::StatsRequest,
             Message::Stats { .. } => MessageKind::Stats,
@@ -263,7 +274,11 @@ impl<'a> Message<'a> {
             Message::Pages { batch } | Message::Write { batch } => out.extend_from_slice(batch.raw),
             Message::Ack { count } => out.extend_from_slice(&count.to_le_bytes()),
             Message::Free { ranges } => out.extend_from_slice(ranges.raw),
-            Message::Ping | Message::Pong | Message::StatsRequest | Message::Goodbye => {}
+            Message::Ping
+            | Message::Drain
+            | Message::Pong
+            | Message::StatsRequest
+            | Message::Goodbye => {}
             Message::Stats { json } => put_text(out, json),
             Message::Error { code, message } => {
                 out.extend_from_slice(&(code as u16).to_le_bytes());
@@ -316,6 +331,7 @@ impl<'a> Message<'a> {
                 },
             },
             MessageKind::Ping => Message::Ping,
+            MessageKind::Drain => Message::Drain,
             MessageKind::Pong => Message::Pong,
             MessageKind::StatsRequest => Message::StatsRequest,
             MessageKind::Stats => Message::Stats { json: c.text()? },
@@ -765,6 +781,7 @@ mod tests {
                 ranges: PageRanges::from_encoded(&ranges),
             },
             Message::Ping,
+            Message::Drain,
             Message::Pong,
             Message::StatsRequest,
             Message::Stats { json: "{\"a\":1}" },
@@ -853,7 +870,7 @@ mod tests {
         PageBatch::push(&mut valid, 1, 3, &[1u8; 37]);
         PageBatch::push(&mut valid, 2, 4, &[2u8; PAGE_SIZE]);
         for _ in 0..20_000 {
-            let kind = MessageKind::from_u8((next() % 16 + 1) as u8).unwrap();
+            let kind = MessageKind::from_u8((next() % 17 + 1) as u8).unwrap();
             let len = (next() % 64) as usize;
             let mut payload: Vec<u8> = (0..len).map(|_| next() as u8).collect();
             if next() % 2 == 0 {
@@ -1014,8 +1031,8 @@ mod tests {
             }
             seeds += 1;
         }
-        assert!(seeds >= 16, "only {seeds} seeds in {}", dir.display());
-        assert_eq!(kinds.len(), 16, "every message kind has a seed");
+        assert!(seeds >= 17, "only {seeds} seeds in {}", dir.display());
+        assert_eq!(kinds.len(), 17, "every message kind has a seed");
     }
 
     #[test]

@@ -36,7 +36,9 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use gleaner_proto::{ConnectOptions, Endpoint, PageBatch, PendingRead, Token, MAX_BATCH_PAGES};
+use gleaner_proto::{
+    ConnectOptions, Endpoint, ErrorCode, PageBatch, PendingRead, Token, MAX_BATCH_PAGES,
+};
 use serde::Serialize;
 
 use super::socket::{Link, Session};
@@ -47,8 +49,12 @@ use crate::PagerError;
 /// Pages per extent: the unit of placement and re-replication (8 MiB).
 pub(crate) const EXTENT_PAGES: u64 = 2048;
 
-/// The most replicas of an extent (one byte each in a placement word).
-pub const MAX_REPLICAS: usize = 8;
+/// The most replicas of an extent a program may ask for: a placement word holds 8 members, and
+/// while an extent moves it holds its old members and their replacements.
+pub const MAX_REPLICAS: usize = 4;
+
+/// Members one placement word holds (one byte each).
+const WORD_MEMBERS: usize = 8;
 
 /// The most memnodes in a pool (a member index + 1 fits a byte).
 pub const MAX_MEMNODES: usize = 255;
@@ -72,6 +78,11 @@ struct Member {
     /// Pages read from it and written to it.
     pages_read: AtomicU64,
     pages_written: AtomicU64,
+    /// It asked its clients to leave (`gleaner memnode drain`): no new extent goes there, and
+    /// its extents move to other members.
+    draining: AtomicBool,
+    /// Its extents moved away and its session was ended.
+    drained: AtomicBool,
 }
 
 /// The pool and its placement, shared by the store, its handles and the repair thread.
@@ -100,13 +111,13 @@ struct Pool {
 
 /// Unpacks a placement word into member indices.
 fn members_of(word: u64) -> impl Iterator<Item = usize> {
-    (0..MAX_REPLICAS)
+    (0..WORD_MEMBERS)
         .map(move |k| ((word >> (8 * k)) & 0xFF) as usize)
         .take_while(|&b| b != 0)
         .map(|b| b - 1)
 }
 
-/// Packs member indices (at most [`MAX_REPLICAS`]) into a placement word.
+/// Packs member indices (at most [`WORD_MEMBERS`]) into a placement word.
 fn pack(members: &[usize]) -> u64 {
     members
         .iter()
@@ -117,6 +128,51 @@ fn pack(members: &[usize]) -> u64 {
 impl Pool {
     fn alive(&self, m: usize) -> bool {
         self.members[m].alive.load(Ordering::Acquire)
+    }
+
+    fn draining(&self, m: usize) -> bool {
+        self.members[m].draining.load(Ordering::Acquire)
+    }
+
+    /// Asks every live member that is not yet draining whether it is (its answer to a ping).
+    fn poll_draining(&self) {
+        for (m, member) in self.members.iter().enumerate() {
+            if !self.alive(m) || self.draining(m) {
+                continue;
+            }
+            let answer = member.session.with_control(|c| c.ping());
+            if let Some(Err(e)) = answer {
+                if e.server_code() == Some(ErrorCode::Draining) {
+                    log::warn!(
+                        "memnode {} is draining: moving its extents to the other memnodes",
+                        self.name(m)
+                    );
+                    member.draining.store(true, Ordering::Release);
+                }
+            }
+        }
+    }
+
+    /// Ends the session on every draining member that no longer holds any extent.
+    fn release_drained(&self) {
+        for (m, member) in self.members.iter().enumerate() {
+            if !self.alive(m) || !self.draining(m) {
+                continue;
+            }
+            let holds = |w: &AtomicU64| members_of(w.load(Ordering::Acquire)).any(|x| x == m);
+            if self.placement.iter().any(holds) || self.filling.iter().any(holds) {
+                continue;
+            }
+            *member.lost_because.lock().expect("lost lock") =
+                "drained: its extents moved to the other memnodes".into();
+            member.alive.store(false, Ordering::Release);
+            member.drained.store(true, Ordering::Release);
+            member.session.close();
+            log::warn!(
+                "memnode {} drained: this program no longer uses it",
+                self.name(m)
+            );
+        }
     }
 
     fn name(&self, m: usize) -> String {
@@ -159,7 +215,12 @@ impl Pool {
         let mut chosen: Vec<usize> = Vec::with_capacity(n);
         for _ in 0..n {
             let candidates: Vec<usize> = (0..self.members.len())
-                .filter(|&m| self.alive(m) && !taken.contains(&m) && !chosen.contains(&m))
+                .filter(|&m| {
+                    self.alive(m)
+                        && !self.draining(m)
+                        && !taken.contains(&m)
+                        && !chosen.contains(&m)
+                })
                 .collect();
             let pick = match candidates.len() {
                 0 => break,
@@ -309,6 +370,8 @@ pub(crate) fn open(
             read_ns: AtomicU64::new(0),
             pages_read: AtomicU64::new(0),
             pages_written: AtomicU64::new(0),
+            draining: AtomicBool::new(false),
+            drained: AtomicBool::new(false),
         });
     }
     let extents = (region_pages as u64).div_ceil(EXTENT_PAGES) as usize;
@@ -451,6 +514,8 @@ impl PageStore for PoolStore {
                         MemberStats {
                             endpoint: pool.name(m),
                             alive: pool.alive(m),
+                            draining: pool.draining(m),
+                            drained: member.drained.load(Ordering::Relaxed),
                             lost_because: member.lost_because.lock().expect("lost lock").clone(),
                             extents: member.extents.load(Ordering::Relaxed),
                             pages_read: member.pages_read.load(Ordering::Relaxed),
@@ -501,6 +566,10 @@ pub struct MemberStats {
     pub endpoint: String,
     /// Whether it is still used.
     pub alive: bool,
+    /// Whether it asked its clients to leave.
+    pub draining: bool,
+    /// Whether this program left it at its request (its extents moved).
+    pub drained: bool,
     /// Why it was lost (empty while alive).
     pub lost_because: String,
     /// Extents placed on it.
@@ -778,8 +847,9 @@ impl Drop for PoolHandle {
     }
 }
 
-/// The repair thread: whenever a member is lost (and every second), gives every extent that
-/// lost a replica a new one and copies its pages there.
+/// The repair thread: every second (and at once when a member is lost), asks each member
+/// whether it is draining, repairs every extent that lost a replica or sits on a draining
+/// member, and ends the session on each draining member that no longer holds any extent.
 fn repair_loop(pool: &Pool) {
     let mut links: Vec<Option<Link>> = (0..pool.members.len()).map(|_| None).collect();
     loop {
@@ -797,54 +867,115 @@ fn repair_loop(pool: &Pool) {
         if pool.stop.load(Ordering::Acquire) {
             return;
         }
+        pool.poll_draining();
         for extent in 0..pool.placement.len() {
             if pool.stop.load(Ordering::Acquire) {
                 return;
             }
             let word = pool.placement[extent].load(Ordering::Acquire);
-            if word == 0 || members_of(word).all(|m| pool.alive(m)) {
+            let pending = pool.filling[extent].load(Ordering::Acquire) != 0;
+            if word == 0
+                || (!pending && members_of(word).all(|m| pool.alive(m) && !pool.draining(m)))
+            {
                 continue;
             }
-            if let Err(e) = repair_extent(pool, extent, word, &mut links) {
+            if let Err(e) = repair_extent(pool, extent, &mut links) {
                 log::warn!("re-replicating extent {extent}: {e}; trying again later");
             }
         }
+        pool.release_drained();
     }
 }
 
-/// Gives `extent` (placed as `word`, with a lost member) new replicas and copies its pages to
-/// them from a survivor.
-fn repair_extent(
-    pool: &Pool,
-    extent: usize,
-    word: u64,
-    links: &mut [Option<Link>],
-) -> Result<(), StoreError> {
-    let survivors: Vec<usize> = members_of(word).filter(|&m| pool.alive(m)).collect();
-    if survivors.is_empty() {
-        // Nothing to copy from: a read of one of its pages says which memnodes were lost.
+/// Repairs `extent`: replaces its lost and draining members with new ones, copies its pages to
+/// them from the others, then lets the new members serve reads and the old ones go. A copy that
+/// fails is taken up again on the next round (the new members keep taking writes meanwhile).
+fn repair_extent(pool: &Pool, extent: usize, links: &mut [Option<Link>]) -> Result<(), StoreError> {
+    let word = pool.placement[extent].load(Ordering::Acquire);
+    let members: Vec<usize> = members_of(word).collect();
+    let filling: Vec<usize> = members_of(pool.filling[extent].load(Ordering::Acquire)).collect();
+    let usable = |m: usize| pool.alive(m) && !pool.draining(m);
+    let keep: Vec<usize> = members
+        .iter()
+        .copied()
+        .filter(|&m| usable(m) && !filling.contains(&m))
+        .collect();
+    let leaving: Vec<usize> = members
+        .iter()
+        .copied()
+        .filter(|&m| pool.alive(m) && pool.draining(m) && !filling.contains(&m))
+        .collect();
+    let mut targets: Vec<usize> = filling.iter().copied().filter(|&m| usable(m)).collect();
+    if !filling.is_empty() && targets.is_empty() {
+        // Every new member went away before it was filled: start over next round.
+        pool.filling[extent].store(0, Ordering::Release);
         return Ok(());
     }
-    let all: Vec<usize> = members_of(word).collect();
-    let added = pool.choose(pool.replicas - survivors.len(), &all);
-    let mut placed = survivors.clone();
-    placed.extend_from_slice(&added);
-    // The new members take writes at once but serve no read until they hold every page: marked
-    // filling before they appear in the placement, so no reader sees one without the other.
-    pool.filling[extent].store(pack(&added), Ordering::Release);
-    if pool.placement[extent]
-        .compare_exchange(word, pack(&placed), Ordering::AcqRel, Ordering::Acquire)
-        .is_err()
+    let needs_new = members.iter().any(|&m| !pool.alive(m)) || !leaving.is_empty();
+    if filling.is_empty() && needs_new {
+        if keep.is_empty() && leaving.is_empty() {
+            // Nothing to copy from: a read of one of its pages says which memnodes were lost.
+            return Ok(());
+        }
+        let added = pool.choose(pool.replicas.saturating_sub(keep.len()), &members);
+        // During the copy the extent is on the kept members, the leaving ones (still read and
+        // written, so they stay current) and the new ones. The new ones take writes at once but
+        // serve no read until they hold every page: marked filling before they appear in the
+        // placement, so no reader sees one without the other.
+        let mut during = keep.clone();
+        during.extend_from_slice(&leaving);
+        during.extend_from_slice(&added);
+        pool.filling[extent].store(pack(&added), Ordering::Release);
+        if pool.placement[extent]
+            .compare_exchange(word, pack(&during), Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            pool.filling[extent].store(0, Ordering::Release);
+            return Ok(()); // placed anew meanwhile: the next round looks again
+        }
+        for &m in &added {
+            pool.members[m].extents.fetch_add(1, Ordering::Relaxed);
+        }
+        targets = added;
+    }
+    if !targets.is_empty() {
+        let mut sources = keep.clone();
+        sources.extend_from_slice(&leaving);
+        copy_extent(pool, extent, &sources, &targets, links)?;
+    }
+    // The new members serve reads now; the lost and the leaving ones leave the placement (the
+    // leaving ones only where someone else holds the pages).
+    let word = pool.placement[extent].load(Ordering::Acquire);
+    let remaining: Vec<usize> = members_of(word).filter(|&m| usable(m)).collect();
+    let current: Vec<usize> = members_of(word).collect();
+    if !remaining.is_empty()
+        && remaining != current
+        && pool.placement[extent]
+            .compare_exchange(word, pack(&remaining), Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
     {
-        pool.filling[extent].store(0, Ordering::Release);
-        return Ok(()); // placed anew meanwhile: the next round looks again
+        for m in current.into_iter().filter(|m| !remaining.contains(m)) {
+            pool.members[m].extents.fetch_sub(1, Ordering::Relaxed);
+        }
+    } else if remaining.is_empty() && !leaving.is_empty() {
+        log::warn!(
+            "extent {extent} cannot leave {}: no other memnode can take it",
+            pool.name(leaving[0])
+        );
     }
-    for &m in &added {
-        pool.members[m].extents.fetch_add(1, Ordering::Relaxed);
-    }
-    if added.is_empty() {
-        return Ok(()); // no member to add: the extent stays degraded, without the lost one
-    }
+    pool.filling[extent].store(0, Ordering::Release);
+    Ok(())
+}
+
+/// Copies the pages of `extent` that have a far copy from one of `sources` to every member of
+/// `targets`, again for pages whose version moved during the copy.
+fn copy_extent(
+    pool: &Pool,
+    extent: usize,
+    sources: &[usize],
+    targets: &[usize],
+    links: &mut [Option<Link>],
+) -> Result<(), StoreError> {
     // Write-backs staged under the old placement did not go to the new members: wait for them,
     // so that the copy below sees their versions.
     let deadline = Instant::now() + REPAIR_DRAIN;
@@ -855,12 +986,11 @@ fn repair_extent(
     let first = extent as u64 * EXTENT_PAGES;
     let end = (first + EXTENT_PAGES).min(pool.versions.len() as u64);
     let mut todo: Vec<u64> = (first..end).filter(|&p| pool.version(p) != 0).collect();
-    // Copied pages whose version moved meanwhile are copied again (a few rounds at most).
     let mut rounds = 0;
     while !todo.is_empty() {
         rounds += 1;
         if rounds > 8 {
-            // The filling members keep serving writes and no reads; the next round goes on.
+            // The new members keep taking writes and serve no reads; the next round goes on.
             return Err(StoreError::Lost(format!(
                 "{} pages of the extent kept changing during the copy",
                 todo.len()
@@ -868,7 +998,7 @@ fn repair_extent(
         }
         let mut copied: Vec<(u64, u64)> = Vec::with_capacity(todo.len());
         for chunk in todo.chunks(MAX_BATCH_PAGES) {
-            copy_pages(pool, chunk, &survivors, &added, links, &mut copied)?;
+            copy_pages(pool, chunk, sources, targets, links, &mut copied)?;
         }
         todo = copied
             .iter()
@@ -876,13 +1006,12 @@ fn repair_extent(
             .map(|&(p, _)| p)
             .collect();
     }
-    pool.filling[extent].store(0, Ordering::Release);
     pool.repair_ns
         .fetch_add(copy_started.elapsed().as_nanos() as u64, Ordering::Relaxed);
     pool.extents_repaired.fetch_add(1, Ordering::Relaxed);
     log::info!(
-        "extent {extent} re-replicated onto {}",
-        added
+        "extent {extent} copied onto {}",
+        targets
             .iter()
             .map(|&m| pool.name(m))
             .collect::<Vec<_>>()
