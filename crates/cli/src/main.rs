@@ -2,11 +2,13 @@
 //!
 //! Subcommands: `memnode` (the memory node daemon and its stats), `bench` (micro-benchmarks with
 //! their same-run floors), `trace` (offline replay of fault traces under every policy), `run` (an
-//! unmodified program with its heap on far memory, through the LD_PRELOAD library).
+//! unmodified program with its heap on far memory, through the LD_PRELOAD library), `status`
+//! (the programs running on far memory on this machine).
 #![deny(missing_docs)]
 
 mod bench;
 mod run;
+mod status;
 
 use std::process::ExitCode;
 
@@ -43,6 +45,9 @@ enum Command {
     /// Benchmarks that report numbers beside their same-run floors.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// The programs running on far memory on this machine: budget, residency, fault rates,
+    /// and their memnodes (for a pool: each memnode's state, extents and pages).
+    Status(status::StatusArgs),
     /// Fault traces: replay one offline under every prefetcher and eviction policy (with exact
     /// LRU and Belady's optimum as references), or synthesise one.
     Trace(gleaner_policy::cli::TraceCommand),
@@ -58,5 +63,6 @@ fn main() -> ExitCode {
         Command::Memnode(cmd) => gleaner_memnode::cli::main(cmd),
         Command::Bench(cmd) => bench::main(cmd),
         Command::Trace(cmd) => gleaner_policy::cli::main(cmd),
+        Command::Status(args) => status::main(args),
     }
 }

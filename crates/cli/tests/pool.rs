@@ -8,6 +8,7 @@
 
 mod common;
 
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -45,7 +46,18 @@ fn addresses(nodes: &[MemnodeProc]) -> String {
 
 /// Starts `gleaner run --local-mem 8M --memnode A,B,C --stats FILE -- preload_program mixed MB`.
 fn start_run(nodes: &[MemnodeProc], stats: &std::path::Path, mb: &str) -> Child {
+    start_run_with(nodes, stats, mb, &[])
+}
+
+/// As [`start_run`], with more environment variables.
+fn start_run_with(
+    nodes: &[MemnodeProc],
+    stats: &std::path::Path,
+    mb: &str,
+    env: &[(&str, &std::path::Path)],
+) -> Child {
     Command::new(gleaner_bin())
+        .envs(env.iter().copied())
         .args(["run", "--local-mem", "8M", "--memnode", &addresses(nodes)])
         .arg("--token-file")
         .arg(&nodes[0].token_file)
@@ -239,6 +251,65 @@ fn killing_two_memnodes_of_three_stops_the_program_naming_them() {
     for v in &victims {
         assert!(fatal.contains(v.as_str()), "{v} is not named: {fatal}");
     }
+}
+
+#[test]
+fn gleaner_status_shows_the_running_program_and_its_pool() {
+    let (nodes, _token) = three_memnodes();
+    let dir = TempDir::new("pool-status");
+    let status_dir = dir.path().join("status");
+    let stats_path = dir.path().join("stats.json");
+    let mut child = start_run_with(
+        &nodes,
+        &stats_path,
+        "96",
+        &[("GLEANER_STATUS_DIR", status_dir.as_path())],
+    );
+    wait_for_pages(&nodes[2], 2000);
+    let status = |args: &[&str]| {
+        let out = Command::new(gleaner_bin())
+            .arg("status")
+            .args(args)
+            .env("GLEANER_STATUS_DIR", &status_dir)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    // The first document appears within a second of the start; rates need two.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let doc = loop {
+        let all: serde_json::Value = serde_json::from_str(&status(&["--json"])).unwrap();
+        let found = all
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["program"] == "gleaner_preload_program" && d["per_second"].is_object())
+            .cloned();
+        if let Some(d) = found {
+            break d;
+        }
+        assert!(Instant::now() < deadline, "no status document: {all}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    // The program's own process (a child of `gleaner run`) publishes it.
+    let pid = doc["pid"].as_u64().unwrap();
+    assert_ne!(pid, u64::from(child.id()), "{doc}");
+    assert!(Path::new(&format!("/proc/{pid}")).exists(), "{doc}");
+    let pool = &doc["stats"]["store"]["pool"];
+    assert_eq!(pool["memnodes"].as_array().unwrap().len(), 3, "{doc}");
+    assert!(
+        doc["per_second"]["remote_faults"].as_f64().is_some(),
+        "{doc}"
+    );
+    let table = status(&[]);
+    assert!(table.contains("gleaner_preload_program"), "{table}");
+    assert!(table.contains("a pool of 3 memnodes"), "{table}");
+    assert!(table.contains(&nodes[0].endpoint.to_string()), "{table}");
+    let (code, out, err) = wait_output(&mut child, LIMIT);
+    assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
+    // The program is gone: its status goes with it.
+    assert!(status(&[]).contains("no program is running"));
 }
 
 #[test]

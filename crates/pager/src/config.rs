@@ -247,6 +247,9 @@ pub struct RegionConfig {
     /// If set, a line of JSON with the reclaim scheduler's state and the fault and eviction
     /// counters is appended to this file every [`crate::STATS_TRACE_INTERVAL`].
     pub stats_trace: Option<PathBuf>,
+    /// Publish a live status file for `gleaner status` every second (see
+    /// [`crate::status_dir`]). Default off; the preload library turns it on.
+    pub publish_status: bool,
     /// What to fetch ahead of demand: `none`, `next:N`, `stride`, `readahead`, `leap[:PWMAX]`.
     /// Default [`DEFAULT_PREFETCH`] (`leap:32`).
     pub prefetch: PrefetcherKind,
@@ -289,6 +292,7 @@ impl RegionConfig {
             reclaim: ReclaimMode::default(),
             max_reclaim_threads: default_max_reclaim_threads(),
             stats_trace: None,
+            publish_status: false,
             prefetch: DEFAULT_PREFETCH,
             prefetch_install: PrefetchInstall::default(),
             evict: EvictKind::Fifo,

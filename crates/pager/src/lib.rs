@@ -36,6 +36,7 @@ mod region;
 mod sampler;
 mod state;
 mod stats;
+mod status;
 mod store;
 mod thread;
 mod trace;
@@ -54,6 +55,7 @@ pub use reclaim::ReclaimStats;
 pub use region::Region;
 pub use sampler::STATS_TRACE_INTERVAL;
 pub use stats::{EvictionStats, FaultBreakdown, FaultStats, LatencySummary, RegionStats};
+pub use status::{status_dir, STATUS_INTERVAL};
 pub use store::pool::MAX_REPLICAS;
 pub use store::StoreStats;
 

@@ -236,6 +236,22 @@ impl Region {
                 crate::sampler::run(e, out)
             })?);
         }
+        if cfg.publish_status {
+            // Observability only: a directory that cannot be written costs the status view, not
+            // the program.
+            match crate::status::next_path() {
+                Ok(path) => {
+                    let e = engine.clone();
+                    threads.push(spawn("gleaner-status", hook, move || {
+                        crate::status::run(e, path)
+                    })?);
+                }
+                Err(e) => log::warn!(
+                    "no live status for `gleaner status` ({}: {e})",
+                    crate::status::status_dir().display()
+                ),
+            }
+        }
         for (i, (cpu, handle)) in placement.into_iter().zip(handles).enumerate() {
             let e = engine.clone();
             let spin = cfg.handler_spin;

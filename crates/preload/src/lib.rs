@@ -35,6 +35,7 @@
 //! | `GLEANER_PREDICT_WRITES` | install pages seen rewritten writable on their next read fetches: `on` or `off` | `on` |
 //! | `GLEANER_TRACE` | record every fault here for `gleaner trace replay` (`%p`: pid) | — |
 //! | `GLEANER_STATS_TRACE` | append a JSON line of reclaim and fault counters here every 100 ms (`%p`: pid) | — |
+//! | `GLEANER_STATUS_DIR` | where each process publishes its live status for `gleaner status` | `$TMPDIR/gleaner-status-UID` |
 //! | `GLEANER_LOG` | pager messages on stderr: `error`, `warn`, `info`, `debug`, `trace` | `warn` |
 //! | `GLEANER_BIN` | the `gleaner` executable, to start an embedded memnode | on `PATH` |
 //! | `GLEANER_FAIL_OPEN` | `1`: a process whose pager cannot start runs all-local, with a warning, instead of stopping with exit 86 | `0` |
@@ -262,6 +263,7 @@ fn start() -> Result<bool, String> {
     rc.predict_writes = cfg.predict_writes;
     rc.trace = cfg.trace;
     rc.fork_visible = true;
+    rc.publish_status = true;
     rc.sparse = true;
     rc.thread_start_hook = Some(mark_runtime_thread);
     let region = Region::new(rc).map_err(|e| e.to_string())?;

@@ -296,18 +296,28 @@ impl Pool {
         let extent = (page / EXTENT_PAGES) as usize;
         let word = self.placement[extent].load(Ordering::Acquire);
         let filling = self.filling[extent].load(Ordering::Acquire);
-        members_of(word)
-            .filter(|&m| self.alive(m) && !avoid.contains(&m))
-            .filter(|&m| !members_of(filling).any(|f| f == m))
-            .min_by_key(|&m| self.members[m].read_ns.load(Ordering::Relaxed))
-            .ok_or_else(|| {
-                // The extent may have been re-placed since a replica was lost: name every lost
-                // memnode of the pool, not only those of its placement now.
-                StoreError::Lost(format!(
-                    "every memnode holding page {page} is lost (lost memnodes: {})",
-                    self.lost_list()
-                ))
-            })
+        let readable = || {
+            members_of(word)
+                .filter(|&m| self.alive(m) && !avoid.contains(&m))
+                .filter(|&m| !members_of(filling).any(|f| f == m))
+        };
+        // One read in 16 goes to a replica at random, so that one slow sample does not keep a
+        // replica from ever being asked again (its average only moves when it is read).
+        let explore = self.random() % 16 == 0;
+        let count = readable().count() as u64;
+        let pick = if explore && count > 1 {
+            readable().nth((self.random() % count) as usize)
+        } else {
+            readable().min_by_key(|&m| self.members[m].read_ns.load(Ordering::Relaxed))
+        };
+        pick.ok_or_else(|| {
+            // The extent may have been re-placed since a replica was lost: name every lost
+            // memnode of the pool, not only those of its placement now.
+            StoreError::Lost(format!(
+                "every memnode holding page {page} is lost (lost memnodes: {})",
+                self.lost_list()
+            ))
+        })
     }
 
     /// Folds one read's latency into member `m`'s average (weight 1/8).

@@ -1,0 +1,173 @@
+//! `gleaner status`: the programs running on far memory on this machine, from the status files
+//! their pagers publish every second (see `gleaner_pager::status_dir`): each process's budget,
+//! residency, fault rates and memnodes (for a pool: each memnode's state, extents, pages and read
+//! latency, and the extents short of a replica).
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use clap::Args;
+use gleaner_proto::units::format_size;
+use serde_json::Value;
+
+/// A status file not rewritten for this long belongs to a process that stopped or hangs.
+const STALE_AFTER_S: f64 = 5.0;
+
+/// Options of `gleaner status`.
+#[derive(Args, Debug)]
+pub struct StatusArgs {
+    /// Print the documents as one JSON array instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Refresh every second until interrupted.
+    #[arg(long, short)]
+    watch: bool,
+}
+
+/// Entry point of `gleaner status`.
+pub fn main(args: StatusArgs) -> ExitCode {
+    loop {
+        let docs = read_all(&gleaner_pager::status_dir());
+        if args.json {
+            println!("{}", Value::Array(docs.clone()));
+        } else {
+            if args.watch {
+                print!("\x1b[2J\x1b[H"); // clear the screen, cursor home
+            }
+            print!("{}", render(&docs));
+        }
+        if !args.watch {
+            return ExitCode::SUCCESS;
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+/// Every fresh status document in `dir`, by pid; files of processes that are gone are removed.
+fn read_all(dir: &Path) -> Vec<Value> {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    let mut docs: Vec<Value> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
+        .filter_map(|e| {
+            let doc: Value = serde_json::from_str(&std::fs::read_to_string(e.path()).ok()?).ok()?;
+            let pid = doc["pid"].as_u64()?;
+            if !Path::new(&format!("/proc/{pid}")).exists() {
+                let _ = std::fs::remove_file(e.path());
+                return None;
+            }
+            let age = now - doc["updated_unix_s"].as_f64().unwrap_or(0.0);
+            (age < STALE_AFTER_S).then_some(doc)
+        })
+        .collect();
+    docs.sort_by_key(|d| d["pid"].as_u64());
+    docs
+}
+
+/// The table `gleaner status` prints.
+fn render(docs: &[Value]) -> String {
+    if docs.is_empty() {
+        return "no program is running on far memory (gleaner run) on this machine\n".into();
+    }
+    let n = |v: &Value| v.as_u64().unwrap_or(0);
+    let page = gleaner_proto::PAGE_SIZE as u64;
+    let mut out = format!(
+        "{:>8}  {:<16} {:>10} {:>10} {:>10} {:>9} {:>9} {:>9}  memnode\n",
+        "PID", "PROGRAM", "BUDGET", "RESIDENT", "FAR", "FAULTS/s", "ZEROFL/s", "EVICT/s"
+    );
+    for d in docs {
+        let s = &d["stats"];
+        let rate = |k: &str| {
+            d["per_second"][k]
+                .as_f64()
+                .map_or("-".to_string(), |v| format!("{v:.0}"))
+        };
+        out += &format!(
+            "{:>8}  {:<16} {:>10} {:>10} {:>10} {:>9} {:>9} {:>9}  {}\n",
+            n(&d["pid"]),
+            d["program"].as_str().unwrap_or("?"),
+            format_size(n(&s["budget_pages"]) * page),
+            format_size(n(&s["resident_pages"]) * page),
+            format_size(n(&s["remote_pages"]) * page),
+            rate("remote_faults"),
+            rate("zero_fills"),
+            rate("evictions"),
+            s["memnode"].as_str().unwrap_or("?"),
+        );
+        let pool = &s["store"]["pool"];
+        if pool.is_object() {
+            out += &format!(
+                "{:>10}{} replica(s); {} extent(s) short of a replica, {} repaired ({} pages)\n",
+                "",
+                n(&pool["replicas"]),
+                n(&pool["extents_degraded"]),
+                n(&pool["extents_repaired"]),
+                n(&pool["pages_repaired"]),
+            );
+            for m in pool["memnodes"].as_array().into_iter().flatten() {
+                let state = if m["drained"] == true {
+                    "drained".to_string()
+                } else if m["alive"] != true {
+                    format!("LOST: {}", m["lost_because"].as_str().unwrap_or("?"))
+                } else if m["draining"] == true {
+                    "draining".to_string()
+                } else {
+                    "ok".to_string()
+                };
+                out += &format!(
+                    "{:>10}{:<24} {:<8} {:>4} extents {:>9} pages written {:>9} read, {:.0} us/read\n",
+                    "",
+                    m["endpoint"].as_str().unwrap_or("?"),
+                    state,
+                    n(&m["extents"]),
+                    n(&m["pages_written"]),
+                    n(&m["pages_read"]),
+                    m["read_us"].as_f64().unwrap_or(0.0),
+                );
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn doc(pid: u64, pool: Value) -> Value {
+        json!({"pid": pid, "program": "memcached", "updated_unix_s": 1.0,
+               "per_second": {"remote_faults": 1234.0, "zero_fills": 5.0, "evictions": 99.0},
+               "stats": {"budget_pages": 256, "resident_pages": 200, "remote_pages": 1024,
+                         "memnode": "a pool of 3 memnodes", "store": {"pool": pool}}})
+    }
+
+    #[test]
+    fn the_table_shows_rates_and_each_memnode() {
+        let pool = json!({"replicas": 2, "extents_degraded": 1, "extents_repaired": 3,
+            "pages_repaired": 4096, "memnodes": [
+                {"endpoint": "m1:7070", "alive": true, "extents": 5, "pages_written": 10,
+                 "pages_read": 7, "read_us": 41.2},
+                {"endpoint": "m2:7070", "alive": false, "lost_because": "refused",
+                 "extents": 0},
+                {"endpoint": "m3:7070", "alive": false, "drained": true, "extents": 0}]});
+        let t = render(&[doc(42, pool)]);
+        assert!(t.contains("memcached"), "{t}");
+        assert!(t.contains("1.00 MiB"), "budget: {t}");
+        assert!(t.contains("4.00 MiB"), "far: {t}");
+        assert!(t.contains("1234"), "{t}");
+        assert!(
+            t.contains("1 extent(s) short of a replica, 3 repaired (4096 pages)"),
+            "{t}"
+        );
+        assert!(t.contains("LOST: refused"), "{t}");
+        assert!(t.contains("drained"), "{t}");
+        assert!(t.contains("41 us/read"), "{t}");
+        assert!(render(&[]).contains("no program is running"));
+    }
+}

@@ -1,0 +1,99 @@
+//! Live status for `gleaner status`: a region that publishes (the preload library's do) writes a
+//! small JSON document every [`STATUS_INTERVAL`] into the status directory, and removes it when
+//! the region stops. Like the stats trace, the publisher only reads counters.
+//!
+//! The directory is `$GLEANER_STATUS_DIR`, else `gleaner-status-UID` in the system's temporary
+//! directory (created owner-only). Each file is `PID-N.json` (N counts the process's regions),
+//! replaced atomically (written beside, then renamed), so a reader never sees half of one.
+
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::json;
+
+use crate::engine::Engine;
+
+/// How often a region's status file is rewritten.
+pub const STATUS_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The directory status files go to (see the module documentation).
+pub fn status_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("GLEANER_STATUS_DIR").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d);
+    }
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    std::env::temp_dir().join(format!("gleaner-status-{uid}"))
+}
+
+/// This process's next status file.
+pub(crate) fn next_path() -> std::io::Result<PathBuf> {
+    static REGIONS: AtomicU64 = AtomicU64::new(0);
+    let dir = status_dir();
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)?;
+    let n = REGIONS.fetch_add(1, Ordering::Relaxed);
+    Ok(dir.join(format!("{}-{n}.json", std::process::id())))
+}
+
+/// The publisher's loop: a document per interval until the region stops, then the file goes.
+pub(crate) fn run(engine: Arc<Engine>, path: PathBuf) {
+    let program = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_default();
+    let mut last: Option<(Instant, u64, u64, u64)> = None;
+    loop {
+        let now = Instant::now();
+        let s = engine.snapshot();
+        let counts = (
+            s.faults.remote,
+            s.faults.zero_fill,
+            s.evictions.clean + s.evictions.dirty,
+        );
+        let per_s = |now_v: u64, then_v: u64, then_t: Instant| {
+            let dt = now.duration_since(then_t).as_secs_f64().max(1e-3);
+            (now_v.saturating_sub(then_v) as f64 / dt).round()
+        };
+        let rates = match last {
+            Some((t, r, z, e)) => json!({
+                "remote_faults": per_s(counts.0, r, t),
+                "zero_fills": per_s(counts.1, z, t),
+                "evictions": per_s(counts.2, e, t),
+            }),
+            None => json!(null),
+        };
+        last = Some((now, counts.0, counts.1, counts.2));
+        let doc = json!({
+            "pid": std::process::id(),
+            "program": program,
+            "updated_unix_s": SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64()),
+            "per_second": rates,
+            "stats": s,
+        });
+        if let Err(e) = write_atomically(&path, &doc.to_string()) {
+            log::debug!("writing the status file {}: {e}", path.display());
+        }
+        if engine
+            .budget
+            .sleep_unless(STATUS_INTERVAL, || engine.stopping())
+        {
+            let _ = std::fs::remove_file(&path);
+            return;
+        }
+    }
+}
+
+/// Writes `text` to `path` through a temporary file beside it and a rename.
+fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
+    let tmp = path.with_extension("json.tmp");
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, path)
+}
