@@ -303,7 +303,7 @@ impl Pool {
         };
         // One read in 16 goes to a replica at random, so that one slow sample does not keep a
         // replica from ever being asked again (its average only moves when it is read).
-        let explore = self.random() % 16 == 0;
+        let explore = self.random().is_multiple_of(16);
         let count = readable().count() as u64;
         let pick = if explore && count > 1 {
             readable().nth((self.random() % count) as usize)
