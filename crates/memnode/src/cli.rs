@@ -258,12 +258,16 @@ fn serve(args: ServeArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-/// Starts draining a memnode, then waits until it has stopped (nothing listens any more),
-/// printing its sessions and bytes whenever they change.
-fn drain(args: DrainArgs) -> Result<(), CliError> {
-    let token_path = args.token_file.clone().unwrap_or_else(default_token_path);
+/// The token (from `token_file`, default `~/.gleaner/token`) and connection options with which
+/// `gleaner memnode WHAT` talks to the memnode at `addr`.
+fn client_of(
+    addr: &Endpoint,
+    token_file: Option<&PathBuf>,
+    what: &str,
+) -> Result<(Token, ConnectOptions), CliError> {
+    let token_path = token_file.cloned().unwrap_or_else(default_token_path);
     let token = read_token_file(&token_path).map_err(|source| CliError::StatsToken {
-        addr: args.addr.clone(),
+        addr: addr.clone(),
         source: Box::new(CliError::TokenRead {
             path: token_path.clone(),
             source,
@@ -271,9 +275,16 @@ fn drain(args: DrainArgs) -> Result<(), CliError> {
     })?;
     let opts = ConnectOptions {
         reply_timeout: Duration::from_secs(10),
-        client_name: format!("gleaner memnode drain (pid {})", std::process::id()),
+        client_name: format!("gleaner memnode {what} (pid {})", std::process::id()),
         ..ConnectOptions::default()
     };
+    Ok((token, opts))
+}
+
+/// Starts draining a memnode, then waits until it has stopped (nothing listens any more),
+/// printing its sessions and bytes whenever they change.
+fn drain(args: DrainArgs) -> Result<(), CliError> {
+    let (token, opts) = client_of(&args.addr, args.token_file.as_ref(), "drain")?;
     let mut conn = Connection::connect(&args.addr, &token, None, &opts)?;
     let sessions = conn.drain()?;
     let _ = conn.goodbye();
@@ -324,19 +335,7 @@ fn drain(args: DrainArgs) -> Result<(), CliError> {
 
 /// Prints a running memnode's stats as pretty JSON.
 fn stats(args: StatsArgs) -> Result<(), CliError> {
-    let token_path = args.token_file.clone().unwrap_or_else(default_token_path);
-    let token = read_token_file(&token_path).map_err(|source| CliError::StatsToken {
-        addr: args.addr.clone(),
-        source: Box::new(CliError::TokenRead {
-            path: token_path.clone(),
-            source,
-        }),
-    })?;
-    let opts = ConnectOptions {
-        reply_timeout: Duration::from_secs(10),
-        client_name: format!("gleaner memnode stats (pid {})", std::process::id()),
-        ..ConnectOptions::default()
-    };
+    let (token, opts) = client_of(&args.addr, args.token_file.as_ref(), "stats")?;
     let mut conn = Connection::connect(&args.addr, &token, None, &opts)?;
     let json = conn.stats()?;
     if let Err(e) = conn.goodbye() {

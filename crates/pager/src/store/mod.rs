@@ -151,8 +151,11 @@ pub(crate) trait StoreHandle: Send {
     /// Makes sure `pages` (at most [`gleaner_proto::MAX_BATCH_PAGES`]) can be staged without
     /// running out of room, all or nothing: shared memory sets aside a slot for each page that
     /// has none ([`StoreError::Full`] when the memnode has no more to grant). A socket can
-    /// promise nothing here; its memnode reports a lack of room at [`StoreHandle::commit`].
-    fn reserve(&mut self, pages: &[u64]) -> Result<(), StoreError>;
+    /// promise nothing here (the default); its memnode reports a lack of room at
+    /// [`StoreHandle::commit`].
+    fn reserve(&mut self, _pages: &[u64]) -> Result<(), StoreError> {
+        Ok(())
+    }
     /// Copies the contents of `pages` (some or all of those last reserved): `fill(i, dst)` writes
     /// the i-th page's 4 KiB into `dst`. Shared memory writes the pages' slots (final at once); a
     /// socket fills its send buffer.

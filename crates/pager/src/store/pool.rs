@@ -757,10 +757,6 @@ impl StoreHandle for PoolHandle {
         result
     }
 
-    fn reserve(&mut self, _pages: &[u64]) -> Result<(), StoreError> {
-        Ok(())
-    }
-
     fn stage(
         &mut self,
         pages: &[u64],

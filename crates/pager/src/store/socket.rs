@@ -431,10 +431,6 @@ impl StoreHandle for SocketHandle {
             })
     }
 
-    fn reserve(&mut self, _pages: &[u64]) -> Result<(), StoreError> {
-        Ok(())
-    }
-
     fn stage(
         &mut self,
         pages: &[u64],
