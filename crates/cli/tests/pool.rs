@@ -8,6 +8,7 @@
 
 mod common;
 
+use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -310,6 +311,84 @@ fn gleaner_status_shows_the_running_program_and_its_pool() {
     assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
     // The program is gone: its status goes with it.
     assert!(status(&[]).contains("no program is running"));
+}
+
+/// Builds 48 MiB, says so, sleeps 8 s (touching nothing), then reads it all back.
+const SLEEPER: &str = "import hashlib, time\n\
+blocks = [bytearray((b'%08d' % i) * 131072) for i in range(48)]\n\
+print('built', flush=True)\n\
+time.sleep(8)\n\
+h = hashlib.sha256()\n\
+for b in blocks: h.update(b)\n\
+print('checksum', h.hexdigest(), flush=True)\n";
+
+#[test]
+fn a_memnode_killed_while_the_program_is_idle_is_replaced_before_it_is_needed() {
+    let (mut nodes, _token) = three_memnodes();
+    let dir = TempDir::new("pool-idle");
+    let status_dir = dir.path().join("status");
+    // The all-local run, beside (it sleeps as long).
+    let local = Command::new("python3")
+        .args(["-c", SLEEPER])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut child = Command::new(gleaner_bin())
+        .args(["run", "--local-mem", "8M", "--memnode", &addresses(&nodes)])
+        .arg("--token-file")
+        .arg(&nodes[0].token_file)
+        .args(["--", "python3", "-c", SLEEPER])
+        .env("GLEANER_STATUS_DIR", &status_dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "built");
+    // Write-backs of the last pages built finish; from here on the program asks nothing.
+    std::thread::sleep(Duration::from_secs(1));
+    let victim = nodes[1].endpoint.to_string();
+    nodes[1].kill();
+    // Within the sleep, with no request of the program's, the pool notices the loss (its
+    // pings) and copies the lost memnode's extents elsewhere.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let out = Command::new(gleaner_bin())
+            .args(["status", "--json"])
+            .env("GLEANER_STATUS_DIR", &status_dir)
+            .output()
+            .unwrap();
+        let all: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let repaired = all.as_array().unwrap().iter().any(|d| {
+            let pool = &d["stats"]["store"]["pool"];
+            pool["extents_repaired"].as_u64().unwrap_or(0) > 0
+                && pool["memnodes"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|m| m["endpoint"] == victim.as_str() && m["alive"] == false)
+        });
+        if repaired {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the idle program's pool did not replace {victim}: {all}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let status = child.wait().unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(status.success(), "{status}: {err}");
+    let want = String::from_utf8(local.wait_with_output().unwrap().stdout).unwrap();
+    assert!(want.contains("checksum"), "{want}");
+    assert_eq!(format!("built\n{rest}"), want, "{err}");
 }
 
 #[test]

@@ -134,21 +134,36 @@ impl Pool {
         self.members[m].draining.load(Ordering::Acquire)
     }
 
-    /// Asks every live member that is not yet draining whether it is (its answer to a ping).
-    fn poll_draining(&self) {
+    /// Pings every live member on its control connection: one that is draining says so; one
+    /// whose connection broke is reconnected, or found lost (and its extents repaired) even
+    /// while the program asks nothing of it.
+    fn check_members(&self) {
         for (m, member) in self.members.iter().enumerate() {
-            if !self.alive(m) || self.draining(m) {
+            if !self.alive(m) {
                 continue;
             }
-            let answer = member.session.with_control(|c| c.ping());
-            if let Some(Err(e)) = answer {
-                if e.server_code() == Some(ErrorCode::Draining) {
-                    log::warn!(
-                        "memnode {} is draining: moving its extents to the other memnodes",
-                        self.name(m)
-                    );
-                    member.draining.store(true, Ordering::Release);
+            let lost = member.session.with_control(|c| match c.ping() {
+                Ok(()) => None,
+                Err(e) if e.server_code() == Some(ErrorCode::Draining) => {
+                    if !member.draining.swap(true, Ordering::AcqRel) {
+                        log::warn!(
+                            "memnode {} is draining: moving its extents to the other memnodes",
+                            self.name(m)
+                        );
+                    }
+                    None
                 }
+                Err(e) if e.is_transient() => match member.session.reattach(&e) {
+                    Ok(fresh) => {
+                        *c = fresh;
+                        None
+                    }
+                    Err(lost) => Some(lost.to_string()),
+                },
+                Err(e) => Some(e.to_string()),
+            });
+            if let Some(Some(why)) = lost {
+                self.lose(m, &why);
             }
         }
     }
@@ -853,8 +868,8 @@ impl Drop for PoolHandle {
     }
 }
 
-/// The repair thread: every second (and at once when a member is lost), asks each member
-/// whether it is draining, repairs every extent that lost a replica or sits on a draining
+/// The repair thread: every second (and at once when a member is lost), pings each member
+/// (draining? still there?), repairs every extent that lost a replica or sits on a draining
 /// member, and ends the session on each draining member that no longer holds any extent.
 fn repair_loop(pool: &Pool) {
     let mut links: Vec<Option<Link>> = (0..pool.members.len()).map(|_| None).collect();
@@ -873,7 +888,7 @@ fn repair_loop(pool: &Pool) {
         if pool.stop.load(Ordering::Acquire) {
             return;
         }
-        pool.poll_draining();
+        pool.check_members();
         for extent in 0..pool.placement.len() {
             if pool.stop.load(Ordering::Acquire) {
                 return;
