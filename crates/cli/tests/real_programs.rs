@@ -512,6 +512,56 @@ fn python_checksums_match(via: Via) {
     assert_data_path(via, &s);
 }
 
+/// A `multiprocessing` pool (fork start method) over data the parent built: 48 MiB of
+/// bytearrays at a 16 MiB budget, most of them on the memnode when the workers are forked; each
+/// worker hashes its share of the parent's blocks. The result must equal the all-local run's.
+const PYTHON_POOL_JOB: &str = r#"
+import hashlib, multiprocessing as mp, sys
+blocks = [bytearray((b"block %6d " % i) * 87382)[: 1 << 20] for i in range(int(sys.argv[1]))]
+def digest(i):
+    return hashlib.sha256(blocks[i]).hexdigest()[:16]
+if __name__ == "__main__":
+    mp.set_start_method("fork")
+    with mp.Pool(2) as pool:
+        parts = pool.map(digest, range(len(blocks)), chunksize=4)
+    print("pool", hashlib.sha256("".join(parts).encode()).hexdigest())
+"#;
+
+#[test]
+fn python_multiprocessing_over_far_memory_matches_all_local() {
+    let python = require("python3");
+    let out = Command::new(&python)
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .unwrap();
+    let python = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let dir = TempDir::new("python-pool");
+    let script = dir.path().join("pool.py");
+    std::fs::write(&script, PYTHON_POOL_JOB).unwrap();
+    let script = script.to_string_lossy().into_owned();
+    let local = Command::new(&python)
+        .args([&script, "48"])
+        .output()
+        .unwrap();
+    assert!(local.status.success(), "{local:?}");
+    let want = String::from_utf8_lossy(&local.stdout).trim().to_string();
+    assert!(want.starts_with("pool "), "{want}");
+    let mut run = spawn_under_gleaner(dir.path(), "16M", None, &[&python, &script, "48"]);
+    assert_eq!(wait_exit(&mut run, Duration::from_secs(300)), Some(0));
+    let far = std::fs::read_to_string(dir.path().join("out.log")).unwrap();
+    assert_eq!(
+        far.trim(),
+        want,
+        "the pool's result under far memory differs from the all-local one; stderr: {}",
+        std::fs::read_to_string(dir.path().join("err.log")).unwrap_or_default()
+    );
+    let s = stats(dir.path());
+    assert!(
+        s["total"]["evictions"]["dirty"].as_u64().unwrap() > (24 << 20) / 4096,
+        "the parent's blocks went to the memnode: {s}"
+    );
+}
+
 /// The JVM's heap at a quarter of its size: 80k random 1 KiB arrays in a HashMap, two full GCs
 /// (which protect and unprotect parts of the heap), then a checksum over all of them.
 #[test]
