@@ -535,3 +535,71 @@ fn run_helper_with_unreadable_token(
         .unwrap_or(serde_json::Value::Null);
     (code, out, err, json)
 }
+
+/// A tenant of a shared memnode (`gleaner memnode --tenant`) whose quota is far below what the
+/// program evicts: the program keeps pages local up to its allowance, then stops with exit 86
+/// and a message naming the tenant, as for a full memnode; the memnode's other tenants are
+/// untouched (its main token still writes).
+#[test]
+fn a_tenant_over_its_quota_stops_the_program_clearly() {
+    preload_library_is_built();
+    let dir = TempDir::new("tenant");
+    let main_token = dir.path().join("main-token");
+    let tenant_token = dir.path().join("small-token");
+    gleaner_proto::write_token_file(&main_token, &gleaner_proto::generate_token()).unwrap();
+    let spec = format!("small:{}:4M:1", tenant_token.display());
+    let node = MemnodeProc::start_with_args(
+        "127.0.0.1:0",
+        "1G",
+        TempDir::new("tenant-node"),
+        main_token.clone(),
+        &["--tenant", &spec],
+    );
+    assert!(
+        tenant_token.exists(),
+        "the tenant's token file was generated"
+    );
+    let (code, out, err) = run_gleaner(
+        &[
+            "run",
+            "--local-mem",
+            "8M",
+            "--memnode",
+            &node.endpoint.to_string(),
+            "--token-file",
+            tenant_token.to_str().unwrap(),
+            "--compress",
+            "off",
+            "--",
+            program(),
+            "mixed",
+            "64",
+        ],
+        LIMIT,
+    );
+    assert_eq!(code, Some(86), "stdout: {out}\nstderr: {err}");
+    assert!(!out.contains("mixed ok"), "{out}");
+    assert!(
+        err.contains("tenant small"),
+        "the refusal names the tenant: {err}"
+    );
+    // The main token still has the memnode.
+    let (code, out, err) = run_gleaner(
+        &[
+            "run",
+            "--local-mem",
+            "8M",
+            "--memnode",
+            &node.endpoint.to_string(),
+            "--token-file",
+            main_token.to_str().unwrap(),
+            "--",
+            program(),
+            "mixed",
+            "32",
+        ],
+        LIMIT,
+    );
+    assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
+    assert!(out.contains("mixed ok"), "{out}");
+}

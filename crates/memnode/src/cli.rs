@@ -26,7 +26,7 @@ use gleaner_proto::{
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
-use crate::{Server, ServerConfig, ServerError, StatsSnapshot};
+use crate::{Server, ServerConfig, ServerError, StatsSnapshot, TenantConfig};
 
 /// Default listening address of `gleaner memnode` and default target of `gleaner memnode stats`.
 pub const DEFAULT_ADDR: &str = "127.0.0.1:7070";
@@ -89,6 +89,48 @@ pub struct ServeArgs {
     /// Shut down when standard input reaches end of file (for launchers holding the pipe).
     #[arg(long)]
     pub exit_on_stdin_eof: bool,
+    /// A tenant, NAME:TOKEN_FILE:QUOTA:WEIGHT (repeatable): clients holding its token (the file
+    /// is generated, mode 0600, if missing) share a quota of QUOTA bytes (e.g. 2G) and never
+    /// see other tenants' sessions; WEIGHT (a positive integer) is its share under contention.
+    /// The --token-file token stays valid, with the whole capacity.
+    #[arg(long, value_name = "SPEC", value_parser = parse_tenant)]
+    pub tenant: Vec<TenantSpec>,
+}
+
+/// A `--tenant` as given.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TenantSpec {
+    /// Its name.
+    pub name: String,
+    /// Its token file.
+    pub token_file: PathBuf,
+    /// Its quota in bytes.
+    pub quota: u64,
+    /// Its weight.
+    pub weight: u32,
+}
+
+/// Parses NAME:TOKEN_FILE:QUOTA:WEIGHT (the token file may itself contain colons).
+fn parse_tenant(s: &str) -> Result<TenantSpec, String> {
+    let bad = || format!("`{s}` is not NAME:TOKEN_FILE:QUOTA:WEIGHT");
+    let (name, rest) = s.split_once(':').ok_or_else(bad)?;
+    let (rest, weight) = rest.rsplit_once(':').ok_or_else(bad)?;
+    let (token_file, quota) = rest.rsplit_once(':').ok_or_else(bad)?;
+    if name.is_empty() || token_file.is_empty() {
+        return Err(bad());
+    }
+    let quota = parse_size(quota).map_err(|e| format!("tenant {name}: quota: {e}"))?;
+    let weight: u32 = weight
+        .parse()
+        .ok()
+        .filter(|&w| w > 0)
+        .ok_or_else(|| format!("tenant {name}: the weight must be a positive integer"))?;
+    Ok(TenantSpec {
+        name: name.to_string(),
+        token_file: PathBuf::from(token_file),
+        quota,
+        weight,
+    })
 }
 
 /// Options of `gleaner memnode stats`.
@@ -201,6 +243,14 @@ fn serve(args: ServeArgs) -> Result<(), CliError> {
     let mut signals = Signals::new([SIGTERM, SIGINT]).map_err(CliError::Signals)?;
     let mut config = ServerConfig::new(args.listen.clone(), capacity_bytes, token);
     config.lease = args.lease;
+    for t in &args.tenant {
+        config.tenants.push(TenantConfig {
+            name: t.name.clone(),
+            token: load_or_create_token(&t.token_file)?,
+            quota_bytes: t.quota,
+            weight: t.weight,
+        });
+    }
     let server = Server::bind(config)?;
     log::info!(
         "memnode: capacity {} ({capacity_bytes} bytes), lease {:?}, token file {}",
@@ -509,6 +559,26 @@ mod tests {
                 assert_eq!(d.timeout, 5);
             }
             _ => panic!("drain subcommand not parsed"),
+        }
+        let m = parse(&[
+            "--tenant",
+            "batch:/etc/g:x/tok:2G:3",
+            "--tenant",
+            "lc:t:512M:1",
+        ])
+        .unwrap();
+        assert_eq!(
+            m.serve.tenant[0],
+            TenantSpec {
+                name: "batch".into(),
+                token_file: "/etc/g:x/tok".into(),
+                quota: 2 << 30,
+                weight: 3
+            }
+        );
+        assert_eq!(m.serve.tenant[1].quota, 512 << 20);
+        for bad in ["x", "a:b:1G", ":t:1G:1", "a:t:1Q:1", "a:t:1G:0", "a::1G:1"] {
+            assert!(parse(&["--tenant", bad]).is_err(), "{bad}");
         }
         assert!(parse(&["--listen", "nonsense"]).is_err());
         assert!(parse(&["--lease", "-1"]).is_err());

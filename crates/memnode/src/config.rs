@@ -27,6 +27,23 @@ pub struct ServerConfig {
     pub handshake_timeout: Duration,
     /// Connections beyond this many are refused right after accept.
     pub max_connections: usize,
+    /// Tenants besides the one of [`ServerConfig::token`] (which may use the whole capacity):
+    /// each with its own token and a quota. A client's token decides its tenant.
+    pub tenants: Vec<TenantConfig>,
+}
+
+/// A tenant of a memnode: the clients that prove they hold its token, and what they may use.
+#[derive(Clone)]
+pub struct TenantConfig {
+    /// Its name, for stats and messages.
+    pub name: String,
+    /// Its token.
+    pub token: Token,
+    /// The most bytes its sessions together may hold.
+    pub quota_bytes: u64,
+    /// Its share when clients compete for the memnode (recorded and reported; the request
+    /// scheduler that uses it is issue 13's remaining work).
+    pub weight: u32,
 }
 
 impl ServerConfig {
@@ -40,6 +57,7 @@ impl ServerConfig {
             lease: DEFAULT_LEASE,
             handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            tenants: Vec::new(),
         }
     }
 }

@@ -148,14 +148,18 @@ impl Conn<'_> {
                 Ok(_) => unreachable!("an Auth header decodes to an Auth message"),
                 Err(e) => return Err(malformed(&e, header.req_id)),
             };
-        let expected = client_proof(
-            &cfg.token,
-            &server_nonce,
-            &client_nonce,
-            session_id,
-            &session_key,
-        );
-        if !proofs_equal(&expected, &proof) {
+        // The token the proof was made with decides the tenant.
+        let tenant = self.shared.tenants.iter().find(|t| {
+            let expected = client_proof(
+                &t.token,
+                &server_nonce,
+                &client_nonce,
+                session_id,
+                &session_key,
+            );
+            proofs_equal(&expected, &proof)
+        });
+        let Some(tenant) = tenant.cloned() else {
             bump(&self.shared.counters.auth_failures, 1);
             log::warn!(
                 "{}: authentication failed: wrong token (client {client_name:?})",
@@ -163,9 +167,9 @@ impl Conn<'_> {
             );
             self.send_error(header.req_id, ErrorCode::AuthFailed, "wrong token");
             return Err(End::Refused);
-        }
+        };
         let session = if session_id == 0 {
-            let s = self.shared.sessions.create(&client_name);
+            let s = self.shared.sessions.create(&client_name, &tenant);
             bump(&self.shared.counters.sessions_created, 1);
             log::info!(
                 "{}: new session {} for client {:?}",
@@ -175,7 +179,11 @@ impl Conn<'_> {
             );
             s
         } else {
-            match self.shared.sessions.attach(session_id, &session_key) {
+            match self
+                .shared
+                .sessions
+                .attach(session_id, &session_key, &tenant)
+            {
                 Ok(s) => {
                     log::debug!("{}: attached to session {}", self.peer, s.id());
                     s
@@ -204,8 +212,8 @@ impl Conn<'_> {
         let welcome = Message::Welcome {
             session_id: session.id(),
             session_key: session.key(),
-            proof: server_proof(&cfg.token, &server_nonce, &client_nonce, session.id()),
-            capacity_bytes: self.shared.capacity.total(),
+            proof: server_proof(&tenant.token, &server_nonce, &client_nonce, session.id()),
+            capacity_bytes: tenant.capacity.total(),
             lease_ms: cfg.lease.as_millis().try_into().unwrap_or(u64::MAX),
         };
         let sent = self.send(header.req_id, &welcome).and_then(|_| {
@@ -315,7 +323,7 @@ impl Conn<'_> {
                     } else {
                         Some(store.write(
                             &mut self.staged,
-                            &shared.capacity,
+                            session.capacity(),
                             &mut self.order,
                             &mut self.replaced,
                         ))
@@ -345,7 +353,7 @@ impl Conn<'_> {
                     if store.is_ended() {
                         None
                     } else {
-                        Some(store.free(&ranges, &shared.capacity))
+                        Some(store.free(&ranges, session.capacity()))
                     }
                 };
                 match removed {
@@ -391,7 +399,7 @@ impl Conn<'_> {
                             .into(),
                     )
                 } else {
-                    match session.grant(pages, &shared.capacity) {
+                    match session.grant(pages, session.capacity()) {
                         Ok(None) => ended(session),
                         Ok(Some((id, granted, fd))) => {
                             bump(&counters.slabs_granted, 1);
@@ -423,7 +431,7 @@ impl Conn<'_> {
             Message::Goodbye => {
                 bump(&counters.req_goodbye, 1);
                 let removed = shared.sessions.remove(session);
-                let released = session.end(&shared.capacity);
+                let released = session.end(session.capacity());
                 if removed {
                     bump(&counters.sessions_ended_by_goodbye, 1);
                     log::info!(

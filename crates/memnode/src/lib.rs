@@ -43,7 +43,7 @@ mod slabs;
 pub mod stats;
 mod store;
 
-pub use config::ServerConfig;
+pub use config::{ServerConfig, TenantConfig};
 pub use error::ServerError;
 pub use server::{RunSummary, Server, ShutdownHandle};
-pub use stats::StatsSnapshot;
+pub use stats::{StatsSnapshot, TenantStats};

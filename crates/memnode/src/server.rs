@@ -29,14 +29,16 @@ use gleaner_proto::{Endpoint, ErrorCode, Message, Stream, PAGE_SIZE};
 use crate::config::ServerConfig;
 use crate::error::ServerError;
 use crate::listener::{Accepted, Listener, Waker};
-use crate::session::SessionTable;
+use crate::session::{SessionTable, Tenant};
 use crate::stats::{self, bump, Counters, StatsSnapshot};
 use crate::store::{Capacity, Released};
 
 /// State shared by the accept loop, the connection threads and the reaper.
 pub(crate) struct Shared {
     pub(crate) config: ServerConfig,
-    pub(crate) capacity: Capacity,
+    pub(crate) capacity: Arc<Capacity>,
+    /// The main token's tenant (the whole capacity) first, then the configured ones.
+    pub(crate) tenants: Vec<Arc<Tenant>>,
     pub(crate) sessions: SessionTable,
     pub(crate) counters: Counters,
     started: Instant,
@@ -74,6 +76,7 @@ impl Shared {
         stats::snapshot(stats::Inputs {
             counters: &self.counters,
             capacity: &self.capacity,
+            tenants: &self.tenants,
             sessions: self.sessions.snapshot(),
             uptime: self.started.elapsed(),
             lease: self.config.lease,
@@ -192,8 +195,33 @@ impl Server {
             ));
         }
         let (listener, waker) = Listener::bind(&config.listen)?;
+        let capacity = Arc::new(Capacity::new(config.capacity_bytes));
+        let mut tenants = vec![Arc::new(Tenant {
+            name: "default".into(),
+            token: config.token,
+            weight: 1,
+            capacity: capacity.clone(),
+        })];
+        for t in &config.tenants {
+            if tenants
+                .iter()
+                .any(|x| x.name == t.name || x.token == t.token)
+            {
+                return Err(ServerError::Config(format!(
+                    "tenant {} repeats another tenant's name or token",
+                    t.name
+                )));
+            }
+            tenants.push(Arc::new(Tenant {
+                name: t.name.clone(),
+                token: t.token,
+                weight: t.weight,
+                capacity: Arc::new(Capacity::quota(t.quota_bytes, capacity.clone(), &t.name)),
+            }));
+        }
         let shared = Arc::new(Shared {
-            capacity: Capacity::new(config.capacity_bytes),
+            capacity,
+            tenants,
             sessions: SessionTable::new(),
             counters: Counters::default(),
             started: Instant::now(),
@@ -278,7 +306,7 @@ impl Server {
         let remaining = shared.sessions.take_all();
         let at_exit = remaining
             .iter()
-            .map(|s| s.end(&shared.capacity))
+            .map(|s| s.end(s.capacity()))
             .fold(Released::default(), |a, b| a + b);
         let c = &shared.counters;
         let summary = RunSummary {
@@ -361,7 +389,7 @@ fn reap(shared: &Shared) {
             return;
         }
         for s in shared.sessions.take_expired(lease) {
-            let freed = s.end(&shared.capacity);
+            let freed = s.end(s.capacity());
             bump(&shared.counters.sessions_released_by_lease, 1);
             log::info!(
                 "session {} ({:?}) released: no connection for {:?} (the lease); freed {} pages \

@@ -25,6 +25,8 @@ const MAX_CLIENT_NAME: usize = 128;
 pub(crate) struct Session {
     id: u64,
     key: SessionKey,
+    /// Whose token opened it: its pages count against this tenant's quota.
+    tenant: Arc<Tenant>,
     client: String,
     created: Instant,
     store: RwLock<PageStore>,
@@ -38,7 +40,36 @@ pub(crate) struct Session {
     pub(crate) requests: AtomicU64,
 }
 
+/// A tenant: its name, token, weight, and the quota its sessions draw on (the memnode's whole
+/// capacity for the tenant of the main token).
+pub(crate) struct Tenant {
+    pub(crate) name: String,
+    pub(crate) token: gleaner_proto::Token,
+    pub(crate) weight: u32,
+    pub(crate) capacity: Arc<Capacity>,
+}
+
+impl std::fmt::Debug for Tenant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the token.
+        f.debug_struct("Tenant")
+            .field("name", &self.name)
+            .field("weight", &self.weight)
+            .finish()
+    }
+}
+
 impl Session {
+    /// The capacity its pages draw on: its tenant's quota.
+    pub(crate) fn capacity(&self) -> &Capacity {
+        &self.tenant.capacity
+    }
+
+    /// Its tenant.
+    pub(crate) fn tenant(&self) -> &Arc<Tenant> {
+        &self.tenant
+    }
+
     /// The session id (never 0).
     pub(crate) fn id(&self) -> u64 {
         self.id
@@ -153,7 +184,7 @@ impl SessionTable {
     }
 
     /// Creates a session with a random id and key, with one connection attached.
-    pub(crate) fn create(&self, client: &str) -> Arc<Session> {
+    pub(crate) fn create(&self, client: &str, tenant: &Arc<Tenant>) -> Arc<Session> {
         let mut entries = self.lock();
         let id = loop {
             let id = u64::from_le_bytes(random_bytes());
@@ -164,6 +195,7 @@ impl SessionTable {
         let session = Arc::new(Session {
             id,
             key: random_bytes(),
+            tenant: tenant.clone(),
             client: truncate(client, MAX_CLIENT_NAME).to_string(),
             created: Instant::now(),
             store: RwLock::new(PageStore::new(self.hash_seed ^ id)),
@@ -185,10 +217,16 @@ impl SessionTable {
 
     /// Attaches one more connection to session `id` if `key` is its key (compared in constant
     /// time).
-    pub(crate) fn attach(&self, id: u64, key: &SessionKey) -> Result<Arc<Session>, AttachError> {
+    pub(crate) fn attach(
+        &self,
+        id: u64,
+        key: &SessionKey,
+        tenant: &Arc<Tenant>,
+    ) -> Result<Arc<Session>, AttachError> {
         let mut entries = self.lock();
         let entry = entries.get_mut(&id).ok_or(AttachError::Unknown)?;
-        if !keys_equal(&entry.session.key, key) {
+        // Another tenant's token never opens a session, even with its key.
+        if !keys_equal(&entry.session.key, key) || !Arc::ptr_eq(&entry.session.tenant, tenant) {
             return Err(AttachError::WrongKey);
         }
         entry.live += 1;
@@ -278,20 +316,35 @@ fn truncate(s: &str, max: usize) -> &str {
 mod tests {
     use super::*;
 
+    fn tenant(name: &str) -> Arc<Tenant> {
+        Arc::new(Tenant {
+            name: name.into(),
+            token: [0; 32],
+            weight: 1,
+            capacity: Arc::new(Capacity::new(1 << 20)),
+        })
+    }
+
     #[test]
     fn attach_detach_and_lease_expiry() {
         let t = SessionTable::new();
-        let s = t.create("test");
+        let (a, b) = (tenant("a"), tenant("b"));
+        let s = t.create("test", &a);
         assert_ne!(s.id(), 0);
         assert_eq!(
-            t.attach(s.id(), &[0; 16]).unwrap_err(),
+            t.attach(s.id(), &s.key(), &b).unwrap_err(),
+            AttachError::WrongKey,
+            "another tenant's token does not open the session"
+        );
+        assert_eq!(
+            t.attach(s.id(), &[0; 16], &a).unwrap_err(),
             AttachError::WrongKey
         );
         assert_eq!(
-            t.attach(s.id() ^ 1, &s.key()).unwrap_err(),
+            t.attach(s.id() ^ 1, &s.key(), &a).unwrap_err(),
             AttachError::Unknown
         );
-        let again = t.attach(s.id(), &s.key()).unwrap();
+        let again = t.attach(s.id(), &s.key(), &a).unwrap();
         assert!(Arc::ptr_eq(&s, &again));
         t.detach(&s);
         assert!(t.take_expired(Duration::ZERO).is_empty(), "one still live");
@@ -300,7 +353,7 @@ mod tests {
         let gone = t.take_expired(Duration::ZERO);
         assert_eq!(gone.len(), 1);
         assert_eq!(
-            t.attach(s.id(), &s.key()).unwrap_err(),
+            t.attach(s.id(), &s.key(), &a).unwrap_err(),
             AttachError::Unknown
         );
     }
@@ -308,7 +361,7 @@ mod tests {
     #[test]
     fn long_client_names_are_cut_at_a_char_boundary() {
         let t = SessionTable::new();
-        let s = t.create(&"é".repeat(200));
+        let s = t.create(&"é".repeat(200), &tenant("a"));
         assert!(s.client().len() <= MAX_CLIENT_NAME);
         assert!(s.client().chars().all(|c| c == 'é'));
         assert!(t.remove(&s));

@@ -98,6 +98,24 @@ pub struct StatsSnapshot {
     pub sessions_omitted: u64,
     /// Per-session details, largest (`stored_bytes + slab_bytes`) first.
     pub sessions: Vec<SessionStats>,
+    /// Each tenant: the main token's (`default`, the whole capacity) and those of `--tenant`.
+    #[serde(default)]
+    pub tenants: Vec<TenantStats>,
+}
+
+/// One tenant in the stats.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TenantStats {
+    /// Its name.
+    pub name: String,
+    /// The most bytes its sessions may hold together.
+    pub quota_bytes: u64,
+    /// Bytes they hold now.
+    pub used_bytes: u64,
+    /// Its weight.
+    pub weight: u32,
+    /// Its sessions alive now.
+    pub sessions: u64,
 }
 
 /// Server-wide counters since start.
@@ -172,6 +190,9 @@ pub struct SessionStats {
     pub id: u64,
     /// The client name given by the connection that created it.
     pub client: String,
+    /// The tenant whose token opened it (`default` for the main token).
+    #[serde(default)]
+    pub tenant: String,
     /// Pages stored (requests over the socket), one blob each.
     pub pages_held: u64,
     /// `pages_held × page_size`: what they would take uncompressed.
@@ -245,6 +266,7 @@ impl Counters {
 pub(crate) struct Inputs<'a> {
     pub counters: &'a Counters,
     pub capacity: &'a Capacity,
+    pub tenants: &'a [std::sync::Arc<crate::session::Tenant>],
     pub sessions: Vec<SessionView>,
     pub uptime: Duration,
     pub lease: Duration,
@@ -265,6 +287,7 @@ pub(crate) fn snapshot(inputs: Inputs<'_>) -> StatsSnapshot {
             SessionStats {
                 id: v.session.id(),
                 client: v.session.client().to_string(),
+                tenant: v.session.tenant().name.clone(),
                 pages_held,
                 page_bytes_held: pages_held * gleaner_proto::PAGE_SIZE as u64,
                 stored_bytes,
@@ -288,6 +311,17 @@ pub(crate) fn snapshot(inputs: Inputs<'_>) -> StatsSnapshot {
     let slab_bytes = sum(|s| s.slab_bytes);
     let host_bytes = stored_bytes + sum(|s| s.shm_resident_bytes);
     let total = sessions.len();
+    let tenants = inputs
+        .tenants
+        .iter()
+        .map(|t| TenantStats {
+            name: t.name.clone(),
+            quota_bytes: t.capacity.total(),
+            used_bytes: t.capacity.used(),
+            weight: t.weight,
+            sessions: sessions.iter().filter(|s| s.tenant == t.name).count() as u64,
+        })
+        .collect();
     sessions.sort_unstable_by(|a, b| {
         (b.stored_bytes + b.slab_bytes)
             .cmp(&(a.stored_bytes + a.slab_bytes))
@@ -313,6 +347,7 @@ pub(crate) fn snapshot(inputs: Inputs<'_>) -> StatsSnapshot {
         sessions_total: total as u64,
         sessions_omitted: (total - sessions.len()) as u64,
         sessions,
+        tenants,
     }
 }
 

@@ -44,6 +44,7 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use gleaner_proto::units::format_size;
 use gleaner_proto::{PageBatch, PageIds, PageRanges};
@@ -65,11 +66,15 @@ struct Stored {
 const MISSING_LISTED: usize = 8;
 
 /// The bytes all sessions together may hold (blob lengths plus granted slabs), and how many they
-/// hold now.
+/// hold now; or, with a parent, one tenant's quota within the memnode's capacity: a reservation
+/// must fit both, and a release returns to both.
 #[derive(Debug)]
 pub(crate) struct Capacity {
     total: u64,
     used: AtomicU64,
+    parent: Option<Arc<Capacity>>,
+    /// The tenant whose quota this is.
+    owner: Option<String>,
 }
 
 impl Capacity {
@@ -78,6 +83,19 @@ impl Capacity {
         Capacity {
             total,
             used: AtomicU64::new(0),
+            parent: None,
+            owner: None,
+        }
+    }
+
+    /// Tenant `owner`'s quota of `total` bytes within `parent`.
+    pub(crate) fn quota(total: u64, parent: Arc<Capacity>, owner: &str) -> Self {
+        let total = total.min(parent.total);
+        Capacity {
+            total,
+            used: AtomicU64::new(0),
+            parent: Some(parent),
+            owner: Some(owner.to_string()),
         }
     }
 
@@ -91,13 +109,35 @@ impl Capacity {
         self.used.load(Ordering::Relaxed)
     }
 
-    /// Bytes free now.
+    /// Bytes free now (within the parent's free bytes too).
     pub(crate) fn free(&self) -> u64 {
-        self.total.saturating_sub(self.used())
+        let own = self.total.saturating_sub(self.used());
+        self.parent.as_ref().map_or(own, |p| own.min(p.free()))
     }
 
-    /// Reserves `n` bytes atomically, or returns how many were free if `n` do not fit.
+    /// Reserves `n` bytes atomically (here and in the parent), or returns how many were free
+    /// if `n` do not fit.
     pub(crate) fn try_reserve(&self, n: u64) -> Result<(), u64> {
+        self.reserve_or_refuse(n).map_err(|r| r.free)
+    }
+
+    /// As [`Capacity::try_reserve`], saying which level refused.
+    pub(crate) fn reserve_or_refuse(&self, n: u64) -> Result<(), Refused> {
+        self.try_reserve_here(n).map_err(|free| Refused {
+            free,
+            total: self.total,
+            quota_of: self.owner.clone(),
+        })?;
+        if let Some(p) = &self.parent {
+            if let Err(r) = p.reserve_or_refuse(n) {
+                self.release_here(n);
+                return Err(r);
+            }
+        }
+        Ok(())
+    }
+
+    fn try_reserve_here(&self, n: u64) -> Result<(), u64> {
         let mut used = self.used.load(Ordering::Relaxed);
         loop {
             let free = self.total.saturating_sub(used);
@@ -116,8 +156,15 @@ impl Capacity {
         }
     }
 
-    /// Returns `n` bytes to the pool.
+    /// Returns `n` bytes to the pool (and the parent's).
     pub(crate) fn release(&self, n: u64) {
+        self.release_here(n);
+        if let Some(p) = &self.parent {
+            p.release(n);
+        }
+    }
+
+    fn release_here(&self, n: u64) {
         if n == 0 {
             return;
         }
@@ -127,6 +174,17 @@ impl Capacity {
             "released {n} bytes but only {before} were used"
         );
     }
+}
+
+/// A reservation that did not fit, and where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Refused {
+    /// Bytes free at that level.
+    pub free: u64,
+    /// That level's total.
+    pub total: u64,
+    /// The tenant, when its quota refused (None: the memnode's capacity).
+    pub quota_of: Option<String>,
 }
 
 /// What removing pages (or slabs) gave back.
@@ -150,21 +208,27 @@ impl std::ops::Add for Released {
 }
 
 /// A write did not fit: nothing was stored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Full {
     /// Bytes the batch would have added to the session (its net growth).
     pub needed: u64,
     /// Bytes free at the time.
     pub free: u64,
-    /// Total capacity in bytes.
+    /// Total capacity (or the tenant's quota) in bytes.
     pub total: u64,
+    /// The tenant whose quota refused the batch (None: the memnode's capacity did).
+    pub tenant: Option<String>,
 }
 
 impl std::fmt::Display for Full {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.tenant {
+            Some(t) => write!(f, "tenant {t} is at its quota")?,
+            None => write!(f, "memnode full")?,
+        }
         write!(
             f,
-            "memnode full: batch needs {} more bytes, {} of {} free ({} of {})",
+            ": batch needs {} more bytes, {} of {} free ({} of {})",
             self.needed,
             self.free,
             self.total,
@@ -323,10 +387,11 @@ impl PageStore {
             applied.push(i);
         }
         let needed = grow.saturating_sub(shrink);
-        capacity.try_reserve(needed).map_err(|free| Full {
+        capacity.reserve_or_refuse(needed).map_err(|r| Full {
             needed,
-            free,
-            total: capacity.total(),
+            free: r.free,
+            total: r.total,
+            tenant: r.quota_of,
         })?;
         applied.sort_unstable();
         self.pages.reserve(applied.len());
@@ -561,6 +626,61 @@ mod tests {
     }
 
     #[test]
+    fn a_quota_bounds_its_tenant_and_draws_on_the_memnode() {
+        let memnode = Arc::new(Capacity::new(10 * P));
+        let quota = Capacity::quota(4 * P, memnode.clone(), "t");
+        assert_eq!(quota.try_reserve(3 * P), Ok(()));
+        assert_eq!(
+            memnode.used(),
+            3 * P,
+            "a quota's bytes are the memnode's too"
+        );
+        assert_eq!(
+            quota.try_reserve(2 * P),
+            Err(P),
+            "only one page left in the quota"
+        );
+        assert_eq!(memnode.try_reserve(6 * P), Ok(()));
+        assert_eq!(quota.free(), P, "the memnode has one page left too");
+        assert_eq!(memnode.try_reserve(P), Ok(()));
+        assert_eq!(quota.try_reserve(P), Err(0), "the memnode is full");
+        assert_eq!(
+            quota.used(),
+            3 * P,
+            "a refusal by the memnode reserves nothing here"
+        );
+        quota.release(3 * P);
+        assert_eq!((quota.used(), memnode.used()), (0, 7 * P));
+        let mut s = PageStore::new(4);
+        let mut staged = Vec::new();
+        let raw = batch(&[(1, PAGE_SIZE), (2, PAGE_SIZE)]);
+        stage(&PageBatch::from_encoded(&raw), &mut staged);
+        memnode.release(7 * P);
+        let small = Capacity::quota(P, memnode.clone(), "t");
+        let full = s
+            .write(&mut staged, &small, &mut Vec::new(), &mut Vec::new())
+            .unwrap_err();
+        assert_eq!(full.tenant.as_deref(), Some("t"));
+        assert!(
+            full.to_string()
+                .starts_with("tenant t is at its quota: batch needs"),
+            "{full}"
+        );
+        // The memnode's own capacity refusing is said so, even for a tenant's session.
+        let busy = Arc::new(Capacity::new(10 * P));
+        busy.try_reserve(9 * P).unwrap();
+        let roomy = Capacity::quota(10 * P, busy, "t");
+        let full = s
+            .write(&mut staged, &roomy, &mut Vec::new(), &mut Vec::new())
+            .unwrap_err();
+        assert_eq!(full.tenant, None);
+        assert!(
+            full.to_string().starts_with("memnode full: batch needs"),
+            "{full}"
+        );
+    }
+
+    #[test]
     fn a_late_batch_never_overwrites_a_newer_version() {
         let cap = Capacity::new(100 * P);
         let mut s = PageStore::new(9);
@@ -624,7 +744,8 @@ mod tests {
             Full {
                 needed: 2 * P,
                 free: P,
-                total: 4 * P
+                total: 4 * P,
+                tenant: None,
             }
         );
         assert_eq!(s.len(), 3);
@@ -677,7 +798,8 @@ mod tests {
             Full {
                 needed: 200,
                 free: 100,
-                total: 1000
+                total: 1000,
+                tenant: None,
             }
         );
         assert_eq!(
@@ -727,7 +849,8 @@ mod tests {
             Full {
                 needed: 800,
                 free: 700,
-                total: 1000
+                total: 1000,
+                tenant: None,
             }
         );
         assert_eq!(read(&s, 8).len(), 100);
@@ -825,6 +948,7 @@ mod tests {
             needed: 8200,
             free: 4096,
             total: 1 << 20,
+            tenant: None,
         };
         assert_eq!(
             full.to_string(),

@@ -108,6 +108,17 @@ impl MemnodeProc {
         token_file: PathBuf,
         lease_secs: &str,
     ) -> MemnodeProc {
+        Self::start_with_args(listen, capacity, dir, token_file, &["--lease", lease_secs])
+    }
+
+    /// As [`MemnodeProc::start_with_token`], with more `gleaner memnode` arguments.
+    pub fn start_with_args(
+        listen: &str,
+        capacity: &str,
+        dir: TempDir,
+        token_file: PathBuf,
+        extra: &[&str],
+    ) -> MemnodeProc {
         let listen = if listen == "unix" {
             format!("unix:{}", dir.path().join("m.sock").display())
         } else {
@@ -116,7 +127,7 @@ impl MemnodeProc {
         let stderr_file = dir.path().join("memnode.stderr");
         let mut child = Command::new(gleaner_bin())
             .args(["memnode", "--listen", &listen, "--capacity", capacity])
-            .args(["--lease", lease_secs])
+            .args(extra)
             .arg("--token-file")
             .arg(&token_file)
             .stdin(Stdio::null())
