@@ -957,6 +957,9 @@ fn repair_extent(pool: &Pool, extent: usize, links: &mut [Option<Link>]) -> Resu
         for &m in &added {
             pool.members[m].extents.fetch_add(1, Ordering::Relaxed);
         }
+        for m in members.iter().filter(|m| !during.contains(m)) {
+            pool.members[*m].extents.fetch_sub(1, Ordering::Relaxed);
+        }
         targets = added;
     }
     if !targets.is_empty() {
