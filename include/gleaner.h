@@ -42,6 +42,19 @@ void *gleaner_region_addr(const gleaner_region *region);
 /* The region's size in bytes (the requested size rounded up to whole pages). */
 size_t gleaner_region_size(const gleaner_region *region);
 
+/* Asks for `len` bytes at `offset` of the region to be fetched ahead of use (a prefetch hint):
+ * its far pages come back in the background at prefetch priority, only while the budget has
+ * room. Returns at once. */
+void gleaner_region_prefetch(const gleaner_region *region, size_t offset, size_t len);
+
+/* Under `gleaner run` (or LD_PRELOAD=libgleaner_preload.so), the program's own heap takes hints
+ * the same way, through a function the preload library exports. A program or runtime finds it
+ * without linking to gleaner, and runs unchanged without it:
+ *
+ *     int (*hint)(const void *, size_t) = dlsym(RTLD_DEFAULT, "gleaner_prefetch");
+ *     if (hint) hint(addr, len);   // 0: queued; -1: not far-memory heap
+ */
+
 /* The region's statistics as a JSON document; free it with gleaner_string_free(). */
 char *gleaner_region_stats_json(const gleaner_region *region);
 

@@ -82,6 +82,20 @@ pub unsafe extern "C" fn gleaner_region_size(region: *const GleanerRegion) -> us
     unsafe { &*region }.0.len()
 }
 
+/// See `gleaner_region_prefetch`.
+///
+/// # Safety
+/// `region` was returned by `gleaner_region_create` and not yet destroyed.
+#[no_mangle]
+pub unsafe extern "C" fn gleaner_region_prefetch(
+    region: *const GleanerRegion,
+    offset: usize,
+    len: usize,
+) {
+    // SAFETY: the caller passes a live handle.
+    unsafe { &*region }.0.prefetch_hint(offset, len)
+}
+
 /// See `gleaner_region_stats_json`.
 ///
 /// # Safety

@@ -54,6 +54,8 @@ pub(crate) struct Engine {
     /// see [`PageStore::forget`]).
     pub(crate) drop_far_copies: crate::config::FarCopies,
     pub(crate) stop: Stop,
+    /// Prefetch hints from the program (`Region::prefetch_hint`), for the hint thread.
+    pub(crate) hints: crate::hint::Hints,
 }
 
 /// How writes to resident pages are tracked (resolved from `RegionConfig::dirty_tracking`).
@@ -207,6 +209,10 @@ impl Engine {
             policy: self.policy.lock().expect("policy lock").name(),
             prefetch: self.prefetch.stats(remote),
             write_prediction: self.writes.stats(),
+            hints: crate::stats::HintStats {
+                pages_hinted: self.hints.pages_hinted.load(Ordering::Relaxed),
+                pages_fetched: self.hints.pages_fetched.load(Ordering::Relaxed),
+            },
             memnode: self.store.describe(),
             store: self.store.stats(),
             dirty_tracking: match self.tracking {

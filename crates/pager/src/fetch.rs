@@ -43,10 +43,11 @@ pub(crate) fn install_fetched(
 }
 
 /// Fetches the prefetcher's candidates (in `h.candidates`) that are still remote, in one batched
-/// read after the demand fetch, and installs or stages them (see `prefetch.rs`).
-pub(crate) fn prefetch(engine: &Engine, h: &mut Handler) {
+/// read after the demand fetch, and installs or stages them (see `prefetch.rs`); returns how
+/// many it fetched.
+pub(crate) fn prefetch(engine: &Engine, h: &mut Handler) -> usize {
     if h.candidates.is_empty() {
-        return;
+        return 0;
     }
     let table = &engine.mem.table;
     let pages = engine.mem.pages();
@@ -81,7 +82,7 @@ pub(crate) fn prefetch(engine: &Engine, h: &mut Handler) {
         h.claimed.push(q as u64);
     }
     if h.claimed.is_empty() {
-        return;
+        return 0;
     }
     engine.prefetch.count_issued(h.claimed.len());
     let claimed = std::mem::take(&mut h.claimed);
@@ -127,11 +128,13 @@ pub(crate) fn prefetch(engine: &Engine, h: &mut Handler) {
     if let Err(e) = r {
         lost(engine, claimed[0] as usize, &e);
     }
+    let fetched = claimed.len();
     h.claimed = claimed;
     if released > 0 {
         engine.budget.release(released);
         engine.budget.notify_progress();
     }
+    fetched
 }
 
 /// Fetches `ids` (pages the caller holds in FETCHING) and installs them clean, over budget.

@@ -26,6 +26,7 @@ mod fatal;
 mod fault;
 mod fetch;
 mod handler;
+mod hint;
 mod mapping;
 mod mem;
 pub mod policy;
@@ -54,7 +55,9 @@ pub use prefetch::PrefetchStats;
 pub use reclaim::ReclaimStats;
 pub use region::Region;
 pub use sampler::STATS_TRACE_INTERVAL;
-pub use stats::{EvictionStats, FaultBreakdown, FaultStats, LatencySummary, RegionStats};
+pub use stats::{
+    EvictionStats, FaultBreakdown, FaultStats, HintStats, LatencySummary, RegionStats,
+};
 pub use status::{status_dir, STATUS_INTERVAL};
 pub use store::pool::MAX_REPLICAS;
 pub use store::StoreStats;

@@ -135,7 +135,8 @@ impl Region {
         let pool = reclaim.pool_size();
         let placement = cfg.handler_placement();
         let mut handles = Vec::new();
-        for _ in 0..placement.len() + pool {
+        // One more for the prefetch-hint thread.
+        for _ in 0..placement.len() + pool + 1 {
             handles.push(store.handle()?);
         }
         log::debug!(
@@ -220,6 +221,7 @@ impl Region {
                 crate::config::FarCopies::None
             },
             stop,
+            hints: crate::hint::Hints::default(),
         });
         let mut threads = Vec::new();
         let hook = cfg.thread_start_hook;
@@ -251,6 +253,13 @@ impl Region {
                     crate::status::status_dir().display()
                 ),
             }
+        }
+        {
+            let handle = handles.pop().expect("one store handle for the hint thread");
+            let e = engine.clone();
+            threads.push(spawn("gleaner-hints", hook, move || {
+                crate::hint::run(e, handle)
+            })?);
         }
         for (i, (cpu, handle)) in placement.into_iter().zip(handles).enumerate() {
             let e = engine.clone();
@@ -300,6 +309,19 @@ impl Region {
     /// The statistics as pretty-printed JSON.
     pub fn stats_json(&self) -> String {
         serde_json::to_string_pretty(&self.stats()).expect("stats serialise")
+    }
+
+    /// Asks for `len` bytes at `offset` to be fetched ahead of use (a runtime prefetch hint):
+    /// the far pages of the range are fetched in the background at prefetch priority (only
+    /// while the budget has room, never evicting for them). Returns at once; pages already
+    /// local, never touched, or beyond the region are skipped.
+    pub fn prefetch_hint(&self, offset: usize, len: usize) {
+        if len == 0 || offset >= self.len() {
+            return;
+        }
+        let first = offset / PAGE_SIZE;
+        let end = (offset.saturating_add(len).min(self.len())).div_ceil(PAGE_SIZE);
+        self.engine.hints.push(first, end - first);
     }
 
     /// Forgets the contents of `len` bytes at `offset` (both page-aligned): the next touch of
@@ -479,6 +501,7 @@ impl Drop for Region {
         e.stop.request();
         e.reclaim.wake_pool();
         e.budget.notify_progress();
+        e.hints.wake();
         for t in self.threads.drain(..) {
             t.join();
         }

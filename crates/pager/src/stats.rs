@@ -223,6 +223,15 @@ pub struct EvictionStats {
     pub vectored_drop: bool,
 }
 
+/// What the runtime prefetch hints did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct HintStats {
+    /// Pages the program asked for ahead of use.
+    pub pages_hinted: u64,
+    /// Pages the hints fetched (held far, with room in the budget).
+    pub pages_fetched: u64,
+}
+
 /// A snapshot of one region's statistics (the JSON that `stats_json` and the exit dump print).
 #[derive(Debug, Clone, Serialize)]
 pub struct RegionStats {
@@ -240,6 +249,8 @@ pub struct RegionStats {
     pub fault_breakdown: FaultBreakdown,
     /// Prefetching: issued, used, late, wasted; accuracy and coverage.
     pub prefetch: crate::prefetch::PrefetchStats,
+    /// Runtime prefetch hints (`Region::prefetch_hint`, `gleaner_prefetch`).
+    pub hints: HintStats,
     /// Write prediction: read fetches installed writable, or (off) its shadow precision.
     pub write_prediction: crate::predict::WritePredictionStats,
     /// Reclaim: the scheduler's watermarks and feedback, the pool, direct reclaims.

@@ -375,6 +375,23 @@ fn report_pager(outcome: &str, error: Option<&str>) -> Report {
 #[link_section = ".init_array"]
 static INIT: extern "C" fn() = init;
 
+/// A prefetch hint for the program's far-memory heap (see `include/gleaner.h`): the far pages of
+/// `len` bytes at `addr` are fetched in the background, at prefetch priority. Returns 0 when the
+/// range starts in managed memory, -1 otherwise (or when the library is inert). Programs and
+/// runtimes find it with `dlsym(RTLD_DEFAULT, "gleaner_prefetch")`.
+#[no_mangle]
+pub extern "C" fn gleaner_prefetch(addr: *const libc::c_void, len: usize) -> libc::c_int {
+    let addr = addr as usize;
+    let Some(a) = arena::get().filter(|_| arena::contains(addr)) else {
+        return -1;
+    };
+    let was = IN_RUNTIME.with(|c| c.replace(true));
+    let base = a.region.as_ptr() as usize;
+    a.region.prefetch_hint(addr - base, len);
+    IN_RUNTIME.with(|c| c.set(was));
+    0
+}
+
 extern "C" fn at_exit() {
     if is_fork_child() {
         return;
