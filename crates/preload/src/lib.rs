@@ -199,11 +199,12 @@ fn start() -> Result<bool, String> {
     logger::install();
     if std::env::var_os("GLEANER_PRINT_CONFIG").is_some() {
         eprintln!(
-            "gleaner: local {} | memnode {} | token {} | arena {} | handlers {} (spin {} us) | \
+            "gleaner: local {} | memnode {}{} | token {} | arena {} | handlers {} (spin {} us) | \
              data path {} | compress {} | encrypt {} | dirty tracking {} | stats {} | reclaim {} (at most {} threads) | stats trace {} | \
              prefetch {} ({}) | evict {} | predict writes {} | fault trace {}",
             format_size(cfg.local),
             cfg.memnode.as_deref().unwrap_or("embedded"),
+            cfg.replicas.map_or(String::new(), |r| format!(" ({r} replicas)")),
             cfg.token_file
                 .as_ref()
                 .map_or("default".into(), |p| p.display().to_string()),

@@ -94,8 +94,10 @@ impl Session {
     }
 
     /// A new connection to the session in place of one that failed with `cause` (a transient
-    /// error), retried with backoff from 5 ms to 500 ms for as long as the session's lease keeps
-    /// it on the memnode. The error, when none comes, says why the data is out of reach.
+    /// error), retried with backoff from 5 ms to 500 ms for the reconnection window: as long as
+    /// the session's lease keeps it on the memnode, or shorter for a member of a replicated pool
+    /// (which also gives up at the first refused connection). The error, when none comes, says
+    /// why the data is out of reach.
     pub(crate) fn reattach(&self, cause: &ClientError) -> Result<Connection, StoreError> {
         let window = self.window;
         let deadline = Instant::now() + window;
