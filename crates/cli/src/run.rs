@@ -240,9 +240,35 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
                     )));
                 }
             }
+            // In a pool, a memnode that cannot be reached now is left out, loudly, as long as
+            // another one can be (the run starts degraded, as a RAID array would); a wrong token
+            // or a memnode that refuses the session is still an error.
+            let mut reachable = Vec::with_capacity(endpoints.len());
             for endpoint in &endpoints {
-                check_memnode(endpoint, &token_file)?;
+                match check_memnode(endpoint, &token_file) {
+                    Ok(()) => reachable.push(endpoint.clone()),
+                    Err(e) if endpoints.len() > 1 && e.0.starts_with("cannot reach") => {
+                        eprintln!("gleaner run: warning: {}; the pool runs without it", e.0);
+                    }
+                    Err(e) => return Err(e),
+                }
             }
+            if reachable.is_empty() {
+                return Err(SetupError::new(format!(
+                    "none of the memnodes {addrs} can be reached"
+                )));
+            }
+            if reachable.len() < endpoints.len() {
+                let replicas = args.replicas.unwrap_or(2).min(endpoints.len());
+                if reachable.len() < replicas {
+                    eprintln!(
+                        "gleaner run: warning: only {} memnode(s) reachable for {replicas} \
+                         replicas: far pages have fewer copies than asked until then",
+                        reachable.len()
+                    );
+                }
+            }
+            let endpoints = reachable;
             let list = endpoints
                 .iter()
                 .map(|e| e.to_string())
@@ -309,7 +335,9 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
 
     // Every path reaches the program absolute: its processes may change directory.
     if let Some(r) = args.replicas {
-        cmd.env("GLEANER_REPLICAS", r.to_string());
+        // No more copies than memnodes reachable at the start.
+        let memnodes = endpoint.split(',').count();
+        cmd.env("GLEANER_REPLICAS", r.min(memnodes).to_string());
     }
     if let Some(t) = &args.stats_trace {
         cmd.env("GLEANER_STATS_TRACE", absolute("--stats-trace", t)?);

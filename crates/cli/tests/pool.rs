@@ -392,6 +392,65 @@ fn a_memnode_killed_while_the_program_is_idle_is_replaced_before_it_is_needed() 
 }
 
 #[test]
+fn a_pool_starts_without_a_memnode_that_is_down_and_says_so() {
+    let (mut nodes, _token) = three_memnodes();
+    let all = addresses(&nodes);
+    let down = nodes[2].endpoint.to_string();
+    nodes[2].kill();
+    let dir = TempDir::new("pool-down");
+    let stats = dir.path().join("stats.json");
+    let token = nodes[0].token_file.to_string_lossy().into_owned();
+    let stats_s = stats.to_string_lossy().into_owned();
+    let (code, out, err) = run_gleaner(
+        &[
+            "run",
+            "--local-mem",
+            "8M",
+            "--memnode",
+            &all,
+            "--token-file",
+            &token,
+            "--stats",
+            &stats_s,
+            "--",
+            preload_program(),
+            "mixed",
+            "64",
+        ],
+        LIMIT,
+    );
+    assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
+    assert!(out.contains("mixed ok"), "{out}");
+    assert!(
+        err.contains(&format!("cannot reach the memnode at {down}"))
+            && err.contains("runs without it"),
+        "{err}"
+    );
+    let stats = read_stats(&stats);
+    let members = pool_stats(&stats)["memnodes"].as_array().unwrap().len();
+    assert_eq!(members, 2, "{stats}");
+    // With every memnode down, it is an error naming them.
+    nodes[0].kill();
+    nodes[1].kill();
+    let (code, _, err) = run_gleaner(
+        &[
+            "run",
+            "--local-mem",
+            "8M",
+            "--memnode",
+            &all,
+            "--token-file",
+            &token,
+            "--",
+            "true",
+        ],
+        LIMIT,
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("none of the memnodes"), "{err}");
+}
+
+#[test]
 fn more_replicas_than_memnodes_is_a_clear_error() {
     let (nodes, _token) = three_memnodes();
     let two = addresses(&nodes[..2]);
