@@ -136,7 +136,7 @@ pub enum MemnodeTarget {
         token_file: Option<PathBuf>,
     },
     /// Spread pages over several running memnodes, each extent on `replicas` of them (see
-    /// `store/pool.rs`). They share one token.
+    /// `store/pool/`). They share one token.
     Pool {
         /// Their addresses.
         endpoints: Vec<Endpoint>,
