@@ -372,7 +372,9 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
         _ => (1, "ended in an unknown way".into()),
     };
     let processes = stats_dir.collect();
-    let pagers = PagerCounts::from_reports(&stats_dir.pager_reports());
+    let reports = stats_dir.pager_reports();
+    remove_status_files(&reports);
+    let pagers = PagerCounts::from_reports(&reports);
     if let Some(warning) = pagers.warning() {
         eprintln!("gleaner run: {warning}");
     }
@@ -684,6 +686,26 @@ impl StatsDir {
 impl Drop for StatsDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Removes the live status files of the run's processes (see `gleaner status`): those that
+/// ended at once (exit 86, `_exit`) could not remove their own.
+fn remove_status_files(reports: &[Value]) {
+    let dir = gleaner_pager::status_dir();
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return;
+    };
+    let pids: Vec<String> = reports
+        .iter()
+        .filter_map(|r| r["pid"].as_u64())
+        .map(|p| format!("{p}-"))
+        .collect();
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if pids.iter().any(|p| name.starts_with(p.as_str())) {
+            let _ = std::fs::remove_file(e.path());
+        }
     }
 }
 

@@ -625,3 +625,29 @@ fn a_prefetch_hint_brings_pages_back_before_they_are_read() {
         "the hint fetched pages ahead of the reads: {stats}"
     );
 }
+
+/// A run leaves no live status file behind (`gleaner status`), though a preload-managed
+/// process never drops its region: it withdraws its file at exit, and the launcher removes
+/// those of processes that ended abruptly.
+#[test]
+fn a_run_leaves_no_status_file_behind() {
+    preload_library_is_built();
+    let dir = TempDir::new("status-files");
+    let status_dir = dir.path().join("status");
+    for mode in ["mixed", "crash"] {
+        let out = Command::new(gleaner_bin())
+            .args(["run", "--local-mem", "8M", "--", program(), mode, "16"])
+            .env("GLEANER_STATUS_DIR", &status_dir)
+            .output()
+            .unwrap();
+        assert!(
+            mode == "crash" || out.status.success(),
+            "{mode}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let left: Vec<_> = std::fs::read_dir(&status_dir)
+            .map(|d| d.flatten().map(|e| e.file_name()).collect())
+            .unwrap_or_default();
+        assert!(left.is_empty(), "{mode}: status files left: {left:?}");
+    }
+}

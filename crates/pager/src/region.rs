@@ -32,6 +32,8 @@ use crate::{PagerError, PAGE_SIZE};
 pub struct Region {
     engine: Arc<Engine>,
     threads: Vec<PagerThread>,
+    /// The live status file, when the region publishes one.
+    publication: Option<Arc<crate::status::Publication>>,
     stats_path: Option<PathBuf>,
     // Declared last: dropped after the threads are joined and the session has ended.
     _embedded: Option<EmbeddedMemnode>,
@@ -238,14 +240,17 @@ impl Region {
                 crate::sampler::run(e, out)
             })?);
         }
+        let mut publication = None;
         if cfg.publish_status {
             // Observability only: a directory that cannot be written costs the status view, not
             // the program.
             match crate::status::next_path() {
                 Ok(path) => {
+                    let p = crate::status::Publication::new(path);
+                    publication = Some(p.clone());
                     let e = engine.clone();
                     threads.push(spawn("gleaner-status", hook, move || {
-                        crate::status::run(e, path)
+                        crate::status::run(e, p)
                     })?);
                 }
                 Err(e) => log::warn!(
@@ -271,6 +276,7 @@ impl Region {
         Ok(Region {
             engine,
             threads,
+            publication,
             stats_path: cfg.stats_path,
             _embedded: embedded,
         })
@@ -309,6 +315,14 @@ impl Region {
     /// The statistics as pretty-printed JSON.
     pub fn stats_json(&self) -> String {
         serde_json::to_string_pretty(&self.stats()).expect("stats serialise")
+    }
+
+    /// Stops publishing the live status and removes its file: for a process about to exit
+    /// without dropping the region (the preload library's, at exit).
+    pub fn withdraw_status(&self) {
+        if let Some(p) = &self.publication {
+            p.withdraw();
+        }
     }
 
     /// Asks for `len` bytes at `offset` to be fetched ahead of use (a runtime prefetch hint):

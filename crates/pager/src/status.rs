@@ -8,7 +8,7 @@
 
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -41,8 +41,35 @@ pub(crate) fn next_path() -> std::io::Result<PathBuf> {
     Ok(dir.join(format!("{}-{n}.json", std::process::id())))
 }
 
+/// Whether a region still publishes, and where: shared by the region and its publisher thread.
+pub(crate) struct Publication {
+    pub(crate) path: PathBuf,
+    withdrawn: AtomicBool,
+}
+
+impl Publication {
+    pub(crate) fn new(path: PathBuf) -> Arc<Publication> {
+        Arc::new(Publication {
+            path,
+            withdrawn: AtomicBool::new(false),
+        })
+    }
+
+    /// Stops publishing and removes the file (a process about to exit: its region is never
+    /// dropped, so its publisher would not remove it).
+    pub(crate) fn withdraw(&self) {
+        self.withdrawn.store(true, Ordering::SeqCst);
+        let _ = std::fs::remove_file(&self.path);
+    }
+
+    fn withdrawn(&self) -> bool {
+        self.withdrawn.load(Ordering::SeqCst)
+    }
+}
+
 /// The publisher's loop: a document per interval until the region stops, then the file goes.
-pub(crate) fn run(engine: Arc<Engine>, path: PathBuf) {
+pub(crate) fn run(engine: Arc<Engine>, publication: Arc<Publication>) {
+    let path = &publication.path;
     let program = std::env::current_exe()
         .ok()
         .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
@@ -78,14 +105,20 @@ pub(crate) fn run(engine: Arc<Engine>, path: PathBuf) {
             "per_second": rates,
             "stats": s,
         });
-        if let Err(e) = write_atomically(&path, &doc.to_string()) {
-            log::debug!("writing the status file {}: {e}", path.display());
+        if !publication.withdrawn() {
+            if let Err(e) = write_atomically(path, &doc.to_string()) {
+                log::debug!("writing the status file {}: {e}", path.display());
+            }
+            // Withdrawn while this document was written: it must not stay.
+            if publication.withdrawn() {
+                let _ = std::fs::remove_file(path);
+            }
         }
         if engine
             .budget
             .sleep_unless(STATUS_INTERVAL, || engine.stopping())
         {
-            let _ = std::fs::remove_file(&path);
+            let _ = std::fs::remove_file(path);
             return;
         }
     }

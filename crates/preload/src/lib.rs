@@ -398,9 +398,13 @@ extern "C" fn at_exit() {
         return;
     }
     IN_RUNTIME.with(|c| c.set(true));
-    if let (Some(Some(path)), Some(a)) = (STATS_PATH.get(), arena::get()) {
-        if let Err(e) = std::fs::write(path, a.region.stats_json()) {
-            eprintln!("gleaner: writing stats to {}: {e}", path.display());
+    if let Some(a) = arena::get() {
+        // The region is never dropped: its live status file goes now, not with the process.
+        a.region.withdraw_status();
+        if let Some(Some(path)) = STATS_PATH.get() {
+            if let Err(e) = std::fs::write(path, a.region.stats_json()) {
+                eprintln!("gleaner: writing stats to {}: {e}", path.display());
+            }
         }
     }
     IN_RUNTIME.with(|c| c.set(false));
