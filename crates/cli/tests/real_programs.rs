@@ -14,7 +14,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{gleaner_bin, MemnodeProc, TempDir};
+use common::{gleaner_bin, real_python, MemnodeProc, TempDir};
 
 fn require(program: &str) -> String {
     let out = Command::new("sh")
@@ -480,23 +480,18 @@ fn python_over_tcp_checksums_match() {
 }
 
 fn python_checksums_match(via: Via) {
-    let python = require("python3");
+    require("python3");
     let node = memnode_for(via);
-    // The real interpreter, not a version-manager shim that would start more processes.
-    let out = Command::new(&python)
-        .args(["-c", "import sys; print(sys.executable)"])
-        .output()
-        .unwrap();
-    let python = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let python = real_python();
     let dir = TempDir::new("python");
     let script = dir.path().join("job.py");
     std::fs::write(&script, PYTHON_JOB).unwrap();
     let script = script.to_string_lossy().into_owned();
     // About 100 MB of Python objects at a 24 MiB budget.
     let n = "40000";
-    let local = Command::new(&python).args([&script, n]).output().unwrap();
+    let local = Command::new(python).args([&script, n]).output().unwrap();
     assert!(local.status.success());
-    let mut run = spawn_under_gleaner(dir.path(), "24M", node.as_ref(), &[&python, &script, n]);
+    let mut run = spawn_under_gleaner(dir.path(), "24M", node.as_ref(), &[python, &script, n]);
     assert_eq!(wait_exit(&mut run, Duration::from_secs(300)), Some(0));
     let far = std::fs::read_to_string(dir.path().join("out.log")).unwrap();
     assert_eq!(
@@ -529,24 +524,17 @@ if __name__ == "__main__":
 
 #[test]
 fn python_multiprocessing_over_far_memory_matches_all_local() {
-    let python = require("python3");
-    let out = Command::new(&python)
-        .args(["-c", "import sys; print(sys.executable)"])
-        .output()
-        .unwrap();
-    let python = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    require("python3");
+    let python = real_python();
     let dir = TempDir::new("python-pool");
     let script = dir.path().join("pool.py");
     std::fs::write(&script, PYTHON_POOL_JOB).unwrap();
     let script = script.to_string_lossy().into_owned();
-    let local = Command::new(&python)
-        .args([&script, "48"])
-        .output()
-        .unwrap();
+    let local = Command::new(python).args([&script, "48"]).output().unwrap();
     assert!(local.status.success(), "{local:?}");
     let want = String::from_utf8_lossy(&local.stdout).trim().to_string();
     assert!(want.starts_with("pool "), "{want}");
-    let mut run = spawn_under_gleaner(dir.path(), "16M", None, &[&python, &script, "48"]);
+    let mut run = spawn_under_gleaner(dir.path(), "16M", None, &[python, &script, "48"]);
     assert_eq!(wait_exit(&mut run, Duration::from_secs(300)), Some(0));
     let far = std::fs::read_to_string(dir.path().join("out.log")).unwrap();
     assert_eq!(

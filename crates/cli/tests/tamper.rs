@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use common::{run_gleaner, MemnodeProc, TempDir};
+use common::{real_python, run_gleaner, MemnodeProc, TempDir};
 use gleaner_pager::FATAL_EXIT_CODE;
 use gleaner_proto::{read_frame, write_frame, Message, MessageKind, PageBatch};
 
@@ -57,25 +57,13 @@ print("checksum", h.hexdigest())
 /// MiB the job allocates: six times the 8 MiB budget, so most of it lives on the memnode.
 const JOB_MB: &str = "48";
 
-/// The interpreter itself (not a version manager's shim, which would start more processes
-/// under the preload library).
-fn python() -> &'static str {
-    static PYTHON: OnceLock<String> = OnceLock::new();
-    PYTHON.get_or_init(|| {
-        let out = Command::new("python3")
-            .args(["-c", "import sys; print(sys.executable)"])
-            .output()
-            .expect("python3 (scripts/setup.sh installs it)");
-        assert!(out.status.success(), "python3 does not run");
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    })
-}
-
 /// The job's checksum line without gleaner.
 fn local_checksum() -> &'static str {
     static SUM: OnceLock<String> = OnceLock::new();
     SUM.get_or_init(|| {
-        let out = Command::new(python()).args(["-c", JOB, JOB_MB]).output();
+        let out = Command::new(real_python())
+            .args(["-c", JOB, JOB_MB])
+            .output();
         let out = out.expect("python3 runs");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(
@@ -96,7 +84,7 @@ fn run_job(args: &[&str]) -> (Option<i32>, String, String, serde_json::Value) {
     let stats_s = stats.to_string_lossy().into_owned();
     let mut all = vec!["run", "--local-mem", "8M", "--stats", &stats_s];
     all.extend_from_slice(args);
-    all.extend_from_slice(&["--", python(), "-c", JOB, JOB_MB]);
+    all.extend_from_slice(&["--", real_python(), "-c", JOB, JOB_MB]);
     let (code, out, err) = run_gleaner(&all, LIMIT);
     let json = match std::fs::read_to_string(&stats) {
         Ok(text) => serde_json::from_str(&text).expect("the stats file is JSON"),

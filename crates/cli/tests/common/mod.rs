@@ -44,6 +44,20 @@ pub fn preload_program() -> &'static str {
     })
 }
 
+/// The Python interpreter itself (`sys.executable`), not a version manager's shim, which would
+/// start more processes under the preload library; found once per test binary.
+pub fn real_python() -> &'static str {
+    static PYTHON: OnceLock<String> = OnceLock::new();
+    PYTHON.get_or_init(|| {
+        let out = Command::new("python3")
+            .args(["-c", "import sys; print(sys.executable)"])
+            .output()
+            .expect("python3 (scripts/setup.sh installs it)");
+        assert!(out.status.success(), "python3 does not run");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    })
+}
+
 /// A fresh private directory under the system temp dir, removed on drop.
 pub struct TempDir(pub PathBuf);
 
