@@ -175,6 +175,38 @@ impl Session {
         control.as_mut().map(f)
     }
 
+    /// Releases `(first page, count)` ranges on the memnode over the control connection,
+    /// replacing it if it broke. Only space is at stake: a failure is logged.
+    pub(crate) fn release(&self, ranges: &[(u64, u32)]) {
+        self.with_control(|conn| {
+            for chunk in ranges.chunks(gleaner_proto::MAX_FREE_RANGES) {
+                let mut tries = 0;
+                loop {
+                    match conn.free(chunk) {
+                        Ok(()) => break,
+                        Err(e) if e.is_transient() && tries < MAX_RECONNECTS_PER_REQUEST => {
+                            tries += 1;
+                            match self.reattach(&e) {
+                                Ok(fresh) => *conn = fresh,
+                                Err(e) => {
+                                    log::warn!(
+                                        "releasing discarded pages on {}: {e}",
+                                        self.endpoint
+                                    );
+                                    return;
+                                }
+                            }
+                        }
+                        Err(e) => {
+                            log::warn!("releasing discarded pages on {}: {e}", self.endpoint);
+                            break;
+                        }
+                    }
+                }
+            }
+        });
+    }
+
     /// Ends the session: the memnode releases everything it holds for it.
     pub(crate) fn close(&self) {
         let conn = self.control.lock().map(|mut c| c.take());
@@ -241,30 +273,7 @@ impl PageStore for SocketStore {
     }
 
     fn release(&self, ranges: &[(u64, u32)]) {
-        self.session.with_control(|conn| {
-            for chunk in ranges.chunks(gleaner_proto::MAX_FREE_RANGES) {
-                let mut tries = 0;
-                loop {
-                    match conn.free(chunk) {
-                        Ok(()) => break,
-                        Err(e) if e.is_transient() && tries < MAX_RECONNECTS_PER_REQUEST => {
-                            tries += 1;
-                            match self.session.reattach(&e) {
-                                Ok(fresh) => *conn = fresh,
-                                Err(e) => {
-                                    log::warn!("releasing discarded pages on the memnode: {e}");
-                                    return;
-                                }
-                            }
-                        }
-                        Err(e) => {
-                            log::warn!("releasing discarded pages on the memnode: {e}");
-                            break;
-                        }
-                    }
-                }
-            }
-        });
+        self.session.release(ranges);
     }
 
     fn close(&self) {

@@ -391,25 +391,16 @@ impl PageStore for PoolStore {
     }
 
     fn release(&self, ranges: &[(u64, u32)]) {
+        let held = self.pool.versions.len() as u64;
         for &(first, count) in ranges {
-            for page in first..first + u64::from(count) {
-                if let Some(v) = self.pool.versions.get(page as usize) {
-                    v.store(0, Ordering::Relaxed);
-                }
+            for page in first.min(held)..first.saturating_add(u64::from(count)).min(held) {
+                self.pool.versions[page as usize].store(0, Ordering::Relaxed);
             }
         }
         for (m, member) in self.pool.members.iter().enumerate() {
-            if !self.pool.alive(m) {
-                continue;
+            if self.pool.alive(m) {
+                member.session.release(ranges);
             }
-            member.session.with_control(|conn| {
-                for chunk in ranges.chunks(gleaner_proto::MAX_FREE_RANGES) {
-                    if let Err(e) = conn.free(chunk) {
-                        log::warn!("releasing discarded pages on {}: {e}", self.pool.name(m));
-                        break;
-                    }
-                }
-            });
         }
     }
 
