@@ -1,8 +1,9 @@
 //! Runtime prefetch hints (Canvas's application tier): a program, or a runtime inside it (a JVM
-//! agent, an allocator), says which range it is about to use, and a hint thread fetches the
-//! range's far pages ahead of the faults, at prefetch priority: through the prefetch path
-//! (`fetch::prefetch`), which claims only pages held far, never waits for room and never
-//! evicts for them, so a hint can never slow a demand fault down or push the budget.
+//! agent, an allocator), says which range it is about to use, and a hint thread (started by the
+//! region's first hint, with its own store handle) fetches the range's far pages ahead of the
+//! faults, at prefetch priority: through the prefetch path (`fetch::prefetch`), which claims
+//! only pages held far, never waits for room and never evicts for them, so a hint can never
+//! slow a demand fault down or push the budget.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};

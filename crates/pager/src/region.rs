@@ -32,6 +32,9 @@ use crate::{PagerError, PAGE_SIZE};
 pub struct Region {
     engine: Arc<Engine>,
     threads: Vec<PagerThread>,
+    /// The prefetch-hint thread, started by the first hint (few programs give any).
+    hint_thread: Mutex<Option<PagerThread>>,
+    thread_start_hook: Option<fn()>,
     /// The live status file, when the region publishes one.
     publication: Option<Arc<crate::status::Publication>>,
     stats_path: Option<PathBuf>,
@@ -137,8 +140,7 @@ impl Region {
         let pool = reclaim.pool_size();
         let placement = cfg.handler_placement();
         let mut handles = Vec::new();
-        // One more for the prefetch-hint thread.
-        for _ in 0..placement.len() + pool + 1 {
+        for _ in 0..placement.len() + pool {
             handles.push(store.handle()?);
         }
         log::debug!(
@@ -259,13 +261,6 @@ impl Region {
                 ),
             }
         }
-        {
-            let handle = handles.pop().expect("one store handle for the hint thread");
-            let e = engine.clone();
-            threads.push(spawn("gleaner-hints", hook, move || {
-                crate::hint::run(e, handle)
-            })?);
-        }
         for (i, (cpu, handle)) in placement.into_iter().zip(handles).enumerate() {
             let e = engine.clone();
             let spin = cfg.handler_spin;
@@ -276,6 +271,8 @@ impl Region {
         Ok(Region {
             engine,
             threads,
+            hint_thread: Mutex::new(None),
+            thread_start_hook: hook,
             publication,
             stats_path: cfg.stats_path,
             _embedded: embedded,
@@ -332,6 +329,25 @@ impl Region {
     pub fn prefetch_hint(&self, offset: usize, len: usize) {
         if len == 0 || offset >= self.len() {
             return;
+        }
+        {
+            let mut thread = self.hint_thread.lock().expect("hint thread lock");
+            if thread.is_none() {
+                // Its own store handle, so hints never queue behind a fault or an eviction.
+                let started = self.engine.store.handle().and_then(|handle| {
+                    let e = self.engine.clone();
+                    spawn("gleaner-hints", self.thread_start_hook, move || {
+                        crate::hint::run(e, handle)
+                    })
+                });
+                match started {
+                    Ok(t) => *thread = Some(t),
+                    Err(e) => {
+                        log::warn!("prefetch hints are ignored: {e}");
+                        return;
+                    }
+                }
+            }
         }
         let first = offset / PAGE_SIZE;
         let end = (offset.saturating_add(len).min(self.len())).div_ceil(PAGE_SIZE);
@@ -517,6 +533,9 @@ impl Drop for Region {
         e.budget.notify_progress();
         e.hints.wake();
         for t in self.threads.drain(..) {
+            t.join();
+        }
+        if let Some(t) = self.hint_thread.lock().expect("hint thread lock").take() {
             t.join();
         }
         if let Some(trace) = &e.trace {
