@@ -42,6 +42,7 @@ from bench.harness.__main__ import ensure_built  # noqa: E402
 from bench.harness.common import (  # noqa: E402
     free_port, git_commit, last_json_line, machine, now_iso, python_exe, wait_port)
 from bench.harness.workloads import MCLOAD  # noqa: E402
+from bench.vs_swap import _med, _write  # noqa: E402
 
 GLEANER = os.path.join(ROOT, "target", "release", "gleaner")
 DEMO_JOB = os.path.join(ROOT, "scripts", "demo_job.py")
@@ -234,18 +235,6 @@ def run_all(args):
     return (1 if failed else 0), res
 
 
-def _write(res, path):
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(res, f, indent=1)
-    os.replace(tmp, path)
-
-
-def _med(xs):
-    xs = sorted(x for x in xs if x is not None)
-    return xs[len(xs) // 2] if xs else None
-
-
 def render(res, doc, name):
     cells = res["cells"]
     demo = {c: [x for x in cells if x["kind"] == "demo" and x["config"] == c and x["ok"]]
@@ -266,7 +255,7 @@ def render(res, doc, name):
     for c, label in (("one", "one memnode"), ("pool-r1", "pool of 3, 1 replica"), ("pool-r2", "pool of 3, 2 replicas")):
         ratio = wall[c] / wall["one"] if wall[c] and wall["one"] else None
         lines.append(f"| {label} | {_f(wall[c], '{:.2f}')} | {_f(ratio, '{:.2f}')} | "
-                     f"{_f(out[c], '{}')} | "
+                     f"{_f(out[c], '{:.0f}')} | "
                      f"{'all match' if demo[c] and all(x['ok'] for x in demo[c]) else 'FAILED'} |")
     p = res["params"]
     lines += ["", f"memcached, {p['keys']} keys × {p['vsize']} B, `--local-mem {p['local']}` (about half "
