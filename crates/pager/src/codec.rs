@@ -226,9 +226,17 @@ pub struct Codec {
     compression: Compression,
     encryption: Encryption,
     key: Option<LessSafeKey>,
+    /// In a fork child: the parent's key, which sealed every blob of the snapshot the child
+    /// inherited (versions below [`FORK_CHILD_VERSIONS`]).
+    inherited_key: Option<LessSafeKey>,
     next_version: AtomicU64,
     counters: Counters,
 }
+
+/// The versions a fork child's codec gives its own blobs start here: the parent's never reach
+/// it, so a version says which key sealed the blob (the child's own, or the parent's for a page
+/// of the snapshot), and the child's writes are always newer than the snapshot's.
+pub const FORK_CHILD_VERSIONS: u64 = 1 << 63;
 
 impl std::fmt::Debug for Codec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -265,9 +273,53 @@ impl Codec {
             compression,
             encryption,
             key,
+            inherited_key: None,
             next_version: AtomicU64::new(1),
             counters: Counters::default(),
         }))
+    }
+
+    /// The codec of a fork child: same settings, a new random key for the blobs the child
+    /// writes (so the child and the parent, which go on counting versions from the same number,
+    /// never seal two blobs under one key and nonce), and this codec's key to open the blobs of
+    /// the snapshot the child inherited. Refused for a codec that is itself a fork child's (a
+    /// grandchild would need a third key).
+    pub fn for_fork_child(&self) -> Result<Arc<Codec>, PagerError> {
+        if self.inherited_key.is_some() {
+            return Err(PagerError::Config(
+                "a fork child's far memory cannot be handed down to its own children".into(),
+            ));
+        }
+        let key = match self.key {
+            None => None,
+            Some(_) => {
+                let k: [u8; 32] = random_bytes()?;
+                Some(LessSafeKey::new(
+                    UnboundKey::new(&AES_256_GCM, &k).expect("a 32-byte AES-256 key"),
+                ))
+            }
+        };
+        Ok(Arc::new(Codec {
+            compression: self.compression,
+            encryption: self.encryption.clone(),
+            key,
+            inherited_key: self.key.clone(),
+            next_version: AtomicU64::new(FORK_CHILD_VERSIONS | 1),
+            counters: Counters::default(),
+        }))
+    }
+
+    /// Whether this is a fork child's codec.
+    pub fn is_fork_child(&self) -> bool {
+        self.next_version.load(Ordering::Relaxed) >= FORK_CHILD_VERSIONS
+    }
+
+    /// The key that sealed a blob of `version`.
+    fn key_for(&self, version: u64) -> Option<&LessSafeKey> {
+        match &self.inherited_key {
+            Some(parent) if version < FORK_CHILD_VERSIONS => Some(parent),
+            _ => self.key.as_ref(),
+        }
     }
 
     /// A per-thread context (scratch buffers and compressor state).
@@ -475,7 +527,7 @@ impl CodecCtx {
                 blob.len()
             )));
         }
-        let body: &[u8] = match &codec.key {
+        let body: &[u8] = match codec.key_for(version) {
             None => &blob[1..],
             Some(key) => {
                 if blob.len() < 1 + TAG_LEN {
@@ -665,6 +717,33 @@ mod tests {
         // Another region's codec (another key) cannot open this one's blobs.
         let stranger = Codec::new(Compression::Lz4, Encryption::On).unwrap();
         assert!(stranger.ctx().decode(5, v2, &new, &mut out).is_err());
+    }
+
+    #[test]
+    fn a_fork_child_opens_the_snapshot_and_seals_its_own_blobs_under_a_new_key() {
+        let parent = Codec::new(Compression::Lz4, Encryption::On).unwrap();
+        let mut pctx = parent.ctx();
+        let mut out = vec![0u8; PAGE_SIZE];
+        let (b, v_snap) = pctx.encode(5, &text_page(1));
+        let snap = b.to_vec();
+        let child = parent.for_fork_child().unwrap();
+        assert!(child.is_fork_child() && !parent.is_fork_child());
+        let mut cctx = child.ctx();
+        cctx.decode(5, v_snap, &snap, &mut out).unwrap();
+        assert_eq!(out, text_page(1), "the child reads the parent's blob");
+        // Both go on encoding: the same page, and versions that could meet, under two keys.
+        let (b, v_parent) = pctx.encode(5, &text_page(2));
+        let from_parent = b.to_vec();
+        let (b, v_child) = cctx.encode(5, &text_page(3));
+        let from_child = b.to_vec();
+        assert!(v_child >= FORK_CHILD_VERSIONS && v_child > v_parent);
+        cctx.decode(5, v_child, &from_child, &mut out).unwrap();
+        assert_eq!(out, text_page(3));
+        // The parent cannot open the child's blobs; the child is not fooled by the parent's
+        // later version of a page in place of its snapshot's. A grandchild is refused.
+        assert!(pctx.decode(5, v_child, &from_child, &mut out).is_err());
+        assert!(cctx.decode(5, v_snap, &from_parent, &mut out).is_err());
+        assert!(child.for_fork_child().is_err());
     }
 
     #[test]
