@@ -27,14 +27,13 @@ impl Arena {
                 rustix::mm::MapFlags::PRIVATE | rustix::mm::MapFlags::NORESERVE,
             )
         }?;
-        let arena = Arena {
+        // A fork child inherits it, slabs and all: the far copies it was forked with are its
+        // snapshot (see `ShmStore::fork_child`), and the rest of the reservation is where it maps
+        // slabs of its own.
+        Ok(Arena {
             addr: p as usize,
             len,
-        };
-        // A fork child has no use for it (its pager, if any, is its own).
-        // SAFETY: advice on the range this struct owns; DONTFORK changes no contents.
-        unsafe { rustix::mm::madvise(p, len, rustix::mm::Advice::LinuxDontFork) }?;
-        Ok(arena)
+        })
     }
 
     /// Pages the reservation spans.
@@ -59,8 +58,7 @@ impl Arena {
                 0,
             )
         }?;
-        // SAFETY: advice on the range just mapped; DONTFORK changes no contents.
-        unsafe { rustix::mm::madvise(at, len, rustix::mm::Advice::LinuxDontFork) }?;
+        // Inherited by a fork child like the rest of the arena: its snapshot is read here.
         Ok(())
     }
 

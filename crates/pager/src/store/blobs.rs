@@ -134,6 +134,16 @@ impl Blobs {
         }
     }
 
+    /// Like [`Blobs::new`], for an arena whose first `pages` pages belong to someone else (a
+    /// fork child's, whose parent's slabs come first): nothing is ever placed below them.
+    pub(crate) fn above(max_len: usize, pages: u64) -> Blobs {
+        let mut b = Blobs::new(max_len);
+        b.next_page = pages;
+        b.granted_pages = pages;
+        b.chunk_of_page = vec![u32::MAX; pages as usize];
+        b
+    }
+
     /// The arena grew to `pages` pages.
     pub(crate) fn set_granted(&mut self, pages: u64) {
         debug_assert!(pages >= self.granted_pages);

@@ -107,6 +107,8 @@ pub struct StoreStats {
     pub blob_bytes: u64,
     /// Grant requests that found the memnode full (shm).
     pub grants_refused: u64,
+    /// Blobs freed but kept because a fork child may still read them (shm).
+    pub blobs_held_for_children: u64,
     /// Broken or unresponsive connections replaced by new ones to the same session (socket).
     pub reconnects: u64,
     /// The memnodes of a pool and their replicas (a pool only).
@@ -131,6 +133,24 @@ pub(crate) trait PageStore: Send + Sync {
     fn forget(&self, _page: u64) {}
     /// Ends the session (the region is going away).
     fn close(&self);
+    /// Whether a fork child can be given the far pages as they are at the fork, without
+    /// bringing them home: see [`PageStore::hold_for_child`] and [`PageStore::fork_child`].
+    fn can_share_with_child(&self) -> bool {
+        false
+    }
+    /// Keeps every far copy stored now readable as it is, whatever this process writes or frees
+    /// later, until `alive` (the read end of a pipe whose write end only the child holds)
+    /// reports the end of file: the child has exited or exec'd.
+    fn hold_for_child(&self, _alive: std::os::fd::OwnedFd) {}
+    /// In a fork child, before the program goes on: the child's store on the snapshot its
+    /// parent holds for it, with a session of its own (client `client_name`) for what it
+    /// writes.
+    fn fork_child(&self, _client_name: &str) -> Result<Box<dyn PageStore>, PagerError> {
+        Err(PagerError::Config(format!(
+            "far memory cannot be shared with a fork child over {}",
+            self.describe()
+        )))
+    }
     /// The memnode's address, for stats and messages.
     fn describe(&self) -> String;
     /// The memnode's total capacity in pages (shared with its other sessions).
@@ -491,6 +511,43 @@ mod tests {
             }
         }
         assert_eq!(store.stats().codec.auth_failures, 3);
+    }
+
+    #[test]
+    fn blobs_freed_while_a_fork_child_lives_are_held_until_it_is_gone() {
+        let node = Node::start(true, 100_000);
+        let store = node.store(DataPath::Shm, 10_000).unwrap();
+        assert!(store.can_share_with_child());
+        let ids: Vec<u64> = (0..100).collect();
+        round_trip(&*store, &ids, 0);
+        let (alive, child_end) = {
+            let mut fds = [0; 2];
+            // SAFETY: pipe writes two descriptors into the live array.
+            assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+            use std::os::fd::FromRawFd;
+            // SAFETY: both were just made and are owned by nothing else.
+            unsafe {
+                (
+                    std::os::fd::OwnedFd::from_raw_fd(fds[0]),
+                    std::os::fd::OwnedFd::from_raw_fd(fds[1]),
+                )
+            }
+        };
+        store.hold_for_child(alive);
+        let before = store.stats();
+        // Rewritten and released pages: their old blobs stay where the child would read them.
+        round_trip(&*store, &ids[..50], 1);
+        store.release(&[(50, 50)]);
+        let held = store.stats();
+        assert_eq!(held.blobs_held_for_children, 100, "{held:?}");
+        assert!(held.blob_bytes > before.blob_bytes, "{held:?}");
+        // The child is gone: the next free gives everything back.
+        drop(child_end);
+        store.release(&[(0, 1)]);
+        let after = store.stats();
+        assert_eq!(after.blobs_held_for_children, 0, "{after:?}");
+        assert_eq!(after.pages_stored, 49);
+        assert!(after.blob_bytes < before.blob_bytes, "{after:?}");
     }
 
     #[test]

@@ -15,6 +15,17 @@
 //! table's compare-and-swap orders them. The allocator and the grants sit behind one mutex,
 //! taken once per write-back batch.
 //!
+//! # Fork
+//!
+//! A fork child inherits the arena (the parent's slabs, mapped shared) and a copy of the index:
+//! together, a snapshot of the parent's far pages at the fork. [`ShmStore::hold_for_child`]
+//! makes the parent keep every blob it frees from then on (its pages rewritten elsewhere, dropped
+//! or discarded) until the child has exited or exec'd, so the snapshot stays intact without a
+//! copy; [`ShmStore::fork_child`] gives the child a store of its own on that snapshot: it reads
+//! the parent's blobs in place (opening them with the parent's key), never writes or frees
+//! anything below the parent's last slab, and places the blobs it writes in slabs granted to a
+//! session of its own, mapped after the parent's.
+//!
 //! # Failure
 //!
 //! The memnode never maps a slab; once granted, the memory is the client's to use until the
@@ -26,7 +37,7 @@
 //! fetch: exit 86, never wrong data.
 
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -69,12 +80,16 @@ pub(crate) struct ShmStore {
 struct Inner {
     session: Session,
     codec: Arc<Codec>,
-    /// The reserved range the slabs are mapped into.
-    arena: Arena,
+    /// The reserved range the slabs are mapped into (shared with a fork child's store, in the
+    /// child).
+    arena: Arc<Arena>,
     /// Per region page: its index entry (see [`SAME_FILLED`]).
-    loc: Box<[AtomicU64]>,
+    loc: Arc<Box<[AtomicU64]>>,
     /// Per region page: the version its blob was sealed with, or its repeated word.
-    ver: Box<[AtomicU64]>,
+    ver: Arc<Box<[AtomicU64]>>,
+    /// In a fork child: the bytes of arena below which blobs are the parent's snapshot; 0
+    /// otherwise (see [`Space::snapshot_bytes`]).
+    snapshot_bytes: u64,
     /// Pages with a far copy.
     stored: AtomicU64,
     /// Far copies dropped when their pages were fetched.
@@ -92,6 +107,14 @@ struct Space {
     granted: u64,
     /// The slabs, in arena order: (first page, pages, memfd).
     slabs: Vec<(u64, u64, OwnedFd)>,
+    /// One read end per fork child that may still read this store's blobs: it reports the end
+    /// of file once the child has exited or exec'd.
+    children: Vec<OwnedFd>,
+    /// Blobs freed while a child holds the snapshot: given back once none does.
+    held: Vec<Loc>,
+    /// In a fork child: the bytes of arena below which blobs are the parent's snapshot (read
+    /// only, never freed here); 0 otherwise.
+    snapshot_bytes: u64,
 }
 
 impl ShmStore {
@@ -114,9 +137,10 @@ impl ShmStore {
             inner: Arc::new(Inner {
                 session,
                 codec,
-                arena,
-                loc: zeroed_atomics(region_pages),
-                ver: zeroed_atomics(region_pages),
+                arena: Arc::new(arena),
+                loc: Arc::new(zeroed_atomics(region_pages)),
+                ver: Arc::new(zeroed_atomics(region_pages)),
+                snapshot_bytes: 0,
                 stored: AtomicU64::new(0),
                 dropped: AtomicU64::new(0),
                 forgotten: Mutex::new(Vec::new()),
@@ -124,6 +148,44 @@ impl ShmStore {
                     blobs: Blobs::new(MAX_BLOB_LEN),
                     granted: 0,
                     slabs: Vec::new(),
+                    children: Vec::new(),
+                    held: Vec::new(),
+                    snapshot_bytes: 0,
+                }),
+                grants_refused: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    /// In a fork child (its only thread, before the program goes on): this store's twin for the
+    /// child, on the snapshot the fork left it (see the module's notes), with a session of its
+    /// own named `client_name` for the blobs it writes.
+    pub(crate) fn fork_child(&self, client_name: &str) -> Result<ShmStore, PagerError> {
+        let parent = &*self.inner;
+        let codec = parent.codec.for_fork_child()?;
+        let session = parent.session.open_another(client_name)?;
+        // The parent's allocator is a copy of its state at the fork and stays unused: the
+        // parent goes on allocating in its own slabs, which this process must never write.
+        let granted = parent.space.lock().expect("space lock").granted;
+        let snapshot_bytes = granted * PAGE_SIZE as u64;
+        Ok(ShmStore {
+            inner: Arc::new(Inner {
+                session,
+                codec,
+                arena: parent.arena.clone(),
+                loc: parent.loc.clone(),
+                ver: parent.ver.clone(),
+                snapshot_bytes,
+                stored: AtomicU64::new(parent.stored.load(Ordering::Relaxed)),
+                dropped: AtomicU64::new(0),
+                forgotten: Mutex::new(Vec::new()),
+                space: Mutex::new(Space {
+                    blobs: Blobs::above(MAX_BLOB_LEN, granted),
+                    granted,
+                    slabs: Vec::new(),
+                    children: Vec::new(),
+                    held: Vec::new(),
+                    snapshot_bytes,
                 }),
                 grants_refused: AtomicU64::new(0),
             }),
@@ -167,10 +229,16 @@ impl PageStore for ShmStore {
 
     fn forget(&self, page: u64) {
         let inner = &*self.inner;
-        let old = match inner.loc.get(page as usize) {
-            Some(e) => e.swap(0, Ordering::Relaxed),
-            None => return,
+        let Some(entry) = inner.loc.get(page as usize) else {
+            return;
         };
+        let e = entry.load(Ordering::Relaxed);
+        if e != SAME_FILLED && e != 0 && unpack(e).offset < inner.snapshot_bytes {
+            // A fork child keeps the far copies of its snapshot: dropping one frees nothing
+            // (the parent holds it), and the page would have to be written back again.
+            return;
+        }
+        let old = entry.swap(0, Ordering::Relaxed);
         match old {
             0 => return,
             SAME_FILLED => {}
@@ -187,6 +255,24 @@ impl PageStore for ShmStore {
 
     fn close(&self) {
         self.inner.session.close();
+    }
+
+    fn can_share_with_child(&self) -> bool {
+        // A child's store cannot hand its own snapshot down again (its codec has no third key).
+        !self.inner.codec.is_fork_child()
+    }
+
+    fn hold_for_child(&self, alive: OwnedFd) {
+        self.inner
+            .space
+            .lock()
+            .expect("space lock")
+            .children
+            .push(alive);
+    }
+
+    fn fork_child(&self, client_name: &str) -> Result<Box<dyn PageStore>, PagerError> {
+        Ok(Box::new(ShmStore::fork_child(self, client_name)?))
     }
 
     fn describe(&self) -> String {
@@ -211,6 +297,7 @@ impl PageStore for ShmStore {
             blobs_at_peak: space.blobs.blobs_at_peak(),
             blob_bytes: space.blobs.blob_bytes(),
             grants_refused: self.inner.grants_refused.load(Ordering::Relaxed),
+            blobs_held_for_children: space.held.len() as u64,
             reconnects: 0,
             pool: None,
             codec: self.inner.codec.stats(),
@@ -304,15 +391,43 @@ impl Inner {
 impl Space {
     /// Gives blobs back to the allocator and punches the pages no live blob reaches any more out
     /// of their slabs (under the caller's lock, so nothing is placed there before they are).
+    /// While a fork child may still read them, they are held instead; a fork child never frees
+    /// its parent's.
     fn free(&mut self, locs: impl Iterator<Item = Loc>) {
+        let snapshot = self.snapshot_bytes;
+        let locs = locs.filter(|l| l.offset >= snapshot);
+        if self.children_alive() {
+            self.held.extend(locs);
+            return;
+        }
         let mut punch = Vec::new();
-        for l in locs {
+        let held = std::mem::take(&mut self.held);
+        for l in locs.chain(held) {
             self.blobs.free(l, &mut punch);
         }
         punch.sort_unstable();
         for (first, count) in crate::evict::runs(punch.iter().map(|&p| p as usize)) {
             punch_pages(&self.slabs, first as u64, count as u64);
         }
+    }
+}
+
+impl Space {
+    /// Whether a fork child may still read the blobs: forgets the children that have exited or
+    /// exec'd (their end of the pipe is closed).
+    fn children_alive(&mut self) -> bool {
+        self.children.retain(|fd| {
+            let mut p = libc::pollfd {
+                fd: fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: poll on one valid descriptor, without waiting.
+            let r = unsafe { libc::poll(&mut p, 1, 0) };
+            // Nothing is ever written to the pipe: any event (the end of file) means gone.
+            !(r > 0 && p.revents != 0)
+        });
+        !self.children.is_empty()
     }
 }
 

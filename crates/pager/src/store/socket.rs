@@ -78,6 +78,16 @@ impl Session {
         })
     }
 
+    /// A new session on the same memnode, with the same token and options, its client named
+    /// `client_name` (a fork child's own).
+    pub(crate) fn open_another(&self, client_name: &str) -> Result<Session, PagerError> {
+        let opts = ConnectOptions {
+            client_name: client_name.to_string(),
+            ..self.opts.clone()
+        };
+        Session::open(self.endpoint.clone(), self.token, opts)
+    }
+
     /// Retries broken connections for `window` (when given) instead of the whole lease, and
     /// then takes a refused connection as final (for a member of a replicated pool).
     pub(crate) fn reconnect_within(mut self, window: Option<Duration>) -> Session {
