@@ -51,6 +51,47 @@ impl std::fmt::Display for FarCopies {
     }
 }
 
+/// What a fork child gets of a fork-visible region: see [`RegionConfig::fork`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ForkMode {
+    /// The child gets a pager of its own, with its own budget, reading the parent's far pages
+    /// as they were at the fork (a snapshot the parent keeps for it): neither process brings
+    /// its heap home. Where the store cannot share a snapshot (a memnode reached over TCP, a
+    /// pool), the fork brings the pages home instead and says so once.
+    #[default]
+    Far,
+    /// Every far page is brought home before the child is created; the child sees plain
+    /// memory (its managed memory is not paged).
+    Home,
+}
+
+impl std::str::FromStr for ForkMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "far" => Ok(ForkMode::Far),
+            "home" => Ok(ForkMode::Home),
+            _ => Err(format!(
+                "`{s}` is not a fork mode: use far (default: the child pages from a snapshot of                  the parent's far memory) or home (bring every page home before the fork)"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for ForkMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ForkMode::Far => "far",
+            ForkMode::Home => "home",
+        })
+    }
+}
+
+/// A fork child's default budget: this fraction of its parent's (see
+/// [`RegionConfig::fork_local_budget`]).
+pub const FORK_CHILD_BUDGET_DIVISOR: usize = 4;
+
 /// How writes to resident pages are tracked, so that pages nobody wrote are evicted without a
 /// write-back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -229,6 +270,13 @@ pub struct RegionConfig {
     /// [`crate::Region::prepare_fork`] and [`crate::Region::after_fork`]). Default false: the
     /// region is `MADV_DONTFORK`, so a child cannot read evicted pages as zeros.
     pub fork_visible: bool,
+    /// With `fork_visible`: what a child gets, `far` (default: a pager of its own on a snapshot
+    /// of the far pages) or `home` (every page brought home before the fork).
+    pub fork: ForkMode,
+    /// A fork child's local budget in bytes (`fork = far`). Default: a quarter of this region's
+    /// budget ([`FORK_CHILD_BUDGET_DIVISOR`]), so parent and child together stay within 1.25
+    /// times it while the child lives.
+    pub fork_local_budget: Option<usize>,
     /// Called first thing on every thread the region starts (fault handlers, evictor). The
     /// LD_PRELOAD library uses it to mark those threads as runtime threads, so that allocations
     /// the C library makes on their behalf never land in managed memory.
@@ -287,6 +335,8 @@ impl RegionConfig {
             reply_timeout: Duration::from_secs(30),
             full_overflow: None,
             fork_visible: false,
+            fork: ForkMode::Far,
+            fork_local_budget: None,
             thread_start_hook: None,
             sparse: false,
             reclaim: ReclaimMode::default(),
@@ -379,7 +429,34 @@ impl RegionConfig {
                 self.batch_pages()
             )));
         }
+        if let Some(child) = self.fork_local_budget {
+            let c = self.fork_child_config();
+            if c.local_budget > child {
+                return Err(PagerError::Config(format!(
+                    "a fork child's local budget of {} is too small to make progress: at least                      {} is needed",
+                    gleaner_proto::units::format_size(child as u64),
+                    gleaner_proto::units::format_size(c.local_budget as u64)
+                )));
+            }
+        }
         Ok((pages, budget.min(pages.max(min))))
+    }
+
+    /// The configuration of a fork child's region (`fork = far`): this one with the child's
+    /// budget, [`RegionConfig::fork_local_budget`] or a [`FORK_CHILD_BUDGET_DIVISOR`]th of this
+    /// one's, raised to the smallest workable budget; no fault trace or stats trace (their files
+    /// are the parent's).
+    pub(crate) fn fork_child_config(&self) -> RegionConfig {
+        let mut c = self.clone();
+        c.local_budget = self
+            .fork_local_budget
+            .unwrap_or(self.local_budget / FORK_CHILD_BUDGET_DIVISOR);
+        let min = c.min_budget_pages() * PAGE_SIZE;
+        c.local_budget = c.local_budget.max(min);
+        c.trace = None;
+        c.stats_trace = None;
+        c.stats_path = None;
+        c
     }
 
     /// The smallest workable budget in pages.

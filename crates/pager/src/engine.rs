@@ -56,6 +56,54 @@ pub(crate) struct Engine {
     pub(crate) stop: Stop,
     /// Prefetch hints from the program (`Region::prefetch_hint`), for the hint thread.
     pub(crate) hints: crate::hint::Hints,
+    /// Closed around a fork: no handler starts on a fault meanwhile.
+    pub(crate) gate: Gate,
+}
+
+/// A gate the fault handlers (and the hint thread) pass to work on pages: a fork closes it and
+/// waits until nobody is inside, so the child inherits no page in the middle of an install.
+#[derive(Default)]
+pub(crate) struct Gate {
+    closed: AtomicBool,
+    inside: std::sync::atomic::AtomicUsize,
+}
+
+/// Being inside the [`Gate`]; leaving when dropped.
+pub(crate) struct Inside<'a>(&'a Gate);
+
+impl Gate {
+    /// Waits while the gate is closed, then enters.
+    pub(crate) fn enter(&self) -> Inside<'_> {
+        loop {
+            while self.closed.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+            self.inside.fetch_add(1, Ordering::SeqCst);
+            if !self.closed.load(Ordering::SeqCst) {
+                return Inside(self);
+            }
+            self.inside.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Closes the gate and waits until everyone inside has left.
+    pub(crate) fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+        while self.inside.load(Ordering::SeqCst) > 0 {
+            std::thread::yield_now();
+        }
+    }
+
+    /// Opens the gate again.
+    pub(crate) fn open(&self) {
+        self.closed.store(false, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Inside<'_> {
+    fn drop(&mut self) {
+        self.0.inside.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// How writes to resident pages are tracked (resolved from `RegionConfig::dirty_tracking`).

@@ -103,9 +103,40 @@ pub(crate) fn run(
             }
             Err(e) => fatal(&format!("reading userfaultfd events failed: {e}")),
         }
+        // A fork waits for the faults being served to finish, and holds the next ones back.
+        let _inside = engine.gate.enter();
         for ev in events.drain(..) {
             match ev {
                 Event::Fault { kind, addr, tid } => h.on_fault(&engine, kind, addr, tid),
+                other => log::warn!("unexpected userfaultfd event {other:?}; ignored"),
+            }
+        }
+    }
+}
+
+/// Serves faults on the calling thread until `done()` (checked at least every millisecond): a
+/// fork child's only thread, while the threads it starts come up (the C library's thread
+/// start-up may read far pages, which nobody else could fetch yet).
+pub(crate) fn serve_until(engine: &Engine, store: Box<dyn StoreHandle>, done: impl Fn() -> bool) {
+    let mut events = Vec::with_capacity(BATCH);
+    let mut h = Handler::new(store);
+    while !done() {
+        let mut fd = libc::pollfd {
+            fd: engine.mem.uffd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: poll on one valid descriptor that lives across the call.
+        if unsafe { libc::poll(&mut fd, 1, 1) } <= 0 {
+            continue;
+        }
+        match engine.mem.uffd.read_events(&mut events, BATCH) {
+            Ok(_) => {}
+            Err(e) => fatal(&format!("reading userfaultfd events failed: {e}")),
+        }
+        for ev in events.drain(..) {
+            match ev {
+                Event::Fault { kind, addr, tid } => h.on_fault(engine, kind, addr, tid),
                 other => log::warn!("unexpected userfaultfd event {other:?}; ignored"),
             }
         }

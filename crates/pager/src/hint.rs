@@ -81,7 +81,10 @@ pub(crate) fn run(engine: Arc<Engine>, store: Box<dyn StoreHandle>) {
             let stop = (next + gleaner_proto::MAX_BATCH_PAGES).min(end);
             h.candidates.clear();
             h.candidates.extend((next..stop).map(|p| p as u64));
-            let fetched = fetch::prefetch(&engine, &mut h);
+            let fetched = {
+                let _inside = engine.gate.enter();
+                fetch::prefetch(&engine, &mut h)
+            };
             engine
                 .hints
                 .pages_fetched

@@ -44,9 +44,9 @@ mod trace;
 
 pub use config::{
     default_max_reclaim_threads, Compression, DataPath, DirtyTracking, Encryption, EvictKind,
-    FarCopies, MemnodeTarget, PrefetchInstall, PrefetcherKind, ReclaimMode, RegionConfig,
-    WritePrediction, DEFAULT_EVICT_BATCH, DEFAULT_PREFETCH, MAX_AUTO_HANDLERS,
-    MIN_AUTO_EVICT_BATCH, MIN_BUDGET_BATCHES,
+    FarCopies, ForkMode, MemnodeTarget, PrefetchInstall, PrefetcherKind, ReclaimMode, RegionConfig,
+    WritePrediction, DEFAULT_EVICT_BATCH, DEFAULT_PREFETCH, FORK_CHILD_BUDGET_DIVISOR,
+    MAX_AUTO_HANDLERS, MIN_AUTO_EVICT_BATCH, MIN_BUDGET_BATCHES,
 };
 pub use embedded::{capacity_for_region, EmbeddedMemnode};
 pub use fatal::FATAL_EXIT_CODE;

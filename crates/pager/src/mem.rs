@@ -15,11 +15,12 @@ pub(crate) const MAX_ZERO_RUN: usize = 64;
 /// The source for zero-filling pages: one, or a run of up to [`MAX_ZERO_RUN`] at once.
 static ZEROS: [u8; MAX_ZERO_RUN * PAGE_SIZE] = [0; MAX_ZERO_RUN * PAGE_SIZE];
 
-/// The mapping, its userfaultfd and its page table.
+/// The mapping, its userfaultfd and its page table. A fork child's pager shares the mapping and
+/// the table (its copies of them) with the parent's engine it inherited, which it never uses.
 pub(crate) struct Memory {
-    pub(crate) mapping: Mapping,
+    pub(crate) mapping: std::sync::Arc<Mapping>,
     pub(crate) uffd: Uffd,
-    pub(crate) table: PageTable,
+    pub(crate) table: std::sync::Arc<PageTable>,
 }
 
 impl Memory {

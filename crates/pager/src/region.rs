@@ -1,6 +1,7 @@
 //! [`Region`]: the public handle. It builds the engine, starts its threads, and offers the few
 //! operations a caller needs (stats, discard, fork).
 
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -10,7 +11,7 @@ use gleaner_uffd::{features, Mode, Uffd, UffdOptions};
 
 use crate::budget::Budget;
 use crate::config::DirtyTracking;
-use crate::config::{MemnodeTarget, RegionConfig};
+use crate::config::{ForkMode, MemnodeTarget, RegionConfig};
 use crate::embedded::EmbeddedMemnode;
 use crate::engine::{Engine, Stop, Tracking};
 use crate::fatal::fatal;
@@ -38,8 +39,32 @@ pub struct Region {
     /// The live status file, when the region publishes one.
     publication: Option<Arc<crate::status::Publication>>,
     stats_path: Option<PathBuf>,
+    /// The settings it was made with (a fork child's region is made from them).
+    cfg: RegionConfig,
+    /// The userfaultfd features it opened with (a fork child opens its own with them).
+    uffd_features: u64,
+    /// Between `prepare_fork` and the fork: the write end of the pipe that tells the store a
+    /// child still reads its snapshot (the child keeps it; the parent closes it).
+    child_end: Mutex<Option<OwnedFd>>,
     // Declared last: dropped after the threads are joined and the session has ended.
     _embedded: Option<EmbeddedMemnode>,
+}
+
+/// What [`Region::launch`] builds a region's engine and threads over.
+struct Launch {
+    mem: Memory,
+    store: Box<dyn crate::store::PageStore>,
+    /// The budget in pages.
+    budget: usize,
+    tracking: Tracking,
+    uffd_features: u64,
+    trace: Option<FaultTrace>,
+    trace_out: Option<std::io::BufWriter<std::fs::File>>,
+    embedded: Option<EmbeddedMemnode>,
+    /// Pages already resident (a fork child's), handed to the eviction policy and charged.
+    resident: Vec<usize>,
+    /// Launched on a fork child's only thread, before the program goes on.
+    fork_child: bool,
 }
 
 impl Region {
@@ -135,22 +160,6 @@ impl Region {
                 pages - budget
             );
         }
-        // The scheduler says how many reclaim threads its mode runs: one store handle each.
-        let reclaim = Reclaim::new(pages, budget, cfg.reclaim, cfg.max_reclaim_threads);
-        let pool = reclaim.pool_size();
-        let placement = cfg.handler_placement();
-        let mut handles = Vec::new();
-        for _ in 0..placement.len() + pool {
-            handles.push(store.handle()?);
-        }
-        log::debug!(
-            "region of {} pages, budget {budget}, memnode {}, {} handlers \
-             ({placement:?}), {pool} reclaim threads",
-            pages,
-            store.describe(),
-            placement.len()
-        );
-
         let mapping = Mapping::reserve(size).map_err(|source| PagerError::Os {
             op: "mmap of the region",
             source,
@@ -166,16 +175,6 @@ impl Region {
                 })?;
         }
         uffd.register(mapping.addr(), size, true)?;
-        let stop = Stop::new().map_err(|source| PagerError::Os {
-            op: "eventfd",
-            source,
-        })?;
-        let policy = crate::policy::build(cfg.evict, budget).map_err(PagerError::Config)?;
-        let prefetch = Prefetch::new(
-            cfg.prefetch,
-            cfg.prefetch_install,
-            (budget / 16).clamp(1, 4096),
-        );
         let trace =
             match &cfg.trace {
                 Some(path) => Some(FaultTrace::create(path, mapping.addr()).map_err(|source| {
@@ -193,16 +192,72 @@ impl Region {
             })?),
             None => None,
         };
-        let engine = Arc::new(Engine {
-            mem: Memory {
-                mapping,
-                uffd,
-                table: PageTable::new(pages),
-            },
-            budget: Budget::new(
+        Region::launch(
+            cfg,
+            Launch {
+                mem: Memory {
+                    mapping: Arc::new(mapping),
+                    uffd,
+                    table: Arc::new(PageTable::new(pages)),
+                },
+                store,
                 budget,
-                cfg.full_overflow.unwrap_or(cfg.local_budget / 4) / PAGE_SIZE,
-            ),
+                tracking,
+                uffd_features: wanted,
+                trace,
+                trace_out,
+                embedded,
+                resident: Vec::new(),
+                fork_child: false,
+            },
+        )
+    }
+
+    /// Builds the engine over `l` and starts the region's threads (a new region, or a fork
+    /// child's).
+    fn launch(cfg: RegionConfig, l: Launch) -> Result<Region, PagerError> {
+        let pages = l.mem.pages();
+        let budget = l.budget;
+        let tracking = l.tracking;
+        let store = l.store;
+        // The scheduler says how many reclaim threads its mode runs: one store handle each.
+        let reclaim = Reclaim::new(pages, budget, cfg.reclaim, cfg.max_reclaim_threads);
+        let pool = reclaim.pool_size();
+        let placement = cfg.handler_placement();
+        let mut handles = Vec::new();
+        for _ in 0..placement.len() + pool {
+            handles.push(store.handle()?);
+        }
+        log::debug!(
+            "region of {} pages, budget {budget}, memnode {}, {} handlers \
+             ({placement:?}), {pool} reclaim threads",
+            pages,
+            store.describe(),
+            placement.len()
+        );
+        let stop = Stop::new().map_err(|source| PagerError::Os {
+            op: "eventfd",
+            source,
+        })?;
+        let mut policy = crate::policy::build(cfg.evict, budget).map_err(PagerError::Config)?;
+        for &page in &l.resident {
+            policy.on_install(page, false);
+        }
+        let prefetch = Prefetch::new(
+            cfg.prefetch,
+            cfg.prefetch_install,
+            (budget / 16).clamp(1, 4096),
+        );
+        let budget_state = Budget::new(
+            budget,
+            cfg.full_overflow.unwrap_or(cfg.local_budget / 4) / PAGE_SIZE,
+        );
+        budget_state
+            .resident
+            .store(l.resident.len(), Ordering::SeqCst);
+        let engine = Arc::new(Engine {
+            mem: l.mem,
+            budget: budget_state,
             reclaim,
             policy: Mutex::new(policy),
             prefetch,
@@ -216,7 +271,7 @@ impl Region {
             store,
             counters: Counters::default(),
             remote_latency: LatencyHistogram::default(),
-            trace,
+            trace: l.trace,
             evict_batch: cfg.batch_pages(),
             tracking,
             drop_far_copies: if tracking == Tracking::Async {
@@ -226,17 +281,52 @@ impl Region {
             },
             stop,
             hints: crate::hint::Hints::default(),
+            gate: crate::engine::Gate::default(),
         });
         let mut threads = Vec::new();
         let hook = cfg.thread_start_hook;
+        let mut pool_handles = handles.split_off(placement.len());
+        // Fault handlers first: in a fork child, nothing may read a far page until they run.
+        for (i, (cpu, handle)) in placement.into_iter().zip(handles).enumerate() {
+            let e = engine.clone();
+            let spin = cfg.handler_spin;
+            threads.push(spawn(&format!("gleaner-fault{i}"), hook, move || {
+                crate::handler::run(e, handle, cpu, spin)
+            })?);
+        }
+        if l.fork_child {
+            // The handlers' start-up in the C library may itself read far pages (locale data
+            // the program allocated, say): this thread serves them until the handlers run.
+            crate::handler::serve_until(&engine, engine.store.handle()?, || {
+                threads.iter().all(|t| t.is_running())
+            });
+            // Before any reclaim thread: the inherited pages over the budget go at once.
+            trim_inherited(&engine)?;
+            if tracking == Tracking::Async {
+                // The child's page table lost the write protection of the pages it kept:
+                // protect them again, so that a scan sees only what the child writes (a page
+                // that differs from its far copy is written back anyway: eviction compares).
+                let table = &engine.mem.table;
+                let kept = (0..table.len())
+                    .filter(|&p| matches!(table.get(p), PageState::Clean | PageState::Dirty));
+                for (first, n) in crate::evict::runs(kept) {
+                    engine.mem.uffd.write_protect(
+                        engine.mem.addr_of(first),
+                        n * PAGE_SIZE,
+                        true,
+                        false,
+                    )?;
+                }
+            }
+        }
         for id in 0..pool {
-            let handle = handles.pop().expect("one store handle per thread");
+            let handle = pool_handles.pop().expect("one store handle per thread");
             let e = engine.clone();
             threads.push(spawn(&format!("gleaner-recl{id}"), hook, move || {
                 crate::reclaim::run_pool_thread(e, id, handle)
             })?);
         }
-        if let Some(out) = trace_out {
+        if let Some(out) = l.trace_out {
             let e = engine.clone();
             threads.push(spawn("gleaner-sample", hook, move || {
                 crate::sampler::run(e, out)
@@ -261,21 +351,17 @@ impl Region {
                 ),
             }
         }
-        for (i, (cpu, handle)) in placement.into_iter().zip(handles).enumerate() {
-            let e = engine.clone();
-            let spin = cfg.handler_spin;
-            threads.push(spawn(&format!("gleaner-fault{i}"), hook, move || {
-                crate::handler::run(e, handle, cpu, spin)
-            })?);
-        }
         Ok(Region {
             engine,
             threads,
             hint_thread: Mutex::new(None),
             thread_start_hook: hook,
             publication,
-            stats_path: cfg.stats_path,
-            _embedded: embedded,
+            stats_path: cfg.stats_path.clone(),
+            uffd_features: l.uffd_features,
+            child_end: Mutex::new(None),
+            cfg,
+            _embedded: l.embedded,
         })
     }
 
@@ -416,16 +502,53 @@ impl Region {
         e.budget.notify_progress();
     }
 
-    /// Makes the region safe to `fork`: pauses eviction and brings every page held only on the
-    /// memnode back into local memory (over the budget for a while), so that a child, which has
-    /// no pager, sees exactly this process's memory. Call [`Region::after_fork`] in the parent.
+    /// Makes the region safe to `fork`; call [`Region::after_fork`] in the parent and
+    /// [`Region::continue_in_child`] in the child. Pauses eviction and waits for the faults in
+    /// service. Then, with `fork = far` on a store that can share a snapshot (shared memory),
+    /// the store keeps every far copy as it is now for as long as the child may read it; else
+    /// every page held only on the memnode is brought back into local memory (over the budget
+    /// for a while), so that a child, which then has no pager, sees exactly this process's
+    /// memory.
     pub fn prepare_fork(&self) {
         let e = &*self.engine;
-        let table = &e.mem.table;
         e.budget.evict_paused.store(true, Ordering::SeqCst);
         while e.reclaim.in_batch.load(Ordering::SeqCst) > 0 {
             std::thread::yield_now();
         }
+        if self.cfg.fork == ForkMode::Far {
+            if e.store.can_share_with_child() {
+                match child_pipe() {
+                    Ok((alive, child_end)) => {
+                        // No install may be half done in the child: handlers finish theirs and
+                        // hold the next faults until the fork is over.
+                        e.gate.close();
+                        e.store.hold_for_child(alive);
+                        *self.child_end.lock().expect("child end lock") = Some(child_end);
+                        return;
+                    }
+                    Err(err) => log::warn!(
+                        "this fork brings the far pages home: no pipe for the child ({err})"
+                    ),
+                }
+            } else {
+                static SAID: std::sync::Once = std::sync::Once::new();
+                SAID.call_once(|| {
+                    log::warn!(
+                        "fork brings this process's far pages home: a fork child can page from \
+                         a snapshot only with a memnode on this host (shared memory), not over \
+                         {}",
+                        e.store.describe()
+                    )
+                });
+            }
+        }
+        self.bring_home();
+    }
+
+    /// Brings every page held only on the memnode into local memory (eviction paused).
+    fn bring_home(&self) {
+        let e = &*self.engine;
+        let table = &e.mem.table;
         let mut store = match e.store.handle() {
             Ok(h) => h,
             Err(err) => fatal(&format!(
@@ -472,13 +595,71 @@ impl Region {
 
     /// Resumes eviction after `fork` (in the parent); the region returns under its budget.
     pub fn after_fork(&self) {
+        // Closing our end of the child's pipe: from now on only the child holds it.
+        drop(self.child_end.lock().expect("child end lock").take());
         // Every page resident now may be shared with the child until it is evicted.
         self.engine.mem.table.mark_resident_forked();
+        self.engine.gate.open();
         self.engine
             .budget
             .evict_paused
             .store(false, Ordering::SeqCst);
         self.engine.reclaim.wake_pool();
+    }
+
+    /// In a fork child, in the fork's child handler (the child's only thread, before the
+    /// program goes on): when the parent shared a snapshot of its far pages for this child
+    /// ([`Region::prepare_fork`]), the child's own region over the same memory, with its own
+    /// userfaultfd, threads, memnode session and budget ([`RegionConfig::fork_local_budget`]),
+    /// already trimmed to that budget. `None` when the fork brought the pages home: the child's
+    /// memory is then plain memory.
+    ///
+    /// `self` (the parent's region, as the child inherited it, without its threads) must never
+    /// be used again: the child's region takes over its mapping and page table.
+    pub fn continue_in_child(&'static self) -> Result<Option<Region>, PagerError> {
+        let Some(child_end) = self.child_end.lock().expect("child end lock").take() else {
+            return Ok(None);
+        };
+        // Held open until this process exits or execs (close-on-exec): the parent keeps the
+        // snapshot that long.
+        std::mem::forget(child_end);
+        let old = &*self.engine;
+        let cfg = self.cfg.fork_child_config();
+        let (addr, len) = (old.mem.mapping.addr(), old.mem.mapping.len());
+        // The first thing: until the new userfaultfd covers the memory, a missing page reads as
+        // zeros.
+        let uffd = Uffd::open(UffdOptions {
+            features: self.uffd_features,
+            allow_user_mode_only: cfg.allow_user_mode_only,
+        })?;
+        uffd.register(addr, len, true)?;
+        let table = old.mem.table.clone();
+        let resident = adopt_inherited_pages(&table, addr, old.tracking);
+        let store = old.store.fork_child(&format!(
+            "pager pid {} (fork child) region {len}",
+            std::process::id()
+        ))?;
+        let budget = cfg.local_budget / PAGE_SIZE;
+        let region = Region::launch(
+            cfg,
+            Launch {
+                mem: Memory {
+                    mapping: old.mem.mapping.clone(),
+                    uffd,
+                    table,
+                },
+                store,
+                budget,
+                tracking: old.tracking,
+                uffd_features: self.uffd_features,
+                trace: None,
+                trace_out: None,
+                embedded: None,
+                resident,
+                fork_child: true,
+            },
+        )?;
+        Ok(Some(region))
     }
 
     /// Whether `addr` lies inside the region.
@@ -523,6 +704,119 @@ fn spawn(
         op: "starting a pager thread",
         source,
     })
+}
+
+/// Brings a fork child within its budget before the program goes on: the pages it
+/// inherited beyond it (in the eviction policy's order) are written to the child's store and
+/// dropped, in batches. No program thread runs meanwhile, so no write can race: the pages
+/// are copied and dropped directly, without the eviction path's capture (which would first
+/// give the child its own copy of every page it shares with the parent). Until this is done
+/// each inherited page is mapped in both processes; as the parent rewrites or evicts its
+/// side, the child's becomes memory of its own, so it must be quick.
+fn trim_inherited(e: &Engine) -> Result<(), PagerError> {
+    let table = &e.mem.table;
+    let over = e.budget.resident().saturating_sub(e.budget.pages);
+    let mut picked = Vec::with_capacity(over);
+    e.policy
+        .lock()
+        .expect("policy lock")
+        .pick(over, &mut picked);
+    let mut store = e.store.handle()?;
+    for chunk in picked.chunks(gleaner_proto::MAX_BATCH_PAGES) {
+        let victims: Vec<usize> = chunk
+            .iter()
+            .copied()
+            .filter(|&p| {
+                table.transition(p, PageState::Dirty, PageState::Evicting)
+                    || table.transition(p, PageState::Clean, PageState::Evicting)
+            })
+            .collect();
+        let ids: Vec<u64> = victims.iter().map(|&p| p as u64).collect();
+        let written = store.reserve(&ids).and_then(|()| {
+            store.stage(&ids, &mut |i, dst| {
+                // SAFETY: a resident page of the region (EVICTING: no other thread of this
+                // process touches it; no program thread runs yet).
+                let src = unsafe {
+                    std::slice::from_raw_parts(e.mem.addr_of(victims[i]) as *const u8, PAGE_SIZE)
+                };
+                dst.copy_from_slice(src);
+                Ok(())
+            })?;
+            store.commit()
+        });
+        if let Err(err) = written {
+            // No room on the memnode: the rest stays resident, over the budget for now.
+            log::warn!("a fork child keeps its inherited pages over its budget: {err}");
+            let mut policy = e.policy.lock().expect("policy lock");
+            for &p in &victims {
+                table.release(p, PageState::Dirty);
+                policy.on_install(p, false);
+            }
+            return Ok(());
+        }
+        let runs = crate::evict::runs(victims.iter().copied());
+        if let Err(err) = e.mem.mapping.discard_ranges(&runs) {
+            fatal(&format!("dropping a fork child's inherited pages: {err}"));
+        }
+        for &p in &victims {
+            table.clear_forked(p);
+            table.release(p, PageState::Remote);
+        }
+        e.budget.release(victims.len());
+        Counters::add(&e.counters.evicted_dirty, victims.len() as u64);
+    }
+    Ok(())
+}
+
+/// A pipe for a fork child (both ends close-on-exec): the read end stays with the parent's
+/// store, the write end goes to the child.
+fn child_pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two descriptors into the live array, or fails and writes nothing.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just made by the kernel and are owned by nothing else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Settles a fork child's inherited page table (on the child's only thread, which therefore
+/// owns every page): every page is left in a stable state and the resident ones are returned
+/// (for the child's budget and eviction order), marked as shared with the parent. A page some
+/// thread of the parent owned at the fork (only a program thread discarding memory can: the
+/// handlers and eviction were stopped) is taken as it is found: resident if it is mapped, else
+/// absent (what a discard leaves). Under synchronous tracking every resident page counts as
+/// written (the child's page table lost the write protection).
+fn adopt_inherited_pages(table: &PageTable, addr: usize, tracking: Tracking) -> Vec<usize> {
+    let mut resident = Vec::new();
+    for page in 0..table.len() {
+        match table.get(page) {
+            PageState::Absent | PageState::Remote => continue,
+            PageState::Clean | PageState::Dirty => {}
+            _ => {
+                let mut vec = 0u8;
+                // SAFETY: mincore on one page of our own mapping, writing one byte.
+                let r = unsafe {
+                    libc::mincore(
+                        (addr + page * PAGE_SIZE) as *mut libc::c_void,
+                        PAGE_SIZE,
+                        &mut vec,
+                    )
+                };
+                if r != 0 || vec & 1 == 0 {
+                    table.release(page, PageState::Absent);
+                    continue;
+                }
+                table.release(page, PageState::Dirty);
+            }
+        }
+        if tracking == Tracking::Sync {
+            table.release(page, PageState::Dirty);
+        }
+        resident.push(page);
+    }
+    table.mark_resident_forked();
+    resident
 }
 
 impl Drop for Region {

@@ -121,6 +121,11 @@ impl PageTable {
         )
     }
 
+    /// Pages in the table.
+    pub(crate) fn len(&self) -> usize {
+        self.states.len()
+    }
+
     /// The current state of `page`.
     pub(crate) fn get(&self, page: usize) -> PageState {
         PageState::from_u8(self.states[page].load(Ordering::Acquire))
