@@ -143,6 +143,16 @@ pub struct RunArgs {
     /// `gleaner trace replay`.
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
+    /// What a process's fork child gets: `far` (a pager of its own, reading the parent's far
+    /// pages as they were at the fork, with its own budget: neither process brings its heap
+    /// home; needs a memnode on this host, the embedded one or a `unix:` one, else the fork
+    /// brings the pages home and says so) or `home` (every page is brought home before the
+    /// fork; the child's heap is plain memory).
+    #[arg(long, value_name = "far|home", default_value = "far")]
+    fork: gleaner_pager::ForkMode,
+    /// A fork child's local budget (with `--fork far`); default a quarter of --local-mem.
+    #[arg(long, value_name = "SIZE")]
+    fork_local_mem: Option<String>,
     /// Address space reserved per process for managed memory.
     #[arg(long, value_name = "SIZE", default_value = "64G")]
     arena: String,
@@ -331,6 +341,16 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
         .env("GLEANER_STATS", stats_dir.0.join("stats-%p.json"))
         .env("GLEANER_REPORT_DIR", &stats_dir.0)
         .env("GLEANER_FAIL_OPEN", if args.fail_open { "1" } else { "0" })
+        .env("GLEANER_FORK", args.fork.to_string())
+        .env(
+            "GLEANER_FORK_LOCAL_MEM",
+            match &args.fork_local_mem {
+                Some(s) => parse_size(s)
+                    .map_err(|e| SetupError::new(format!("--fork-local-mem: {e}")))?
+                    .to_string(),
+                None => String::new(),
+            },
+        )
         .env("GLEANER_BIN", &self_exe);
 
     // Every path reaches the program absolute: its processes may change directory.

@@ -2,7 +2,7 @@
 //! once), from which the program's heap and anonymous mappings are carved page by page.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 use gleaner_pager::{Region, PAGE_SIZE};
@@ -60,7 +60,9 @@ impl PageRanges {
 
 /// The arena: the region and its free page ranges.
 pub(crate) struct Arena {
-    pub(crate) region: Region,
+    /// The region: the process's own, or in a fork child that pages from its parent's
+    /// snapshot, the child's (leaked, like the first: neither is ever dropped).
+    region: AtomicPtr<Region>,
     ranges: SpinLock<PageRanges>,
 }
 
@@ -76,7 +78,7 @@ pub(crate) fn install(region: Region) {
     free.insert(0, pages);
     if ARENA
         .set(Arena {
-            region,
+            region: AtomicPtr::new(Box::into_raw(Box::new(region))),
             ranges: SpinLock::new(PageRanges { free }),
         })
         .is_ok()
@@ -97,8 +99,22 @@ pub(crate) fn contains(addr: usize) -> bool {
 }
 
 impl Arena {
+    /// The region this process pages with.
+    pub(crate) fn region(&self) -> &'static Region {
+        // SAFETY: the pointer comes from `Box::into_raw` and its box is never freed (a region
+        // replaced in a fork child is leaked), so it is valid for the rest of the process.
+        unsafe { &*self.region.load(Ordering::Acquire) }
+    }
+
+    /// In a fork child: pages with `region` (the child's own) from now on. The parent's, as
+    /// the child inherited it, is leaked.
+    pub(crate) fn replace_region(&self, region: Region) {
+        self.region
+            .store(Box::into_raw(Box::new(region)), Ordering::Release);
+    }
+
     fn base(&self) -> usize {
-        self.region.as_ptr() as usize
+        self.region().as_ptr() as usize
     }
 
     /// Carves `len` bytes (rounded up to pages); the pages read as zeros. None if the arena is full.
@@ -120,7 +136,7 @@ impl Arena {
     }
 
     /// Discards `[addr, addr+len)` (page-aligned; rounded up to pages) and returns it to the free
-    /// ranges. In a fork child (no pager there) the pages are simply dropped.
+    /// ranges. In a fork child without a pager the pages are simply dropped.
     pub(crate) fn release(&self, addr: usize, len: usize) {
         let pages = len.div_ceil(PAGE_SIZE);
         self.discard(addr, pages * PAGE_SIZE);
@@ -130,11 +146,12 @@ impl Arena {
 
     /// Forgets the contents of `[addr, addr+len)` (page-aligned) without releasing the range.
     pub(crate) fn discard(&self, addr: usize, len: usize) {
-        if crate::is_fork_child() {
-            // SAFETY: the range is inside the arena, which in a child is plain anonymous memory.
-            unsafe { crate::real::madvise(addr as *mut _, len, libc::MADV_DONTNEED) };
+        if crate::has_pager() {
+            self.region().discard(addr - self.base(), len);
         } else {
-            self.region.discard(addr - self.base(), len);
+            // SAFETY: the range is inside the arena, which in a fork child without a pager is
+            // plain anonymous memory.
+            unsafe { crate::real::madvise(addr as *mut _, len, libc::MADV_DONTNEED) };
         }
     }
 

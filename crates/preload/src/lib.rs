@@ -38,12 +38,19 @@
 //! | `GLEANER_STATUS_DIR` | where each process publishes its live status for `gleaner status` | `$TMPDIR/gleaner-status-UID` |
 //! | `GLEANER_LOG` | pager messages on stderr: `error`, `warn`, `info`, `debug`, `trace` | `warn` |
 //! | `GLEANER_BIN` | the `gleaner` executable, to start an embedded memnode | on `PATH` |
+//! | `GLEANER_FORK` | what a fork child gets: `far` (a pager of its own on a snapshot of the far pages) or `home` (every page brought home before the fork) | `far` |
+//! | `GLEANER_FORK_LOCAL_MEM` | a fork child's local budget | a quarter of `GLEANER_LOCAL_MEM` |
 //! | `GLEANER_FAIL_OPEN` | `1`: a process whose pager cannot start runs all-local, with a warning, instead of stopping with exit 86 | `0` |
 //! | `GLEANER_REPORT_DIR` | write `pager-PID.json` here saying whether this process's pager started (set by `gleaner run`, which counts them) | — |
 //!
-//! `fork`: before the child is created, every page held only on the memnode is brought back, so
-//! the child (which has no pager) sees exactly the parent's memory; the parent then evicts back
-//! under its budget. The child's managed memory is plain memory.
+//! `fork` (`GLEANER_FORK=far`, the default, with a memnode on this host): the child gets a pager
+//! of its own, started in the fork's child handler before the program goes on, with its own
+//! budget (`GLEANER_FORK_LOCAL_MEM`); it reads the parent's far pages as they were at the fork (a
+//! snapshot the parent keeps until the child exits or execs) and writes its own to a session of
+//! its own. Neither process brings its heap home. With `GLEANER_FORK=home`, or a memnode reached
+//! over TCP (or a pool), every page held only on the memnode is brought back before the child is
+//! created, so the child (which then has no pager) sees exactly the parent's memory; the parent
+//! then evicts back under its budget.
 #![deny(missing_docs)]
 
 mod arena;
@@ -60,8 +67,9 @@ use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::OnceLock;
 
 use gleaner_pager::{
-    Compression, DataPath, DirtyTracking, Encryption, EvictKind, FarCopies, MemnodeTarget,
-    PrefetchInstall, PrefetcherKind, ReclaimMode, Region, RegionConfig, WritePrediction,
+    Compression, DataPath, DirtyTracking, Encryption, EvictKind, FarCopies, ForkMode,
+    MemnodeTarget, PrefetchInstall, PrefetcherKind, ReclaimMode, Region, RegionConfig,
+    WritePrediction,
 };
 use gleaner_proto::units::{format_size, parse_size};
 
@@ -73,8 +81,11 @@ thread_local! {
     static IN_RUNTIME: Cell<bool> = const { Cell::new(false) };
 }
 
-/// The pid that owns the pager (0 before start-up).
+/// The pid that started the pager (0 before start-up).
 static OWNER_PID: AtomicI32 = AtomicI32::new(0);
+/// The pid whose pager runs: the owner's, or a fork child's that pages from its parent's
+/// snapshot.
+static PAGER_PID: AtomicI32 = AtomicI32::new(0);
 static STATS_PATH: OnceLock<Option<PathBuf>> = OnceLock::new();
 /// Set by the fork prepare hook when it took the allocator locks (only the pager's owner does).
 static LOCKED_FOR_FORK: AtomicBool = AtomicBool::new(false);
@@ -84,11 +95,12 @@ pub(crate) fn in_runtime() -> bool {
     IN_RUNTIME.with(|c| c.get())
 }
 
-/// Whether this process is a fork child of the process that started the pager.
-pub(crate) fn is_fork_child() -> bool {
-    let owner = OWNER_PID.load(Ordering::Relaxed);
+/// Whether this process's managed memory is paged: it started the pager, or it is a fork child
+/// that continued with its own. False in a fork child whose parent brought its pages home (its
+/// managed memory is plain memory).
+pub(crate) fn has_pager() -> bool {
     // SAFETY: getpid has no preconditions.
-    owner != 0 && owner != unsafe { libc::getpid() }
+    PAGER_PID.load(Ordering::Relaxed) == unsafe { libc::getpid() }
 }
 
 struct Config {
@@ -116,6 +128,8 @@ struct Config {
     evict: EvictKind,
     predict_writes: WritePrediction,
     trace: Option<PathBuf>,
+    fork: ForkMode,
+    fork_local: Option<u64>,
 }
 
 fn config_from_env() -> Result<Option<Config>, String> {
@@ -174,6 +188,10 @@ fn config_from_env() -> Result<Option<Config>, String> {
         evict: parsed("GLEANER_EVICT")?.unwrap_or(EvictKind::Fifo),
         predict_writes: parsed("GLEANER_PREDICT_WRITES")?.unwrap_or_default(),
         trace: per_process_path("GLEANER_TRACE"),
+        fork: parsed("GLEANER_FORK")?.unwrap_or_default(),
+        fork_local: var("GLEANER_FORK_LOCAL_MEM")
+            .map(|v| size("GLEANER_FORK_LOCAL_MEM", &v))
+            .transpose()?,
     }))
 }
 
@@ -201,7 +219,8 @@ fn start() -> Result<bool, String> {
         eprintln!(
             "gleaner: local {} | memnode {}{} | token {} | arena {} | handlers {} (spin {} us) | \
              data path {} | compress {} | encrypt {} | dirty tracking {} | stats {} | reclaim {} (at most {} threads) | stats trace {} | \
-             prefetch {} ({}) | evict {} | predict writes {} | fault trace {}",
+             prefetch {} ({}) | evict {} | predict writes {} | fault trace {} | fork {} (child \
+             local {})",
             format_size(cfg.local),
             cfg.memnode.as_deref().unwrap_or("embedded"),
             cfg.replicas.map_or(String::new(), |r| format!(" ({r} replicas)")),
@@ -234,6 +253,9 @@ fn start() -> Result<bool, String> {
             cfg.trace
                 .as_ref()
                 .map_or("-".into(), |p| p.display().to_string()),
+            cfg.fork,
+            cfg.fork_local
+                .map_or("a quarter".into(), format_size),
         );
     }
     let mut rc = RegionConfig::new(cfg.arena as usize, cfg.local as usize);
@@ -264,6 +286,8 @@ fn start() -> Result<bool, String> {
     rc.predict_writes = cfg.predict_writes;
     rc.trace = cfg.trace;
     rc.fork_visible = true;
+    rc.fork = cfg.fork;
+    rc.fork_local_budget = cfg.fork_local.map(|b| b as usize);
     rc.publish_status = true;
     rc.sparse = true;
     rc.thread_start_hook = Some(mark_runtime_thread);
@@ -271,7 +295,9 @@ fn start() -> Result<bool, String> {
     arena::install(region);
     let _ = STATS_PATH.set(cfg.stats);
     // SAFETY: getpid has no preconditions.
-    OWNER_PID.store(unsafe { libc::getpid() }, Ordering::Relaxed);
+    let pid = unsafe { libc::getpid() };
+    OWNER_PID.store(pid, Ordering::Relaxed);
+    PAGER_PID.store(pid, Ordering::Relaxed);
     // SAFETY: registering plain extern "C" functions with no captured state.
     unsafe {
         libc::atexit(at_exit);
@@ -387,22 +413,26 @@ pub extern "C" fn gleaner_prefetch(addr: *const libc::c_void, len: usize) -> lib
         return -1;
     };
     let was = IN_RUNTIME.with(|c| c.replace(true));
-    let base = a.region.as_ptr() as usize;
-    a.region.prefetch_hint(addr - base, len);
+    let base = a.region().as_ptr() as usize;
+    a.region().prefetch_hint(addr - base, len);
     IN_RUNTIME.with(|c| c.set(was));
     0
 }
 
 extern "C" fn at_exit() {
-    if is_fork_child() {
+    if !has_pager() {
         return;
     }
     IN_RUNTIME.with(|c| c.set(true));
     if let Some(a) = arena::get() {
         // The region is never dropped: its live status file goes now, not with the process.
-        a.region.withdraw_status();
-        if let Some(Some(path)) = STATS_PATH.get() {
-            if let Err(e) = std::fs::write(path, a.region.stats_json()) {
+        a.region().withdraw_status();
+        // The stats file is the process's that started the pager (a fork child's would
+        // overwrite it).
+        // SAFETY: getpid has no preconditions.
+        let owner = OWNER_PID.load(Ordering::Relaxed) == unsafe { libc::getpid() };
+        if let (true, Some(Some(path))) = (owner, STATS_PATH.get()) {
+            if let Err(e) = std::fs::write(path, a.region().stats_json()) {
                 eprintln!("gleaner: writing stats to {}: {e}", path.display());
             }
         }
@@ -412,11 +442,11 @@ extern "C" fn at_exit() {
 
 extern "C" fn fork_prepare() {
     let Some(a) = arena::get() else { return };
-    if is_fork_child() {
+    if !has_pager() {
         return;
     }
     IN_RUNTIME.with(|c| c.set(true));
-    a.region.prepare_fork();
+    a.region().prepare_fork();
     IN_RUNTIME.with(|c| c.set(false));
     heap::lock_for_fork();
     a.lock_for_fork();
@@ -439,12 +469,39 @@ fn unlock_after_fork(a: &arena::Arena) -> bool {
 extern "C" fn fork_parent() {
     let Some(a) = arena::get() else { return };
     if unlock_after_fork(a) {
-        a.region.after_fork();
+        a.region().after_fork();
     }
 }
 
 extern "C" fn fork_child() {
-    if let Some(a) = arena::get() {
-        unlock_after_fork(a);
+    let Some(a) = arena::get() else { return };
+    if !unlock_after_fork(a) {
+        return;
     }
+    // Before the program goes on: until the child's own userfaultfd covers the arena, a page
+    // held only on the memnode would read as zeros.
+    let was = IN_RUNTIME.with(|c| c.replace(true));
+    match a.region().continue_in_child() {
+        Ok(Some(region)) => {
+            a.replace_region(region);
+            // SAFETY: getpid has no preconditions.
+            PAGER_PID.store(unsafe { libc::getpid() }, Ordering::Relaxed);
+            // Counted by `gleaner run` like any process on far memory (which also removes its
+            // live status file at the end: a child that `_exit`s cannot).
+            report_pager("started", None);
+        }
+        // The parent brought its pages home: plain memory.
+        Ok(None) => {}
+        Err(e) => {
+            eprintln!(
+                "gleaner: fork child {} (pid {}) cannot page the far memory it inherited, and \
+                 stops rather than read it as zeros: {e}",
+                program_name(),
+                std::process::id()
+            );
+            // SAFETY: _exit has no preconditions.
+            unsafe { libc::_exit(gleaner_pager::FATAL_EXIT_CODE) };
+        }
+    }
+    IN_RUNTIME.with(|c| c.set(was));
 }

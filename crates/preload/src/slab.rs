@@ -113,7 +113,7 @@ pub(crate) fn alloc(size: usize) -> Option<usize> {
 /// A fresh chunk for `class`, marked in the table.
 fn take_chunk(class: usize) -> Option<usize> {
     let a = arena::get()?;
-    let base = a.region.as_ptr() as usize;
+    let base = a.region().as_ptr() as usize;
     let chunk = POOL.with(|(next, end)| {
         if *next == *end {
             // Carve a pool with room to align it to a chunk boundary; the pages skipped before
@@ -137,7 +137,7 @@ fn take_chunk(class: usize) -> Option<usize> {
 
 /// The class size of `p` if it is a block of a size class (`p` inside the arena).
 pub(crate) fn block_size(p: usize) -> Option<usize> {
-    let base = arena::get()?.region.as_ptr() as usize;
+    let base = arena::get()?.region().as_ptr() as usize;
     let off = p.checked_sub(base)?;
     if off >= MAX_ARENA {
         return None;
@@ -155,7 +155,7 @@ pub(crate) fn block_size(p: usize) -> Option<usize> {
 pub(crate) unsafe fn free(p: usize) {
     let base = arena::get()
         .expect("a slab block implies an arena")
-        .region
+        .region()
         .as_ptr() as usize;
     let class = CHUNK_CLASS[(p - base) >> CHUNK_SHIFT].load(Ordering::Acquire) as usize - 1;
     CLASSES[class].with(|c| {
