@@ -10,7 +10,9 @@
  *                                   one size's blocks must pack together away from large ones;
  *                                   a fork child allocates and frees small blocks too
  *   preload_program fork MB         fill MB, fork; the child verifies everything as of the fork
- *                                   while the parent rewrites it; both verify their own view
+ *                                   while the parent rewrites it; both verify their own view and
+ *                                   print their private resident memory (`rss_anon_kb`): the
+ *                                   parent's right after the fork, the child's after its checks
  *   preload_program exec MB         fill MB, verify, then exec itself as `mixed 8`
  *   preload_program thread-exit MB  fill MB, then a non-main thread calls exit(0) mid-run
  *   preload_program sigterm MB      fill MB, print "ready", exit 42 from the SIGTERM handler
@@ -303,11 +305,27 @@ static int run_small(size_t mb) {
 
 /* ---- fork ------------------------------------------------------------------------------- */
 
+/* This process's RssAnon in KiB, from /proc/self/status (-1 if unreadable). */
+static long rss_anon_kb(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return -1;
+    char line[256];
+    long kb = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "RssAnon: %ld kB", &kb) == 1) break;
+    fclose(f);
+    return kb;
+}
+
 static int run_fork(size_t mb) {
     size_t len = mb << 20;
     char *a = malloc(len);
     if (!a) fail("malloc");
     fill(a, len, 7);
+    /* A second buffer the parent frees while the child still has to read it. */
+    char *c = malloc(len / 4);
+    if (!c) fail("malloc");
+    fill(c, len / 4, 13);
     int pipefd[2];
     if (pipe(pipefd)) fail("pipe");
     fflush(stdout);
@@ -318,10 +336,11 @@ static int run_fork(size_t mb) {
         close(pipefd[1]);
         /* Wait until the parent has rewritten everything: the child must still see the old. */
         if (read(pipefd[0], &go, 1) != 1) _exit(3);
-        if (!check(a, len, 7)) {
+        if (!check(a, len, 7) || !check(c, len / 4, 13)) {
             fprintf(stderr, "child: memory differs from the parent's at fork\n");
             _exit(2);
         }
+        printf("child rss_anon_kb %ld\n", rss_anon_kb());
         /* The child's own writes and allocations work too. */
         fill(a, len / 4, 8);
         char *b = malloc(1 << 20);
@@ -329,10 +348,13 @@ static int run_fork(size_t mb) {
         fill(b, 1 << 20, 9);
         if (!check(a, len / 4, 8) || !check(b, 1 << 20, 9)) _exit(5);
         free(b);
+        fflush(stdout);
         _exit(0);
     }
     close(pipefd[0]);
+    printf("parent rss_anon_kb %ld\n", rss_anon_kb());
     fill(a, len, 11); /* the parent moves on (and evicts back under its budget) */
+    free(c);
     if (write(pipefd[1], "g", 1) != 1) fail("write to pipe");
     int st;
     if (waitpid(pid, &st, 0) != pid) fail("waitpid");

@@ -351,16 +351,24 @@ fn writes_racing_with_synchronously_tracked_eviction_are_never_lost() {
 
 /// After a fork the parent's resident pages are shared with the child until one of them writes:
 /// a write to such a page goes to a new copy. Eviction must still capture the parent's last
-/// write: the race test, run while a fork child (which has no pager and only sleeps) still
-/// shares every page, under both ways of tracking writes.
+/// write: the race test, run while a fork child (which only sleeps) still shares every page,
+/// under both ways of tracking writes, and both fork modes (pages brought home, or kept far with
+/// their blobs held for the child while the parent rewrites them).
 #[test]
 fn writes_racing_with_eviction_after_a_fork_are_never_lost() {
-    for tracking in ["async", "sync"] {
+    use gleaner_pager::ForkMode;
+    for (tracking, fork) in [
+        ("async", ForkMode::Far),
+        ("sync", ForkMode::Far),
+        ("async", ForkMode::Home),
+        ("sync", ForkMode::Home),
+    ] {
         gleaner_bin();
         let pages = 2048;
         let mut cfg = RegionConfig::new(pages * PAGE_SIZE, 0);
         cfg.local_budget = cfg.min_budget_pages() * PAGE_SIZE;
         cfg.fork_visible = true;
+        cfg.fork = fork;
         cfg.dirty_tracking = tracking.parse().unwrap();
         let region = Region::new(cfg).unwrap();
         let base = region.as_ptr() as usize;
@@ -413,8 +421,14 @@ fn writes_racing_with_eviction_after_a_fork_are_never_lost() {
             assert_eq!(
                 got,
                 shadow[p].load(Ordering::Relaxed),
-                "{tracking}: page {p}"
+                "{tracking}, fork {fork}: page {p}"
             );
+        }
+        if fork == ForkMode::Far {
+            // The child (still asleep) may read the fork moment's blobs: the parent's
+            // rewrites left them in place.
+            let held = region.stats().store.blobs_held_for_children;
+            assert!(held > 0, "{tracking}: no blob held for the child");
         }
         let mut status = 0;
         // SAFETY: waits for our own child.
@@ -861,6 +875,7 @@ fn prepare_fork_brings_staged_pages_home_and_forgets_their_copies() {
     cfg.prefetch = "next:32".parse().unwrap();
     cfg.prefetch_install = "staged".parse().unwrap();
     cfg.fork_visible = true;
+    cfg.fork = gleaner_pager::ForkMode::Home;
     let region = Region::new(cfg).unwrap();
     let pages = region.len() / PAGE_SIZE;
     let base = Base(region.as_ptr() as usize);

@@ -93,27 +93,98 @@ fn small_blocks_of_every_size_class_keep_every_byte() {
     );
 }
 
-#[test]
-fn fork_child_sees_the_parent_memory_of_the_fork_moment() {
-    // 64 MiB filled at a 16 MiB budget: three quarters are on the memnode when fork comes.
-    let (code, out, err, stats) = run_program("16M", "fork", "64", &[]);
-    assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
-    assert!(out.contains("fork ok"), "{out}");
+/// The `rss_anon_kb` the fork program printed for `who` (`parent` or `child`), in MiB.
+fn rss_mib(out: &str, who: &str) -> f64 {
+    let prefix = format!("{who} rss_anon_kb ");
+    let kb: f64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .unwrap_or_else(|| panic!("no {who} RSS in: {out}"))
+        .trim()
+        .parse()
+        .unwrap();
+    kb / 1024.0
+}
+
+/// The budget check shared by both fork modes: the parent went back under its budget after
+/// the fork (evicting again), and its data went to the memnode before it.
+fn assert_parent_back_under_budget(stats: &serde_json::Value) {
     let t = &stats["total"];
     assert!(
         t["evictions"]["dirty"].as_u64().unwrap() > pages(32 << 20),
         "{stats}"
     );
-    // The parent went back under its budget after the fork (evicting again).
-    let resident = stats["processes"][0]["stats"]["resident_pages"]
-        .as_u64()
-        .unwrap();
-    let budget = stats["processes"][0]["stats"]["budget_pages"]
-        .as_u64()
-        .unwrap();
+    let p = &stats["processes"][0]["stats"];
+    let (resident, budget) = (
+        p["resident_pages"].as_u64().unwrap(),
+        p["budget_pages"].as_u64().unwrap(),
+    );
     assert!(
         resident <= budget,
         "resident {resident} > budget {budget}: {stats}"
+    );
+}
+
+/// 80 MiB filled at a 16 MiB budget: most of it is on the memnode when fork comes. The child
+/// gets a pager of its own (4 MiB, a quarter of the parent's budget) reading the far pages as
+/// they were at the fork, while the parent rewrites all of them and frees a quarter (the
+/// snapshot must hold their old blobs for the child): both see exactly their own memory, and
+/// neither brings the heap home: private resident memory stays near each one's budget.
+#[test]
+fn fork_child_pages_from_a_snapshot_of_the_fork_moment() {
+    let (code, out, err, stats) = run_program("16M", "fork", "64", &[]);
+    assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
+    assert!(out.contains("fork ok"), "{out}");
+    assert_parent_back_under_budget(&stats);
+    // Budget, eviction overflow and the program's own non-heap memory (a few MiB): far below
+    // the 80 MiB a fork that brought the pages home leaves in each.
+    let (parent, child) = (rss_mib(&out, "parent"), rss_mib(&out, "child"));
+    assert!(
+        parent < 16.0 * 1.25 + 8.0,
+        "parent RssAnon {parent:.1} MiB: {out}"
+    );
+    assert!(
+        child < 4.0 * 1.25 + 8.0,
+        "child RssAnon {child:.1} MiB: {out}"
+    );
+    // The child's budget can be chosen.
+    let (code, out, err, _) = run_program("16M", "fork", "64", &["--fork-local-mem", "12M"]);
+    assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
+    let child = rss_mib(&out, "child");
+    assert!(
+        child > 8.0 && child < 12.0 * 1.25 + 8.0,
+        "child RssAnon {child:.1} MiB at a 12 MiB budget: {out}"
+    );
+}
+
+/// `--fork home`, and a memnode reached over TCP (no snapshot to share), bring every page home
+/// before the fork: the child, without a pager, still sees exactly the fork moment's memory,
+/// at the cost of the whole heap in local memory; over TCP the run says so.
+#[test]
+fn fork_that_brings_pages_home_keeps_every_byte_and_says_so_over_tcp() {
+    let (code, out, err, stats) = run_program("16M", "fork", "64", &["--fork", "home"]);
+    assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
+    assert_parent_back_under_budget(&stats);
+    assert!(rss_mib(&out, "child") > 64.0, "the heap came home: {out}");
+    assert!(
+        !err.contains("brings this process's far pages home"),
+        "{err}"
+    );
+
+    let node = MemnodeProc::start("127.0.0.1:0", "256M");
+    let addr = node.endpoint.to_string();
+    let token = node.token_file.to_string_lossy().into_owned();
+    let (code, out, err, stats) = run_program(
+        "16M",
+        "fork",
+        "64",
+        &["--memnode", &addr, "--token-file", &token],
+    );
+    assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
+    assert_parent_back_under_budget(&stats);
+    assert!(
+        err.contains("fork brings this process's far pages home"),
+        "the fallback is announced: {err}"
     );
 }
 
