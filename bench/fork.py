@@ -27,7 +27,6 @@ Writes bench/results/fork.json and the fork section of docs/BENCHMARKS.md. Exit 
 any cell failed (a digest mismatch, a BGSAVE that failed or did not finish).
 """
 import argparse
-import json
 import os
 import shutil
 import socket
@@ -43,7 +42,7 @@ if ROOT not in sys.path:
 from bench.doc_section import DOC, write_section  # noqa: E402
 from bench.harness.__main__ import ensure_built  # noqa: E402
 from bench.harness.common import free_port, git_commit, machine, now_iso  # noqa: E402
-from bench.vs_swap import _med, _write  # noqa: E402
+from bench.vs_swap import _med, _write, run_or_render  # noqa: E402
 
 GLEANER = os.path.join(ROOT, "target", "release", "gleaner")
 BEGIN, END = "<!-- fork:begin -->", "<!-- fork:end -->"
@@ -335,19 +334,7 @@ def main(argv=None):
     ap.add_argument("--doc", default=DOC)
     ap.add_argument("--render-only", action="store_true")
     ap.add_argument("--no-render", action="store_true")
-    args = ap.parse_args(argv)
-    args.out = os.path.abspath(args.out)
-    name = os.path.relpath(args.out, ROOT)
-    if args.render_only:
-        with open(args.out) as f:
-            render(json.load(f), args.doc, name)
-        return 0
-    if args.reps < 1:
-        ap.error("--reps must be at least 1")
-    rc, res = run_all(args)
-    if not args.no_render:
-        render(res, args.doc, name)
-    return rc
+    return run_or_render(ap, argv, "fork.py", run_all, render, log)
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ from bench.harness.__main__ import ensure_built  # noqa: E402
 from bench.harness.common import (  # noqa: E402
     free_port, git_commit, last_json_line, machine, now_iso, python_exe, wait_port)
 from bench.harness.workloads import MCLOAD  # noqa: E402
-from bench.vs_swap import _med, _write  # noqa: E402
+from bench.vs_swap import _med, _write, run_or_render  # noqa: E402
 
 GLEANER = os.path.join(ROOT, "target", "release", "gleaner")
 DEMO_JOB = os.path.join(ROOT, "scripts", "demo_job.py")
@@ -305,19 +305,7 @@ def main(argv=None):
     ap.add_argument("--doc", default=DOC)
     ap.add_argument("--render-only", action="store_true")
     ap.add_argument("--no-render", action="store_true")
-    args = ap.parse_args(argv)
-    args.out = os.path.abspath(args.out)
-    name = os.path.relpath(args.out, ROOT)
-    if args.render_only:
-        with open(args.out) as f:
-            render(json.load(f), args.doc, name)
-        return 0
-    if args.reps < 1:
-        ap.error("--reps must be at least 1")
-    rc, res = run_all(args)
-    if not args.no_render:
-        render(res, args.doc, name)
-    return rc
+    return run_or_render(ap, argv, "pool.py", run_all, render, log)
 
 
 if __name__ == "__main__":

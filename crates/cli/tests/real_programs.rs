@@ -323,12 +323,12 @@ impl Redis {
     }
 }
 
-/// A process's private resident memory (`RssAnon`), in MiB.
-fn rss_anon_mib(pid: u32) -> Option<f64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let kb: f64 = status
+/// A `NAME: N kB` field of a `/proc` file, in MiB.
+fn proc_mib(path: &str, field: &str) -> Option<f64> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let kb: f64 = text
         .lines()
-        .find_map(|l| l.strip_prefix("RssAnon:"))?
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))?
         .trim()
         .trim_end_matches("kB")
         .trim()
@@ -337,19 +337,15 @@ fn rss_anon_mib(pid: u32) -> Option<f64> {
     Some(kb / 1024.0)
 }
 
+/// A process's private resident memory (`RssAnon`), in MiB.
+fn rss_anon_mib(pid: u32) -> Option<f64> {
+    proc_mib(&format!("/proc/{pid}/status"), "RssAnon")
+}
+
 /// A process's anonymous memory with pages shared between processes split among them
 /// (`Pss_Anon`: the sum over processes counts each page once), in MiB.
 fn pss_anon_mib(pid: u32) -> Option<f64> {
-    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
-    let kb: f64 = rollup
-        .lines()
-        .find_map(|l| l.strip_prefix("Pss_Anon:"))?
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()?;
-    Some(kb / 1024.0)
+    proc_mib(&format!("/proc/{pid}/smaps_rollup"), "Pss_Anon")
 }
 
 /// The peaks [`RssSampler`] saw.
