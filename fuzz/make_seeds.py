@@ -46,6 +46,8 @@ seeds = {
     "grant_request": frame(15, struct.pack("<Q", 16384)),
     "grant": frame(16, struct.pack("<IQ", 0, 16384)),
     "drain": frame(17, b""),
+    "fork": frame(18, b""),
+    "forked": frame(19, struct.pack("<Q", 7) + bytes(range(16))),
     "two_frames": frame(9, b"") + frame(4, struct.pack("<I", 1) + struct.pack("<Q", 9), req=2),
 }
 os.makedirs(OUT, exist_ok=True)

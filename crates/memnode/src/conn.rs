@@ -100,6 +100,8 @@ enum Reply {
     Error(ErrorCode, String),
     /// A slab for the client: its number, its pages and its memfd, sent with the frame.
     Grant(u32, u64, std::os::fd::OwnedFd),
+    /// A forked session's id and attach key.
+    Forked(u64, gleaner_proto::SessionKey),
 }
 
 struct Conn<'a> {
@@ -268,6 +270,7 @@ impl Conn<'_> {
             | K::StatsRequest
             | K::Goodbye
             | K::Drain
+            | K::Fork
             | K::GrantRequest => {}
             K::Auth => {
                 return Err(End::Malformed {
@@ -282,6 +285,7 @@ impl Conn<'_> {
             | K::Pong
             | K::Stats
             | K::Error
+            | K::Forked
             | K::Grant => {
                 return Err(End::Malformed {
                     reason: format!("{:?} is a server-to-client message", header.kind),
@@ -388,6 +392,25 @@ impl Conn<'_> {
                     );
                 }
                 Reply::Ack(u32::try_from(sessions).unwrap_or(u32::MAX))
+            }
+            Message::Fork => {
+                let client = format!("{} (fork)", session.client());
+                match shared.sessions.fork(session, &client) {
+                    Ok(None) => ended(session),
+                    Ok(Some(child)) => {
+                        log::info!(
+                            "session {} forked into session {} ({} pages)",
+                            session.id(),
+                            child.id(),
+                            child.store().len()
+                        );
+                        Reply::Forked(child.id(), child.key())
+                    }
+                    Err(full) => {
+                        bump(&counters.errors_full, 1);
+                        Reply::Error(ErrorCode::Full, full.to_string())
+                    }
+                }
             }
             Message::GrantRequest { pages } => {
                 bump(&counters.req_grant, 1);
@@ -536,6 +559,13 @@ impl Conn<'_> {
             }
             Reply::Ack(count) => self.send(req_id, &Message::Ack { count }),
             Reply::Pong => self.send(req_id, &Message::Pong),
+            Reply::Forked(session_id, session_key) => self.send(
+                req_id,
+                &Message::Forked {
+                    session_id,
+                    session_key,
+                },
+            ),
             Reply::Stats(json) => self.send(req_id, &Message::Stats { json: &json }),
             Reply::Error(code, message) => self.send(
                 req_id,

@@ -215,6 +215,51 @@ impl SessionTable {
         session
     }
 
+    /// A new session of `parent`'s tenant holding `parent`'s pages as they are now (see
+    /// [`PageStore::fork`]), with no connection yet: its lease runs until one attaches.
+    pub(crate) fn fork(
+        &self,
+        parent: &Arc<Session>,
+        client: &str,
+    ) -> Result<Option<Arc<Session>>, crate::store::Full> {
+        // The copy is made under the parent's read lock only (never the table's).
+        let store = {
+            let parent_store = parent.store();
+            if parent_store.is_ended() {
+                return Ok(None);
+            }
+            parent_store.fork(parent.capacity())?
+        };
+        let mut entries = self.lock();
+        let id = loop {
+            let id = u64::from_le_bytes(random_bytes());
+            if id != 0 && !entries.contains_key(&id) {
+                break id;
+            }
+        };
+        let session = Arc::new(Session {
+            id,
+            key: random_bytes(),
+            tenant: parent.tenant.clone(),
+            client: truncate(client, MAX_CLIENT_NAME).to_string(),
+            created: Instant::now(),
+            store: RwLock::new(store),
+            slabs: Mutex::new(Slabs::default()),
+            bytes_in: AtomicU64::new(0),
+            bytes_out: AtomicU64::new(0),
+            requests: AtomicU64::new(0),
+        });
+        entries.insert(
+            id,
+            Entry {
+                session: Arc::clone(&session),
+                live: 0,
+                idle_since: Some(Instant::now()),
+            },
+        );
+        Ok(Some(session))
+    }
+
     /// Attaches one more connection to session `id` if `key` is its key (compared in constant
     /// time).
     pub(crate) fn attach(

@@ -49,14 +49,16 @@ use std::sync::Arc;
 use gleaner_proto::units::format_size;
 use gleaner_proto::{PageBatch, PageIds, PageRanges};
 
-/// One stored page: its blob, exactly as the client sent it (1 to `MAX_BLOB_SIZE` bytes).
-pub(crate) type Blob = Box<[u8]>;
+/// One stored page: its blob, exactly as the client sent it (1 to `MAX_BLOB_SIZE` bytes),
+/// reference-counted so that a forked session shares it with its parent until either replaces
+/// or frees it.
+pub(crate) type Blob = std::sync::Arc<[u8]>;
 
 /// A page as the client wrote it: `(id, version, blob)`.
 pub(crate) type Staged = (u64, u64, Blob);
 
 /// A stored page: the version the client gave it and its blob.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Stored {
     version: u64,
     blob: Blob,
@@ -411,6 +413,26 @@ impl PageStore {
         Ok(Written {
             delta: grow as i64 - shrink as i64,
             stale,
+        })
+    }
+
+    /// A copy of this store for a forked session: the same pages, sharing their blobs (a write
+    /// or free on either side replaces or drops only its own reference). The copy's bytes are
+    /// reserved from `capacity` in full, all or nothing, as if they were its own: while both
+    /// sessions live the memnode may hold up to twice the bytes, and never promises more than
+    /// it has.
+    pub(crate) fn fork(&self, capacity: &Capacity) -> Result<PageStore, Full> {
+        let needed = self.stored_bytes;
+        capacity.reserve_or_refuse(needed).map_err(|r| Full {
+            needed,
+            free: r.free,
+            total: r.total,
+            tenant: r.quota_of,
+        })?;
+        Ok(PageStore {
+            pages: self.pages.clone(),
+            stored_bytes: self.stored_bytes,
+            ended: false,
         })
     }
 

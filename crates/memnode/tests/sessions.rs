@@ -139,3 +139,50 @@ fn connections_attached_to_one_session_work_concurrently() {
     // Everything written by every thread is visible on the first connection.
     assert_pages(&mut first, &[(5_000_000 + 639, 5 * 7919 + 19 * 31 + 31)]);
 }
+
+/// `Fork` copies a session (a fork child's snapshot): the copy keeps the pages of the fork
+/// moment whatever the parent writes or frees afterwards, and the other way round; it counts in
+/// full against the capacity (a fork that does not fit is refused, charging nothing); it needs
+/// the key to attach and goes with its lease like any session.
+#[test]
+fn a_forked_session_keeps_the_pages_of_the_fork_moment() {
+    let server = TestServer::start("127.0.0.1:0", 100, LEASE);
+    let mut parent = server.connect();
+    let first: Vec<(u64, u64)> = (0..20).map(|i| (i, i)).collect();
+    write(&mut parent, &first).unwrap();
+    let (id, key) = parent.fork_session().unwrap();
+    assert_eq!(
+        server.local_stats().used_bytes,
+        40 * P,
+        "the copy counts in full"
+    );
+    // The parent moves on: half rewritten, half freed.
+    write(
+        &mut parent,
+        &(0..10).map(|i| (i, i + 100)).collect::<Vec<_>>(),
+    )
+    .unwrap();
+    parent.free(&[(10, 10)]).unwrap();
+    assert!(server.attach(id, [0; 16]).is_err(), "the key is needed");
+    let mut child = server.attach(id, key).unwrap();
+    assert_pages(&mut child, &first);
+    // The child's writes stay its own.
+    write(&mut child, &[(0, 999)]).unwrap();
+    assert_pages(&mut parent, &[(0, 100)]);
+    assert_pages(&mut child, &[(0, 999), (15, 15)]);
+    // 10 (parent) + 20 (child) pages held: a copy of a 70-page parent does not fit in 100.
+    write(&mut parent, &(10..70).map(|i| (i, i)).collect::<Vec<_>>()).unwrap();
+    let used = server.local_stats().used_bytes;
+    assert_eq!(used, 90 * P);
+    let refused = parent.fork_session().unwrap_err();
+    assert_eq!(refused.server_code(), Some(gleaner_proto::ErrorCode::Full));
+    assert_eq!(server.local_stats().used_bytes, used, "nothing charged");
+    // The child's last connection closes: its pages go with the lease, the parent's stay.
+    drop(child);
+    assert!(
+        wait_until(Duration::from_secs(5), || server.local_stats().used_bytes
+            == 70 * P),
+        "the forked session was not released after its lease"
+    );
+    assert_pages(&mut parent, &[(0, 100), (69, 69)]);
+}

@@ -615,6 +615,20 @@ impl Connection {
         }
     }
 
+    /// Copies this connection's session into a new one (see [`MessageKind::Fork`]): its id and
+    /// attach key.
+    pub fn fork_session(&mut self) -> Result<(u64, SessionKey), ClientError> {
+        self.tx.clear();
+        let kind = self.round_trip(MessageKind::Fork)?;
+        match Message::decode(kind, &self.rx) {
+            Ok(Message::Forked {
+                session_id,
+                session_key,
+            }) => Ok((session_id, session_key)),
+            _ => Err(self.unexpected(kind)),
+        }
+    }
+
     /// The memnode's metrics as JSON text.
     pub fn stats(&mut self) -> Result<String, ClientError> {
         self.tx.clear();

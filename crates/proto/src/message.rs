@@ -54,6 +54,13 @@ pub enum MessageKind {
     /// Client → server: start draining: tell every client (through its pings) to move its pages
     /// elsewhere, and exit once no session is left. Answered with `Ack{count = sessions}`.
     Drain = 17,
+    /// Client → server: copy this session into a new session of the same tenant whose pages are
+    /// the same blobs (a fork child's snapshot: neither session's later writes or frees reach
+    /// the other), counted in full against the capacity. Answered with `Forked`, or `Error{Full}`.
+    Fork = 18,
+    /// Server → client: the new session's id and attach key (it has no connection yet: its
+    /// lease runs until one attaches).
+    Forked = 19,
 }
 
 impl MessageKind {
@@ -78,6 +85,8 @@ impl MessageKind {
             15 => GrantRequest,
             16 => Grant,
             17 => Drain,
+            18 => Fork,
+            19 => Forked,
             _ => return None,
         })
     }
@@ -184,6 +193,15 @@ pub enum Message<'a> {
     Ping,
     /// See [`MessageKind::Drain`].
     Drain,
+    /// See [`MessageKind::Fork`].
+    Fork,
+    /// See [`MessageKind::Forked`].
+    Forked {
+        /// The new session.
+        session_id: u64,
+        /// Its attach key.
+        session_key: SessionKey,
+    },
     /// See [`MessageKind::Pong`].
     Pong,
     /// See [`MessageKind::StatsRequest`].
@@ -230,6 +248,8 @@ impl<'a> Message<'a> {
             Message::Free { .. } => MessageKind::Free,
             Message::Ping => MessageKind::Ping,
             Message::Drain => MessageKind::Drain,
+            Message::Fork => MessageKind::Fork,
+            Message::Forked { .. } => MessageKind::Forked,
             Message::Pong => MessageKind::Pong,
             Message::StatsRequest => MessageKind::StatsRequest,
             Message::Stats { .. } => MessageKind::Stats,
@@ -274,8 +294,16 @@ impl<'a> Message<'a> {
             Message::Pages { batch } | Message::Write { batch } => out.extend_from_slice(batch.raw),
             Message::Ack { count } => out.extend_from_slice(&count.to_le_bytes()),
             Message::Free { ranges } => out.extend_from_slice(ranges.raw),
+            Message::Forked {
+                session_id,
+                session_key,
+            } => {
+                out.extend_from_slice(&session_id.to_le_bytes());
+                out.extend_from_slice(&session_key);
+            }
             Message::Ping
             | Message::Drain
+            | Message::Fork
             | Message::Pong
             | Message::StatsRequest
             | Message::Goodbye => {}
@@ -332,6 +360,11 @@ impl<'a> Message<'a> {
             },
             MessageKind::Ping => Message::Ping,
             MessageKind::Drain => Message::Drain,
+            MessageKind::Fork => Message::Fork,
+            MessageKind::Forked => Message::Forked {
+                session_id: c.u64()?,
+                session_key: c.array::<SESSION_KEY_LEN>()?,
+            },
             MessageKind::Pong => Message::Pong,
             MessageKind::StatsRequest => Message::StatsRequest,
             MessageKind::Stats => Message::Stats { json: c.text()? },
@@ -782,6 +815,11 @@ mod tests {
             },
             Message::Ping,
             Message::Drain,
+            Message::Fork,
+            Message::Forked {
+                session_id: 7,
+                session_key: [9; SESSION_KEY_LEN],
+            },
             Message::Pong,
             Message::StatsRequest,
             Message::Stats { json: "{\"a\":1}" },
