@@ -157,11 +157,41 @@ fn fork_child_pages_from_a_snapshot_of_the_fork_moment() {
     );
 }
 
-/// `--fork home`, and a memnode reached over TCP (no snapshot to share), bring every page home
-/// before the fork: the child, without a pager, still sees exactly the fork moment's memory,
-/// at the cost of the whole heap in local memory; over TCP the run says so.
+/// Over TCP the memnode copies the session for the child (`Fork`): the same as with shared
+/// memory, every byte right and neither process bringing the heap home.
 #[test]
-fn fork_that_brings_pages_home_keeps_every_byte_and_says_so_over_tcp() {
+fn fork_over_tcp_pages_from_the_memnodes_copy_of_the_session() {
+    let node = MemnodeProc::start("127.0.0.1:0", "256M");
+    let addr = node.endpoint.to_string();
+    let token = node.token_file.to_string_lossy().into_owned();
+    let (code, out, err, stats) = run_program(
+        "16M",
+        "fork",
+        "64",
+        &["--memnode", &addr, "--token-file", &token],
+    );
+    assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
+    assert_parent_back_under_budget(&stats);
+    let (parent, child) = (rss_mib(&out, "parent"), rss_mib(&out, "child"));
+    assert!(
+        parent < 16.0 * 1.25 + 8.0,
+        "parent RssAnon {parent:.1} MiB: {out}"
+    );
+    assert!(
+        child < 4.0 * 1.25 + 8.0,
+        "child RssAnon {child:.1} MiB: {out}"
+    );
+    assert!(
+        !err.contains("brings this process's far pages home"),
+        "{err}"
+    );
+}
+
+/// `--fork home`, and a pool of memnodes (no snapshot of a pool yet), bring every page home
+/// before the fork: the child, without a pager, still sees exactly the fork moment's memory, at
+/// the cost of the whole heap in local memory; with a pool the run says so.
+#[test]
+fn fork_that_brings_pages_home_keeps_every_byte_and_says_so_for_a_pool() {
     let (code, out, err, stats) = run_program("16M", "fork", "64", &["--fork", "home"]);
     assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
     assert_parent_back_under_budget(&stats);
@@ -171,14 +201,22 @@ fn fork_that_brings_pages_home_keeps_every_byte_and_says_so_over_tcp() {
         "{err}"
     );
 
-    let node = MemnodeProc::start("127.0.0.1:0", "256M");
-    let addr = node.endpoint.to_string();
-    let token = node.token_file.to_string_lossy().into_owned();
+    let dir = TempDir::new("fork-pool-token");
+    let token_file = dir.path().join("token");
+    gleaner_proto::write_token_file(&token_file, &gleaner_proto::generate_token()).unwrap();
+    let nodes: Vec<MemnodeProc> = (0..2)
+        .map(|_| {
+            let node_dir = TempDir::new("fork-pool-node");
+            MemnodeProc::start_with_token("127.0.0.1:0", "256M", node_dir, token_file.clone())
+        })
+        .collect();
+    let pool = format!("{},{}", nodes[0].endpoint, nodes[1].endpoint);
+    let token = token_file.to_string_lossy().into_owned();
     let (code, out, err, stats) = run_program(
         "16M",
         "fork",
         "64",
-        &["--memnode", &addr, "--token-file", &token],
+        &["--memnode", &pool, "--token-file", &token],
     );
     assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
     assert_parent_back_under_budget(&stats);

@@ -517,26 +517,33 @@ impl Region {
         }
         if self.cfg.fork == ForkMode::Far {
             if e.store.can_share_with_child() {
-                match child_pipe() {
-                    Ok((alive, child_end)) => {
-                        // No install may be half done in the child: handlers finish theirs and
-                        // hold the next faults until the fork is over.
-                        e.gate.close();
-                        e.store.hold_for_child(alive);
+                // No install may be half done in the child: handlers finish theirs and hold the
+                // next faults until the fork is over.
+                e.gate.close();
+                let held = child_pipe()
+                    .map_err(|err| format!("no pipe for the child ({err})"))
+                    .and_then(|(alive, child_end)| {
+                        e.store
+                            .hold_for_child(alive)
+                            .map_err(|err| err.to_string())?;
+                        Ok(child_end)
+                    });
+                match held {
+                    Ok(child_end) => {
                         *self.child_end.lock().expect("child end lock") = Some(child_end);
                         return;
                     }
-                    Err(err) => log::warn!(
-                        "this fork brings the far pages home: no pipe for the child ({err})"
-                    ),
+                    Err(why) => {
+                        e.gate.open();
+                        log::warn!("this fork brings the far pages home: {why}");
+                    }
                 }
             } else {
                 static SAID: std::sync::Once = std::sync::Once::new();
                 SAID.call_once(|| {
                     log::warn!(
-                        "fork brings this process's far pages home: a fork child can page from \
-                         a snapshot only with a memnode on this host (shared memory), not over \
-                         {}",
+                        "fork brings this process's far pages home: a fork child cannot page \
+                         from a snapshot of a pool of memnodes ({})",
                         e.store.describe()
                     )
                 });

@@ -138,10 +138,17 @@ pub(crate) trait PageStore: Send + Sync {
     fn can_share_with_child(&self) -> bool {
         false
     }
-    /// Keeps every far copy stored now readable as it is, whatever this process writes or frees
-    /// later, until `alive` (the read end of a pipe whose write end only the child holds)
-    /// reports the end of file: the child has exited or exec'd.
-    fn hold_for_child(&self, _alive: std::os::fd::OwnedFd) {}
+    /// Keeps every far copy stored now readable as it is for the child about to be forked,
+    /// whatever this process writes or frees later: shared memory holds the blobs it frees until
+    /// `alive` (the read end of a pipe whose write end only the child holds) reports the end of
+    /// file (the child has exited or exec'd); a socket asks the memnode for a copy of the
+    /// session. On an error nothing is held and the fork must bring the pages home.
+    fn hold_for_child(&self, _alive: std::os::fd::OwnedFd) -> Result<(), StoreError> {
+        Err(StoreError::Lost(format!(
+            "far memory cannot be shared with a fork child over {}",
+            self.describe()
+        )))
+    }
     /// In a fork child, before the program goes on: the child's store on the snapshot its
     /// parent holds for it, with a session of its own (client `client_name`) for what it
     /// writes.
@@ -533,7 +540,7 @@ mod tests {
                 )
             }
         };
-        store.hold_for_child(alive);
+        store.hold_for_child(alive).unwrap();
         let before = store.stats();
         // Rewritten and released pages: their old blobs stay where the child would read them.
         round_trip(&*store, &ids[..50], 1);

@@ -262,13 +262,14 @@ impl PageStore for ShmStore {
         !self.inner.codec.is_fork_child()
     }
 
-    fn hold_for_child(&self, alive: OwnedFd) {
+    fn hold_for_child(&self, alive: OwnedFd) -> Result<(), StoreError> {
         self.inner
             .space
             .lock()
             .expect("space lock")
             .children
             .push(alive);
+        Ok(())
     }
 
     fn fork_child(&self, client_name: &str) -> Result<Box<dyn PageStore>, PagerError> {

@@ -11,6 +11,7 @@
 //! longer knows the session, the data is lost and the error says so.
 
 use std::io;
+use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -61,7 +62,18 @@ impl Session {
         token: Token,
         opts: ConnectOptions,
     ) -> Result<Session, PagerError> {
-        let first = Connection::connect(&endpoint, &token, None, &opts)?;
+        Session::connect(endpoint, token, opts, None)
+    }
+
+    /// Connects and authenticates, creating a session, or with `existing` attaching to that
+    /// one.
+    fn connect(
+        endpoint: Endpoint,
+        token: Token,
+        opts: ConnectOptions,
+        existing: Option<(u64, SessionKey)>,
+    ) -> Result<Session, PagerError> {
+        let first = Connection::connect(&endpoint, &token, existing, &opts)?;
         let info = first.session();
         Ok(Session {
             endpoint,
@@ -81,11 +93,29 @@ impl Session {
     /// A new session on the same memnode, with the same token and options, its client named
     /// `client_name` (a fork child's own).
     pub(crate) fn open_another(&self, client_name: &str) -> Result<Session, PagerError> {
+        self.open_like(client_name, None)
+    }
+
+    /// A connection to session `existing` on the same memnode (a fork child's copy of this
+    /// one), as the session it belongs to.
+    pub(crate) fn attach_other(
+        &self,
+        client_name: &str,
+        existing: (u64, SessionKey),
+    ) -> Result<Session, PagerError> {
+        self.open_like(client_name, Some(existing))
+    }
+
+    fn open_like(
+        &self,
+        client_name: &str,
+        existing: Option<(u64, SessionKey)>,
+    ) -> Result<Session, PagerError> {
         let opts = ConnectOptions {
             client_name: client_name.to_string(),
             ..self.opts.clone()
         };
-        Session::open(self.endpoint.clone(), self.token, opts)
+        Session::connect(self.endpoint.clone(), self.token, opts, existing)
     }
 
     /// Retries broken connections for `window` (when given) instead of the whole lease, and
@@ -256,6 +286,9 @@ pub(crate) struct SocketStore {
     codec: Arc<Codec>,
     /// Per region page: the version of its blob on the memnode.
     versions: Arc<Box<[AtomicU64]>>,
+    /// The copy of the session the memnode made for the fork being prepared (`Fork`), which
+    /// the child attaches to.
+    child_session: Mutex<Option<(u64, SessionKey)>>,
 }
 
 impl SocketStore {
@@ -266,6 +299,7 @@ impl SocketStore {
             session: Arc::new(session),
             codec,
             versions,
+            child_session: Mutex::new(None),
         }
     }
 }
@@ -288,6 +322,38 @@ impl PageStore for SocketStore {
 
     fn close(&self) {
         self.session.close();
+    }
+
+    fn can_share_with_child(&self) -> bool {
+        // A child's store cannot hand its own snapshot down again (its codec has no third key).
+        !self.codec.is_fork_child()
+    }
+
+    fn hold_for_child(&self, _alive: OwnedFd) -> Result<(), StoreError> {
+        // The memnode keeps the snapshot, as a session of its own: nothing to hold here.
+        let forked = self
+            .session
+            .with_control(|c| c.fork_session())
+            .ok_or_else(|| StoreError::Lost("the memnode session is closed".into()))?
+            .map_err(store_error)?;
+        *self.child_session.lock().expect("child session lock") = Some(forked);
+        Ok(())
+    }
+
+    fn fork_child(&self, client_name: &str) -> Result<Box<dyn PageStore>, PagerError> {
+        let forked = self
+            .child_session
+            .lock()
+            .expect("child session lock")
+            .take()
+            .ok_or_else(|| PagerError::Config("no session was copied for this child".into()))?;
+        Ok(Box::new(SocketStore {
+            session: Arc::new(self.session.attach_other(client_name, forked)?),
+            codec: self.codec.for_fork_child()?,
+            // This process's copy of the parent's versions: those of the copied session.
+            versions: self.versions.clone(),
+            child_session: Mutex::new(None),
+        }))
     }
 
     fn describe(&self) -> String {
