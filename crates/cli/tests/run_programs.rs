@@ -157,11 +157,61 @@ fn fork_child_pages_from_a_snapshot_of_the_fork_moment() {
     );
 }
 
-/// Over TCP the memnode copies the session for the child (`Fork`): the same as with shared
-/// memory, every byte right and neither process bringing the heap home.
+/// Over TCP each memnode copies its session for the child (`Fork`), for one memnode and for a
+/// pool of two: the same as with shared memory, every byte right and neither process bringing
+/// the heap home.
 #[test]
-fn fork_over_tcp_pages_from_the_memnodes_copy_of_the_session() {
-    let node = MemnodeProc::start("127.0.0.1:0", "256M");
+fn fork_over_tcp_and_a_pool_pages_from_the_memnodes_copies_of_the_session() {
+    let dir = TempDir::new("fork-tcp-token");
+    let token_file = dir.path().join("token");
+    gleaner_proto::write_token_file(&token_file, &gleaner_proto::generate_token()).unwrap();
+    let token = token_file.to_string_lossy().into_owned();
+    let nodes: Vec<MemnodeProc> = (0..2)
+        .map(|_| {
+            let node_dir = TempDir::new("fork-tcp-node");
+            MemnodeProc::start_with_token("127.0.0.1:0", "256M", node_dir, token_file.clone())
+        })
+        .collect();
+    let one = nodes[0].endpoint.to_string();
+    let pool = format!("{},{}", nodes[0].endpoint, nodes[1].endpoint);
+    for memnodes in [&one, &pool] {
+        let (code, out, err, stats) = run_program(
+            "16M",
+            "fork",
+            "64",
+            &["--memnode", memnodes, "--token-file", &token],
+        );
+        assert_eq!(code, Some(0), "{memnodes}: stdout: {out}\nstderr: {err}");
+        assert_parent_back_under_budget(&stats);
+        let (parent, child) = (rss_mib(&out, "parent"), rss_mib(&out, "child"));
+        assert!(
+            parent < 16.0 * 1.25 + 8.0,
+            "{memnodes}: parent RssAnon {parent:.1} MiB: {out}"
+        );
+        assert!(
+            child < 4.0 * 1.25 + 8.0,
+            "{memnodes}: child RssAnon {child:.1} MiB: {out}"
+        );
+        assert!(
+            !err.contains("brings this process's far pages home"),
+            "{err}"
+        );
+    }
+}
+
+/// `--fork home`, and a memnode with no room to copy the session (`Fork` refused: Full), bring
+/// every page home before the fork: the child, without a pager, still sees exactly the fork
+/// moment's memory, at the cost of the whole heap in local memory; the refused copy is announced.
+#[test]
+fn fork_that_brings_pages_home_keeps_every_byte_and_says_so_when_the_memnode_is_full() {
+    let (code, out, err, stats) = run_program("16M", "fork", "64", &["--fork", "home"]);
+    assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
+    assert_parent_back_under_budget(&stats);
+    assert!(rss_mib(&out, "child") > 64.0, "the heap came home: {out}");
+    assert!(!err.contains("far pages home"), "{err}");
+
+    // About 64 MiB of incompressible pages on the memnode: a copy does not fit in 100 MiB.
+    let node = MemnodeProc::start("127.0.0.1:0", "100M");
     let addr = node.endpoint.to_string();
     let token = node.token_file.to_string_lossy().into_owned();
     let (code, out, err, stats) = run_program(
@@ -172,56 +222,9 @@ fn fork_over_tcp_pages_from_the_memnodes_copy_of_the_session() {
     );
     assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
     assert_parent_back_under_budget(&stats);
-    let (parent, child) = (rss_mib(&out, "parent"), rss_mib(&out, "child"));
-    assert!(
-        parent < 16.0 * 1.25 + 8.0,
-        "parent RssAnon {parent:.1} MiB: {out}"
-    );
-    assert!(
-        child < 4.0 * 1.25 + 8.0,
-        "child RssAnon {child:.1} MiB: {out}"
-    );
-    assert!(
-        !err.contains("brings this process's far pages home"),
-        "{err}"
-    );
-}
-
-/// `--fork home`, and a pool of memnodes (no snapshot of a pool yet), bring every page home
-/// before the fork: the child, without a pager, still sees exactly the fork moment's memory, at
-/// the cost of the whole heap in local memory; with a pool the run says so.
-#[test]
-fn fork_that_brings_pages_home_keeps_every_byte_and_says_so_for_a_pool() {
-    let (code, out, err, stats) = run_program("16M", "fork", "64", &["--fork", "home"]);
-    assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
-    assert_parent_back_under_budget(&stats);
     assert!(rss_mib(&out, "child") > 64.0, "the heap came home: {out}");
     assert!(
-        !err.contains("brings this process's far pages home"),
-        "{err}"
-    );
-
-    let dir = TempDir::new("fork-pool-token");
-    let token_file = dir.path().join("token");
-    gleaner_proto::write_token_file(&token_file, &gleaner_proto::generate_token()).unwrap();
-    let nodes: Vec<MemnodeProc> = (0..2)
-        .map(|_| {
-            let node_dir = TempDir::new("fork-pool-node");
-            MemnodeProc::start_with_token("127.0.0.1:0", "256M", node_dir, token_file.clone())
-        })
-        .collect();
-    let pool = format!("{},{}", nodes[0].endpoint, nodes[1].endpoint);
-    let token = token_file.to_string_lossy().into_owned();
-    let (code, out, err, stats) = run_program(
-        "16M",
-        "fork",
-        "64",
-        &["--memnode", &pool, "--token-file", &token],
-    );
-    assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
-    assert_parent_back_under_budget(&stats);
-    assert!(
-        err.contains("fork brings this process's far pages home"),
+        err.contains("this fork brings the far pages home") && err.contains("full"),
         "the fallback is announced: {err}"
     );
 }

@@ -542,8 +542,9 @@ impl Region {
                 static SAID: std::sync::Once = std::sync::Once::new();
                 SAID.call_once(|| {
                     log::warn!(
-                        "fork brings this process's far pages home: a fork child cannot page \
-                         from a snapshot of a pool of memnodes ({})",
+                        "fork brings this process's far pages home: {} cannot give a fork child \
+                         a snapshot now (a pool with a lost or draining memnode, or a fork \
+                         child's own store)",
                         e.store.describe()
                     )
                 });

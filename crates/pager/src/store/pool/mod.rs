@@ -31,12 +31,13 @@
 //! one host's memory, which replication across hosts is meant to survive.
 
 use std::io;
+use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use gleaner_proto::{ConnectOptions, Endpoint, PageBatch, PendingRead, Token};
+use gleaner_proto::{ConnectOptions, Endpoint, PageBatch, PendingRead, SessionKey, Token};
 use serde::Serialize;
 
 use super::socket::{Link, Session};
@@ -297,6 +298,9 @@ impl Pool {
 pub(crate) struct PoolStore {
     pool: Arc<Pool>,
     repair: Mutex<Option<JoinHandle<()>>>,
+    /// The copies of every member's session the memnodes made for the fork being prepared
+    /// (`Fork`), which the child attaches to.
+    child_sessions: Mutex<Option<Vec<(u64, SessionKey)>>>,
 }
 
 /// Opens a session on every memnode of `endpoints` and the pool store over them, each extent on
@@ -368,7 +372,71 @@ pub(crate) fn open(
     Ok(Box::new(PoolStore {
         pool,
         repair: Mutex::new(Some(repair)),
+        child_sessions: Mutex::new(None),
     }))
+}
+
+impl PoolStore {
+    /// In a fork child: the pool on the memnodes' copies of the parent's sessions, with the
+    /// parent's placement as it was at the fork and a codec of the child's own. No repair
+    /// thread: a member lost during the child's life is read around (its extents stay
+    /// degraded for the child), and a draining memnode keeps the child's session until it ends.
+    fn for_fork_child(
+        &self,
+        client_name: &str,
+        sessions: Vec<(u64, SessionKey)>,
+    ) -> Result<PoolStore, PagerError> {
+        let parent = &*self.pool;
+        let window = (parent.replicas > 1).then_some(REPLICATED_RECONNECT_WINDOW);
+        let mut members = Vec::with_capacity(parent.members.len());
+        for (m, copy) in parent.members.iter().zip(sessions) {
+            let session = m
+                .session
+                .attach_other(client_name, copy)?
+                .reconnect_within(window);
+            members.push(Member {
+                session: Arc::new(session),
+                alive: AtomicBool::new(true),
+                lost_because: Mutex::new(String::new()),
+                extents: AtomicU64::new(m.extents.load(Ordering::Relaxed)),
+                read_ns: AtomicU64::new(m.read_ns.load(Ordering::Relaxed)),
+                pages_read: AtomicU64::new(0),
+                pages_written: AtomicU64::new(0),
+                draining: AtomicBool::new(false),
+                drained: AtomicBool::new(false),
+            });
+        }
+        let copy = |words: &[AtomicU64]| -> Box<[AtomicU64]> {
+            words
+                .iter()
+                .map(|w| AtomicU64::new(w.load(Ordering::Relaxed)))
+                .collect()
+        };
+        let seed: [u8; 8] = gleaner_proto::random_bytes();
+        let pool = Arc::new(Pool {
+            members,
+            replicas: parent.replicas,
+            placement: copy(&parent.placement),
+            filling: copy(&parent.filling),
+            inflight: (0..parent.inflight.len())
+                .map(|_| AtomicU32::new(0))
+                .collect(),
+            // This process's copy of the parent's versions: those of the copied sessions.
+            versions: parent.versions.clone(),
+            codec: parent.codec.for_fork_child()?,
+            wake: (Mutex::new(false), Condvar::new()),
+            stop: AtomicBool::new(false),
+            rng: AtomicU64::new(u64::from_le_bytes(seed) | 1),
+            pages_repaired: AtomicU64::new(0),
+            extents_repaired: AtomicU64::new(0),
+            repair_ns: AtomicU64::new(0),
+        });
+        Ok(PoolStore {
+            pool,
+            repair: Mutex::new(None),
+            child_sessions: Mutex::new(None),
+        })
+    }
 }
 
 impl PageStore for PoolStore {
@@ -419,6 +487,39 @@ impl PageStore for PoolStore {
                 member.session.close();
             }
         }
+    }
+
+    fn can_share_with_child(&self) -> bool {
+        // Every member must take part (a degraded or draining pool brings its pages home for a
+        // fork), and a child's pool cannot hand its snapshot down again (no third key).
+        let pool = &*self.pool;
+        !pool.codec.is_fork_child()
+            && (0..pool.members.len()).all(|m| pool.alive(m) && !pool.draining(m))
+    }
+
+    fn hold_for_child(&self, _alive: OwnedFd) -> Result<(), StoreError> {
+        // Each memnode keeps a copy of its session (`Fork`): nothing to hold here.
+        let mut copies = Vec::with_capacity(self.pool.members.len());
+        for (m, member) in self.pool.members.iter().enumerate() {
+            let copy = member
+                .session
+                .with_control(|c| c.fork_session())
+                .ok_or_else(|| StoreError::Lost(format!("{}: session closed", self.pool.name(m))))?
+                .map_err(|e| StoreError::Lost(format!("{}: {e}", self.pool.name(m))))?;
+            copies.push(copy);
+        }
+        *self.child_sessions.lock().expect("child sessions lock") = Some(copies);
+        Ok(())
+    }
+
+    fn fork_child(&self, client_name: &str) -> Result<Box<dyn PageStore>, PagerError> {
+        let sessions = self
+            .child_sessions
+            .lock()
+            .expect("child sessions lock")
+            .take()
+            .ok_or_else(|| PagerError::Config("no sessions were copied for this child".into()))?;
+        Ok(Box::new(self.for_fork_child(client_name, sessions)?))
     }
 
     fn describe(&self) -> String {
