@@ -95,6 +95,20 @@ pub struct ServeArgs {
     /// The --token-file token stays valid, with the whole capacity.
     #[arg(long, value_name = "SPEC", value_parser = parse_tenant)]
     pub tenant: Vec<TenantSpec>,
+    /// Serve page data at most at RATE bytes per second (e.g. 100M), an emulated link shared
+    /// by all clients: requests waiting for it are served in fair order by tenant weight, and
+    /// `gleaner memnode stats` shows each tenant's queue wait. Default: no limit.
+    #[arg(long, value_name = "RATE", value_parser = parse_rate)]
+    pub bandwidth: Option<u64>,
+}
+
+/// Parses `--bandwidth`: a size per second, above zero.
+fn parse_rate(s: &str) -> Result<u64, String> {
+    match parse_size(s) {
+        Ok(0) => Err("the bandwidth must be above zero".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("{e} (bytes per second, e.g. 100M)")),
+    }
 }
 
 /// A `--tenant` as given.
@@ -243,6 +257,7 @@ fn serve(args: ServeArgs) -> Result<(), CliError> {
     let mut signals = Signals::new([SIGTERM, SIGINT]).map_err(CliError::Signals)?;
     let mut config = ServerConfig::new(args.listen.clone(), capacity_bytes, token);
     config.lease = args.lease;
+    config.bandwidth_bytes_per_s = args.bandwidth;
     for t in &args.tenant {
         config.tenants.push(TenantConfig {
             name: t.name.clone(),
@@ -541,6 +556,10 @@ mod tests {
         assert_eq!(m.serve.capacity, Some(1 << 30));
         assert_eq!(m.serve.lease, Duration::from_millis(1500));
         assert!(!m.serve.exit_on_stdin_eof);
+        assert_eq!(m.serve.bandwidth, None);
+        let m = parse(&["--bandwidth", "100M"]).unwrap();
+        assert_eq!(m.serve.bandwidth, Some(100 << 20));
+        assert!(parse(&["--bandwidth", "0"]).is_err());
         let m = parse(&[]).unwrap();
         assert_eq!(m.serve.listen, Endpoint::Tcp(DEFAULT_ADDR.into()));
         assert_eq!(m.serve.lease, Duration::from_secs(10));

@@ -30,6 +30,10 @@ pub struct ServerConfig {
     /// Tenants besides the one of [`ServerConfig::token`] (which may use the whole capacity):
     /// each with its own token and a quota. A client's token decides its tenant.
     pub tenants: Vec<TenantConfig>,
+    /// Serve page data at most at this many bytes per second, an emulated link shared by every
+    /// client, whose waiting requests are served in fair order by tenant weight (see
+    /// `sched.rs`). None (default): no limit, no waiting.
+    pub bandwidth_bytes_per_s: Option<u64>,
 }
 
 /// A tenant of a memnode: the clients that prove they hold its token, and what they may use.
@@ -41,8 +45,8 @@ pub struct TenantConfig {
     pub token: Token,
     /// The most bytes its sessions together may hold.
     pub quota_bytes: u64,
-    /// Its share when clients compete for the memnode (recorded and reported; the request
-    /// scheduler that uses it is issue 13's remaining work).
+    /// Its share of the link when clients compete for it (`bandwidth_bytes_per_s`): requests
+    /// waiting for the link are served in start-time fair order by weight.
     pub weight: u32,
 }
 
@@ -58,6 +62,7 @@ impl ServerConfig {
             handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             tenants: Vec::new(),
+            bandwidth_bytes_per_s: None,
         }
     }
 }

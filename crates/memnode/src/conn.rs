@@ -306,6 +306,10 @@ impl Conn<'_> {
                 } else {
                     match store.read_into(&pages, &mut self.tx) {
                         Ok(()) => {
+                            drop(store);
+                            if let Some(link) = &shared.link {
+                                link.transfer(session.tenant(), self.tx.len() as u64);
+                            }
                             bump(&counters.pages_read, pages.len() as u64);
                             Reply::Encoded(K::Pages)
                         }
@@ -318,6 +322,9 @@ impl Conn<'_> {
             }
             Message::Write { batch } => {
                 bump(&counters.req_write, 1);
+                if let Some(link) = &shared.link {
+                    link.transfer(session.tenant(), self.rx.len() as u64);
+                }
                 // Copy the pages out of the receive buffer before taking the lock.
                 stage(&batch, &mut self.staged);
                 let result = {

@@ -37,6 +37,7 @@ pub mod config;
 mod conn;
 mod error;
 mod listener;
+mod sched;
 pub mod server;
 mod session;
 mod slabs;
@@ -45,5 +46,6 @@ mod store;
 
 pub use config::{ServerConfig, TenantConfig};
 pub use error::ServerError;
+pub use sched::QueueStats;
 pub use server::{RunSummary, Server, ShutdownHandle};
 pub use stats::{StatsSnapshot, TenantStats};

@@ -41,6 +41,8 @@ pub(crate) struct Shared {
     pub(crate) tenants: Vec<Arc<Tenant>>,
     pub(crate) sessions: SessionTable,
     pub(crate) counters: Counters,
+    /// The emulated link (`--bandwidth`), whose requests are served in fair order by tenant.
+    pub(crate) link: Option<crate::sched::Link>,
     started: Instant,
     stopping: AtomicBool,
     /// Set by `Drain`: clients are told to leave, and the server stops once no session is left.
@@ -77,6 +79,7 @@ impl Shared {
             counters: &self.counters,
             capacity: &self.capacity,
             tenants: &self.tenants,
+            link: self.link.is_some(),
             sessions: self.sessions.snapshot(),
             uptime: self.started.elapsed(),
             lease: self.config.lease,
@@ -201,6 +204,7 @@ impl Server {
             token: config.token,
             weight: 1,
             capacity: capacity.clone(),
+            queue: Default::default(),
         })];
         for t in &config.tenants {
             if tenants
@@ -217,9 +221,11 @@ impl Server {
                 token: t.token,
                 weight: t.weight,
                 capacity: Arc::new(Capacity::quota(t.quota_bytes, capacity.clone(), &t.name)),
+                queue: Default::default(),
             }));
         }
         let shared = Arc::new(Shared {
+            link: config.bandwidth_bytes_per_s.map(crate::sched::Link::new),
             capacity,
             tenants,
             sessions: SessionTable::new(),

@@ -47,6 +47,8 @@ pub(crate) struct Tenant {
     pub(crate) token: gleaner_proto::Token,
     pub(crate) weight: u32,
     pub(crate) capacity: Arc<Capacity>,
+    /// What its requests met at the link (`--bandwidth`).
+    pub(crate) queue: crate::sched::TenantQueue,
 }
 
 impl std::fmt::Debug for Tenant {
@@ -367,6 +369,7 @@ mod tests {
             token: [0; 32],
             weight: 1,
             capacity: Arc::new(Capacity::new(1 << 20)),
+            queue: Default::default(),
         })
     }
 

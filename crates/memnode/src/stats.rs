@@ -116,6 +116,9 @@ pub struct TenantStats {
     pub weight: u32,
     /// Its sessions alive now.
     pub sessions: u64,
+    /// What its requests met at the link (with `--bandwidth` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<crate::sched::QueueStats>,
 }
 
 /// Server-wide counters since start.
@@ -267,6 +270,8 @@ pub(crate) struct Inputs<'a> {
     pub counters: &'a Counters,
     pub capacity: &'a Capacity,
     pub tenants: &'a [std::sync::Arc<crate::session::Tenant>],
+    /// Whether the memnode has a link (`--bandwidth`): tenants then report their queue.
+    pub link: bool,
     pub sessions: Vec<SessionView>,
     pub uptime: Duration,
     pub lease: Duration,
@@ -320,6 +325,7 @@ pub(crate) fn snapshot(inputs: Inputs<'_>) -> StatsSnapshot {
             used_bytes: t.capacity.used(),
             weight: t.weight,
             sessions: sessions.iter().filter(|s| s.tenant == t.name).count() as u64,
+            queue: inputs.link.then(|| t.queue.stats()),
         })
         .collect();
     sessions.sort_unstable_by(|a, b| {

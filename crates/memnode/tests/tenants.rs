@@ -113,3 +113,95 @@ fn a_tenants_token_never_opens_another_tenants_session() {
         .unwrap_err();
     assert!(matches!(err, ClientError::AuthRejected { .. }), "{err}");
 }
+
+/// With `--bandwidth`, tenants that keep the link busy share it by weight (start-time fair
+/// queuing): two connections each of a weight-1 and a weight-3 tenant reading 256 KiB batches
+/// as fast as they can through a 16 MiB/s link get bytes in a 1:3 ratio, within 10%; each
+/// tenant's queue wait is reported, and the light tenant waits longer.
+#[test]
+fn tenants_share_a_saturated_link_by_weight() {
+    let light = TenantConfig {
+        weight: 1,
+        ..tenant("light", 10_000)
+    };
+    let heavy = TenantConfig {
+        weight: 3,
+        ..tenant("heavy", 10_000)
+    };
+    let mut config = ServerConfig::new(
+        "127.0.0.1:0".parse().unwrap(),
+        20_000 * PAGE_SIZE as u64,
+        generate_token(),
+    );
+    config.tenants = vec![light.clone(), heavy.clone()];
+    config.bandwidth_bytes_per_s = Some(16 << 20);
+    let server = TestServer::start_with(config);
+    let ids: Vec<u64> = (0..64).collect();
+    let mut workers = Vec::new();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for t in [&light, &heavy] {
+        let mut first = connect(&server, &t.token);
+        write(&mut first, &pages(0, 64)).unwrap();
+        let session = first.session();
+        for _ in 0..2 {
+            let mut c = Connection::connect(
+                &server.endpoint,
+                &t.token,
+                Some((session.session_id, session.session_key)),
+                &TestServer::opts("reader"),
+            )
+            .unwrap();
+            let (ids, stop) = (ids.clone(), stop.clone());
+            workers.push(std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    assert_eq!(c.read_pages(&ids).unwrap().len(), 64);
+                }
+            }));
+        }
+        // Kept open so the session stays.
+        std::mem::forget(first);
+    }
+    // Both saturate the link for 3 s; only the bytes of that window count.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let before = server.local_stats();
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let after = server.local_stats();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for w in workers {
+        w.join().unwrap();
+    }
+    let bytes = |s: &gleaner_memnode::StatsSnapshot, name: &str| {
+        let t = s.tenants.iter().find(|t| t.name == name).unwrap();
+        t.queue.as_ref().expect("queue stats with a link").bytes
+    };
+    let l = bytes(&after, "light") - bytes(&before, "light");
+    let h = bytes(&after, "heavy") - bytes(&before, "heavy");
+    let ratio = h as f64 / l as f64;
+    eprintln!("link shared 1:3 by weight: heavy {h} B, light {l} B, ratio {ratio:.3}");
+    assert!(
+        (2.7..=3.3).contains(&ratio),
+        "heavy {h} B, light {l} B: {ratio:.2}, not 3 within 10%"
+    );
+    // The link ran near its rate: 3 s at 16 MiB/s.
+    let total = (l + h) as f64 / 3.0 / (16u64 << 20) as f64;
+    assert!(
+        (0.8..=1.05).contains(&total),
+        "link at {total:.2} of its rate"
+    );
+    let q = |name: &str| {
+        after
+            .tenants
+            .iter()
+            .find(|t| t.name == name)
+            .unwrap()
+            .queue
+            .clone()
+            .unwrap()
+    };
+    assert!(
+        q("light").wait_mean_us > q("heavy").wait_mean_us,
+        "light {:?} heavy {:?}",
+        q("light"),
+        q("heavy")
+    );
+}
