@@ -48,6 +48,7 @@ seeds = {
     "drain": frame(17, b""),
     "fork": frame(18, b""),
     "forked": frame(19, struct.pack("<Q", 7) + bytes(range(16))),
+    "prefetch": frame(20, struct.pack("<I", 1500) + struct.pack("<I", 2) + struct.pack("<QQ", 5, 6)),
     "two_frames": frame(9, b"") + frame(4, struct.pack("<I", 1) + struct.pack("<Q", 9), req=2),
 }
 os.makedirs(OUT, exist_ok=True)

@@ -127,6 +127,12 @@ pub struct RunArgs {
     /// How prefetched pages reach the program: `marker` or `staged`.
     #[arg(long, value_name = "MODE", default_value = "marker")]
     prefetch_install: gleaner_pager::PrefetchInstall,
+    /// How long a prefetch may wait for a memnode's link (`gleaner memnode --bandwidth`), in
+    /// microseconds, before the memnode drops it (the pages are then fetched on demand if
+    /// used). Default: learnt, the 95th percentile of the time prefetched pages wait for their
+    /// first use.
+    #[arg(long, value_name = "US")]
+    prefetch_deadline: Option<u64>,
     /// Eviction order: `fifo` (default), `refault` (FIFO, but pages that come back soon after
     /// leaving are protected: fewer faults, more bookkeeping), `clock` or `rackmem` (both take
     /// minor faults to see accesses).
@@ -332,6 +338,11 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
         .env(
             "GLEANER_PREFETCH_INSTALL",
             args.prefetch_install.to_string(),
+        )
+        .env(
+            "GLEANER_PREFETCH_DEADLINE_US",
+            args.prefetch_deadline
+                .map_or(String::new(), |us| us.to_string()),
         )
         .env("GLEANER_EVICT", args.evict.to_string())
         .env("GLEANER_PREDICT_WRITES", args.predict_writes.to_string())

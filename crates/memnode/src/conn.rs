@@ -264,6 +264,7 @@ impl Conn<'_> {
         use MessageKind as K;
         match header.kind {
             K::Read
+            | K::Prefetch
             | K::Write
             | K::Free
             | K::Ping
@@ -308,7 +309,15 @@ impl Conn<'_> {
                         Ok(()) => {
                             drop(store);
                             if let Some(link) = &shared.link {
-                                link.transfer(session.tenant(), self.tx.len() as u64);
+                                let bytes = self.tx.len() as u64;
+                                let class = crate::sched::Class::Demand;
+                                let _ = link.transfer(
+                                    session.tenant(),
+                                    session.id(),
+                                    class,
+                                    bytes,
+                                    None,
+                                );
                             }
                             bump(&counters.pages_read, pages.len() as u64);
                             Reply::Encoded(K::Pages)
@@ -320,10 +329,54 @@ impl Conn<'_> {
                     }
                 }
             }
+            Message::Prefetch { deadline_us, pages } => {
+                bump(&counters.req_read, 1);
+                let store = session.store();
+                if store.is_ended() {
+                    ended(session)
+                } else {
+                    match store.read_into(&pages, &mut self.tx) {
+                        Ok(()) => {
+                            drop(store);
+                            let deadline = (deadline_us != u32::MAX)
+                                .then(|| std::time::Duration::from_micros(deadline_us.into()));
+                            let sent = match &shared.link {
+                                None => Ok(()),
+                                Some(link) => link.transfer(
+                                    session.tenant(),
+                                    session.id(),
+                                    crate::sched::Class::Prefetch,
+                                    self.tx.len() as u64,
+                                    deadline,
+                                ),
+                            };
+                            match sent {
+                                Ok(()) => {
+                                    bump(&counters.pages_read, pages.len() as u64);
+                                    Reply::Encoded(K::Pages)
+                                }
+                                Err(late) => Reply::Error(
+                                    ErrorCode::Late,
+                                    format!(
+                                        "prefetch dropped: it waited {} us for the link, past \
+                                         its deadline of {deadline_us} us",
+                                        late.waited_us
+                                    ),
+                                ),
+                            }
+                        }
+                        Err(missing) => {
+                            bump(&counters.errors_not_found, 1);
+                            Reply::Error(ErrorCode::NotFound, missing.to_string())
+                        }
+                    }
+                }
+            }
             Message::Write { batch } => {
                 bump(&counters.req_write, 1);
                 if let Some(link) = &shared.link {
-                    link.transfer(session.tenant(), self.rx.len() as u64);
+                    let (bytes, class) = (self.rx.len() as u64, crate::sched::Class::WriteBack);
+                    let _ = link.transfer(session.tenant(), session.id(), class, bytes, None);
                 }
                 // Copy the pages out of the receive buffer before taking the lock.
                 stage(&batch, &mut self.staged);

@@ -46,6 +46,6 @@ mod store;
 
 pub use config::{ServerConfig, TenantConfig};
 pub use error::ServerError;
-pub use sched::QueueStats;
+pub use sched::{QueueStats, TenantQueueStats};
 pub use server::{RunSummary, Server, ShutdownHandle};
 pub use stats::{StatsSnapshot, TenantStats};

@@ -7,14 +7,16 @@
 //! sent. A tenant with three times the weight of another gets three times its bytes while both
 //! wait; an idle tenant does not bank credit (its tags restart from `V`).
 //!
+//! Within a session, classes go in priority order: when the fair order picks a session, its
+//! waiting demand reads go before its prefetches (`Prefetch` requests), which go before its
+//! write-backs. A prefetch that has waited past its deadline when its turn comes (the client
+//! sends how long a prefetched page usually has before its first use) is dropped: it would
+//! arrive after the demand it was meant to hide, and take the link from others meanwhile.
+//!
 //! Each connection thread calls [`Link::transfer`] with its reply's (reads) or request's
 //! (writes) size before it sends or stores it: the call waits for the request's turn and for the
 //! link to be free, then holds the link for `bytes / rate`. Without `--bandwidth` there is no
 //! link and nothing waits.
-//!
-//! Not built yet (issue 13): priority classes within a session (demand reads before prefetch
-//! reads before write-backs, which needs the class on the wire) and dropping prefetches that
-//! would arrive too late.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, PoisonError};
@@ -27,20 +29,54 @@ use crate::session::Tenant;
 /// Queue-wait samples kept per tenant for the percentiles: a log2 histogram of microseconds.
 const WAIT_BUCKETS: usize = 32;
 
-/// What one tenant met at the link.
+/// A request's priority class within its session, highest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Class {
+    /// A read a fault waits for.
+    Demand = 0,
+    /// A read ahead of demand.
+    Prefetch = 1,
+    /// A write-back.
+    WriteBack = 2,
+}
+
+/// The class names, in [`Class`] order, for the stats.
+const CLASS_NAMES: [&str; 3] = ["demand", "prefetch", "writeback"];
+
+/// What one tenant met at the link, per class.
 #[derive(Debug, Default)]
 pub(crate) struct TenantQueue {
+    classes: [ClassQueue; 3],
+    /// Prefetches dropped for waiting past their deadline.
+    dropped: AtomicU64,
+    /// The tenant's last finish tag (bytes / weight).
+    finish: Mutex<f64>,
+}
+
+/// One class's counters.
+#[derive(Debug, Default)]
+struct ClassQueue {
     requests: AtomicU64,
     bytes: AtomicU64,
     wait_ns: AtomicU64,
     /// Requests by queue wait: bucket `i` holds waits below `2^i` µs (the last, the rest).
     waits: [AtomicU64; WAIT_BUCKETS],
-    /// The tenant's last finish tag (bytes / weight).
-    finish: Mutex<f64>,
 }
 
 /// A tenant's queue at the link, for the stats.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct TenantQueueStats {
+    /// All classes together.
+    pub total: QueueStats,
+    /// Per class: `demand`, `prefetch`, `writeback`.
+    pub classes: std::collections::BTreeMap<String, QueueStats>,
+    /// Prefetches dropped for waiting past their deadline (nothing read; the client fetches
+    /// the pages on demand).
+    pub prefetches_dropped: u64,
+}
+
+/// Requests of one class (or all) at the link, for the stats.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct QueueStats {
     /// Requests that went through the link.
     pub requests: u64,
@@ -55,24 +91,62 @@ pub struct QueueStats {
 }
 
 impl TenantQueue {
-    fn record(&self, bytes: u64, waited: Duration) {
-        self.requests.fetch_add(1, Ordering::Relaxed);
-        self.bytes.fetch_add(bytes, Ordering::Relaxed);
-        self.wait_ns
+    fn record(&self, class: Class, bytes: u64, waited: Duration) {
+        let c = &self.classes[class as usize];
+        c.requests.fetch_add(1, Ordering::Relaxed);
+        c.bytes.fetch_add(bytes, Ordering::Relaxed);
+        c.wait_ns
             .fetch_add(waited.as_nanos() as u64, Ordering::Relaxed);
         let us = waited.as_micros() as u64;
         let bucket = (u64::BITS - us.leading_zeros()) as usize;
-        self.waits[bucket.min(WAIT_BUCKETS - 1)].fetch_add(1, Ordering::Relaxed);
+        c.waits[bucket.min(WAIT_BUCKETS - 1)].fetch_add(1, Ordering::Relaxed);
     }
 
     /// The stats so far.
-    pub(crate) fn stats(&self) -> QueueStats {
-        let n = self.requests.load(Ordering::Relaxed);
-        let counts: Vec<u64> = self
-            .waits
-            .iter()
-            .map(|c| c.load(Ordering::Relaxed))
-            .collect();
+    pub(crate) fn stats(&self) -> TenantQueueStats {
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let mut all = ClassCounts::default();
+        let mut classes = std::collections::BTreeMap::new();
+        for (name, c) in CLASS_NAMES.iter().zip(&self.classes) {
+            let counts = ClassCounts {
+                requests: load(&c.requests),
+                bytes: load(&c.bytes),
+                wait_ns: load(&c.wait_ns),
+                waits: c.waits.iter().map(load).collect(),
+            };
+            all.add(&counts);
+            classes.insert(name.to_string(), counts.stats());
+        }
+        TenantQueueStats {
+            total: all.stats(),
+            classes,
+            prefetches_dropped: load(&self.dropped),
+        }
+    }
+}
+
+/// A class's counters as read at one time.
+#[derive(Default)]
+struct ClassCounts {
+    requests: u64,
+    bytes: u64,
+    wait_ns: u64,
+    waits: Vec<u64>,
+}
+
+impl ClassCounts {
+    fn add(&mut self, o: &ClassCounts) {
+        self.requests += o.requests;
+        self.bytes += o.bytes;
+        self.wait_ns += o.wait_ns;
+        self.waits.resize(WAIT_BUCKETS, 0);
+        for (a, b) in self.waits.iter_mut().zip(&o.waits) {
+            *a += b;
+        }
+    }
+
+    fn stats(&self) -> QueueStats {
+        let (n, counts) = (self.requests, &self.waits);
         let quantile = |q: f64| -> u64 {
             let want = (q * n as f64).ceil() as u64;
             let mut seen = 0;
@@ -86,16 +160,32 @@ impl TenantQueue {
         };
         QueueStats {
             requests: n,
-            bytes: self.bytes.load(Ordering::Relaxed),
+            bytes: self.bytes,
             wait_mean_us: if n == 0 {
                 0.0
             } else {
-                self.wait_ns.load(Ordering::Relaxed) as f64 / n as f64 / 1000.0
+                self.wait_ns as f64 / n as f64 / 1000.0
             },
             wait_p50_us: if n == 0 { 0 } else { quantile(0.5) },
             wait_p99_us: if n == 0 { 0 } else { quantile(0.99) },
         }
     }
+}
+
+/// A request waiting for the link.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Waiting {
+    start: f64,
+    arrival: u64,
+    session: u64,
+    class: Class,
+}
+
+/// Why a request did not get the link.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Late {
+    /// How long it waited, µs.
+    pub(crate) waited_us: u64,
 }
 
 /// The emulated link and its queue.
@@ -110,8 +200,8 @@ struct State {
     vtime: f64,
     /// When the link finishes what it is sending.
     free_at: Instant,
-    /// Waiting requests: (start tag, arrival number).
-    waiting: Vec<(f64, u64)>,
+    /// Waiting requests.
+    waiting: Vec<Waiting>,
     arrivals: u64,
 }
 
@@ -130,9 +220,18 @@ impl Link {
         }
     }
 
-    /// Waits for this request's turn (start-time fair order among the waiting requests, by
-    /// `tenant`'s weight) and a free link, then holds the link for `bytes` at its rate.
-    pub(crate) fn transfer(&self, tenant: &Tenant, bytes: u64) {
+    /// Waits for this request's turn and a free link, then holds the link for `bytes` at its
+    /// rate: the turn goes in start-time fair order by `tenant`'s weight across sessions, and
+    /// by `class` within `session`. A request with a `deadline` that has waited past it when its
+    /// turn comes is dropped instead (it never takes the link).
+    pub(crate) fn transfer(
+        &self,
+        tenant: &Tenant,
+        session: u64,
+        class: Class,
+        bytes: u64,
+        deadline: Option<Duration>,
+    ) -> Result<(), Late> {
         let arrived = Instant::now();
         let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let start = {
@@ -146,16 +245,25 @@ impl Link {
             start
         };
         st.arrivals += 1;
-        let me = (start, st.arrivals);
+        let me = Waiting {
+            start,
+            arrival: st.arrivals,
+            session,
+            class,
+        };
         st.waiting.push(me);
         loop {
-            let first = st
-                .waiting
-                .iter()
-                .copied()
-                .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
             let now = Instant::now();
-            if first == Some(me) {
+            if st.next() == Some(me) {
+                if deadline.is_some_and(|d| now - arrived > d) {
+                    st.waiting.retain(|w| *w != me);
+                    drop(st);
+                    self.turn.notify_all();
+                    tenant.queue.dropped.fetch_add(1, Ordering::Relaxed);
+                    return Err(Late {
+                        waited_us: (now - arrived).as_micros() as u64,
+                    });
+                }
                 if now >= st.free_at {
                     break;
                 }
@@ -177,7 +285,24 @@ impl Link {
         drop(st);
         // The next request may take the link once this one's bytes are through.
         self.turn.notify_all();
-        tenant.queue.record(bytes, now - arrived);
+        tenant.queue.record(class, bytes, now - arrived);
         std::thread::sleep(busy);
+        Ok(())
+    }
+}
+
+impl State {
+    /// The request whose turn it is: the fair order picks the waiting request with the
+    /// smallest start tag; its session's best class (then earliest arrival) goes in its place.
+    fn next(&self) -> Option<Waiting> {
+        let first = self
+            .waiting
+            .iter()
+            .min_by(|a, b| a.start.total_cmp(&b.start).then(a.arrival.cmp(&b.arrival)))?;
+        self.waiting
+            .iter()
+            .filter(|w| w.session == first.session)
+            .min_by_key(|w| (w.class, w.arrival))
+            .copied()
     }
 }

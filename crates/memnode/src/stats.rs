@@ -118,7 +118,7 @@ pub struct TenantStats {
     pub sessions: u64,
     /// What its requests met at the link (with `--bandwidth` only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub queue: Option<crate::sched::QueueStats>,
+    pub queue: Option<crate::sched::TenantQueueStats>,
 }
 
 /// Server-wide counters since start.

@@ -172,7 +172,11 @@ fn tenants_share_a_saturated_link_by_weight() {
     }
     let bytes = |s: &gleaner_memnode::StatsSnapshot, name: &str| {
         let t = s.tenants.iter().find(|t| t.name == name).unwrap();
-        t.queue.as_ref().expect("queue stats with a link").bytes
+        t.queue
+            .as_ref()
+            .expect("queue stats with a link")
+            .total
+            .bytes
     };
     let l = bytes(&after, "light") - bytes(&before, "light");
     let h = bytes(&after, "heavy") - bytes(&before, "heavy");
@@ -197,6 +201,7 @@ fn tenants_share_a_saturated_link_by_weight() {
             .queue
             .clone()
             .unwrap()
+            .total
     };
     assert!(
         q("light").wait_mean_us > q("heavy").wait_mean_us,
@@ -204,4 +209,75 @@ fn tenants_share_a_saturated_link_by_weight() {
         q("light"),
         q("heavy")
     );
+}
+
+/// Within a session, classes go in priority order at the link: with the link busy, a write-back,
+/// a prefetch and a demand read queued in that order are served demand first, then the
+/// prefetch, then the write-back. A prefetch that waited past its deadline is dropped
+/// (`Error{Late}`, nothing read) and the same pages read on demand afterwards are intact; the
+/// stats count it per tenant, with each class's queue.
+#[test]
+fn a_session_classes_go_in_priority_order_and_late_prefetches_are_dropped() {
+    let mut config = ServerConfig::new(
+        "127.0.0.1:0".parse().unwrap(),
+        20_000 * PAGE_SIZE as u64,
+        generate_token(),
+    );
+    // 1 MiB/s: a 64-page read holds the link for a quarter of a second.
+    config.bandwidth_bytes_per_s = Some(1 << 20);
+    let server = TestServer::start_with(config);
+    let mut first = server.connect();
+    write(&mut first, &pages(0, 64)).unwrap();
+    let s = first.session();
+    let conn = || server.attach(s.session_id, s.session_key).unwrap();
+    let ids: Vec<u64> = (0..64).collect();
+    let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    // The link is busy with this one read for about 250 ms...
+    let mut busy = conn();
+    let busy_ids = ids.clone();
+    let blocker = std::thread::spawn(move || busy.read_pages(&busy_ids).map(|b| b.len()));
+    std::thread::sleep(std::time::Duration::from_millis(30));
+    // ... while a write-back, a prefetch and a demand read queue up, in that order.
+    let mut handles = Vec::new();
+    for (name, delay) in [("writeback", 0), ("prefetch", 20), ("demand", 40)] {
+        let (mut c, order, ids) = (conn(), order.clone(), ids[..8].to_vec());
+        handles.push(std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(delay));
+            match name {
+                "writeback" => write(&mut c, &pages(100, 8)).unwrap(),
+                "prefetch" => {
+                    let p = c.start_prefetch(&ids, u32::MAX).unwrap();
+                    c.finish_read(p, &ids).unwrap();
+                }
+                _ => assert_eq!(c.read_pages(&ids).unwrap().len(), 8),
+            }
+            order.lock().unwrap().push(name);
+        }));
+    }
+    assert_eq!(blocker.join().unwrap().unwrap(), 64);
+    for h in handles {
+        h.join().unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), ["demand", "prefetch", "writeback"]);
+
+    // A prefetch with a 1 ms deadline behind another quarter-second read: dropped.
+    let mut busy = conn();
+    let busy_ids = ids.clone();
+    let blocker = std::thread::spawn(move || busy.read_pages(&busy_ids).map(|b| b.len()));
+    std::thread::sleep(std::time::Duration::from_millis(30));
+    let mut c = conn();
+    let p = c.start_prefetch(&ids[..8], 1000).unwrap();
+    let e = c.finish_read(p, &ids[..8]).unwrap_err();
+    assert_eq!(e.server_code(), Some(ErrorCode::Late), "{e}");
+    assert_eq!(blocker.join().unwrap().unwrap(), 64);
+    // Nothing was lost: the same pages on demand.
+    assert_pages(&mut c, &pages(0, 8));
+    let stats = server.local_stats();
+    let q = stats.tenants[0].queue.clone().unwrap();
+    assert_eq!(q.prefetches_dropped, 1);
+    assert_eq!(q.classes["prefetch"].requests, 1);
+    // The first write and the queued one.
+    assert_eq!(q.classes["writeback"].requests, 2);
+    assert!(q.classes["demand"].requests >= 3, "{q:?}");
+    assert!(q.classes["writeback"].wait_mean_us > q.classes["demand"].wait_mean_us);
 }

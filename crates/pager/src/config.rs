@@ -303,6 +303,11 @@ pub struct RegionConfig {
     pub prefetch: PrefetcherKind,
     /// How prefetched pages reach the program: `marker` (default) or `staged`.
     pub prefetch_install: PrefetchInstall,
+    /// How long a prefetch may wait for a scheduling memnode's link (`gleaner memnode
+    /// --bandwidth`) before the memnode drops it. None (default): the 95th percentile of the
+    /// time prefetched pages wait for their first use, once measured (later than that, a
+    /// prefetch no longer hides a fault).
+    pub prefetch_deadline: Option<Duration>,
     /// Eviction order: `fifo` (default), `refault`, `clock` or `rackmem`.
     pub evict: EvictKind,
     /// If set, every fault is recorded here (the `gleaner trace` format) for offline replay.
@@ -345,6 +350,7 @@ impl RegionConfig {
             publish_status: false,
             prefetch: DEFAULT_PREFETCH,
             prefetch_install: PrefetchInstall::default(),
+            prefetch_deadline: None,
             evict: EvictKind::Fifo,
             trace: None,
             predict_writes: WritePrediction::On,

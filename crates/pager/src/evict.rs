@@ -140,7 +140,8 @@ impl Evictor {
                 self.undo_claim(s, &why);
                 return 0;
             }
-            Err(StoreError::Lost(why)) => self.lost(s, &why),
+            // Only a prefetch is ever late.
+            Err(StoreError::Lost(why) | StoreError::Late(why)) => self.lost(s, &why),
         }
         self.prepare_forked(s, async_wp);
         self.scan_victims(s);
@@ -225,7 +226,7 @@ impl Evictor {
             match store.commit() {
                 Ok(()) => s.budget.memnode_full.store(false, Ordering::Relaxed),
                 Err(StoreError::Full(why)) => refused = Some(why),
-                Err(StoreError::Lost(why)) => self.lost(s, &why),
+                Err(StoreError::Lost(why) | StoreError::Late(why)) => self.lost(s, &why),
             }
         }
         let t3 = Instant::now();

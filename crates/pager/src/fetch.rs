@@ -8,7 +8,7 @@ use crate::fault::{lost, Handler};
 use crate::prefetch::PrefetchInstall;
 use crate::state::PageState;
 use crate::stats::Counters;
-use crate::store::StoreHandle;
+use crate::store::{StoreError, StoreHandle};
 use crate::PAGE_SIZE;
 
 /// Installs `data` as `page` (owned in FETCHING or PREFETCHING, its budget slot taken) and
@@ -86,7 +86,11 @@ pub(crate) fn prefetch(engine: &Engine, h: &mut Handler) -> usize {
     }
     engine.prefetch.count_issued(h.claimed.len());
     let claimed = std::mem::take(&mut h.claimed);
-    if let Err(e) = h.store.request(&claimed) {
+    let sent = match engine.prefetch.deadline() {
+        Some(deadline) => h.store.request_prefetch(&claimed, deadline),
+        None => h.store.request(&claimed),
+    };
+    if let Err(e) = sent {
         lost(engine, claimed[0] as usize, &e);
     }
     Counters::add(
@@ -125,10 +129,37 @@ pub(crate) fn prefetch(engine: &Engine, h: &mut Handler) -> usize {
         // install wakes its thread). Writable if write prediction expects it to be written.
         install_fetched(engine, q, data, engine.writes.install_writable(q), true);
     });
-    if let Err(e) = r {
-        lost(engine, claimed[0] as usize, &e);
-    }
-    let fetched = claimed.len();
+    let fetched = match r {
+        Ok(()) => claimed.len(),
+        Err(StoreError::Late(_)) => {
+            // Dropped at the memnode, nothing read: the pages go back to REMOTE (and their
+            // slots back to the budget), except those a demand fault claimed meanwhile, which
+            // this handler owes an install: fetched now, on demand.
+            engine.prefetch.count_dropped_late(claimed.len());
+            let mut owed = Vec::new();
+            for &q in &claimed {
+                if table.transition(q as usize, PageState::Prefetching, PageState::Remote) {
+                    released += 1;
+                } else {
+                    owed.push(q);
+                }
+            }
+            if !owed.is_empty() {
+                if let Err(e) = h.store.request(&owed) {
+                    lost(engine, owed[0] as usize, &e);
+                }
+                let r = h.store.receive(&mut |i, data| {
+                    let q = owed[i] as usize;
+                    install_fetched(engine, q, data, engine.writes.install_writable(q), false);
+                });
+                if let Err(e) = r {
+                    lost(engine, owed[0] as usize, &e);
+                }
+            }
+            owed.len()
+        }
+        Err(e) => lost(engine, claimed[0] as usize, &e),
+    };
     h.claimed = claimed;
     if released > 0 {
         engine.budget.release(released);

@@ -95,6 +95,12 @@ pub(crate) struct Prefetch {
     staging: Mutex<Staging>,
     max_staged: usize,
     issued: AtomicU64,
+    /// Pages of prefetches the memnode dropped as late.
+    dropped_late: AtomicU64,
+    /// See [`Prefetch::deadline`] (0: none yet).
+    deadline_us: AtomicU64,
+    /// The deadline was configured: timeliness does not change it.
+    fixed_deadline: std::sync::atomic::AtomicBool,
     used: AtomicU64,
     late: AtomicU64,
     wasted: AtomicU64,
@@ -123,6 +129,9 @@ pub struct PrefetchStats {
     pub wasted: u64,
     /// Prefetch requests (windows) sent.
     pub windows: u64,
+    /// Pages of prefetches the memnode dropped for waiting past their deadline on its link
+    /// (`gleaner memnode --bandwidth`): never read, fetched on demand if used.
+    pub dropped_late: u64,
     /// Faults served from the staging buffer (no network).
     pub staged_hits: u64,
     /// Pages staged now.
@@ -141,6 +150,16 @@ pub struct PrefetchStats {
 }
 
 impl Prefetch {
+    /// A fixed deadline (see [`Prefetch::deadline`]) instead of one learnt from timeliness.
+    pub(crate) fn with_deadline(self, deadline: Option<std::time::Duration>) -> Self {
+        if let Some(d) = deadline {
+            self.deadline_us
+                .store(d.as_micros().max(1) as u64, Ordering::Relaxed);
+            self.fixed_deadline.store(true, Ordering::Relaxed);
+        }
+        self
+    }
+
     /// Prefetching with `kind`, staging at most `max_staged` pages.
     pub(crate) fn new(kind: PrefetcherKind, install: PrefetchInstall, max_staged: usize) -> Self {
         Prefetch {
@@ -154,6 +173,9 @@ impl Prefetch {
             late: AtomicU64::new(0),
             wasted: AtomicU64::new(0),
             windows: AtomicU64::new(0),
+            dropped_late: AtomicU64::new(0),
+            deadline_us: AtomicU64::new(0),
+            fixed_deadline: std::sync::atomic::AtomicBool::new(false),
             staged_hits: AtomicU64::new(0),
             timeliness: LatencyHistogram::default(),
         }
@@ -211,6 +233,14 @@ impl Prefetch {
         Counters::add(&self.used, 1 + st.window.len() as u64);
         Counters::add(&self.staged_hits, 1);
         self.timeliness.record(st.staged_at.elapsed());
+        if self.staged_hits.load(Ordering::Relaxed).is_multiple_of(64)
+            && !self.fixed_deadline.load(Ordering::Relaxed)
+        {
+            if let Some(us) = self.timeliness.quantile_us(0.95) {
+                self.deadline_us
+                    .store((us as u64).max(1000), Ordering::Relaxed);
+            }
+        }
         Some(st)
     }
 
@@ -295,6 +325,22 @@ impl Prefetch {
         dropped
     }
 
+    /// Counts `pages` prefetched pages the memnode dropped as late.
+    pub(crate) fn count_dropped_late(&self, pages: usize) {
+        Counters::add(&self.dropped_late, pages as u64);
+    }
+
+    /// How long a prefetch may wait at the memnode before it would arrive too late to help:
+    /// the 95th percentile of the time prefetched pages wait for their first use, once there
+    /// are enough samples (none before: no deadline), at least a millisecond.
+    /// Read on every prefetch, so kept ready: recomputed every 64th staged hit.
+    pub(crate) fn deadline(&self) -> Option<std::time::Duration> {
+        match self.deadline_us.load(Ordering::Relaxed) {
+            0 => None,
+            us => Some(std::time::Duration::from_micros(us)),
+        }
+    }
+
     pub(crate) fn count_issued(&self, pages: usize) {
         Counters::add(&self.issued, pages as u64);
         Counters::add(&self.windows, 1);
@@ -324,6 +370,7 @@ impl Prefetch {
             late: get(&self.late),
             wasted: get(&self.wasted),
             windows: get(&self.windows),
+            dropped_late: get(&self.dropped_late),
             staged_hits: get(&self.staged_hits),
             staged_now: self.staging.lock().expect("staging lock").pages.len(),
             timeliness_p50_us: self.timeliness.quantile_us(0.50),

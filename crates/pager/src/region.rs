@@ -247,7 +247,8 @@ impl Region {
             cfg.prefetch,
             cfg.prefetch_install,
             (budget / 16).clamp(1, 4096),
-        );
+        )
+        .with_deadline(cfg.prefetch_deadline);
         let budget_state = Budget::new(
             budget,
             cfg.full_overflow.unwrap_or(cfg.local_budget / 4) / PAGE_SIZE,

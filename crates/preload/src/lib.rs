@@ -30,6 +30,7 @@
 //! | `GLEANER_RECLAIM` | who reclaims: `hermit`, `hermit:paper`, `static:N` or `direct` | `hermit` |
 //! | `GLEANER_MAX_RECLAIMERS` | the most reclaim threads `hermit` runs at once | half the CPUs, at least 1 |
 //! | `GLEANER_PREFETCH` | prefetcher: `none`, `next:N`, `stride`, `readahead`, `leap`, `leap:PWMAX` | `leap:32` |
+//! | `GLEANER_PREFETCH_DEADLINE_US` | how long a prefetch may wait for a scheduling memnode's link (`--bandwidth`) before it is dropped, µs | learnt: the 95th percentile of prefetched pages' wait for their first use |
 //! | `GLEANER_PREFETCH_INSTALL` | how prefetched pages reach the program: `marker` or `staged` | `marker` |
 //! | `GLEANER_EVICT` | eviction order: `fifo`, `refault`, `clock` or `rackmem` | `fifo` |
 //! | `GLEANER_PREDICT_WRITES` | install pages seen rewritten writable on their next read fetches: `on` or `off` | `on` |
@@ -125,6 +126,7 @@ struct Config {
     stats_trace: Option<PathBuf>,
     prefetch: PrefetcherKind,
     prefetch_install: PrefetchInstall,
+    prefetch_deadline_us: Option<u64>,
     evict: EvictKind,
     predict_writes: WritePrediction,
     trace: Option<PathBuf>,
@@ -185,6 +187,7 @@ fn config_from_env() -> Result<Option<Config>, String> {
         stats_trace: per_process_path("GLEANER_STATS_TRACE"),
         prefetch: parsed("GLEANER_PREFETCH")?.unwrap_or(gleaner_pager::DEFAULT_PREFETCH),
         prefetch_install: parsed("GLEANER_PREFETCH_INSTALL")?.unwrap_or_default(),
+        prefetch_deadline_us: parsed("GLEANER_PREFETCH_DEADLINE_US")?,
         evict: parsed("GLEANER_EVICT")?.unwrap_or(EvictKind::Fifo),
         predict_writes: parsed("GLEANER_PREDICT_WRITES")?.unwrap_or_default(),
         trace: per_process_path("GLEANER_TRACE"),
@@ -282,6 +285,9 @@ fn start() -> Result<bool, String> {
     rc.stats_trace = cfg.stats_trace;
     rc.prefetch = cfg.prefetch;
     rc.prefetch_install = cfg.prefetch_install;
+    rc.prefetch_deadline = cfg
+        .prefetch_deadline_us
+        .map(std::time::Duration::from_micros);
     rc.evict = cfg.evict;
     rc.predict_writes = cfg.predict_writes;
     rc.trace = cfg.trace;

@@ -528,6 +528,22 @@ impl Connection {
         })
     }
 
+    /// Like [`Connection::start_read`], as a prefetch (see [`MessageKind::Prefetch`]): the
+    /// memnode drops it, answering `Error{Late}`, if it waits longer than `deadline_us` for its
+    /// link. Finish it with [`Connection::finish_read`].
+    pub fn start_prefetch(
+        &mut self,
+        ids: &[u64],
+        deadline_us: u32,
+    ) -> Result<PendingRead, ClientError> {
+        self.tx.clear();
+        self.tx.extend_from_slice(&deadline_us.to_le_bytes());
+        PageIds::encode_into(&mut self.tx, ids);
+        Ok(PendingRead {
+            req_id: self.send_request(MessageKind::Prefetch)?,
+        })
+    }
+
     /// Waits for the reply to a read sent with [`Connection::start_read`]. The returned batch
     /// borrows this connection's receive buffer and holds the pages in request order.
     pub fn finish_read(

@@ -61,6 +61,10 @@ pub enum MessageKind {
     /// Server → client: the new session's id and attach key (it has no connection yet: its
     /// lease runs until one attaches).
     Forked = 19,
+    /// Client → server: read a batch of pages ahead of demand (a prefetch): served after the
+    /// session's demand reads, and dropped (`Error{Late}`, nothing read) if it waited longer
+    /// than its deadline for the memnode's link. Answered like `Read` otherwise.
+    Prefetch = 20,
 }
 
 impl MessageKind {
@@ -87,6 +91,7 @@ impl MessageKind {
             17 => Drain,
             18 => Fork,
             19 => Forked,
+            20 => Prefetch,
             _ => return None,
         })
     }
@@ -111,6 +116,8 @@ pub enum ErrorCode {
     /// The server is draining (the answer to `Ping`): move your pages to other memnodes and end
     /// the session; reads and writes are still served meanwhile.
     Draining = 7,
+    /// A prefetch waited past its deadline and was dropped; nothing was read.
+    Late = 8,
 }
 
 impl ErrorCode {
@@ -124,6 +131,7 @@ impl ErrorCode {
             5 => ShuttingDown,
             6 => Internal,
             7 => Draining,
+            8 => Late,
             _ => return None,
         })
     }
@@ -195,6 +203,14 @@ pub enum Message<'a> {
     Drain,
     /// See [`MessageKind::Fork`].
     Fork,
+    /// See [`MessageKind::Prefetch`].
+    Prefetch {
+        /// The longest the request may wait for the link before it is dropped, µs
+        /// (`u32::MAX`: no deadline).
+        deadline_us: u32,
+        /// The page ids to read.
+        pages: PageIds<'a>,
+    },
     /// See [`MessageKind::Forked`].
     Forked {
         /// The new session.
@@ -249,6 +265,7 @@ impl<'a> Message<'a> {
             Message::Ping => MessageKind::Ping,
             Message::Drain => MessageKind::Drain,
             Message::Fork => MessageKind::Fork,
+            Message::Prefetch { .. } => MessageKind::Prefetch,
             Message::Forked { .. } => MessageKind::Forked,
             Message::Pong => MessageKind::Pong,
             Message::StatsRequest => MessageKind::StatsRequest,
@@ -291,6 +308,10 @@ impl<'a> Message<'a> {
                 out.extend_from_slice(&lease_ms.to_le_bytes());
             }
             Message::Read { pages } => out.extend_from_slice(pages.raw),
+            Message::Prefetch { deadline_us, pages } => {
+                out.extend_from_slice(&deadline_us.to_le_bytes());
+                out.extend_from_slice(pages.raw);
+            }
             Message::Pages { batch } | Message::Write { batch } => out.extend_from_slice(batch.raw),
             Message::Ack { count } => out.extend_from_slice(&count.to_le_bytes()),
             Message::Free { ranges } => out.extend_from_slice(ranges.raw),
@@ -361,6 +382,12 @@ impl<'a> Message<'a> {
             MessageKind::Ping => Message::Ping,
             MessageKind::Drain => Message::Drain,
             MessageKind::Fork => Message::Fork,
+            MessageKind::Prefetch => Message::Prefetch {
+                deadline_us: c.u32()?,
+                pages: PageIds {
+                    raw: c.counted(8, MAX_BATCH_PAGES)?,
+                },
+            },
             MessageKind::Forked => Message::Forked {
                 session_id: c.u64()?,
                 session_key: c.array::<SESSION_KEY_LEN>()?,
@@ -816,6 +843,10 @@ mod tests {
             Message::Ping,
             Message::Drain,
             Message::Fork,
+            Message::Prefetch {
+                deadline_us: 1500,
+                pages: PageIds::from_encoded(&ids),
+            },
             Message::Forked {
                 session_id: 7,
                 session_key: [9; SESSION_KEY_LEN],

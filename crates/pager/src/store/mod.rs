@@ -71,12 +71,17 @@ pub(crate) enum StoreError {
     Full(String),
     /// The data cannot be had or kept: the memnode is unreachable, refused, or lost a page.
     Lost(String),
+    /// A prefetch waited past its deadline at the memnode and was dropped: nothing was read,
+    /// nothing is lost (the pages are still there for a demand read).
+    Late(String),
 }
 
 impl std::fmt::Display for StoreError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            StoreError::Full(why) | StoreError::Lost(why) => f.write_str(why),
+            StoreError::Full(why) | StoreError::Lost(why) | StoreError::Late(why) => {
+                f.write_str(why)
+            }
         }
     }
 }
@@ -172,6 +177,17 @@ pub(crate) trait StoreHandle: Send {
     /// request leaves now, so the caller can do other work while the memnode answers. Complete
     /// it with [`StoreHandle::receive`] before any other call.
     fn request(&mut self, pages: &[u64]) -> Result<(), StoreError>;
+    /// Like [`StoreHandle::request`], for pages fetched ahead of demand: a memnode that
+    /// schedules its link may drop the request if it waits longer than `deadline` (its
+    /// [`StoreHandle::receive`] then fails with [`StoreError::Late`], having read nothing). By
+    /// default an ordinary request.
+    fn request_prefetch(
+        &mut self,
+        pages: &[u64],
+        _deadline: std::time::Duration,
+    ) -> Result<(), StoreError> {
+        self.request(pages)
+    }
     /// Completes the last request: calls `f(i, data)` for each page, in request order, with its
     /// 4 KiB of data (valid only during the call).
     fn receive(&mut self, f: &mut dyn FnMut(usize, &[u8])) -> Result<(), StoreError>;

@@ -273,6 +273,8 @@ pub(crate) fn load_token(path: &Path) -> Result<Token, PagerError> {
 pub(crate) fn store_error(e: ClientError) -> StoreError {
     if e.server_code() == Some(ErrorCode::Full) {
         StoreError::Full(e.to_string())
+    } else if e.server_code() == Some(ErrorCode::Late) {
+        StoreError::Late(e.to_string())
     } else if e.server_code() == Some(ErrorCode::NotFound) {
         StoreError::Lost(format!("the memnode no longer holds it ({e})"))
     } else {
@@ -429,6 +431,23 @@ impl Link {
         }
     }
 
+    /// Like [`Link::send_read`], as a prefetch the memnode drops if it waits longer than
+    /// `deadline_us` for its link.
+    pub(crate) fn send_prefetch(
+        &mut self,
+        pages: &[u64],
+        deadline_us: u32,
+        tries: &mut u32,
+    ) -> Result<PendingRead, StoreError> {
+        loop {
+            match self.conn.start_prefetch(pages, deadline_us) {
+                Ok(p) => return Ok(p),
+                Err(e) if e.is_transient() => self.reconnect(&e, tries)?,
+                Err(e) => return Err(store_error(e)),
+            }
+        }
+    }
+
     /// Completes a read sent with [`Link::send_read`] (the same `pages`), asking again on a new
     /// connection if this one breaks: `f(i, page, version, blob)` for each page, in order.
     pub(crate) fn finish_read(
@@ -497,6 +516,18 @@ impl StoreHandle for SocketHandle {
     fn request(&mut self, pages: &[u64]) -> Result<(), StoreError> {
         assert!(self.pending.is_none(), "a read is already outstanding");
         let p = self.link.send_read(pages, &mut 0)?;
+        self.pending = Some((p, pages.to_vec()));
+        Ok(())
+    }
+
+    fn request_prefetch(
+        &mut self,
+        pages: &[u64],
+        deadline: std::time::Duration,
+    ) -> Result<(), StoreError> {
+        assert!(self.pending.is_none(), "a read is already outstanding");
+        let us = u32::try_from(deadline.as_micros()).unwrap_or(u32::MAX - 1);
+        let p = self.link.send_prefetch(pages, us, &mut 0)?;
         self.pending = Some((p, pages.to_vec()));
         Ok(())
     }

@@ -865,7 +865,7 @@ impl StoreHandle for PoolHandle {
                     }
                 }
                 Err(StoreError::Full(why)) => full = Some(why),
-                Err(StoreError::Lost(why)) => self.lose(*m, &why),
+                Err(StoreError::Lost(why) | StoreError::Late(why)) => self.lose(*m, &why),
             }
         }
         self.release_held();
