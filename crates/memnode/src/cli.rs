@@ -100,6 +100,11 @@ pub struct ServeArgs {
     /// `gleaner memnode stats` shows each tenant's queue wait. Default: no limit.
     #[arg(long, value_name = "RATE", value_parser = parse_rate)]
     pub bandwidth: Option<u64>,
+    /// With --bandwidth: how waiting requests take the link, `fair` (by tenant weight; within
+    /// a client, demand reads before prefetches before write-backs; prefetches past their
+    /// deadline dropped) or `fifo` (first come first served, the baseline).
+    #[arg(long, value_name = "fair|fifo", default_value = "fair")]
+    pub schedule: crate::config::Schedule,
 }
 
 /// Parses `--bandwidth`: a size per second, above zero.
@@ -258,6 +263,7 @@ fn serve(args: ServeArgs) -> Result<(), CliError> {
     let mut config = ServerConfig::new(args.listen.clone(), capacity_bytes, token);
     config.lease = args.lease;
     config.bandwidth_bytes_per_s = args.bandwidth;
+    config.schedule = args.schedule;
     for t in &args.tenant {
         config.tenants.push(TenantConfig {
             name: t.name.clone(),

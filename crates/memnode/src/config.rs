@@ -34,6 +34,33 @@ pub struct ServerConfig {
     /// client, whose waiting requests are served in fair order by tenant weight (see
     /// `sched.rs`). None (default): no limit, no waiting.
     pub bandwidth_bytes_per_s: Option<u64>,
+    /// How requests waiting for the link are ordered: fair (default) or first come first served.
+    pub schedule: Schedule,
+}
+
+/// How requests waiting for a memnode's link (`--bandwidth`) are ordered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Schedule {
+    /// Start-time fair queuing by tenant weight; within a session demand reads, then
+    /// prefetches, then write-backs; late prefetches dropped (default).
+    #[default]
+    Fair,
+    /// First come first served, nothing dropped: the baseline the fair order is measured against.
+    Fifo,
+}
+
+impl std::str::FromStr for Schedule {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "fair" => Ok(Schedule::Fair),
+            "fifo" => Ok(Schedule::Fifo),
+            _ => Err(format!(
+                "`{s}` is not a schedule: use fair (by tenant weight, demand first) or fifo"
+            )),
+        }
+    }
 }
 
 /// A tenant of a memnode: the clients that prove they hold its token, and what they may use.
@@ -63,6 +90,7 @@ impl ServerConfig {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             tenants: Vec::new(),
             bandwidth_bytes_per_s: None,
+            schedule: Schedule::Fair,
         }
     }
 }

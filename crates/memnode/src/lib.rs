@@ -44,7 +44,7 @@ mod slabs;
 pub mod stats;
 mod store;
 
-pub use config::{ServerConfig, TenantConfig};
+pub use config::{Schedule, ServerConfig, TenantConfig};
 pub use error::ServerError;
 pub use sched::{QueueStats, TenantQueueStats};
 pub use server::{RunSummary, Server, ShutdownHandle};

@@ -16,7 +16,8 @@
 //! Each connection thread calls [`Link::transfer`] with its reply's (reads) or request's
 //! (writes) size before it sends or stores it: the call waits for the request's turn and for the
 //! link to be free, then holds the link for `bytes / rate`. Without `--bandwidth` there is no
-//! link and nothing waits.
+//! link and nothing waits. `--schedule fifo` serves the link first come first served instead,
+//! dropping nothing: the baseline `bench/corun.py` measures the fair order against.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, PoisonError};
@@ -24,6 +25,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::Schedule;
 use crate::session::Tenant;
 
 /// Queue-wait samples kept per tenant for the percentiles: a log2 histogram of microseconds.
@@ -191,6 +193,7 @@ pub(crate) struct Late {
 /// The emulated link and its queue.
 pub(crate) struct Link {
     bytes_per_s: f64,
+    schedule: Schedule,
     state: Mutex<State>,
     turn: Condvar,
 }
@@ -206,10 +209,11 @@ struct State {
 }
 
 impl Link {
-    /// A link of `bytes_per_s`.
-    pub(crate) fn new(bytes_per_s: u64) -> Link {
+    /// A link of `bytes_per_s`, its waiting requests ordered by `schedule`.
+    pub(crate) fn new(bytes_per_s: u64, schedule: Schedule) -> Link {
         Link {
             bytes_per_s: bytes_per_s.max(1) as f64,
+            schedule,
             state: Mutex::new(State {
                 vtime: 0.0,
                 free_at: Instant::now(),
@@ -254,8 +258,9 @@ impl Link {
         st.waiting.push(me);
         loop {
             let now = Instant::now();
-            if st.next() == Some(me) {
-                if deadline.is_some_and(|d| now - arrived > d) {
+            if st.next(self.schedule) == Some(me) {
+                let late = deadline.is_some_and(|d| now - arrived > d);
+                if late && self.schedule == Schedule::Fair {
                     st.waiting.retain(|w| *w != me);
                     drop(st);
                     self.turn.notify_all();
@@ -294,7 +299,10 @@ impl Link {
 impl State {
     /// The request whose turn it is: the fair order picks the waiting request with the
     /// smallest start tag; its session's best class (then earliest arrival) goes in its place.
-    fn next(&self) -> Option<Waiting> {
+    fn next(&self, schedule: Schedule) -> Option<Waiting> {
+        if schedule == Schedule::Fifo {
+            return self.waiting.iter().min_by_key(|w| w.arrival).copied();
+        }
         let first = self
             .waiting
             .iter()

@@ -225,7 +225,9 @@ impl Server {
             }));
         }
         let shared = Arc::new(Shared {
-            link: config.bandwidth_bytes_per_s.map(crate::sched::Link::new),
+            link: config
+                .bandwidth_bytes_per_s
+                .map(|rate| crate::sched::Link::new(rate, config.schedule)),
             capacity,
             tenants,
             sessions: SessionTable::new(),

@@ -211,33 +211,16 @@ fn tenants_share_a_saturated_link_by_weight() {
     );
 }
 
-/// Within a session, classes go in priority order at the link: with the link busy, a write-back,
-/// a prefetch and a demand read queued in that order are served demand first, then the
-/// prefetch, then the write-back. A prefetch that waited past its deadline is dropped
-/// (`Error{Late}`, nothing read) and the same pages read on demand afterwards are intact; the
-/// stats count it per tenant, with each class's queue.
-#[test]
-fn a_session_classes_go_in_priority_order_and_late_prefetches_are_dropped() {
-    let mut config = ServerConfig::new(
-        "127.0.0.1:0".parse().unwrap(),
-        20_000 * PAGE_SIZE as u64,
-        generate_token(),
-    );
-    // 1 MiB/s: a 64-page read holds the link for a quarter of a second.
-    config.bandwidth_bytes_per_s = Some(1 << 20);
-    let server = TestServer::start_with(config);
-    let mut first = server.connect();
-    write(&mut first, &pages(0, 64)).unwrap();
-    let s = first.session();
+/// With the link busy for about a quarter of a second, a write-back, a prefetch and a demand
+/// read of one session queued in that order: the order they are served in.
+fn queued_order(server: &TestServer, s: gleaner_proto::SessionInfo) -> Vec<&'static str> {
     let conn = || server.attach(s.session_id, s.session_key).unwrap();
     let ids: Vec<u64> = (0..64).collect();
     let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    // The link is busy with this one read for about 250 ms...
     let mut busy = conn();
     let busy_ids = ids.clone();
     let blocker = std::thread::spawn(move || busy.read_pages(&busy_ids).map(|b| b.len()));
     std::thread::sleep(std::time::Duration::from_millis(30));
-    // ... while a write-back, a prefetch and a demand read queue up, in that order.
     let mut handles = Vec::new();
     for (name, delay) in [("writeback", 0), ("prefetch", 20), ("demand", 40)] {
         let (mut c, order, ids) = (conn(), order.clone(), ids[..8].to_vec());
@@ -258,9 +241,43 @@ fn a_session_classes_go_in_priority_order_and_late_prefetches_are_dropped() {
     for h in handles {
         h.join().unwrap();
     }
-    assert_eq!(*order.lock().unwrap(), ["demand", "prefetch", "writeback"]);
+    let order = order.lock().unwrap().clone();
+    order
+}
+
+/// A memnode with a 1 MiB/s link (a 64-page read holds it for a quarter of a second), and a
+/// session holding pages 0..64.
+fn slow_link(schedule: gleaner_memnode::Schedule) -> (TestServer, Connection) {
+    let mut config = ServerConfig::new(
+        "127.0.0.1:0".parse().unwrap(),
+        20_000 * PAGE_SIZE as u64,
+        generate_token(),
+    );
+    config.bandwidth_bytes_per_s = Some(1 << 20);
+    config.schedule = schedule;
+    let server = TestServer::start_with(config);
+    let mut first = server.connect();
+    write(&mut first, &pages(0, 64)).unwrap();
+    (server, first)
+}
+
+/// Within a session, classes go in priority order at the link: a write-back, a prefetch and a
+/// demand read queued in that order are served demand first, then the prefetch, then the
+/// write-back. A prefetch that waited past its deadline is dropped (`Error{Late}`, nothing read)
+/// and the same pages read on demand afterwards are intact; the stats count it per tenant, with
+/// each class's queue.
+#[test]
+fn a_session_classes_go_in_priority_order_and_late_prefetches_are_dropped() {
+    let (server, first) = slow_link(gleaner_memnode::Schedule::Fair);
+    let s = first.session();
+    assert_eq!(
+        queued_order(&server, s),
+        ["demand", "prefetch", "writeback"]
+    );
 
     // A prefetch with a 1 ms deadline behind another quarter-second read: dropped.
+    let conn = || server.attach(s.session_id, s.session_key).unwrap();
+    let ids: Vec<u64> = (0..64).collect();
     let mut busy = conn();
     let busy_ids = ids.clone();
     let blocker = std::thread::spawn(move || busy.read_pages(&busy_ids).map(|b| b.len()));
@@ -280,4 +297,35 @@ fn a_session_classes_go_in_priority_order_and_late_prefetches_are_dropped() {
     assert_eq!(q.classes["writeback"].requests, 2);
     assert!(q.classes["demand"].requests >= 3, "{q:?}");
     assert!(q.classes["writeback"].wait_mean_us > q.classes["demand"].wait_mean_us);
+}
+
+/// `--schedule fifo` (the baseline): the same queue is served in arrival order, and a prefetch
+/// past its deadline is still served.
+#[test]
+fn a_fifo_link_serves_in_arrival_order_and_drops_nothing() {
+    let (server, first) = slow_link(gleaner_memnode::Schedule::Fifo);
+    let s = first.session();
+    assert_eq!(
+        queued_order(&server, s),
+        ["writeback", "prefetch", "demand"]
+    );
+    let mut busy = server.attach(s.session_id, s.session_key).unwrap();
+    let blocker = std::thread::spawn(move || {
+        busy.read_pages(&(0..64).collect::<Vec<_>>())
+            .map(|b| b.len())
+    });
+    std::thread::sleep(std::time::Duration::from_millis(30));
+    let mut c = server.attach(s.session_id, s.session_key).unwrap();
+    let ids: Vec<u64> = (0..8).collect();
+    let p = c.start_prefetch(&ids, 1000).unwrap();
+    assert_eq!(c.finish_read(p, &ids).unwrap().len(), 8);
+    assert_eq!(blocker.join().unwrap().unwrap(), 64);
+    assert_eq!(
+        server.local_stats().tenants[0]
+            .queue
+            .clone()
+            .unwrap()
+            .prefetches_dropped,
+        0
+    );
 }

@@ -451,12 +451,15 @@ extern "C" fn fork_prepare() {
     if !has_pager() {
         return;
     }
-    IN_RUNTIME.with(|c| c.set(true));
-    a.region().prepare_fork();
-    IN_RUNTIME.with(|c| c.set(false));
+    // The allocator's locks first, while the fault handlers still serve: a thread holding
+    // one may be waiting for a far page. `prepare_fork` then stops the handlers until the fork
+    // is over (no allocator lock is taken while they are stopped).
     heap::lock_for_fork();
     a.lock_for_fork();
     LOCKED_FOR_FORK.store(true, Ordering::Release);
+    IN_RUNTIME.with(|c| c.set(true));
+    a.region().prepare_fork();
+    IN_RUNTIME.with(|c| c.set(false));
 }
 
 fn unlock_after_fork(a: &arena::Arena) -> bool {
