@@ -90,6 +90,9 @@ struct Inner {
     /// In a fork child: the bytes of arena below which blobs are the parent's snapshot; 0
     /// otherwise (see [`Space::snapshot_bytes`]).
     snapshot_bytes: u64,
+    /// `Space::granted`, readable without the lock: a fork child reads it, and the lock may
+    /// have been held by a thread of the parent (the status publisher's) at the fork.
+    granted: AtomicU64,
     /// Pages with a far copy.
     stored: AtomicU64,
     /// Far copies dropped when their pages were fetched.
@@ -141,6 +144,7 @@ impl ShmStore {
                 loc: Arc::new(zeroed_atomics(region_pages)),
                 ver: Arc::new(zeroed_atomics(region_pages)),
                 snapshot_bytes: 0,
+                granted: AtomicU64::new(0),
                 stored: AtomicU64::new(0),
                 dropped: AtomicU64::new(0),
                 forgotten: Mutex::new(Vec::new()),
@@ -164,9 +168,10 @@ impl ShmStore {
         let parent = &*self.inner;
         let codec = parent.codec.for_fork_child()?;
         let session = parent.session.open_another(client_name)?;
-        // The parent's allocator is a copy of its state at the fork and stays unused: the
-        // parent goes on allocating in its own slabs, which this process must never write.
-        let granted = parent.space.lock().expect("space lock").granted;
+        // The parent's allocator (and its lock, which a vanished thread may hold) is a copy of
+        // its state at the fork and stays unused: the parent goes on allocating in its own
+        // slabs, which this process must never write.
+        let granted = parent.granted.load(Ordering::Acquire);
         let snapshot_bytes = granted * PAGE_SIZE as u64;
         Ok(ShmStore {
             inner: Arc::new(Inner {
@@ -176,6 +181,7 @@ impl ShmStore {
                 loc: parent.loc.clone(),
                 ver: parent.ver.clone(),
                 snapshot_bytes,
+                granted: AtomicU64::new(granted),
                 stored: AtomicU64::new(parent.stored.load(Ordering::Relaxed)),
                 dropped: AtomicU64::new(0),
                 forgotten: Mutex::new(Vec::new()),
@@ -384,6 +390,7 @@ impl Inner {
         space.slabs.push((space.granted, g.pages, g.memfd));
         space.granted += g.pages;
         let granted = space.granted;
+        self.granted.store(granted, Ordering::Release);
         space.blobs.set_granted(granted);
         Ok(())
     }
