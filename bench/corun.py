@@ -30,7 +30,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -44,7 +43,7 @@ if ROOT not in sys.path:
 from bench.doc_section import DOC, write_section  # noqa: E402
 from bench.harness.__main__ import ensure_built  # noqa: E402
 from bench.harness.common import free_port, git_commit, machine, now_iso, python_exe, wait_port  # noqa: E402
-from bench.pool import _checksum, mcload, read_json  # noqa: E402
+from bench.pool import _checksum, mcload, read_json, stop_server  # noqa: E402
 from bench.vs_swap import _med, _write, run_or_render  # noqa: E402
 
 GLEANER = os.path.join(ROOT, "target", "release", "gleaner")
@@ -142,13 +141,7 @@ def memcached(node, p, tmp, during=None):
     except (RuntimeError, subprocess.TimeoutExpired) as e:
         err = str(e)
     finally:
-        if server.poll() is None:
-            server.send_signal(signal.SIGTERM)
-            try:
-                server.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
+        stop_server(server)
         errf.close()
     rec["bytes"] = _moved(read_json(stats_path))
     rec["ok"] = err is None

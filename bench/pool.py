@@ -132,6 +132,18 @@ def demo_cell(config, tmp, want):
                 "pool": pool_of(stats), "stderr_tail": r.stderr[-1500:] if not ok else None}
 
 
+def stop_server(server):
+    """Stops a server started under `gleaner run`: SIGTERM (the launcher forwards it), then
+    SIGKILL after a minute."""
+    if server.poll() is None:
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
 def mcload(args, timeout):
     r = subprocess.run([MCLOAD] + [str(a) for a in args], capture_output=True, text=True,
                        timeout=timeout)
@@ -181,13 +193,7 @@ def memcached_cell(replicas, kill, p, tmp):
         except (RuntimeError, subprocess.TimeoutExpired) as e:
             err = str(e)
         finally:
-            if server.poll() is None:
-                server.send_signal(signal.SIGTERM)
-                try:
-                    server.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    server.kill()
-                    server.wait()
+            stop_server(server)
             errf.close()
         rec["exit_status"] = server.returncode
         stats = read_json(stats_path)

@@ -28,6 +28,7 @@ use std::os::fd::AsFd;
 use gleaner_proto::fdpass::write_frame_with_fd;
 use gleaner_proto::units::format_size;
 
+use crate::sched::Class;
 use crate::server::Shared;
 use crate::session::{AttachError, Session};
 use crate::slabs::GrantError;
@@ -255,6 +256,47 @@ impl Conn<'_> {
         }
     }
 
+    /// Serves a read of `pages` (a demand read or a prefetch, `class`): the reply is encoded
+    /// into `tx`, then, with a link, sent only at the request's turn; a prefetch still waiting
+    /// past `deadline` at its turn is answered `Error{Late}` instead (nothing sent).
+    fn serve_read(
+        shared: &Shared,
+        tx: &mut Vec<u8>,
+        session: &Arc<Session>,
+        pages: &gleaner_proto::PageIds<'_>,
+        class: Class,
+        deadline: Option<std::time::Duration>,
+    ) -> Reply {
+        let counters = &shared.counters;
+        bump(&counters.req_read, 1);
+        let store = session.store();
+        if store.is_ended() {
+            return ended(session);
+        }
+        if let Err(missing) = store.read_into(pages, tx) {
+            bump(&counters.errors_not_found, 1);
+            return Reply::Error(ErrorCode::NotFound, missing.to_string());
+        }
+        drop(store);
+        if let Some(link) = &shared.link {
+            let bytes = tx.len() as u64;
+            if let Err(late) = link.transfer(session.tenant(), session.id(), class, bytes, deadline)
+            {
+                return Reply::Error(
+                    ErrorCode::Late,
+                    format!(
+                        "prefetch dropped: it waited {} us for the link, past its deadline of \
+                         {} us",
+                        late.waited_us,
+                        deadline.map_or(0, |d| d.as_micros())
+                    ),
+                );
+            }
+        }
+        bump(&counters.pages_read, pages.len() as u64);
+        Reply::Encoded(MessageKind::Pages)
+    }
+
     /// Executes one request; returns the reply and whether the session just ended by `Goodbye`.
     fn request(
         &mut self,
@@ -300,83 +342,31 @@ impl Conn<'_> {
         let counters = &shared.counters;
         let reply = match msg {
             Message::Read { pages } => {
-                bump(&counters.req_read, 1);
-                let store = session.store();
-                if store.is_ended() {
-                    ended(session)
-                } else {
-                    match store.read_into(&pages, &mut self.tx) {
-                        Ok(()) => {
-                            drop(store);
-                            if let Some(link) = &shared.link {
-                                let bytes = self.tx.len() as u64;
-                                let class = crate::sched::Class::Demand;
-                                let _ = link.transfer(
-                                    session.tenant(),
-                                    session.id(),
-                                    class,
-                                    bytes,
-                                    None,
-                                );
-                            }
-                            bump(&counters.pages_read, pages.len() as u64);
-                            Reply::Encoded(K::Pages)
-                        }
-                        Err(missing) => {
-                            bump(&counters.errors_not_found, 1);
-                            Reply::Error(ErrorCode::NotFound, missing.to_string())
-                        }
-                    }
-                }
+                Self::serve_read(shared, &mut self.tx, session, &pages, Class::Demand, None)
             }
             Message::Prefetch { deadline_us, pages } => {
-                bump(&counters.req_read, 1);
-                let store = session.store();
-                if store.is_ended() {
-                    ended(session)
-                } else {
-                    match store.read_into(&pages, &mut self.tx) {
-                        Ok(()) => {
-                            drop(store);
-                            let deadline = (deadline_us != u32::MAX)
-                                .then(|| std::time::Duration::from_micros(deadline_us.into()));
-                            let sent = match &shared.link {
-                                None => Ok(()),
-                                Some(link) => link.transfer(
-                                    session.tenant(),
-                                    session.id(),
-                                    crate::sched::Class::Prefetch,
-                                    self.tx.len() as u64,
-                                    deadline,
-                                ),
-                            };
-                            match sent {
-                                Ok(()) => {
-                                    bump(&counters.pages_read, pages.len() as u64);
-                                    Reply::Encoded(K::Pages)
-                                }
-                                Err(late) => Reply::Error(
-                                    ErrorCode::Late,
-                                    format!(
-                                        "prefetch dropped: it waited {} us for the link, past \
-                                         its deadline of {deadline_us} us",
-                                        late.waited_us
-                                    ),
-                                ),
-                            }
-                        }
-                        Err(missing) => {
-                            bump(&counters.errors_not_found, 1);
-                            Reply::Error(ErrorCode::NotFound, missing.to_string())
-                        }
-                    }
-                }
+                let deadline = (deadline_us != u32::MAX)
+                    .then(|| std::time::Duration::from_micros(deadline_us.into()));
+                Self::serve_read(
+                    shared,
+                    &mut self.tx,
+                    session,
+                    &pages,
+                    Class::Prefetch,
+                    deadline,
+                )
             }
             Message::Write { batch } => {
                 bump(&counters.req_write, 1);
                 if let Some(link) = &shared.link {
-                    let (bytes, class) = (self.rx.len() as u64, crate::sched::Class::WriteBack);
-                    let _ = link.transfer(session.tenant(), session.id(), class, bytes, None);
+                    let bytes = self.rx.len() as u64;
+                    let _ = link.transfer(
+                        session.tenant(),
+                        session.id(),
+                        Class::WriteBack,
+                        bytes,
+                        None,
+                    );
                 }
                 // Copy the pages out of the receive buffer before taking the lock.
                 stage(&batch, &mut self.staged);

@@ -187,6 +187,18 @@ impl SessionTable {
 
     /// Creates a session with a random id and key, with one connection attached.
     pub(crate) fn create(&self, client: &str, tenant: &Arc<Tenant>) -> Arc<Session> {
+        self.insert(client, tenant, None, 1)
+    }
+
+    /// Adds a session of `tenant` with a random id and key, holding `store` (an empty one when
+    /// `None`), with `live` connections attached (none: its lease starts now).
+    fn insert(
+        &self,
+        client: &str,
+        tenant: &Arc<Tenant>,
+        store: Option<PageStore>,
+        live: u32,
+    ) -> Arc<Session> {
         let mut entries = self.lock();
         let id = loop {
             let id = u64::from_le_bytes(random_bytes());
@@ -200,7 +212,7 @@ impl SessionTable {
             tenant: tenant.clone(),
             client: truncate(client, MAX_CLIENT_NAME).to_string(),
             created: Instant::now(),
-            store: RwLock::new(PageStore::new(self.hash_seed ^ id)),
+            store: RwLock::new(store.unwrap_or_else(|| PageStore::new(self.hash_seed ^ id))),
             slabs: Mutex::new(Slabs::default()),
             bytes_in: AtomicU64::new(0),
             bytes_out: AtomicU64::new(0),
@@ -210,8 +222,8 @@ impl SessionTable {
             id,
             Entry {
                 session: Arc::clone(&session),
-                live: 1,
-                idle_since: None,
+                live,
+                idle_since: (live == 0).then(Instant::now),
             },
         );
         session
@@ -232,34 +244,7 @@ impl SessionTable {
             }
             parent_store.fork(parent.capacity())?
         };
-        let mut entries = self.lock();
-        let id = loop {
-            let id = u64::from_le_bytes(random_bytes());
-            if id != 0 && !entries.contains_key(&id) {
-                break id;
-            }
-        };
-        let session = Arc::new(Session {
-            id,
-            key: random_bytes(),
-            tenant: parent.tenant.clone(),
-            client: truncate(client, MAX_CLIENT_NAME).to_string(),
-            created: Instant::now(),
-            store: RwLock::new(store),
-            slabs: Mutex::new(Slabs::default()),
-            bytes_in: AtomicU64::new(0),
-            bytes_out: AtomicU64::new(0),
-            requests: AtomicU64::new(0),
-        });
-        entries.insert(
-            id,
-            Entry {
-                session: Arc::clone(&session),
-                live: 0,
-                idle_since: Some(Instant::now()),
-            },
-        );
-        Ok(Some(session))
+        Ok(Some(self.insert(client, &parent.tenant, Some(store), 0)))
     }
 
     /// Attaches one more connection to session `id` if `key` is its key (compared in constant

@@ -388,13 +388,7 @@ impl PageStore {
             shrink += old.map_or(0, |old| old.blob.len() as u64);
             applied.push(i);
         }
-        let needed = grow.saturating_sub(shrink);
-        capacity.reserve_or_refuse(needed).map_err(|r| Full {
-            needed,
-            free: r.free,
-            total: r.total,
-            tenant: r.quota_of,
-        })?;
+        reserve(capacity, grow.saturating_sub(shrink))?;
         applied.sort_unstable();
         self.pages.reserve(applied.len());
         let mut next = applied.iter().peekable();
@@ -422,13 +416,7 @@ impl PageStore {
     /// sessions live the memnode may hold up to twice the bytes, and never promises more than
     /// it has.
     pub(crate) fn fork(&self, capacity: &Capacity) -> Result<PageStore, Full> {
-        let needed = self.stored_bytes;
-        capacity.reserve_or_refuse(needed).map_err(|r| Full {
-            needed,
-            free: r.free,
-            total: r.total,
-            tenant: r.quota_of,
-        })?;
+        reserve(capacity, self.stored_bytes)?;
         Ok(PageStore {
             pages: self.pages.clone(),
             stored_bytes: self.stored_bytes,
@@ -488,6 +476,16 @@ impl PageStore {
         capacity.release(released.bytes);
         released
     }
+}
+
+/// Reserves `needed` bytes of `capacity`, or says why not.
+fn reserve(capacity: &Capacity, needed: u64) -> Result<(), Full> {
+    capacity.reserve_or_refuse(needed).map_err(|r| Full {
+        needed,
+        free: r.free,
+        total: r.total,
+        tenant: r.quota_of,
+    })
 }
 
 /// Sorted, non-overlapping inclusive `(first, last)` ranges covering the same ids as `ranges`.

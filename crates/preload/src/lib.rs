@@ -44,14 +44,15 @@
 //! | `GLEANER_FAIL_OPEN` | `1`: a process whose pager cannot start runs all-local, with a warning, instead of stopping with exit 86 | `0` |
 //! | `GLEANER_REPORT_DIR` | write `pager-PID.json` here saying whether this process's pager started (set by `gleaner run`, which counts them) | — |
 //!
-//! `fork` (`GLEANER_FORK=far`, the default, with a memnode on this host): the child gets a pager
-//! of its own, started in the fork's child handler before the program goes on, with its own
-//! budget (`GLEANER_FORK_LOCAL_MEM`); it reads the parent's far pages as they were at the fork (a
-//! snapshot the parent keeps until the child exits or execs) and writes its own to a session of
-//! its own. Neither process brings its heap home. With `GLEANER_FORK=home`, or a memnode reached
-//! over TCP (or a pool), every page held only on the memnode is brought back before the child is
-//! created, so the child (which then has no pager) sees exactly the parent's memory; the parent
-//! then evicts back under its budget.
+//! `fork` (`GLEANER_FORK=far`, the default): the child gets a pager of its own, started in the
+//! fork's child handler before the program goes on, with its own budget
+//! (`GLEANER_FORK_LOCAL_MEM`); it reads the parent's far pages as they were at the fork (a
+//! snapshot the parent's shared memory or the memnodes keep until the child exits or execs) and
+//! writes its own to a session of its own. Neither process brings its heap home. With
+//! `GLEANER_FORK=home`, or where no snapshot can be had (a degraded or draining pool, a memnode
+//! with no room for the copy, a fork child forking again), every page held only on the memnode
+//! is brought back before the child is created, so the child (which then has no pager) sees
+//! exactly the parent's memory; the parent then evicts back under its budget.
 #![deny(missing_docs)]
 
 mod arena;

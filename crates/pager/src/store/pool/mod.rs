@@ -83,6 +83,23 @@ struct Member {
     drained: AtomicBool,
 }
 
+impl Member {
+    /// A live member on `session`, with nothing placed on it yet.
+    fn new(session: Session) -> Member {
+        Member {
+            session: Arc::new(session),
+            alive: AtomicBool::new(true),
+            lost_because: Mutex::new(String::new()),
+            extents: AtomicU64::new(0),
+            read_ns: AtomicU64::new(0),
+            pages_read: AtomicU64::new(0),
+            pages_written: AtomicU64::new(0),
+            draining: AtomicBool::new(false),
+            drained: AtomicBool::new(false),
+        }
+    }
+}
+
 /// The pool and its placement, shared by the store, its handles and the repair thread.
 struct Pool {
     members: Vec<Member>,
@@ -124,6 +141,34 @@ fn pack(members: &[usize]) -> u64 {
 }
 
 impl Pool {
+    /// A pool of `members`, its extents placed as `placement` and `filling` say, nothing in
+    /// flight or repaired yet.
+    fn new(
+        members: Vec<Member>,
+        replicas: usize,
+        placement: Box<[AtomicU64]>,
+        filling: Box<[AtomicU64]>,
+        versions: Arc<Box<[AtomicU64]>>,
+        codec: Arc<Codec>,
+    ) -> Pool {
+        let seed: [u8; 8] = gleaner_proto::random_bytes();
+        Pool {
+            members,
+            replicas,
+            inflight: (0..placement.len()).map(|_| AtomicU32::new(0)).collect(),
+            placement,
+            filling,
+            versions,
+            codec,
+            wake: (Mutex::new(false), Condvar::new()),
+            stop: AtomicBool::new(false),
+            rng: AtomicU64::new(u64::from_le_bytes(seed) | 1),
+            pages_repaired: AtomicU64::new(0),
+            extents_repaired: AtomicU64::new(0),
+            repair_ns: AtomicU64::new(0),
+        }
+    }
+
     fn alive(&self, m: usize) -> bool {
         self.members[m].alive.load(Ordering::Acquire)
     }
@@ -332,35 +377,17 @@ pub(crate) fn open(
     let mut members = Vec::with_capacity(endpoints.len());
     for endpoint in endpoints {
         let session = Session::open(endpoint, token, opts.clone())?.reconnect_within(window);
-        members.push(Member {
-            session: Arc::new(session),
-            alive: AtomicBool::new(true),
-            lost_because: Mutex::new(String::new()),
-            extents: AtomicU64::new(0),
-            read_ns: AtomicU64::new(0),
-            pages_read: AtomicU64::new(0),
-            pages_written: AtomicU64::new(0),
-            draining: AtomicBool::new(false),
-            drained: AtomicBool::new(false),
-        });
+        members.push(Member::new(session));
     }
     let extents = (region_pages as u64).div_ceil(EXTENT_PAGES) as usize;
-    let seed: [u8; 8] = gleaner_proto::random_bytes();
-    let pool = Arc::new(Pool {
+    let pool = Arc::new(Pool::new(
         members,
         replicas,
-        placement: zeroed_atomics(extents),
-        filling: zeroed_atomics(extents),
-        inflight: (0..extents).map(|_| AtomicU32::new(0)).collect(),
-        versions: Arc::new(zeroed_atomics(region_pages)),
+        zeroed_atomics(extents),
+        zeroed_atomics(extents),
+        Arc::new(zeroed_atomics(region_pages)),
         codec,
-        wake: (Mutex::new(false), Condvar::new()),
-        stop: AtomicBool::new(false),
-        rng: AtomicU64::new(u64::from_le_bytes(seed) | 1),
-        pages_repaired: AtomicU64::new(0),
-        extents_repaired: AtomicU64::new(0),
-        repair_ns: AtomicU64::new(0),
-    });
+    ));
     let p = pool.clone();
     let repair = std::thread::Builder::new()
         .name("gleaner-repair".into())
@@ -394,17 +421,14 @@ impl PoolStore {
                 .session
                 .attach_other(client_name, copy)?
                 .reconnect_within(window);
-            members.push(Member {
-                session: Arc::new(session),
-                alive: AtomicBool::new(true),
-                lost_because: Mutex::new(String::new()),
-                extents: AtomicU64::new(m.extents.load(Ordering::Relaxed)),
-                read_ns: AtomicU64::new(m.read_ns.load(Ordering::Relaxed)),
-                pages_read: AtomicU64::new(0),
-                pages_written: AtomicU64::new(0),
-                draining: AtomicBool::new(false),
-                drained: AtomicBool::new(false),
-            });
+            let member = Member::new(session);
+            member
+                .extents
+                .store(m.extents.load(Ordering::Relaxed), Ordering::Relaxed);
+            member
+                .read_ns
+                .store(m.read_ns.load(Ordering::Relaxed), Ordering::Relaxed);
+            members.push(member);
         }
         let copy = |words: &[AtomicU64]| -> Box<[AtomicU64]> {
             words
@@ -412,25 +436,15 @@ impl PoolStore {
                 .map(|w| AtomicU64::new(w.load(Ordering::Relaxed)))
                 .collect()
         };
-        let seed: [u8; 8] = gleaner_proto::random_bytes();
-        let pool = Arc::new(Pool {
+        let pool = Arc::new(Pool::new(
             members,
-            replicas: parent.replicas,
-            placement: copy(&parent.placement),
-            filling: copy(&parent.filling),
-            inflight: (0..parent.inflight.len())
-                .map(|_| AtomicU32::new(0))
-                .collect(),
+            parent.replicas,
+            copy(&parent.placement),
+            copy(&parent.filling),
             // This process's copy of the parent's versions: those of the copied sessions.
-            versions: parent.versions.clone(),
-            codec: parent.codec.for_fork_child()?,
-            wake: (Mutex::new(false), Condvar::new()),
-            stop: AtomicBool::new(false),
-            rng: AtomicU64::new(u64::from_le_bytes(seed) | 1),
-            pages_repaired: AtomicU64::new(0),
-            extents_repaired: AtomicU64::new(0),
-            repair_ns: AtomicU64::new(0),
-        });
+            parent.versions.clone(),
+            parent.codec.for_fork_child()?,
+        ));
         Ok(PoolStore {
             pool,
             repair: Mutex::new(None),
