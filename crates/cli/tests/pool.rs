@@ -13,7 +13,10 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{gleaner_bin, preload_program, run_gleaner, wait_output, MemnodeProc, TempDir};
+use common::{
+    gleaner_bin, memnodes_sharing_a_token, preload_program, run_gleaner, wait_output, MemnodeProc,
+    TempDir,
+};
 use gleaner_pager::FATAL_EXIT_CODE;
 use gleaner_proto::{ConnectOptions, Connection};
 
@@ -21,20 +24,7 @@ const LIMIT: Duration = Duration::from_secs(180);
 
 /// Three memnodes sharing one token.
 fn three_memnodes() -> (Vec<MemnodeProc>, TempDir) {
-    let dir = TempDir::new("pool-token");
-    let token = dir.path().join("token");
-    gleaner_proto::write_token_file(&token, &gleaner_proto::generate_token()).unwrap();
-    let nodes = (0..3)
-        .map(|_| {
-            MemnodeProc::start_with_token(
-                "127.0.0.1:0",
-                "1G",
-                TempDir::new("pool-node"),
-                token.clone(),
-            )
-        })
-        .collect();
-    (nodes, dir)
+    memnodes_sharing_a_token(3, "1G")
 }
 
 fn addresses(nodes: &[MemnodeProc]) -> String {

@@ -9,7 +9,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{
-    gleaner_bin, preload_program as program, run_gleaner, wait_output, MemnodeProc, TempDir,
+    gleaner_bin, memnodes_sharing_a_token, preload_program as program, run_gleaner, wait_output,
+    MemnodeProc, TempDir,
 };
 
 const LIMIT: Duration = Duration::from_secs(120);
@@ -162,16 +163,8 @@ fn fork_child_pages_from_a_snapshot_of_the_fork_moment() {
 /// the heap home.
 #[test]
 fn fork_over_tcp_and_a_pool_pages_from_the_memnodes_copies_of_the_session() {
-    let dir = TempDir::new("fork-tcp-token");
-    let token_file = dir.path().join("token");
-    gleaner_proto::write_token_file(&token_file, &gleaner_proto::generate_token()).unwrap();
-    let token = token_file.to_string_lossy().into_owned();
-    let nodes: Vec<MemnodeProc> = (0..2)
-        .map(|_| {
-            let node_dir = TempDir::new("fork-tcp-node");
-            MemnodeProc::start_with_token("127.0.0.1:0", "256M", node_dir, token_file.clone())
-        })
-        .collect();
+    let (nodes, dir) = memnodes_sharing_a_token(2, "256M");
+    let token = dir.path().join("token").to_string_lossy().into_owned();
     let one = nodes[0].endpoint.to_string();
     let pool = format!("{},{}", nodes[0].endpoint, nodes[1].endpoint);
     for memnodes in [&one, &pool] {

@@ -7,20 +7,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{gleaner_bin, MemnodeProc, TempDir};
+use common::{gleaner_bin, token_file, MemnodeProc, TempDir};
 use gleaner_pager::{Region, RegionConfig, PAGE_SIZE};
 use gleaner_proto::Connection;
 
 /// A region four times its budget on a memnode whose 64 MiB/s link another session keeps busy
 /// with 64 KiB reads (a millisecond each), with a 100 µs prefetch deadline: prefetches queued
-/// behind the other session's reads are dropped by the memnode, and every page still reads back right over two
-/// sequential passes (Leap prefetching ahead of them).
+/// behind the other session's reads are dropped by the memnode, and every page still reads
+/// back right over two sequential passes (Leap prefetching ahead of them).
 #[test]
 fn prefetches_dropped_as_late_never_lose_data() {
     gleaner_bin();
-    let dir = TempDir::new("sched");
-    let token = dir.path().join("token");
-    gleaner_proto::write_token_file(&token, &gleaner_proto::generate_token()).unwrap();
+    let (_dir, token) = token_file("sched");
     let node = MemnodeProc::start_with_args(
         "127.0.0.1:0",
         "1G",

@@ -19,14 +19,19 @@ fn tenant(name: &str, quota_pages: u64) -> TenantConfig {
     }
 }
 
-fn server(capacity_pages: u64, tenants: &[TenantConfig]) -> TestServer {
+/// A memnode on TCP loopback of `capacity_pages` with `tenants` besides the main token's.
+fn config(capacity_pages: u64, tenants: &[TenantConfig]) -> ServerConfig {
     let mut config = ServerConfig::new(
         "127.0.0.1:0".parse().unwrap(),
         capacity_pages * PAGE_SIZE as u64,
         generate_token(),
     );
     config.tenants = tenants.to_vec();
-    TestServer::start_with(config)
+    config
+}
+
+fn server(capacity_pages: u64, tenants: &[TenantConfig]) -> TestServer {
+    TestServer::start_with(config(capacity_pages, tenants))
 }
 
 fn connect(server: &TestServer, token: &Token) -> Connection {
@@ -128,12 +133,7 @@ fn tenants_share_a_saturated_link_by_weight() {
         weight: 3,
         ..tenant("heavy", 10_000)
     };
-    let mut config = ServerConfig::new(
-        "127.0.0.1:0".parse().unwrap(),
-        20_000 * PAGE_SIZE as u64,
-        generate_token(),
-    );
-    config.tenants = vec![light.clone(), heavy.clone()];
+    let mut config = config(20_000, &[light.clone(), heavy.clone()]);
     config.bandwidth_bytes_per_s = Some(16 << 20);
     let server = TestServer::start_with(config);
     let ids: Vec<u64> = (0..64).collect();
@@ -248,11 +248,7 @@ fn queued_order(server: &TestServer, s: gleaner_proto::SessionInfo) -> Vec<&'sta
 /// A memnode with a 1 MiB/s link (a 64-page read holds it for a quarter of a second), and a
 /// session holding pages 0..64.
 fn slow_link(schedule: gleaner_memnode::Schedule) -> (TestServer, Connection) {
-    let mut config = ServerConfig::new(
-        "127.0.0.1:0".parse().unwrap(),
-        20_000 * PAGE_SIZE as u64,
-        generate_token(),
-    );
+    let mut config = config(20_000, &[]);
     config.bandwidth_bytes_per_s = Some(1 << 20);
     config.schedule = schedule;
     let server = TestServer::start_with(config);

@@ -307,8 +307,12 @@ impl Region {
                 // The child's page table lost the write protection of the pages it kept:
                 // protect them again, so that a scan sees only what the child writes (a page
                 // that differs from its far copy is written back anyway: eviction compares).
+                // Of the inherited pages (in page order), those the trim left resident.
                 let table = &engine.mem.table;
-                let kept = (0..table.len())
+                let kept = l
+                    .resident
+                    .iter()
+                    .copied()
                     .filter(|&p| matches!(table.get(p), PageState::Clean | PageState::Dirty));
                 for (first, n) in crate::evict::runs(kept) {
                     engine.mem.uffd.write_protect(
@@ -822,9 +826,9 @@ fn adopt_inherited_pages(table: &PageTable, addr: usize, tracking: Tracking) -> 
         if tracking == Tracking::Sync {
             table.release(page, PageState::Dirty);
         }
+        table.mark_forked(page);
         resident.push(page);
     }
-    table.mark_resident_forked();
     resident
 }
 

@@ -104,6 +104,11 @@ impl PageTable {
         self.forked[page].load(Ordering::Relaxed) != 0
     }
 
+    /// `page`, resident, may be shared with a fork child or parent until it leaves memory.
+    pub(crate) fn mark_forked(&self, page: usize) {
+        self.forked[page].store(1, Ordering::Relaxed);
+    }
+
     /// `page` leaves memory (evicted or discarded): its next install is the process's own.
     pub(crate) fn clear_forked(&self, page: usize) {
         self.forked[page].store(0, Ordering::Relaxed);

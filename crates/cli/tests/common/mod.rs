@@ -96,12 +96,30 @@ pub struct MemnodeProc {
     pub dir: TempDir,
 }
 
+/// A new random token in `<dir>/token`, in a directory of its own (removed with the TempDir).
+pub fn token_file(tag: &str) -> (TempDir, PathBuf) {
+    let dir = TempDir::new(tag);
+    let token_file = dir.path().join("token");
+    gleaner_proto::write_token_file(&token_file, &gleaner_proto::generate_token()).unwrap();
+    (dir, token_file)
+}
+
+/// `n` memnodes of `capacity` on TCP loopback sharing one token (`<dir>/token`), for a pool.
+pub fn memnodes_sharing_a_token(n: usize, capacity: &str) -> (Vec<MemnodeProc>, TempDir) {
+    let (dir, token) = token_file("pool-token");
+    let nodes = (0..n)
+        .map(|_| {
+            let node_dir = TempDir::new("pool-node");
+            MemnodeProc::start_with_token("127.0.0.1:0", capacity, node_dir, token.clone())
+        })
+        .collect();
+    (nodes, dir)
+}
+
 impl MemnodeProc {
     /// Starts a memnode listening on `listen` (`127.0.0.1:0` or `unix` for a socket in its dir).
     pub fn start(listen: &str, capacity: &str) -> MemnodeProc {
-        let dir = TempDir::new("memnode");
-        let token_file = dir.path().join("token");
-        gleaner_proto::write_token_file(&token_file, &gleaner_proto::generate_token()).unwrap();
+        let (dir, token_file) = token_file("memnode");
         Self::start_with_token(listen, capacity, dir, token_file)
     }
 
