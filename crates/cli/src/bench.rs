@@ -76,6 +76,10 @@ pub struct MicroArgs {
     /// Far-page compression: `lz4` (default), `zstd` or `off`.
     #[arg(long, default_value = "lz4")]
     compress: gleaner_pager::Compression,
+    /// How slow decompressing a page may be, in µs, before pages like it are stored raw:
+    /// `auto` (1.5 with lz4, no bound with zstd), `off` or a number.
+    #[arg(long, value_name = "US|auto|off", default_value = "auto")]
+    max_decode_us: gleaner_pager::DecodeBudget,
     /// Which fetched pages drop their far copy: `all` (default), `demand` or `none`.
     #[arg(long, default_value = "all")]
     drop_far_copies: gleaner_pager::FarCopies,
@@ -296,6 +300,7 @@ fn micro(args: &MicroArgs) -> Result<MicroReport, String> {
     cfg.predict_writes = args.predict_writes;
     cfg.data_path = args.data_path;
     cfg.compression = args.compress;
+    cfg.max_decode = args.max_decode_us;
     cfg.drop_far_copies = args.drop_far_copies;
     cfg.encryption = args.encrypt.clone();
     cfg.dirty_tracking = args.dirty_tracking;

@@ -80,11 +80,17 @@ pub struct RunArgs {
     /// a remote memnode).
     #[arg(long, value_name = "PATH", default_value = "auto")]
     data_path: gleaner_pager::DataPath,
-    /// How far pages are compressed before they leave the program: `lz4` (default: 1.2 us to
-    /// decompress a page on the fault path), `zstd` (smaller, about 4x slower to decompress) or
-    /// `off`. Pages of one repeated word are always kept as that word.
+    /// How far pages are compressed before they leave the program: `lz4` (default: 0.3-1.4 us to
+    /// decompress a page on the fault path, depending on the data), `zstd` (smaller, about 4x
+    /// slower to decompress) or `off`. Pages of one repeated word are always kept as that word.
     #[arg(long, value_name = "ALGO", default_value = "lz4")]
     compress: gleaner_pager::Compression,
+    /// The most a page's decompression may cost on the fault path, in µs: where pages decode
+    /// slower (LZ4 takes 2.9 us on a page of 8-byte counters, saving half of it), they are
+    /// stored raw, learnt per 256 KiB of neighbouring pages. `auto` (default): 1.5 with lz4, no
+    /// bound with zstd (chosen for memory); `off`: every page that compresses is compressed.
+    #[arg(long, value_name = "US|auto|off", default_value = "auto")]
+    max_decode_us: gleaner_pager::DecodeBudget,
     /// Seal far pages with AES-256-GCM, so a memnode can neither read them nor change, swap or
     /// replay them unnoticed (the program then stops with exit 86): `on` (default, a fresh random
     /// key per process that never leaves it) or `off` (to measure the cost).
@@ -315,6 +321,7 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
         .env("GLEANER_HANDLERS", args.handlers.to_string())
         .env("GLEANER_DATA_PATH", args.data_path.to_string())
         .env("GLEANER_COMPRESS", args.compress.to_string())
+        .env("GLEANER_MAX_DECODE_US", args.max_decode_us.to_string())
         .env("GLEANER_DROP_FAR_COPIES", args.drop_far_copies.to_string())
         .env(
             "GLEANER_ENCRYPT",
@@ -438,6 +445,7 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
         "predict_writes": args.predict_writes.to_string(),
         "data_path": args.data_path.to_string(),
         "compress": args.compress.to_string(),
+        "max_decode_us": args.max_decode_us.to_string(),
         "drop_far_copies": args.drop_far_copies.to_string(),
         "encrypt": args.encrypt.is_on(),
         "dirty_tracking": args.dirty_tracking.to_string(),

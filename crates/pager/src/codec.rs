@@ -29,7 +29,10 @@
 //! LZ4 by default (the reference C library through the `lz4` crate: 1.2 us to decompress a page
 //! here, against 1.45 us for `lz4_flex`), zstd level 1 when asked for (a better ratio at four
 //! times the decompression cost). A page whose compressed form saves nothing is stored raw, and a
-//! page made of one repeated 8-byte word (most often zeros) as that word alone.
+//! page made of one repeated 8-byte word (most often zeros) as that word alone. Decompression's
+//! cost depends on the data (0.3 us for a page of text, 2.9 us for a page of 8-byte counters), so
+//! pages where it would exceed a budget (1.5 us with LZ4 by default) are stored raw too: the
+//! codec learns which, per chunk of neighbouring pages (`decode_budget.rs`).
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -40,6 +43,7 @@ use std::time::Instant;
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
 use serde::Serialize;
 
+use crate::decode_budget::{Choice, DecodeBudget, SpeedMap};
 use crate::{PagerError, PAGE_SIZE};
 
 /// Bytes the AEAD tag adds to a sealed blob.
@@ -162,6 +166,18 @@ pub struct CodecStats {
     pub same_filled: u64,
     /// Pages stored raw because compression saved nothing.
     pub incompressible: u64,
+    /// The decode budget in nanoseconds (0: none): pages whose compressed form decodes slower
+    /// are stored raw.
+    pub max_decode_ns: u64,
+    /// Pages stored raw, without a compression attempt, because pages of their chunk decode
+    /// slower than the budget.
+    pub raw_for_speed: u64,
+    /// Trial decodes the reclaim path timed to learn which chunks decode slowly.
+    pub decode_trials: u64,
+    /// Decodes on the fault path slower than the budget.
+    pub slow_decodes: u64,
+    /// Chunks (of 64 pages) now stored raw for speed.
+    pub slow_chunks: u64,
     /// Pages decoded (fetched or compared).
     pub pages_decoded: u64,
     /// Bytes of the blobs those pages were decoded from (with `blob_bytes`, what crossed the
@@ -209,6 +225,9 @@ struct Counters {
     blob_bytes: AtomicU64,
     same: AtomicU64,
     raw: AtomicU64,
+    raw_for_speed: AtomicU64,
+    trials: AtomicU64,
+    slow_decodes: AtomicU64,
     decoded: AtomicU64,
     decoded_bytes: AtomicU64,
     compress_ns: AtomicU64,
@@ -231,6 +250,8 @@ pub struct Codec {
     inherited_key: Option<LessSafeKey>,
     next_version: AtomicU64,
     counters: Counters,
+    /// Which chunks decode too slowly to be compressed (`None`: no decode budget).
+    speed: Option<SpeedMap>,
 }
 
 /// The versions a fork child's codec gives its own blobs start here: the parent's never reach
@@ -248,8 +269,19 @@ impl std::fmt::Debug for Codec {
 }
 
 impl Codec {
-    /// A codec for one region: makes (or derives) the region's key.
+    /// A codec without a decode budget (every page that compresses is stored compressed).
     pub fn new(compression: Compression, encryption: Encryption) -> Result<Arc<Codec>, PagerError> {
+        Codec::for_region(compression, encryption, DecodeBudget::Off, 0)
+    }
+
+    /// A codec for a region of `pages` pages: makes (or derives) the region's key; pages whose
+    /// compressed form decodes slower than `max_decode` are stored raw.
+    pub fn for_region(
+        compression: Compression,
+        encryption: Encryption,
+        max_decode: DecodeBudget,
+        pages: u64,
+    ) -> Result<Arc<Codec>, PagerError> {
         let key = match &encryption {
             Encryption::Off => None,
             Encryption::On => Some(random_bytes()?),
@@ -276,6 +308,9 @@ impl Codec {
             inherited_key: None,
             next_version: AtomicU64::new(1),
             counters: Counters::default(),
+            speed: max_decode
+                .nanos(compression)
+                .map(|ns| SpeedMap::new(pages, ns)),
         }))
     }
 
@@ -306,6 +341,7 @@ impl Codec {
             inherited_key: self.key.clone(),
             next_version: AtomicU64::new(FORK_CHILD_VERSIONS | 1),
             counters: Counters::default(),
+            speed: self.speed.as_ref().map(SpeedMap::fresh),
         }))
     }
 
@@ -327,6 +363,7 @@ impl Codec {
         CodecCtx {
             codec: self.clone(),
             scratch: vec![0u8; MAX_BLOB_LEN + 64],
+            trial: vec![0u8; PAGE_SIZE],
             zstd: None,
             unzstd: None,
         }
@@ -363,16 +400,24 @@ impl Codec {
             bytes_saved: logical.saturating_sub(blob_bytes),
             same_filled: ld(&c.same),
             incompressible: ld(&c.raw),
+            max_decode_ns: self.speed.as_ref().map_or(0, SpeedMap::budget_ns),
+            raw_for_speed: ld(&c.raw_for_speed),
+            decode_trials: ld(&c.trials),
+            slow_decodes: ld(&c.slow_decodes),
+            slow_chunks: self.speed.as_ref().map_or(0, SpeedMap::slow_chunks),
             pages_decoded: ld(&c.decoded),
             blob_bytes_decoded: ld(&c.decoded_bytes),
-            pages_compressed: encoded - ld(&c.same),
+            pages_compressed: encoded - ld(&c.same) - ld(&c.raw_for_speed),
             compress_ns_total: ld(&c.compress_ns),
             decompress_ns_total: ld(&c.decompress_ns),
             blobs_sealed: ld(&c.sealed),
             seal_ns_total: ld(&c.seal_ns),
             blobs_opened: ld(&c.opened),
             open_ns_total: ld(&c.open_ns),
-            compress_ns_per_page: mean(ld(&c.compress_ns), encoded - ld(&c.same)),
+            compress_ns_per_page: mean(
+                ld(&c.compress_ns),
+                encoded - ld(&c.same) - ld(&c.raw_for_speed),
+            ),
             decompress_ns_per_page: mean(ld(&c.decompress_ns), ld(&c.decoded)),
             seal_ns_per_blob: mean(ld(&c.seal_ns), ld(&c.sealed)),
             open_ns_per_blob: mean(ld(&c.open_ns), ld(&c.opened)),
@@ -394,6 +439,8 @@ pub struct CodecCtx {
     codec: Arc<Codec>,
     /// Where blobs are built (compression output) and opened.
     scratch: Vec<u8>,
+    /// Where trial decodes go (one page).
+    trial: Vec<u8>,
     /// zstd's compression and decompression contexts, made on first use (making one per page
     /// costs more than the decompression).
     zstd: Option<zstd::bulk::Compressor<'static>>,
@@ -443,33 +490,67 @@ impl CodecCtx {
             c.same.fetch_add(1, Ordering::Relaxed);
             9
         } else {
+            let choice = match &codec.speed {
+                Some(map) => map.choose(page_no),
+                None => Choice::Compress,
+            };
             let t = Instant::now();
             let body = &mut out[1..1 + PAGE_SIZE + 64];
-            let compressed = match codec.compression {
-                Compression::Off => None,
-                Compression::Lz4 => lz4::block::compress_to_buffer(page, None, false, body).ok(),
-                Compression::Zstd => {
+            let mut compressed = match (codec.compression, choice) {
+                (_, Choice::Raw) | (Compression::Off, _) => None,
+                (Compression::Lz4, _) => {
+                    lz4::block::compress_to_buffer(page, None, false, body).ok()
+                }
+                (Compression::Zstd, _) => {
                     let z = self.zstd.get_or_insert_with(|| {
                         zstd::bulk::Compressor::new(1).expect("a zstd level-1 context")
                     });
                     z.compress_to_buffer(page, body).ok()
                 }
+            }
+            .filter(|&n| n + 1 < PAGE_SIZE);
+            let mut for_speed = choice == Choice::Raw;
+            let kind = if codec.compression == Compression::Zstd {
+                KIND_ZSTD
+            } else {
+                KIND_LZ4
             };
-            c.compress_ns
-                .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            if let (Some(n), Choice::Learn, Some(map)) = (compressed, choice, &codec.speed) {
+                // Time a trial decode (twice if slow, keeping the faster: a preemption must not
+                // condemn the chunk) to learn whether pages here decode within the budget.
+                let mut best = u64::MAX;
+                for _ in 0..2 {
+                    let t = Instant::now();
+                    let ok =
+                        decompress(kind, &body[..n], &mut self.trial, &mut self.unzstd).is_ok();
+                    debug_assert!(ok, "a page just compressed decompresses");
+                    best = best.min(t.elapsed().as_nanos() as u64);
+                    if !map.over(best) {
+                        break;
+                    }
+                }
+                c.trials.fetch_add(1, Ordering::Relaxed);
+                if map.learned(page_no, best) {
+                    compressed = None;
+                    for_speed = true;
+                }
+            }
+            if for_speed {
+                c.raw_for_speed.fetch_add(1, Ordering::Relaxed);
+            }
+            if choice != Choice::Raw {
+                c.compress_ns
+                    .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            }
             match compressed {
-                Some(n) if n + 1 < PAGE_SIZE => {
-                    out[0] = if codec.compression == Compression::Zstd {
-                        KIND_ZSTD
-                    } else {
-                        KIND_LZ4
-                    };
+                Some(n) => {
+                    out[0] = kind;
                     1 + n
                 }
-                _ => {
+                None => {
                     out[0] = KIND_RAW;
                     out[1..1 + PAGE_SIZE].copy_from_slice(page);
-                    if codec.compression != Compression::Off {
+                    if codec.compression != Compression::Off && !for_speed {
                         c.raw.fetch_add(1, Ordering::Relaxed);
                     }
                     1 + PAGE_SIZE
@@ -554,20 +635,16 @@ impl CodecCtx {
                 let word = u64::from_le_bytes(body.try_into().expect("8 bytes"));
                 fill_word(dst, word);
             }
-            KIND_LZ4 => match lz4::block::decompress_to_buffer(body, Some(PAGE_SIZE as i32), dst) {
-                Ok(PAGE_SIZE) => {}
-                _ => return Err(tampered("does not decompress to one page (LZ4)")),
-            },
-            KIND_ZSTD => match self
-                .unzstd
-                .get_or_insert_with(|| {
-                    zstd::bulk::Decompressor::new().expect("a zstd decompression context")
-                })
-                .decompress_to_buffer(body, dst)
-            {
-                Ok(PAGE_SIZE) => {}
-                _ => return Err(tampered("does not decompress to one page (zstd)")),
-            },
+            kind @ (KIND_LZ4 | KIND_ZSTD) => {
+                decompress(kind, body, dst, &mut self.unzstd).map_err(|why| tampered(why))?;
+                if let Some(map) = &codec.speed {
+                    let ns = t.elapsed().as_nanos() as u64;
+                    if map.over(ns) {
+                        c.slow_decodes.fetch_add(1, Ordering::Relaxed);
+                        map.observed(page_no, ns);
+                    }
+                }
+            }
             kind => return Err(tampered(&format!("has an unknown kind {kind}"))),
         }
         c.decompress_ns
@@ -576,6 +653,32 @@ impl CodecCtx {
         c.decoded_bytes
             .fetch_add(blob.len() as u64, Ordering::Relaxed);
         Ok(())
+    }
+}
+
+/// Decompresses `body`, an LZ4 block or a zstd frame (`kind`), into `dst` (one page); the error
+/// says what was wrong with it.
+fn decompress(
+    kind: u8,
+    body: &[u8],
+    dst: &mut [u8],
+    unzstd: &mut Option<zstd::bulk::Decompressor<'static>>,
+) -> Result<(), &'static str> {
+    if kind == KIND_LZ4 {
+        match lz4::block::decompress_to_buffer(body, Some(PAGE_SIZE as i32), dst) {
+            Ok(PAGE_SIZE) => Ok(()),
+            _ => Err("does not decompress to one page (LZ4)"),
+        }
+    } else {
+        match unzstd
+            .get_or_insert_with(|| {
+                zstd::bulk::Decompressor::new().expect("a zstd decompression context")
+            })
+            .decompress_to_buffer(body, dst)
+        {
+            Ok(PAGE_SIZE) => Ok(()),
+            _ => Err("does not decompress to one page (zstd)"),
+        }
     }
 }
 
@@ -757,6 +860,64 @@ mod tests {
         assert!(ctx.decode(1, v, &bad, &mut out).is_err());
         assert!(ctx.decode(1, v, &[KIND_RAW, 1, 2], &mut out).is_err());
         assert!(ctx.decode(1, v, &[9; 20], &mut out).is_err());
+    }
+
+    /// A page of 8-byte counters (as `gleaner bench micro` writes): LZ4 halves it but decodes it
+    /// slowly (one short match per word).
+    fn counter_page(seed: u64) -> Vec<u8> {
+        (0..PAGE_SIZE as u64 / 8)
+            .flat_map(|w| (seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) + w).to_le_bytes())
+            .collect()
+    }
+
+    #[test]
+    fn pages_of_a_chunk_that_decodes_over_the_budget_are_stored_raw_and_still_round_trip() {
+        use crate::decode_budget::CHUNK_PAGES;
+        // A budget no decode can meet (1 ns), then one every decode meets (1 s): the decision
+        // is the trial's, whatever this machine's speed.
+        for (budget_us, expect_raw) in [(0.001, true), (1e6, false)] {
+            let codec = Codec::for_region(
+                Compression::Lz4,
+                Encryption::On,
+                DecodeBudget::Micros(budget_us),
+                4 * CHUNK_PAGES,
+            )
+            .unwrap();
+            let mut ctx = codec.ctx();
+            let mut sizes = vec![];
+            for p in 0..2 * CHUNK_PAGES {
+                let page = if p < CHUNK_PAGES {
+                    counter_page(p)
+                } else {
+                    text_page(p)
+                };
+                let (blob, v) = ctx.encode(p, &page);
+                let blob = blob.to_vec();
+                sizes.push(blob.len());
+                let mut out = vec![0u8; PAGE_SIZE];
+                ctx.decode(p, v, &blob, &mut out).unwrap();
+                assert_eq!(out, page, "page {p}, budget {budget_us} us");
+            }
+            let s = codec.stats();
+            // One trial per chunk (each chunk's first page), then the decision holds.
+            assert_eq!(s.decode_trials, 2, "{s:?}");
+            assert_eq!(s.max_decode_ns, (budget_us * 1000.0).round() as u64);
+            if expect_raw {
+                assert!(sizes.iter().all(|&n| n == MAX_BLOB_LEN), "{sizes:?}");
+                assert_eq!(s.raw_for_speed, 2 * CHUNK_PAGES, "{s:?}");
+                assert_eq!(s.slow_chunks, 2);
+                assert_eq!(s.incompressible, 0);
+                assert_eq!(s.pages_compressed, 0);
+            } else {
+                assert!(sizes.iter().all(|&n| n < PAGE_SIZE * 3 / 4), "{sizes:?}");
+                assert_eq!((s.raw_for_speed, s.slow_chunks), (0, 0), "{s:?}");
+            }
+        }
+        // No budget: no trials, the counters compress.
+        let codec = Codec::new(Compression::Lz4, Encryption::On).unwrap();
+        let mut ctx = codec.ctx();
+        assert!(ctx.encode(0, &counter_page(1)).0.len() < PAGE_SIZE * 3 / 4);
+        assert_eq!(codec.stats().decode_trials, 0);
     }
 
     #[test]

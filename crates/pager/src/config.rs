@@ -8,6 +8,7 @@ pub use gleaner_policy::prefetch::PrefetcherKind;
 pub use gleaner_policy::reclaim::ReclaimMode;
 
 pub use crate::codec::{Compression, Encryption};
+pub use crate::decode_budget::DecodeBudget;
 pub use crate::predict::WritePrediction;
 pub use crate::prefetch::PrefetchInstall;
 pub use crate::store::DataPath;
@@ -243,6 +244,9 @@ pub struct RegionConfig {
     pub data_path: DataPath,
     /// How far pages are compressed: `lz4` (default), `zstd` or `off`.
     pub compression: Compression,
+    /// How slow decompressing a page may be before pages like it are stored raw: `auto`
+    /// (default: 1.5 µs with LZ4, no bound with zstd), `off` or a number of microseconds.
+    pub max_decode: DecodeBudget,
     /// How far pages are sealed against the memnode: AES-256-GCM with a random per-region key
     /// (default), with a key derived from a key file, or `off`.
     pub encryption: Encryption,
@@ -331,6 +335,7 @@ impl RegionConfig {
             handler_spin: Duration::ZERO,
             data_path: DataPath::Auto,
             compression: Compression::default(),
+            max_decode: DecodeBudget::default(),
             drop_far_copies: FarCopies::default(),
             encryption: Encryption::default(),
             dirty_tracking: DirtyTracking::Auto,

@@ -19,6 +19,7 @@
 mod budget;
 pub mod codec;
 mod config;
+pub mod decode_budget;
 mod embedded;
 mod engine;
 mod evict;
@@ -43,10 +44,10 @@ mod thread;
 mod trace;
 
 pub use config::{
-    default_max_reclaim_threads, Compression, DataPath, DirtyTracking, Encryption, EvictKind,
-    FarCopies, ForkMode, MemnodeTarget, PrefetchInstall, PrefetcherKind, ReclaimMode, RegionConfig,
-    WritePrediction, DEFAULT_EVICT_BATCH, DEFAULT_PREFETCH, FORK_CHILD_BUDGET_DIVISOR,
-    MAX_AUTO_HANDLERS, MIN_AUTO_EVICT_BATCH, MIN_BUDGET_BATCHES,
+    default_max_reclaim_threads, Compression, DataPath, DecodeBudget, DirtyTracking, Encryption,
+    EvictKind, FarCopies, ForkMode, MemnodeTarget, PrefetchInstall, PrefetcherKind, ReclaimMode,
+    RegionConfig, WritePrediction, DEFAULT_EVICT_BATCH, DEFAULT_PREFETCH,
+    FORK_CHILD_BUDGET_DIVISOR, MAX_AUTO_HANDLERS, MIN_AUTO_EVICT_BATCH, MIN_BUDGET_BATCHES,
 };
 pub use embedded::{capacity_for_region, EmbeddedMemnode};
 pub use fatal::FATAL_EXIT_CODE;

@@ -74,7 +74,12 @@ impl Region {
         let (pages, budget) = cfg.validate()?;
         // The key file is the likeliest thing to be wrong in the codec's settings: refuse it
         // before anything starts.
-        let codec = crate::codec::Codec::new(cfg.compression, cfg.encryption.clone())?;
+        let codec = crate::codec::Codec::for_region(
+            cfg.compression,
+            cfg.encryption.clone(),
+            cfg.max_decode,
+            pages as u64,
+        )?;
         // Open userfaultfd first: it is the likeliest thing to be refused, and the cheapest.
         let mut wanted = features::PAGEFAULT_FLAG_WP | features::THREAD_ID;
         let shm = match &cfg.memnode {

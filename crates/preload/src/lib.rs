@@ -23,6 +23,7 @@
 //! | `GLEANER_DIRTY_TRACKING` | `auto` (asynchronous where the kernel offers it and there is no swap), `async` or `sync` | `auto` |
 //! | `GLEANER_DATA_PATH` | `auto` (shared memory for a memnode on this host), `shm` or `socket` | `auto` |
 //! | `GLEANER_COMPRESS` | far-page compression: `lz4`, `zstd` or `off` | `lz4` |
+//! | `GLEANER_MAX_DECODE_US` | pages decoding slower than this many µs are stored raw: a number, `auto` or `off` | `auto` (1.5 with lz4) |
 //! | `GLEANER_DROP_FAR_COPIES` | which fetched pages drop their far copy: `all`, `demand` or `none` | `all` |
 //! | `GLEANER_ENCRYPT` | seal far pages with AES-256-GCM: `on` or `off` | `on` |
 //! | `GLEANER_KEY_FILE` | derive the page key from this file (64 hex digits, mode 0600) | a random key |
@@ -69,7 +70,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::OnceLock;
 
 use gleaner_pager::{
-    Compression, DataPath, DirtyTracking, Encryption, EvictKind, FarCopies, ForkMode,
+    Compression, DataPath, DecodeBudget, DirtyTracking, Encryption, EvictKind, FarCopies, ForkMode,
     MemnodeTarget, PrefetchInstall, PrefetcherKind, ReclaimMode, Region, RegionConfig,
     WritePrediction,
 };
@@ -117,6 +118,7 @@ struct Config {
     pin_handlers: bool,
     data_path: DataPath,
     compression: Compression,
+    max_decode: DecodeBudget,
     drop_far_copies: FarCopies,
     encryption: Encryption,
     dirty_tracking: DirtyTracking,
@@ -174,6 +176,7 @@ fn config_from_env() -> Result<Option<Config>, String> {
         pin_handlers: parsed::<u8>("GLEANER_PIN_HANDLERS")?.unwrap_or(1) != 0,
         data_path: parsed("GLEANER_DATA_PATH")?.unwrap_or_default(),
         compression: parsed("GLEANER_COMPRESS")?.unwrap_or_default(),
+        max_decode: parsed("GLEANER_MAX_DECODE_US")?.unwrap_or_default(),
         drop_far_copies: parsed("GLEANER_DROP_FAR_COPIES")?.unwrap_or_default(),
         encryption: parsed::<Encryption>("GLEANER_ENCRYPT")?
             .unwrap_or_default()
@@ -222,7 +225,7 @@ fn start() -> Result<bool, String> {
     if std::env::var_os("GLEANER_PRINT_CONFIG").is_some() {
         eprintln!(
             "gleaner: local {} | memnode {}{} | token {} | arena {} | handlers {} (spin {} us) | \
-             data path {} | compress {} | encrypt {} | dirty tracking {} | stats {} | reclaim {} (at most {} threads) | stats trace {} | \
+             data path {} | compress {} (max decode {} us) | encrypt {} | dirty tracking {} | stats {} | reclaim {} (at most {} threads) | stats trace {} | \
              prefetch {} ({}) | evict {} | predict writes {} | fault trace {} | fork {} (child \
              local {})",
             format_size(cfg.local),
@@ -240,6 +243,7 @@ fn start() -> Result<bool, String> {
             cfg.handler_spin_us,
             cfg.data_path,
             cfg.compression,
+            cfg.max_decode,
             cfg.encryption.describe(),
             cfg.dirty_tracking,
             cfg.stats
@@ -275,6 +279,7 @@ fn start() -> Result<bool, String> {
     rc.pin_handlers = cfg.pin_handlers;
     rc.data_path = cfg.data_path;
     rc.compression = cfg.compression;
+    rc.max_decode = cfg.max_decode;
     rc.drop_far_copies = cfg.drop_far_copies;
     rc.encryption = cfg.encryption.clone();
     rc.dirty_tracking = cfg.dirty_tracking;

@@ -1,0 +1,244 @@
+//! Keeping decompression's bill on the fault path bounded: pages whose compressed form decodes
+//! slower than a budget are stored raw.
+//!
+//! Decompressing sits on every remote fault's critical path, and its cost depends on the data,
+//! not only on its size: LZ4 decodes a page of text in ~0.3 µs here but a page of 8-byte
+//! counters (`gleaner bench micro`'s pages: one short match per word, 510 sequences) in ~2.9 µs,
+//! while saving only half of the page. Compressing such a page again at every eviction costs the
+//! reclaim path ~4.7 µs more. So the codec learns, per *chunk* of [`CHUNK_PAGES`] neighbouring
+//! pages (data of one kind tends to sit together), whether decoding pays:
+//!
+//! - a chunk starts *unknown*: the next page encoded there is compressed and then decoded once
+//!   as a trial, off the fault path (twice if the first trial was slow, keeping the faster, so
+//!   a preemption does not condemn a chunk), and the chunk becomes *fast* or *slow*;
+//! - pages of a *slow* chunk are stored raw without a compression attempt;
+//! - every [`RELEARN_AFTER`]-th encoding in a chunk learns again (data changes);
+//! - a decode on the fault path slower than the budget in a *fast* chunk makes it *unknown*
+//!   again (confirmed by a trial at its next encoding).
+//!
+//! The states live in one byte per chunk, read and written with relaxed atomics: a lost update
+//! only changes whether one page is compressed, never what it decodes to.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use crate::codec::Compression;
+
+/// Pages per chunk that share one learned decision (256 KiB).
+pub const CHUNK_PAGES: u64 = 64;
+/// Encodings in a chunk between two learnings.
+pub const RELEARN_AFTER: u8 = 63;
+/// The decode budget with LZ4 when none is given: the issue's bound on decompression per page.
+pub const DEFAULT_MAX_DECODE_NS: u64 = 1500;
+
+const UNKNOWN: u8 = 0;
+const FAST: u8 = 1;
+const SLOW: u8 = 2;
+const STATE_MASK: u8 = 3;
+const COUNT_ONE: u8 = 4;
+
+/// How slow a page's decompression may be before pages like it are stored raw.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum DecodeBudget {
+    /// 1.5 µs with LZ4 (the fault path's bound); none with zstd, chosen for memory over speed.
+    #[default]
+    Auto,
+    /// No bound: every page that compresses is stored compressed.
+    Off,
+    /// This many microseconds.
+    Micros(f64),
+}
+
+impl DecodeBudget {
+    /// The budget in nanoseconds for `compression`, or `None` for no bound.
+    pub fn nanos(&self, compression: Compression) -> Option<u64> {
+        match (self, compression) {
+            (_, Compression::Off) | (DecodeBudget::Off, _) => None,
+            (DecodeBudget::Auto, Compression::Lz4) => Some(DEFAULT_MAX_DECODE_NS),
+            (DecodeBudget::Auto, Compression::Zstd) => None,
+            (DecodeBudget::Micros(us), _) => Some((us * 1000.0).round() as u64),
+        }
+    }
+}
+
+impl std::str::FromStr for DecodeBudget {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "auto" => Ok(DecodeBudget::Auto),
+            "off" | "none" => Ok(DecodeBudget::Off),
+            _ => match s.parse::<f64>() {
+                Ok(us) if us.is_finite() && us > 0.0 => Ok(DecodeBudget::Micros(us)),
+                _ => Err(format!(
+                    "`{s}` is not a decode budget: use a number of microseconds above 0 \
+                     (e.g. 1.5), auto (1.5 with lz4, none with zstd) or off"
+                )),
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for DecodeBudget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DecodeBudget::Auto => f.write_str("auto"),
+            DecodeBudget::Off => f.write_str("off"),
+            DecodeBudget::Micros(us) => write!(f, "{us}"),
+        }
+    }
+}
+
+/// What to do with the page being encoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Choice {
+    /// Compress it (its chunk decodes fast).
+    Compress,
+    /// Compress it and time a trial decode: the chunk's decision is due.
+    Learn,
+    /// Store it raw (its chunk decodes slowly).
+    Raw,
+}
+
+/// The learned decision of every chunk of a region.
+pub(crate) struct SpeedMap {
+    chunks: Box<[AtomicU8]>,
+    budget_ns: u64,
+}
+
+impl SpeedMap {
+    /// A map for a region of `pages` pages, every chunk unknown.
+    pub(crate) fn new(pages: u64, budget_ns: u64) -> SpeedMap {
+        let n = pages.div_ceil(CHUNK_PAGES).max(1) as usize;
+        SpeedMap {
+            chunks: (0..n).map(|_| AtomicU8::new(UNKNOWN)).collect(),
+            budget_ns,
+        }
+    }
+
+    /// The budget, in nanoseconds.
+    pub(crate) fn budget_ns(&self) -> u64 {
+        self.budget_ns
+    }
+
+    /// A map of the same size and budget with everything unknown (a fork child's).
+    pub(crate) fn fresh(&self) -> SpeedMap {
+        SpeedMap::new(self.chunks.len() as u64 * CHUNK_PAGES, self.budget_ns)
+    }
+
+    fn chunk(&self, page_no: u64) -> Option<&AtomicU8> {
+        self.chunks.get((page_no / CHUNK_PAGES) as usize)
+    }
+
+    /// What to do with page `page_no`, about to be encoded.
+    pub(crate) fn choose(&self, page_no: u64) -> Choice {
+        let Some(c) = self.chunk(page_no) else {
+            return Choice::Compress;
+        };
+        let s = c.load(Ordering::Relaxed);
+        let state = s & STATE_MASK;
+        if state == UNKNOWN || s >> 2 >= RELEARN_AFTER {
+            return Choice::Learn;
+        }
+        c.store(s + COUNT_ONE, Ordering::Relaxed);
+        if state == SLOW {
+            Choice::Raw
+        } else {
+            Choice::Compress
+        }
+    }
+
+    /// A trial decode of a page of `page_no`'s chunk took `decode_ns`: records the chunk's
+    /// decision and returns whether it is slow.
+    pub(crate) fn learned(&self, page_no: u64, decode_ns: u64) -> bool {
+        let slow = decode_ns > self.budget_ns;
+        if let Some(c) = self.chunk(page_no) {
+            c.store(if slow { SLOW } else { FAST }, Ordering::Relaxed);
+        }
+        slow
+    }
+
+    /// Whether a decode of `decode_ns` is over the budget.
+    pub(crate) fn over(&self, decode_ns: u64) -> bool {
+        decode_ns > self.budget_ns
+    }
+
+    /// A page of `page_no`'s chunk took `decode_ns` to decode on the fault path: a slow one in a
+    /// chunk thought fast makes it unknown, to be learnt again at its next encoding.
+    pub(crate) fn observed(&self, page_no: u64, decode_ns: u64) {
+        if decode_ns <= self.budget_ns {
+            return;
+        }
+        if let Some(c) = self.chunk(page_no) {
+            let s = c.load(Ordering::Relaxed);
+            if s & STATE_MASK == FAST {
+                c.store(UNKNOWN, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Chunks now learnt slow.
+    pub(crate) fn slow_chunks(&self) -> u64 {
+        self.chunks
+            .iter()
+            .filter(|c| c.load(Ordering::Relaxed) & STATE_MASK == SLOW)
+            .count() as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn budgets_parse_and_default_by_compressor() {
+        assert_eq!("auto".parse::<DecodeBudget>().unwrap(), DecodeBudget::Auto);
+        assert_eq!("off".parse::<DecodeBudget>().unwrap(), DecodeBudget::Off);
+        assert_eq!(
+            "2.5".parse::<DecodeBudget>().unwrap(),
+            DecodeBudget::Micros(2.5)
+        );
+        assert!("0".parse::<DecodeBudget>().is_err());
+        assert!("-1".parse::<DecodeBudget>().is_err());
+        assert!("fast".parse::<DecodeBudget>().is_err());
+        assert_eq!(DecodeBudget::Auto.nanos(Compression::Lz4), Some(1500));
+        assert_eq!(DecodeBudget::Auto.nanos(Compression::Zstd), None);
+        assert_eq!(
+            DecodeBudget::Micros(2.5).nanos(Compression::Zstd),
+            Some(2500)
+        );
+        assert_eq!(DecodeBudget::Micros(2.5).nanos(Compression::Off), None);
+        assert_eq!(DecodeBudget::Off.nanos(Compression::Lz4), None);
+    }
+
+    #[test]
+    fn a_chunk_learns_then_keeps_its_decision_until_it_relearns() {
+        let m = SpeedMap::new(3 * CHUNK_PAGES, 1000);
+        assert_eq!(m.choose(5), Choice::Learn);
+        assert!(m.learned(5, 2000));
+        // Its neighbours (same chunk) are stored raw without an attempt; other chunks are unknown.
+        for _ in 0..RELEARN_AFTER {
+            assert_eq!(m.choose(CHUNK_PAGES - 1), Choice::Raw);
+        }
+        assert_eq!(m.choose(CHUNK_PAGES), Choice::Learn);
+        assert_eq!(m.slow_chunks(), 1);
+        // After RELEARN_AFTER encodings the chunk learns again, and data that now decodes fast
+        // is compressed again.
+        assert_eq!(m.choose(0), Choice::Learn);
+        assert!(!m.learned(0, 300));
+        assert_eq!(m.choose(1), Choice::Compress);
+        assert_eq!(m.slow_chunks(), 0);
+    }
+
+    #[test]
+    fn a_slow_decode_on_the_fault_path_sends_a_fast_chunk_back_to_learning() {
+        let m = SpeedMap::new(CHUNK_PAGES, 1000);
+        assert_eq!(m.choose(0), Choice::Learn);
+        assert!(!m.learned(0, 500));
+        m.observed(3, 900);
+        assert_eq!(m.choose(3), Choice::Compress);
+        m.observed(3, 1100);
+        assert_eq!(m.choose(3), Choice::Learn);
+        // Pages beyond the map (never in a region) are simply compressed.
+        assert_eq!(m.choose(10 * CHUNK_PAGES), Choice::Compress);
+    }
+}
