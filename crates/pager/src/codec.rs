@@ -636,7 +636,7 @@ impl CodecCtx {
                 fill_word(dst, word);
             }
             kind @ (KIND_LZ4 | KIND_ZSTD) => {
-                decompress(kind, body, dst, &mut self.unzstd).map_err(|why| tampered(why))?;
+                decompress(kind, body, dst, &mut self.unzstd).map_err(&tampered)?;
                 if let Some(map) = &codec.speed {
                     let ns = t.elapsed().as_nanos() as u64;
                     if map.over(ns) {
