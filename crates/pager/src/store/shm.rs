@@ -397,8 +397,9 @@ impl Inner {
 }
 
 impl Space {
-    /// Gives blobs back to the allocator and punches the pages no live blob reaches any more out
-    /// of their slabs (under the caller's lock, so nothing is placed there before they are).
+    /// Gives blobs back to the allocator and, once enough have gathered, punches the pages no
+    /// live blob reaches any more out of their slabs (under the caller's lock, so nothing is
+    /// placed there before they are).
     /// While a fork child may still read them, they are held instead; a fork child never frees
     /// its parent's.
     fn free(&mut self, locs: impl Iterator<Item = Loc>) {
@@ -411,9 +412,13 @@ impl Space {
         let mut punch = Vec::new();
         let held = std::mem::take(&mut self.held);
         for l in locs.chain(held) {
-            self.blobs.free(l, &mut punch);
+            self.blobs.free(l);
         }
-        punch.sort_unstable();
+        // Freed pages wait as slack (up to a sixty-fourth of what blobs reach, at most 256
+        // pages: none once nothing is stored) for the next blobs before they are punched:
+        // `blobs.rs`.
+        let max_slack = (self.blobs.reached_pages() / 64).min(256);
+        self.blobs.take_punch(max_slack, &mut punch);
         for (first, count) in crate::evict::runs(punch.iter().map(|&p| p as usize)) {
             punch_pages(&self.slabs, first as u64, count as u64);
         }
