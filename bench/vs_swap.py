@@ -628,7 +628,10 @@ def render_text(res, results_name="bench/results/vs-swap.json"):
              "written once, then two read passes, every word checked. **gleaner**: `--local "
              f"{prm.get('local_pct')}%` with its embedded memnode and its defaults (far pages "
              "compressed with LZ4 and sealed with AES-256-GCM since 2026-11-25: `bench/codec.py` "
-             "measures what that costs). **Linux**: `--system plain` (an "
+             "measures what that costs; pages whose LZ4 form decodes slower than 1.5 µs, as this "
+             "program's 8-byte counters do, are stored raw, so here gleaner holds its far pages "
+             "uncompressed where zram compresses them: both systems' far memory is listed below "
+             "the table). **Linux**: `--system plain` (an "
              "anonymous private mapping, `MADV_NOHUGEPAGE`, so the kernel swaps 4 KiB pages) in a "
              f"memory cgroup ({ls.get('cgroup')}) limited to {_fmt(lim and lim / (1 << 20), '{:.1f}')} "
              f"MiB = {prm.get('local_pct')}% of the size + the plain process's own baseline RSS "
@@ -678,6 +681,23 @@ def render_text(res, results_name="bench/results/vs-swap.json"):
                              _fmt(_med([x.get("major_faults_cgroup") for x in sw]), "{:.0f}"),
                              _fmt(_med([x["zram"]["peak_sampled"]["mem_used_total"] / (1 << 20) for x in sw]), "{:.1f}"),
                              _fmt(_med([x["zram"]["peak_sampled"]["orig_data_size"] / (1 << 20) for x in sw]), "{:.1f}")))
+        gparts = []
+        for p, by in micro.items():
+            st = [r["result"].get("region", {}).get("store", {}) for r in by.get("gleaner", [])
+                  if r.get("ok")]
+            cod = [x.get("codec", {}) for x in st]
+            gparts.append("{}: peak {} MiB, {} of {} pages written stored raw for decode speed, "
+                          "compression {}x".format(
+                p,
+                _fmt(_med([x.get("peak_resident_bytes", 0) / (1 << 20) for x in st]), "{:.1f}"),
+                # (read while eviction ran, the raw count can be a page or two ahead)
+                _fmt(_med([min(c.get("raw_for_speed", 0), c.get("pages_encoded", 0)) for c in cod]),
+                     "{:.0f}"),
+                _fmt(_med([c.get("pages_encoded") for c in cod]), "{:.0f}"),
+                _fmt(_med([c.get("compression_ratio") for c in cod]), "{:.2f}")))
+        L.append("gleaner's far memory (median over repetitions; stats `region.store`): "
+                 + "; ".join(gparts) + ".")
+        L.append("")
         L.append("Linux swap's counters (median over repetitions): " + "; ".join(parts) + ". Swap-ins: "
                  + (", ".join(sorted(sources)) or "-") + "; swap-outs: /proc/vmstat pswpout delta; "
                  "zram: its mm_stat sampled every 50 ms during the run.")

@@ -407,7 +407,8 @@ impl Codec {
             slow_chunks: self.speed.as_ref().map_or(0, SpeedMap::slow_chunks),
             pages_decoded: ld(&c.decoded),
             blob_bytes_decoded: ld(&c.decoded_bytes),
-            pages_compressed: encoded - ld(&c.same) - ld(&c.raw_for_speed),
+            // Counters read while pages are being encoded may run a little ahead of `encoded`.
+            pages_compressed: encoded.saturating_sub(ld(&c.same) + ld(&c.raw_for_speed)),
             compress_ns_total: ld(&c.compress_ns),
             decompress_ns_total: ld(&c.decompress_ns),
             blobs_sealed: ld(&c.sealed),
@@ -416,7 +417,7 @@ impl Codec {
             open_ns_total: ld(&c.open_ns),
             compress_ns_per_page: mean(
                 ld(&c.compress_ns),
-                encoded - ld(&c.same) - ld(&c.raw_for_speed),
+                encoded.saturating_sub(ld(&c.same) + ld(&c.raw_for_speed)),
             ),
             decompress_ns_per_page: mean(ld(&c.decompress_ns), ld(&c.decoded)),
             seal_ns_per_blob: mean(ld(&c.seal_ns), ld(&c.sealed)),
