@@ -178,6 +178,11 @@ pub struct CodecStats {
     pub slow_decodes: u64,
     /// Chunks (of 64 pages) now stored raw for speed.
     pub slow_chunks: u64,
+    /// Pages stored raw, without a compression attempt, because a page of their chunk did not
+    /// compress at all (with a decode budget only).
+    pub raw_not_compressible: u64,
+    /// Chunks now stored raw because they do not compress.
+    pub incompressible_chunks: u64,
     /// Pages decoded (fetched or compared).
     pub pages_decoded: u64,
     /// Bytes of the blobs those pages were decoded from (with `blob_bytes`, what crossed the
@@ -226,6 +231,7 @@ struct Counters {
     same: AtomicU64,
     raw: AtomicU64,
     raw_for_speed: AtomicU64,
+    raw_unattempted: AtomicU64,
     trials: AtomicU64,
     slow_decodes: AtomicU64,
     decoded: AtomicU64,
@@ -386,6 +392,8 @@ impl Codec {
         let mean = |ns: u64, n: u64| if n == 0 { 0.0 } else { ns as f64 / n as f64 };
         let encoded = ld(&c.encoded);
         let blob_bytes = ld(&c.blob_bytes);
+        let raw_chunks = self.speed.as_ref().map_or((0, 0), SpeedMap::raw_chunks);
+        let skipped = ld(&c.same) + ld(&c.raw_for_speed) + ld(&c.raw_unattempted);
         let logical = encoded * PAGE_SIZE as u64;
         CodecStats {
             compression: self.compression.to_string(),
@@ -404,21 +412,20 @@ impl Codec {
             raw_for_speed: ld(&c.raw_for_speed),
             decode_trials: ld(&c.trials),
             slow_decodes: ld(&c.slow_decodes),
-            slow_chunks: self.speed.as_ref().map_or(0, SpeedMap::slow_chunks),
+            slow_chunks: raw_chunks.0,
+            raw_not_compressible: ld(&c.raw_unattempted),
+            incompressible_chunks: raw_chunks.1,
             pages_decoded: ld(&c.decoded),
             blob_bytes_decoded: ld(&c.decoded_bytes),
             // Counters read while pages are being encoded may run a little ahead of `encoded`.
-            pages_compressed: encoded.saturating_sub(ld(&c.same) + ld(&c.raw_for_speed)),
+            pages_compressed: encoded.saturating_sub(skipped),
             compress_ns_total: ld(&c.compress_ns),
             decompress_ns_total: ld(&c.decompress_ns),
             blobs_sealed: ld(&c.sealed),
             seal_ns_total: ld(&c.seal_ns),
             blobs_opened: ld(&c.opened),
             open_ns_total: ld(&c.open_ns),
-            compress_ns_per_page: mean(
-                ld(&c.compress_ns),
-                encoded.saturating_sub(ld(&c.same) + ld(&c.raw_for_speed)),
-            ),
+            compress_ns_per_page: mean(ld(&c.compress_ns), encoded.saturating_sub(skipped)),
             decompress_ns_per_page: mean(ld(&c.decompress_ns), ld(&c.decoded)),
             seal_ns_per_blob: mean(ld(&c.seal_ns), ld(&c.sealed)),
             open_ns_per_blob: mean(ld(&c.open_ns), ld(&c.opened)),
@@ -498,7 +505,7 @@ impl CodecCtx {
             let t = Instant::now();
             let body = &mut out[1..1 + PAGE_SIZE + 64];
             let mut compressed = match (codec.compression, choice) {
-                (_, Choice::Raw) | (Compression::Off, _) => None,
+                (_, Choice::Raw | Choice::Incompressible) | (Compression::Off, _) => None,
                 (Compression::Lz4, _) => {
                     lz4::block::compress_to_buffer(page, None, false, body).ok()
                 }
@@ -539,7 +546,18 @@ impl CodecCtx {
             if for_speed {
                 c.raw_for_speed.fetch_add(1, Ordering::Relaxed);
             }
-            if choice != Choice::Raw {
+            match (choice, compressed, &codec.speed) {
+                (Choice::Incompressible, ..) => {
+                    c.raw_unattempted.fetch_add(1, Ordering::Relaxed);
+                }
+                (Choice::Learn | Choice::Compress, None, Some(map))
+                    if !for_speed && codec.compression != Compression::Off =>
+                {
+                    map.incompressible(page_no, choice == Choice::Learn);
+                }
+                _ => {}
+            }
+            if !matches!(choice, Choice::Raw | Choice::Incompressible) {
                 c.compress_ns
                     .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
             }
@@ -551,7 +569,10 @@ impl CodecCtx {
                 None => {
                     out[0] = KIND_RAW;
                     out[1..1 + PAGE_SIZE].copy_from_slice(page);
-                    if codec.compression != Compression::Off && !for_speed {
+                    if codec.compression != Compression::Off
+                        && !for_speed
+                        && choice != Choice::Incompressible
+                    {
                         c.raw.fetch_add(1, Ordering::Relaxed);
                     }
                     1 + PAGE_SIZE
@@ -919,6 +940,43 @@ mod tests {
         let mut ctx = codec.ctx();
         assert!(ctx.encode(0, &counter_page(1)).0.len() < PAGE_SIZE * 3 / 4);
         assert_eq!(codec.stats().decode_trials, 0);
+    }
+
+    #[test]
+    fn a_chunk_of_pages_that_do_not_compress_is_stored_raw_without_attempts() {
+        use crate::decode_budget::CHUNK_PAGES;
+        let codec = Codec::for_region(
+            Compression::Lz4,
+            Encryption::On,
+            DecodeBudget::Auto,
+            2 * CHUNK_PAGES,
+        )
+        .unwrap();
+        let mut ctx = codec.ctx();
+        for p in 0..CHUNK_PAGES {
+            let page = crate::noise_page(p);
+            let (blob, v) = ctx.encode(p, &page);
+            let blob = blob.to_vec();
+            assert_eq!(blob.len(), MAX_BLOB_LEN);
+            let mut out = vec![0u8; PAGE_SIZE];
+            ctx.decode(p, v, &blob, &mut out).unwrap();
+            assert_eq!(out, page);
+        }
+        let s = codec.stats();
+        // The first page found out; the others were not tried.
+        assert_eq!(
+            (
+                s.incompressible,
+                s.raw_not_compressible,
+                s.incompressible_chunks
+            ),
+            (1, CHUNK_PAGES - 1, 1),
+            "{s:?}"
+        );
+        assert_eq!(s.pages_compressed, 1);
+        // The next chunk still compresses its text.
+        let n = ctx.encode(CHUNK_PAGES, &text_page(1)).0.len();
+        assert!(n < PAGE_SIZE * 3 / 4, "{n} {:?}", codec.stats());
     }
 
     #[test]
