@@ -15,11 +15,7 @@
 //!
 //! Each connection thread calls [`Link::transfer`] with its reply's (reads) or request's
 //! (writes) size before it sends or stores it: the call waits for the request's turn and for the
-//! link to be free, then holds the link for `bytes / rate`, one [`QUANTUM`] at a time. Each
-//! quantum queues again with tags of its own (a packet, in fair queuing's terms), so a demand
-//! read waits at most one quantum for a batch write-back already on the link: whole requests
-//! held it for up to 8 ms at 32 MB/s (a 128-page batch), and memcached's co-run p99 was 8.5x its
-//! solo p99 under the fair order. Without `--bandwidth` there is no
+//! link to be free, then holds the link for `bytes / rate`. Without `--bandwidth` there is no
 //! link and nothing waits. `--schedule fifo` serves the link first come first served instead,
 //! dropping nothing: the baseline `bench/corun.py` measures the fair order against.
 
@@ -31,9 +27,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::Schedule;
 use crate::session::Tenant;
-
-/// The most bytes a request holds the link for before it queues again (0.5 ms at 32 MB/s).
-pub(crate) const QUANTUM: u64 = 16 * 1024;
 
 /// Queue-wait samples kept per tenant for the percentiles: a log2 histogram of microseconds.
 const WAIT_BUCKETS: usize = 32;
@@ -232,9 +225,9 @@ impl Link {
     }
 
     /// Waits for this request's turn and a free link, then holds the link for `bytes` at its
-    /// rate, a [`QUANTUM`] at a time: each turn goes in start-time fair order by `tenant`'s
-    /// weight across sessions, and by `class` within `session`. A request with a `deadline` that
-    /// has waited past it when its first turn comes is dropped instead (it never takes the link).
+    /// rate: the turn goes in start-time fair order by `tenant`'s weight across sessions, and
+    /// by `class` within `session`. A request with a `deadline` that has waited past it when its
+    /// turn comes is dropped instead (it never takes the link).
     pub(crate) fn transfer(
         &self,
         tenant: &Tenant,
@@ -244,30 +237,6 @@ impl Link {
         deadline: Option<Duration>,
     ) -> Result<(), Late> {
         let arrived = Instant::now();
-        let first = bytes.clamp(1, QUANTUM);
-        // The wait recorded is the request's in all: before each of its quanta.
-        let mut waited = self.quantum(tenant, session, class, first, arrived, deadline)?;
-        let mut left = bytes.saturating_sub(first);
-        while left > 0 {
-            let q = left.min(QUANTUM);
-            waited += self.quantum(tenant, session, class, q, Instant::now(), None)?;
-            left -= q;
-        }
-        tenant.queue.record(class, bytes, waited);
-        Ok(())
-    }
-
-    /// One quantum of a transfer: waits for its turn and the link, holds it for `bytes`.
-    /// Returns how long it waited.
-    fn quantum(
-        &self,
-        tenant: &Tenant,
-        session: u64,
-        class: Class,
-        bytes: u64,
-        arrived: Instant,
-        deadline: Option<Duration>,
-    ) -> Result<Duration, Late> {
         let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let start = {
             let mut finish = tenant
@@ -321,8 +290,9 @@ impl Link {
         drop(st);
         // The next request may take the link once this one's bytes are through.
         self.turn.notify_all();
+        tenant.queue.record(class, bytes, now - arrived);
         std::thread::sleep(busy);
-        Ok(now - arrived)
+        Ok(())
     }
 }
 
@@ -342,55 +312,5 @@ impl State {
             .filter(|w| w.session == first.session)
             .min_by_key(|w| (w.class, w.arrival))
             .copied()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::sync::Arc;
-
-    use super::*;
-    use crate::session::Tenant;
-
-    fn tenant(name: &str) -> Arc<Tenant> {
-        Arc::new(Tenant {
-            name: name.into(),
-            token: [0; 32],
-            weight: 1,
-            capacity: Arc::new(crate::store::Capacity::new(1 << 20)),
-            queue: TenantQueue::default(),
-        })
-    }
-
-    #[test]
-    fn a_demand_read_cuts_into_a_long_write_back_after_one_quantum() {
-        // 16 MB/s: a 2 MiB write-back holds the link for 131 ms in all, one 16 KiB quantum for 1 ms.
-        let link = Arc::new(Link::new(16 << 20, Schedule::Fair));
-        let (batch, cache) = (tenant("batch"), tenant("cache"));
-        let started = Instant::now();
-        let wb = {
-            let (link, batch) = (link.clone(), batch.clone());
-            std::thread::spawn(move || {
-                link.transfer(&batch, 1, Class::WriteBack, 2 << 20, None)
-                    .unwrap();
-                started.elapsed()
-            })
-        };
-        std::thread::sleep(Duration::from_millis(20));
-        link.transfer(&cache, 2, Class::Demand, 4096, None).unwrap();
-        let demand_done = started.elapsed();
-        let wb_done = wb.join().unwrap();
-        assert!(
-            demand_done + Duration::from_millis(50) < wb_done,
-            "the demand read ({demand_done:?}) waited for the whole write-back ({wb_done:?})"
-        );
-        let waited = cache.queue.stats().classes["demand"].wait_p99_us;
-        assert!(waited <= 16_384, "demand waited up to {waited} us");
-        assert_eq!(batch.queue.stats().total.bytes, 2 << 20);
-        assert_eq!(
-            batch.queue.stats().total.requests,
-            1,
-            "one request, many quanta"
-        );
     }
 }
