@@ -171,6 +171,38 @@ fn one_gib_at_ten_percent_over_embedded_unix_socket_memnode() {
     assert!(store.resident_bytes >= store.blob_bytes && store.blob_bytes > 0);
 }
 
+/// The test's pages (a counter per word) are LZ4's slow case: with no decode budget every page
+/// goes through LZ4, and with a budget no decode meets every page is stored raw. Both read back
+/// exactly (the default budget lands between the two, depending on the machine).
+#[test]
+fn integrity_with_every_page_compressed_and_with_every_page_raw_for_decode_speed() {
+    gleaner_bin();
+    for (budget, raw) in [
+        (gleaner_pager::DecodeBudget::Off, false),
+        (gleaner_pager::DecodeBudget::Micros(0.001), true),
+    ] {
+        let mut cfg = RegionConfig::new(GIB / 8, GIB / 80);
+        cfg.max_decode = budget;
+        let region = Region::new(cfg).unwrap();
+        random_ops_then_verify_all(&region, 2, 20_000);
+        let c = region.stats().store.codec;
+        assert!(c.pages_decoded > 0, "{c:?}");
+        if raw {
+            assert!(c.raw_for_speed > 0 && c.slow_chunks > 0, "{c:?}");
+            assert!(
+                c.decode_trials > 0 && c.pages_compressed < c.pages_encoded / 4,
+                "{c:?}"
+            );
+        } else {
+            assert_eq!(
+                (c.raw_for_speed, c.decode_trials, c.max_decode_ns),
+                (0, 0, 0)
+            );
+            assert!(c.compression_ratio > 1.5, "{c:?}");
+        }
+    }
+}
+
 /// Keeping far copies of resident pages: clean pages are then dropped without a write-back.
 #[test]
 fn integrity_keeping_far_copies_drops_clean_pages_without_writing_them() {
