@@ -216,7 +216,14 @@ def test_codec_times_and_wire_from_totals():
     r = _micro("tcp", "codec-on", 0, 10, 20, encoded=500, decoded=2000, times=(1500, 400, 3000, 200))
     t = codec.codec_times(r)
     assert t == {"decompress_us": pytest.approx(1.5), "open_us": pytest.approx(0.4),
-                 "compress_us": pytest.approx(3.0), "seal_us": pytest.approx(0.2)}
+                 "compress_us": pytest.approx(3.0), "seal_us": pytest.approx(0.2),
+                 "raw_for_speed_share": 0.0}
+    # Pages stored raw for decode speed, as a share of the pages written (a count read a page
+    # ahead of `pages_encoded` while eviction ran is capped).
+    r["result"]["region"]["store"]["codec"]["raw_for_speed"] = 125
+    assert codec.codec_times(r)["raw_for_speed_share"] == pytest.approx(0.25)
+    r["result"]["region"]["store"]["codec"]["raw_for_speed"] = 502
+    assert codec.codec_times(r)["raw_for_speed_share"] == pytest.approx(1.0)
     w = codec.wire(r)
     assert w["pages"] == 2500 and w["page_bytes"] == 2500 * 4096
     assert w["wire_bytes"] == 2500 * 2048
