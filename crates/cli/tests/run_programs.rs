@@ -408,6 +408,25 @@ fn bad_input_budget_too_small() {
 }
 
 #[test]
+fn bad_input_decode_budget() {
+    for bad in ["0", "--max-decode-us=-1", "fast"] {
+        let flag = if bad.starts_with("--") {
+            vec![bad]
+        } else {
+            vec!["--max-decode-us", bad]
+        };
+        let args: Vec<&str> = ["run"]
+            .into_iter()
+            .chain(flag)
+            .chain(["--", "true"])
+            .collect();
+        let (code, _, err) = run_gleaner(&args, LIMIT);
+        assert_eq!(code, Some(2), "{bad}: {err}");
+        assert!(err.contains("is not a decode budget"), "{bad}: {err}");
+    }
+}
+
+#[test]
 fn bad_input_userfaultfd_not_permitted() {
     // SAFETY: geteuid has no preconditions.
     assert_eq!(
