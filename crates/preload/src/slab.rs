@@ -35,14 +35,16 @@ const CHUNKS_PER_POOL: usize = 64;
 const MAX_ARENA: usize = 64 << 30;
 const TABLE_LEN: usize = MAX_ARENA >> CHUNK_SHIFT;
 
-/// The class sizes: every 16 bytes up to 256, then eight per doubling (as mimalloc spaces its
-/// bins), so a block wastes at most 1/8 of itself. Four per doubling (jemalloc's spacing) put
-/// the demo job's 2081-byte objects in 2560-byte blocks: its heap grew 20% and so did the far
-/// memory it needs.
-const SIZES: [usize; 46] = [
+/// The class sizes: every 16 bytes up to 256, then eight per doubling up to 1 KiB (as mimalloc
+/// spaces its bins), then sixteen per doubling, so a small block wastes at most 1/8 of itself and
+/// one above 1 KiB at most 1/16. Four per doubling (jemalloc's spacing) put the demo job's
+/// 2081-byte objects in 2560-byte blocks: its heap grew 20% and so did the far memory it needs;
+/// eight per doubling still put them in 2304-byte blocks (10.7%), sixteen in 2176 (4.6%).
+const SIZES: [usize; 60] = [
     16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240, 256, 288, 320, 352, 384,
-    416, 448, 480, 512, 576, 640, 704, 768, 832, 896, 960, 1024, 1152, 1280, 1408, 1536, 1664,
-    1792, 1920, 2048, 2304, 2560, 2816, 3072, 3328, 3584,
+    416, 448, 480, 512, 576, 640, 704, 768, 832, 896, 960, 1024, 1088, 1152, 1216, 1280, 1344,
+    1408, 1472, 1536, 1600, 1664, 1728, 1792, 1856, 1920, 1984, 2048, 2176, 2304, 2432, 2560, 2688,
+    2816, 2944, 3072, 3200, 3328, 3456, 3584,
 ];
 
 /// `CLASS_OF[(size + 15) / 16]` is the class of a request of `size` bytes (`size <= MAX_SMALL`).
