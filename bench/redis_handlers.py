@@ -16,16 +16,14 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
-from bench.harness.common import git_commit, machine, now_iso  # noqa: E402
+from bench.harness.common import free_port, git_commit, machine, now_iso, wait_port  # noqa: E402
 from bench.harness.workloads import Redis, _RedisValues  # noqa: E402
 
 GLEANER = os.path.join(ROOT, "target", "release", "gleaner")
@@ -42,25 +40,6 @@ def log(msg):
     print(f"[redis-handlers] {msg}", file=sys.stderr, flush=True)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_ready(port, limit=30):
-    end = time.monotonic() + limit
-    while time.monotonic() < end:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
-                s.sendall(b"PING\r\n")
-                if s.recv(16).startswith(b"+PONG"):
-                    return True
-        except OSError:
-            time.sleep(0.1)
-    return False
-
-
 def cell(name, env_extra, tmp):
     port = free_port()
     stats = os.path.join(tmp, f"{name}-stats.json")
@@ -71,8 +50,8 @@ def cell(name, env_extra, tmp):
     proc = subprocess.Popen(server, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     rec = {"config": name, "env": env_extra, "command": " ".join(server), "ok": False}
     try:
-        if not wait_ready(port):
-            rec["error"] = "redis did not answer within 30 s"
+        if not wait_port(port, proc):
+            rec["error"] = "redis did not listen within 30 s (or gleaner run exited)"
             return rec
         err = Redis._preload(Redis.__new__(Redis), str(port), _RedisValues(VSIZE), KEYS)
         if err:

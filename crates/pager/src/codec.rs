@@ -550,9 +550,8 @@ impl CodecCtx {
                 (Choice::Incompressible, ..) => {
                     c.raw_unattempted.fetch_add(1, Ordering::Relaxed);
                 }
-                (Choice::Learn | Choice::Compress, None, Some(map))
-                    if !for_speed && codec.compression != Compression::Off =>
-                {
+                // (A map exists only when compression is on.)
+                (Choice::Learn | Choice::Compress, None, Some(map)) if !for_speed => {
                     map.incompressible(page_no, choice == Choice::Learn);
                 }
                 _ => {}
@@ -659,18 +658,16 @@ impl CodecCtx {
             }
             kind @ (KIND_LZ4 | KIND_ZSTD) => {
                 decompress(kind, body, dst, &mut self.unzstd).map_err(&tampered)?;
-                if let Some(map) = &codec.speed {
-                    let ns = t.elapsed().as_nanos() as u64;
-                    if map.over(ns) {
-                        c.slow_decodes.fetch_add(1, Ordering::Relaxed);
-                        map.observed(page_no, ns);
-                    }
-                }
             }
             kind => return Err(tampered(&format!("has an unknown kind {kind}"))),
         }
-        c.decompress_ns
-            .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        let ns = t.elapsed().as_nanos() as u64;
+        c.decompress_ns.fetch_add(ns, Ordering::Relaxed);
+        if let (KIND_LZ4 | KIND_ZSTD, Some(map)) = (blob[0], &codec.speed) {
+            if map.observed(page_no, ns) {
+                c.slow_decodes.fetch_add(1, Ordering::Relaxed);
+            }
+        }
         c.decoded.fetch_add(1, Ordering::Relaxed);
         c.decoded_bytes
             .fetch_add(blob.len() as u64, Ordering::Relaxed);

@@ -182,10 +182,11 @@ impl SpeedMap {
     }
 
     /// A page of `page_no`'s chunk took `decode_ns` to decode on the fault path: a slow one in a
-    /// chunk thought fast makes it unknown, to be learnt again at its next encoding.
-    pub(crate) fn observed(&self, page_no: u64, decode_ns: u64) {
-        if decode_ns <= self.budget_ns {
-            return;
+    /// chunk thought fast makes it unknown, to be learnt again at its next encoding. Returns
+    /// whether the decode was over the budget.
+    pub(crate) fn observed(&self, page_no: u64, decode_ns: u64) -> bool {
+        if !self.over(decode_ns) {
+            return false;
         }
         if let Some(c) = self.chunk(page_no) {
             let s = c.load(Ordering::Relaxed);
@@ -193,6 +194,7 @@ impl SpeedMap {
                 c.store(UNKNOWN, Ordering::Relaxed);
             }
         }
+        true
     }
 
     /// Chunks now learnt slow, and incompressible.
@@ -272,9 +274,9 @@ mod tests {
         let m = SpeedMap::new(CHUNK_PAGES, 1000);
         assert_eq!(m.choose(0), Choice::Learn);
         assert!(!m.learned(0, 500));
-        m.observed(3, 900);
+        assert!(!m.observed(3, 900));
         assert_eq!(m.choose(3), Choice::Compress);
-        m.observed(3, 1100);
+        assert!(m.observed(3, 1100));
         assert_eq!(m.choose(3), Choice::Learn);
         // Pages beyond the map (never in a region) are simply compressed.
         assert_eq!(m.choose(10 * CHUNK_PAGES), Choice::Compress);
