@@ -2,7 +2,7 @@
 
 use gleaner_policy::evict::{EvictKind, Fifo, Lru, Visibility};
 use gleaner_policy::prefetch::{
-    Fault, Leap, LeapConfig, NextN, Prefetcher, PrefetcherKind, Readahead, Stride,
+    Fault, Leap, LeapConfig, NextN, Prefetcher, PrefetcherKind, Readahead, Stride, RECENT_FAULTS,
 };
 use gleaner_policy::sim::{self, simulate, SimConfig, SimResult};
 use gleaner_policy::trace::synth::{generate, Pattern, SynthConfig};
@@ -59,6 +59,58 @@ fn leap_backs_off_on_random() {
     assert!(
         n.prefetch_issued > 2 * (n.misses + n.prefetch_hits),
         "{n:?}"
+    );
+}
+
+/// A trend found once (the program filled its memory in order) must not keep the window open
+/// once accesses turn random. In the pager's marker mode, a staged marker's first use reports
+/// its whole batch used; at half capacity a random access hits a page of an old batch about
+/// half the time. Counted, those chance hits kept `C_hit` above 0 and the walk along the old
+/// trend going for good (redis after loading its keys: 200k prefetches for 295k faults).
+#[test]
+fn leap_forgets_a_trend_that_chance_hits_on_old_batches_would_keep_alive() {
+    let mut leap = Leap::new(LeapConfig::default());
+    let mut out = Vec::new();
+    let mut issued = Vec::new();
+    // A sequential fill: every issued page is used in turn.
+    for p in 0..400u64 {
+        out.clear();
+        let hit = issued.contains(&p);
+        leap.on_fault(fault(p, hit), &mut out);
+        issued.extend_from_slice(&out);
+    }
+    assert!(
+        issued.len() > 300,
+        "the fill is prefetched: {}",
+        issued.len()
+    );
+    // Random accesses far away; every other one is a chance hit on a page of an old batch,
+    // reported as a staged marker's use with the seven pages installed beside it.
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    let mut later = 0;
+    for i in 0..6_000u64 {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        out.clear();
+        if i % 2 == 0 {
+            let old = issued[(rng % 300) as usize];
+            for w in 1..8 {
+                leap.on_prefetch_hit(old + w, 1);
+            }
+            leap.on_fault(fault(old, true), &mut out);
+        } else {
+            leap.on_fault(fault(1_000_000 + rng % 1_000_000, false), &mut out);
+        }
+        // Hits soon after a batch was issued are still taken as the stream's (RECENT_FAULTS).
+        if i >= 2 * RECENT_FAULTS {
+            later += out.len();
+        }
+    }
+    assert!(
+        later <= 16,
+        "{later} pages prefetched along a trend gone, in the last {} random faults",
+        6_000 - 2 * RECENT_FAULTS
     );
 }
 

@@ -31,6 +31,14 @@
 //!   previous batch (when it used the same Δ) instead of restarting at `P_t`, so the prefetcher
 //!   stays between one and two windows ahead of the stream. Other prefetch hits only count
 //!   towards `C_hit` and the history.
+//! * **Only timely hits count** towards `C_hit`: a page of a batch the stream issued within its
+//!   last [`RECENT_FAULTS`] faults (or its marker). Prefetched pages wait long (a marker until
+//!   its first use, the rest until evicted), so once accesses turn random a page of an old batch
+//!   is still hit by chance (at 50% local memory, about half of them), hundreds of milliseconds
+//!   later. Counted, those hits kept the window open along a trend long gone (redis after
+//!   loading its keys: 200k prefetches for 295k faults, a third of them wasted, 15% of its GET
+//!   throughput). A stream that follows its batches hits them a few faults after they are
+//!   issued.
 //! * **Streams per thread, history per process** (the issue: "streams tracked per process and per
 //!   thread"). Each thread (`uffd_msg` thread id) has its own history, trend, window and marker,
 //!   so interleaved threads with different strides each keep their trend. A process-wide history,
@@ -41,7 +49,7 @@
 //! * Deltas are computed exactly (`i128`) and clamped to `i64`, and candidates that would leave
 //!   `0..=u64::MAX` are dropped: page-number arithmetic never wraps.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 use super::{walk, Fault, Prefetcher, DEFAULT_DEPTH};
 
@@ -180,6 +188,32 @@ impl Default for LeapConfig {
     }
 }
 
+/// A hit counts for its stream only on a batch issued within this many of the stream's faults.
+pub const RECENT_FAULTS: u64 = 512;
+/// Batches a stream remembers for that (a batch per decision at most).
+const RECENT_BATCHES: usize = 64;
+
+/// One batch issued: `first + i * step` for `i` up to `last`.
+#[derive(Debug, Clone, Copy)]
+struct Batch {
+    first: u64,
+    last: u64,
+    step: i64,
+    /// The stream's fault count when it was issued.
+    at: u64,
+}
+
+impl Batch {
+    fn holds(&self, page: u64) -> bool {
+        let (diff, span, step) = (
+            i128::from(page) - i128::from(self.first),
+            i128::from(self.last) - i128::from(self.first),
+            i128::from(self.step),
+        );
+        diff % step == 0 && (0..=span / step).contains(&(diff / step))
+    }
+}
+
 #[derive(Debug, Clone)]
 struct Stream {
     hist: History,
@@ -191,6 +225,10 @@ struct Stream {
     hits: usize,
     /// First page of the last batch: a prefetch hit at or past it is a decision point.
     marker: Option<u64>,
+    /// The last batches issued, newest last, with the stream's fault count when each was.
+    recent: VecDeque<Batch>,
+    /// Faults this stream has seen.
+    faults: u64,
     /// Last page issued and the step it was issued along.
     ahead: Option<(u64, i64)>,
     /// Last use, for dropping the least recently used stream.
@@ -206,6 +244,8 @@ impl Stream {
             pw_prev: 0,
             hits: 0,
             marker: None,
+            recent: VecDeque::with_capacity(RECENT_BATCHES),
+            faults: 0,
             ahead: None,
             stamp: 0,
         }
@@ -214,6 +254,7 @@ impl Stream {
     /// Logs the delta to `page` and returns it (0 for the first fault).
     fn observe(&mut self, page: u64) -> i64 {
         let d = self.last.map_or(0, |p| delta(p, page));
+        self.faults += 1;
         self.hist.push(d);
         self.last = Some(page);
         d
@@ -233,6 +274,24 @@ impl Stream {
         }
         self.pw_prev = pw;
         pw
+    }
+
+    /// Whether `page` belongs to a batch this stream issued within its last
+    /// [`RECENT_FAULTS`] faults: a use of it follows the stream.
+    fn on_batch(&self, page: u64) -> bool {
+        self.recent
+            .iter()
+            .rev()
+            .take_while(|b| self.faults - b.at <= RECENT_FAULTS)
+            .any(|b| b.holds(page))
+    }
+
+    /// Remembers a batch just issued.
+    fn issued(&mut self, batch: Batch) {
+        if self.recent.len() == RECENT_BATCHES {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(batch);
     }
 
     /// Whether a prefetch hit on `page` reached the marker (at it or past it along the step,
@@ -316,6 +375,16 @@ impl Leap {
         s
     }
 
+    /// Counts a hit on `page` for the thread stream whose last batch holds it, `tid`'s own
+    /// first; a page no stream's last batch holds is not counted.
+    fn credit_batch_owner(&mut self, page: u64, tid: u32) {
+        if let Some(s) = self.streams.get_mut(&tid).filter(|s| s.on_batch(page)) {
+            s.hits += 1;
+        } else if let Some(s) = self.streams.values_mut().find(|s| s.on_batch(page)) {
+            s.hits += 1;
+        }
+    }
+
     /// One decision for stream `s` (Algorithm 2), with `fallback` the process-wide history.
     fn decide(
         cfg: &LeapConfig,
@@ -326,9 +395,13 @@ impl Leap {
     ) {
         let page = fault.page;
         let marker_hit = fault.prefetch_hit && s.reached_marker(page, cfg.pw_max);
+        let follows = marker_hit || (fault.prefetch_hit && s.on_batch(page));
         let d = s.observe(page);
         if fault.prefetch_hit {
-            s.hits += 1;
+            // Only a hit that follows the stream is evidence for it: a page of an old batch hit
+            // by chance (random accesses reuse half of what a half-size memory holds) would keep
+            // the window open along a trend that is gone.
+            s.hits += usize::from(follows);
             if !marker_hit {
                 return;
             }
@@ -368,6 +441,13 @@ impl Leap {
         if out.len() > before {
             s.marker = Some(out[before]);
             s.ahead = Some((out[out.len() - 1], step));
+            let at = s.faults;
+            s.issued(Batch {
+                first: out[before],
+                last: out[out.len() - 1],
+                step,
+                at,
+            });
         } else {
             s.marker = None;
             s.ahead = None;
@@ -389,7 +469,14 @@ impl Prefetcher for Leap {
         let cfg = self.cfg;
         if cfg.per_thread {
             self.global.observe(fault.page);
-            self.thread_stream(fault.tid);
+            let own = self.thread_stream(fault.tid);
+            if fault.prefetch_hit
+                && !own.on_batch(fault.page)
+                && !own.reached_marker(fault.page, cfg.pw_max)
+            {
+                // Another thread's batch (threads sharing one scan): the hit is its evidence.
+                self.credit_batch_owner(fault.page, fault.tid);
+            }
             // Split borrows: the thread stream and the process-wide history.
             let s = self.streams.get_mut(&fault.tid).expect("just inserted");
             Self::decide(&cfg, s, Some(&self.global.hist), fault, out);
@@ -398,11 +485,13 @@ impl Prefetcher for Leap {
         }
     }
 
-    fn on_prefetch_hit(&mut self, _page: u64, tid: u32) {
+    fn on_prefetch_hit(&mut self, page: u64, tid: u32) {
+        // As for a hit reported by a fault: only a page of a stream's last batch counts.
         if self.cfg.per_thread {
             self.clock += 1;
-            self.thread_stream(tid).hits += 1;
-        } else {
+            self.thread_stream(tid);
+            self.credit_batch_owner(page, tid);
+        } else if self.global.on_batch(page) {
             self.global.hits += 1;
         }
     }

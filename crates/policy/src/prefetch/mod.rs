@@ -29,7 +29,7 @@ mod stride;
 use std::fmt;
 use std::str::FromStr;
 
-pub use leap::{delta, find_trend, History, Leap, LeapConfig};
+pub use leap::{delta, find_trend, History, Leap, LeapConfig, RECENT_FAULTS};
 pub use readahead::{linux_nr_pages, Readahead, READAHEAD_MAX_PAGES};
 pub use stride::Stride;
 
