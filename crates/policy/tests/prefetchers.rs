@@ -312,3 +312,42 @@ fn every_prefetcher_runs_in_the_matrix() {
     }
     let _ = Pattern::Seq;
 }
+
+/// Threads sharing one scan: a page thread A's stream prefetched, first used by thread B, is
+/// evidence for A's stream (its window grows), not lost because B's stream never issued it.
+#[test]
+fn leap_credits_a_hit_to_the_thread_whose_batch_it_was() {
+    let mut leap = Leap::new(LeapConfig::default());
+    let mut out = Vec::new();
+    let at = |page, tid, prefetch_hit| Fault {
+        page,
+        tid,
+        prefetch_hit,
+    };
+    for p in 0..9 {
+        out.clear();
+        leap.on_fault(at(p, 1, false), &mut out);
+    }
+    assert_eq!(
+        out,
+        vec![9],
+        "thread 1 found its trend and prefetched one page"
+    );
+    out.clear();
+    leap.on_fault(at(9, 2, true), &mut out);
+    out.clear();
+    leap.on_fault(at(10, 1, false), &mut out);
+    assert_eq!(
+        leap.window(1),
+        2,
+        "thread 2's hit on page 9 counted for thread 1"
+    );
+    // A hit on a page nobody prefetched recently counts for no one.
+    let mut other = Leap::new(LeapConfig::default());
+    for p in 0..9 {
+        other.on_fault(at(p, 1, false), &mut out);
+    }
+    other.on_fault(at(500, 2, true), &mut out);
+    other.on_fault(at(9, 1, false), &mut out);
+    assert_eq!(other.window(1), 1, "no hit counted: on trend, one page");
+}

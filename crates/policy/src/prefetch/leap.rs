@@ -314,6 +314,8 @@ pub struct Leap {
     global: Stream,
     streams: HashMap<u32, Stream>,
     clock: u64,
+    /// The thread whose stream last owned a hit reported by another thread.
+    last_owner: Option<u32>,
 }
 
 impl Leap {
@@ -326,6 +328,7 @@ impl Leap {
             global: Stream::new(cfg.h_size),
             streams: HashMap::new(),
             clock: 0,
+            last_owner: None,
             cfg,
         }
     }
@@ -375,13 +378,19 @@ impl Leap {
         s
     }
 
-    /// Counts a hit on `page` for the thread stream whose last batch holds it, `tid`'s own
-    /// first; a page no stream's last batch holds is not counted.
+    /// Counts a hit on `page` for the thread stream whose recent batch holds it: `tid`'s own
+    /// first, then the last other owner found (a marker's window is reported page by page); a
+    /// page no stream's recent batch holds is not counted.
     fn credit_batch_owner(&mut self, page: u64, tid: u32) {
-        if let Some(s) = self.streams.get_mut(&tid).filter(|s| s.on_batch(page)) {
+        for t in [Some(tid), self.last_owner].into_iter().flatten() {
+            if let Some(s) = self.streams.get_mut(&t).filter(|s| s.on_batch(page)) {
+                s.hits += 1;
+                return;
+            }
+        }
+        if let Some((&t, s)) = self.streams.iter_mut().find(|(_, s)| s.on_batch(page)) {
             s.hits += 1;
-        } else if let Some(s) = self.streams.values_mut().find(|s| s.on_batch(page)) {
-            s.hits += 1;
+            self.last_owner = Some(t);
         }
     }
 
