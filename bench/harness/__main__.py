@@ -65,6 +65,9 @@ def main(argv=None):
         p.add_argument("--out", help="results JSON (default bench/results/harness-<mode>.json)")
         p.add_argument("--no-render", action="store_true", help="do not regenerate plots and the doc section")
         p.add_argument("--no-progress", action="store_true")
+        p.add_argument("--pin", action="store_true",
+                       help="servers (memcached, redis) on CPU 0 and their clients on CPU 1, under "
+                            "every system alike (recorded in the results' params)")
         if name == "run":
             p.add_argument("--size", choices=["quick", "full"], default="quick")
     r = sub.add_parser("render")
@@ -106,7 +109,7 @@ def main(argv=None):
     mode = args.cmd if args.cmd != "run" else f"run-{size}"
     quick = size == "quick"
     only = args.workloads.split(",") if args.workloads else None
-    ws = all_workloads(quick, only)
+    ws = all_workloads(quick, only, pin=args.pin)
     systems = args.systems.split(",") if args.systems else None
     ratios = [int(x) for x in args.ratios.split(",")] if args.ratios else None
     out = args.out or default_out(mode)

@@ -206,7 +206,7 @@ class Suite:
             ratios = [r for r in ratios if r in w.ratios] or w.ratios
         systems = [s for s in self.systems if s in w.systems]
         wres = {"name": w.name, "description": w.description, "throughput_unit": w.throughput_unit,
-                "has_latency": w.has_latency, "metric_keys": w.metric_keys, "params": w.params(),
+                "has_latency": w.has_latency, "metric_keys": w.metric_keys, "params": w.run_params(),
                 "systems": ["all-local"] + systems, "ratios": ratios, "runs": []}
         self.results["workloads"][w.name] = wres
         memnode = None

@@ -39,9 +39,25 @@ class Workload:
     ratios = [100, 75, 50, 25]
     metric_keys = ["throughput", "seconds"]
 
-    def __init__(self, quick):
+    def __init__(self, quick, pin=False):
         self.quick = quick
         self.baseline = None      # the all-local record, for output checks and timeouts
+        # Servers only: the server pinned to CPU 0 and its clients to CPU 1, under every system
+        # alike (`--pin`), so that no system gains from where the scheduler happens to put them.
+        self.pin = pin and (os.cpu_count() or 1) >= 2 and shutil.which("taskset") is not None
+
+    def pinned(self, role):
+        """`taskset` prefix for the server (`"server"`, CPU 0) or a client (CPU 1) when pinned."""
+        if not self.pin:
+            return []
+        return ["taskset", "-c", "0" if role == "server" else "1"]
+
+    def run_params(self):
+        """params() plus how the run was placed, as recorded in the results."""
+        p = dict(self.params())
+        if self.pin:
+            p["pinned"] = "server on CPU 0, clients on CPU 1 (taskset), every system alike"
+        return p
 
     def params(self):
         return {}
@@ -216,11 +232,11 @@ class Memcached(Server):
     def server_cmd(self, port, tmp):
         p = self.params()
         mb = int(p["keys"] * (p["value_size"] + 100) * 1.3 / (1 << 20)) + 64
-        return [shutil.which("memcached") or "memcached", "-p", port, "-U", "0", "-l", "127.0.0.1",
+        return self.pinned("server") + [shutil.which("memcached") or "memcached", "-p", port, "-U", "0", "-l", "127.0.0.1",
                 "-m", mb, "-t", "2", "-c", "1024", "-u", "root"]
 
     def _mc(self, args, timeout):
-        rc, out, err = run_capture([MCLOAD] + [str(a) for a in args], timeout)
+        rc, out, err = run_capture(self.pinned("client") + [MCLOAD] + [str(a) for a in args], timeout)
         j = last_json_line(out)
         if j is None:
             return None, f"mcload {args[0]} failed ({rc}): {err.strip()[-500:]}"
@@ -308,7 +324,8 @@ class Redis(Server):
         return 400 if not self.quick else 200
 
     def server_cmd(self, port, tmp):
-        return [shutil.which("redis-server") or "redis-server", "--port", port, "--bind", "127.0.0.1",
+        return self.pinned("server") + [shutil.which("redis-server") or "redis-server", "--port", port,
+                "--bind", "127.0.0.1",
                 "--save", "", "--appendonly", "no", "--dir", tmp]
 
     def _preload(self, port, values, n):
@@ -340,7 +357,7 @@ class Redis(Server):
 
     def _bench(self, port, test):
         p = self.params()
-        cmd = [shutil.which("redis-benchmark") or "redis-benchmark", "-h", "127.0.0.1", "-p", port,
+        cmd = self.pinned("client") + [shutil.which("redis-benchmark") or "redis-benchmark", "-h", "127.0.0.1", "-p", port,
                "-t", test, "-n", p["requests"], "-r", p["keys"], "-d", p["value_size"], "-c", p["clients"],
                "--csv", "--precision", "3"]
         rc, out, err = run_capture(cmd, self.timeout())
@@ -453,8 +470,10 @@ class Micro(Workload):
         return rec, local
 
 
-def all_workloads(quick, only=None):
-    ws = [Memcached(quick), Redis(quick), XGBoost(quick), PageRank(quick)]
+def all_workloads(quick, only=None, pin=False):
+    """The workloads to run; `pin` places servers and their clients on fixed CPUs (see
+    Workload.pinned)."""
+    ws = [Memcached(quick, pin), Redis(quick, pin), XGBoost(quick), PageRank(quick)]
     ws += [Micro(quick, p) for p in (["seq", "random"] if quick else ["seq", "stride:10", "random"])]
     if only:
         names = set(only)
