@@ -20,8 +20,15 @@ and runs, each under `gleaner run` at about a quarter of its footprint local:
 open-loop phase beside them. Reported per schedule: each program's slowdown (memcached: co-run
 p99 over solo p99; batch: co-run wall time over solo), their mean, max and standard deviation,
 and WMMR (Canvas: min over programs of co-run bandwidth / solo bandwidth, divided by the max).
-Linux swap as a third system (each program in its own memory cgroup, one shared zram device) is
-not run here yet.
+
+Linux swap is the third system (`--systems` picks; all three by default): the same programs
+with no gleaner, each in its own memory cgroup limited to its gleaner budget plus the program's
+own resident size when idle (measured first: the interpreter or the server before any key, which
+gleaner's budget does not count), memcached to twice its budget plus that (see `linux_limits`),
+all swapping to one zram device made fresh for the cell. zram
+has no link to cap: the co-run shares the CPUs, the zram device and the kernel's reclaim. Its
+bandwidth for WMMR is the cgroup's major faults × 4 KiB per second (cgroup v1 counts no
+swap-outs per cgroup).
 
 Writes bench/results/corun.json and the co-run section of docs/BENCHMARKS.md. Exit status 0, or 1
 if a cell failed (a wrong value, a lost key, a checksum mismatch, a program that failed).
@@ -41,15 +48,19 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 from bench.doc_section import DOC, write_section  # noqa: E402
+from bench.harness import swapenv  # noqa: E402
 from bench.harness.__main__ import ensure_built  # noqa: E402
 from bench.harness.common import free_port, git_commit, machine, now_iso, python_exe, wait_port  # noqa: E402
 from bench.pool import _checksum, mcload, read_json, stop_server  # noqa: E402
-from bench.vs_swap import _med, _write, run_or_render  # noqa: E402
+from bench.vs_swap import _med, _remove_cgroup, _write, run_or_render  # noqa: E402
 
 GLEANER = os.path.join(ROOT, "target", "release", "gleaner")
 DEMO_JOB = os.path.join(ROOT, "scripts", "demo_job.py")
 BEGIN, END = "<!-- corun:begin -->", "<!-- corun:end -->"
 SCHEDULES = ("fifo", "fair")
+# The systems compared: gleaner's memnode under each schedule, and Linux swap.
+SYSTEMS = SCHEDULES + ("linux-swap",)
+PAGE = 4096
 PROGRAMS = ("memcached", "batch1", "batch2")
 
 
@@ -82,43 +93,140 @@ class Memnode:
         self.proc.wait()
 
 
+class GleanerLaunch:
+    """Programs under `gleaner run` on the cell's memnode, each as its own tenant."""
+
+    def __init__(self, node):
+        self.node = node
+
+    def prefix(self, name, local, stats):
+        return [GLEANER, "run", "--local-mem", local, "--memnode", self.node.addr, "--token-file",
+                self.node.tokens[name], "--stats", stats, "--"]
+
+    def preexec(self, name):
+        return None
+
+    def moved(self, name, stats):
+        return _moved(read_json(stats))
+
+    def queues(self, tmp):
+        stats = subprocess.run([GLEANER, "memnode", "stats", "--addr", self.node.addr, "--token-file",
+                                os.path.join(tmp, "main.token")], capture_output=True, text=True)
+        try:
+            return {t["name"]: t.get("queue") for t in json.loads(stats.stdout)["tenants"]}
+        except (ValueError, KeyError):
+            return None
+
+
+class LinuxLaunch:
+    """Programs as they are, each in its own memory cgroup, all swapping to one zram device."""
+
+    def __init__(self, state, p):
+        self.state, self.groups = state, {}
+        for name in PROGRAMS:
+            self.groups[name] = swapenv.Cgroup(state, f"corun-{name}", p["linux_limits"][name])
+
+    def prefix(self, name, local, stats):
+        return []
+
+    def preexec(self, name):
+        return self.groups[name].preexec()
+
+    def moved(self, name, stats):
+        return (self.groups[name].stats().get("pgmajfault") or 0) * PAGE
+
+    def cgroups(self):
+        return {n: g.stats() for n, g in self.groups.items()}
+
+    def queues(self, tmp):
+        return None
+
+    def close(self):
+        for g in self.groups.values():
+            _remove_cgroup(self.state, g)
+
+
+def linux_limits(p):
+    """Each program's cgroup limit under Linux swap: its gleaner budget plus its idle resident
+    size, but twice the budget for memcached. At budget + idle size (20.5 MiB) the cgroup-v1 OOM
+    killer stopped memcached loading its 60,000 keys in 11 of 11 tries on the 2-vCPU VM (its
+    anonymous pages refault faster than reclaim frees them; with swappiness 100, in 3 of 4); at
+    twice the budget it loaded them in 3 of 3, at 28 MiB in 2 of 2 (2026-11-26)."""
+    return {"memcached": 2 * _bytes(p["mc_local"]) + p["mc_baseline"],
+            "batch1": _bytes(p["batch_local"]) + p["demo_baseline"],
+            "batch2": _bytes(p["batch_local"]) + p["demo_baseline"]}
+
+
+def _bytes(size):
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    return int(size[:-1]) * units[size[-1]] if size[-1] in units else int(size)
+
+
+def _rss_kib(cmd, **kw):
+    """The peak resident size of `cmd` (KiB), run to its end."""
+    probe = ("import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True, "
+             "stdout=subprocess.DEVNULL); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+    out = subprocess.run([python_exe(), "-c", probe] + cmd, capture_output=True, text=True,
+                         timeout=120, **kw)
+    return int(out.stdout.strip())
+
+
+def baselines():
+    """What each program holds before its data (bytes): the demo job's interpreter (the job with
+    no objects) and memcached started with no keys. The cgroups get them on top of the budget."""
+    demo = _rss_kib([python_exe(), DEMO_JOB, "0"]) * 1024
+    port = free_port()
+    mc = subprocess.Popen([shutil.which("memcached") or "memcached", "-p", str(port), "-U", "0", "-l",
+                           "127.0.0.1", "-m", "64", "-t", "2", "-c", "1024", "-u", "root"])
+    try:
+        if not wait_port(port, mc, timeout=30):
+            raise RuntimeError("memcached did not start listening")
+        with open(f"/proc/{mc.pid}/status") as f:
+            rss = [int(line.split()[1]) for line in f if line.startswith("VmRSS:")][0] * 1024
+    finally:
+        mc.kill()
+        mc.wait()
+    return demo, rss
+
+
 def _moved(stats):
     t = (stats or {}).get("total", {})
     return (t.get("bytes_in") or 0) + (t.get("bytes_out") or 0)
 
 
 class Batch(threading.Thread):
-    """A demo job under `gleaner run`, as tenant `name`."""
+    """A demo job as program `name`, launched by `launch`."""
 
-    def __init__(self, node, name, p, tmp, want):
+    def __init__(self, launch, name, p, tmp, want):
         super().__init__(daemon=True)
         self.stats = os.path.join(tmp, f"{name}.json")
-        self.cmd = [GLEANER, "run", "--local-mem", p["batch_local"], "--memnode", node.addr,
-                    "--token-file", node.tokens[name], "--stats", self.stats, "--",
-                    python_exe(), DEMO_JOB, str(p["demo_n"])]
+        self.launch = launch
+        self.cmd = launch.prefix(name, p["batch_local"], self.stats) + [
+            python_exe(), DEMO_JOB, str(p["demo_n"])]
         self.name, self.want, self.rec = name, want, {}
 
     def run(self):
         t0 = time.monotonic()
-        r = subprocess.run(self.cmd, capture_output=True, text=True, timeout=1800)
+        r = subprocess.run(self.cmd, capture_output=True, text=True, timeout=1800,
+                           preexec_fn=self.launch.preexec(self.name))
         wall = time.monotonic() - t0
         ok = r.returncode == 0 and _checksum(r.stdout) == self.want
-        self.rec = {"ok": ok, "wall_s": round(wall, 3), "bytes": _moved(read_json(self.stats)),
+        self.rec = {"ok": ok, "wall_s": round(wall, 3), "bytes": self.launch.moved(self.name, self.stats),
                     "error": None if ok else f"exit {r.returncode}: {r.stderr[-600:]}"}
 
 
-def memcached(node, p, tmp, during=None):
-    """memcached under `gleaner run` as tenant memcached: load, then an open-loop phase (with
-    `during` started just before it), then every key read back."""
+def memcached(launch, p, tmp, during=None):
+    """memcached launched by `launch`: load, then an open-loop phase (with `during` started just
+    before it), then every key read back."""
     port = free_port()
     stats_path = os.path.join(tmp, "memcached.json")
     mb = int(p["keys"] * (p["vsize"] + 100) * 1.3 / (1 << 20)) + 64
-    cmd = [GLEANER, "run", "--local-mem", p["mc_local"], "--memnode", node.addr, "--token-file",
-           node.tokens["memcached"], "--stats", stats_path, "--",
-           shutil.which("memcached") or "memcached", "-p", str(port), "-U", "0", "-l", "127.0.0.1",
-           "-m", str(mb), "-t", "2", "-c", "1024", "-u", "root"]
+    cmd = launch.prefix("memcached", p["mc_local"], stats_path) + [
+        shutil.which("memcached") or "memcached", "-p", str(port), "-U", "0", "-l", "127.0.0.1",
+        "-m", str(mb), "-t", "2", "-c", "1024", "-u", "root"]
     errf = open(os.path.join(tmp, "memcached.err"), "w")
-    server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=errf)
+    server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=errf,
+                              preexec_fn=launch.preexec("memcached"))
     rec, err = {}, None
     try:
         if not wait_port(port, server, timeout=60):
@@ -143,72 +251,136 @@ def memcached(node, p, tmp, during=None):
     finally:
         stop_server(server)
         errf.close()
-    rec["bytes"] = _moved(read_json(stats_path))
+    rec["bytes"] = launch.moved("memcached", stats_path)
     rec["ok"] = err is None
     rec["error"] = err
     return rec
 
 
-def cell(kind, schedule, p, want, rep):
-    with tempfile.TemporaryDirectory(prefix="gleaner-corun-") as tmp, Memnode(tmp, p, schedule) as node:
-        rec = {"kind": kind, "schedule": schedule, "rep": rep, "programs": {}}
-        if kind == "solo-memcached":
-            rec["programs"]["memcached"] = memcached(node, p, tmp)
-        elif kind == "solo-batch":
-            b = Batch(node, "batch1", p, tmp, want)
-            b.run()
-            rec["programs"]["batch1"] = b.rec
-        else:
-            batches = [Batch(node, n, p, tmp, want) for n in ("batch1", "batch2")]
-            rec["programs"]["memcached"] = memcached(node, p, tmp, during=batches)
-            for b in batches:
+def programs(kind, launch, p, tmp, want):
+    """Runs a cell's programs; returns their records by name."""
+    out = {}
+    if kind == "solo-memcached":
+        out["memcached"] = memcached(launch, p, tmp)
+    elif kind == "solo-batch":
+        b = Batch(launch, "batch1", p, tmp, want)
+        b.run()
+        out["batch1"] = b.rec
+    else:
+        batches = [Batch(launch, n, p, tmp, want) for n in ("batch1", "batch2")]
+        out["memcached"] = memcached(launch, p, tmp, during=batches)
+        for b in batches:
+            if b.ident is None:
+                # memcached failed before its open phase, which starts the batch jobs.
+                b.rec = {"ok": False, "error": "not started: memcached failed before its open phase"}
+            else:
                 b.join()
-                rec["programs"][b.name] = b.rec
-        stats = subprocess.run([GLEANER, "memnode", "stats", "--addr", node.addr, "--token-file",
-                                os.path.join(tmp, "main.token")], capture_output=True, text=True)
-        try:
-            rec["queues"] = {t["name"]: t.get("queue") for t in json.loads(stats.stdout)["tenants"]}
-        except (ValueError, KeyError):
-            rec["queues"] = None
-        rec["ok"] = all(x.get("ok") for x in rec["programs"].values())
-        return rec
+            out[b.name] = b.rec
+    return out
+
+
+def cell(kind, system, p, want, rep, state):
+    # Records name the system "schedule" (the results' key since before Linux swap was added).
+    rec = {"kind": kind, "schedule": system, "rep": rep, "programs": {}}
+    with tempfile.TemporaryDirectory(prefix="gleaner-corun-") as tmp:
+        if system == "linux-swap":
+            with swapenv.swap_environment(2 << 30, state=state) as (_, zinfo):
+                launch = LinuxLaunch(state, p)
+                try:
+                    rec["programs"] = programs(kind, launch, p, tmp, want)
+                    rec["cgroups"] = launch.cgroups()
+                finally:
+                    launch.close()
+                rec["zram"] = swapenv.zram_stats(zinfo["device"])
+            for name, cg in rec["cgroups"].items():
+                prog = rec["programs"].get(name)
+                if prog and cg.get("oom_kills"):
+                    prog["ok"] = False
+                    prog["error"] = f"OOM-killed in its cgroup; {prog.get('error')}"
+        else:
+            with Memnode(tmp, p, system) as node:
+                launch = GleanerLaunch(node)
+                rec["programs"] = programs(kind, launch, p, tmp, want)
+                rec["queues"] = launch.queues(tmp)
+    rec["ok"] = all(x.get("ok") for x in rec["programs"].values())
+    return rec
 
 
 def run_all(args):
-    ensure_built()
     quick = args.quick
     p = {"bandwidth": args.bandwidth, "keys": 30000 if quick else 60000, "vsize": 1024, "rate": 2000,
          "open_s": 4 if quick else 8, "mc_local": "16M", "demo_n": 15000 if quick else 30000,
          "batch_local": "16M", "mc_weight": args.mc_weight}
     reps = args.reps or 2
+    systems = [s for s in args.systems.split(",") if s]
+    bad = [s for s in systems if s not in SYSTEMS]
+    if bad:
+        sys.exit(f"corun.py: unknown system {', '.join(bad)}: choose from {', '.join(SYSTEMS)}")
+    ensure_built()
+    if "linux-swap" in systems:
+        why = swapenv.unavailable_reason()
+        if why:
+            sys.exit(f"corun.py: Linux swap cannot be measured here ({why}); pass --systems fifo,fair")
+        p["demo_baseline"], p["mc_baseline"] = baselines()
+        p["linux_limits"] = linux_limits(p)
     res = {"script": "bench/corun.py", "date": now_iso(), "git_commit": git_commit(),
-           "machine": machine(), "reps": reps, "params": p, "cells": [], "complete": False}
+           "machine": machine(), "reps": reps, "params": p, "systems": systems, "cells": [],
+           "complete": False}
+    if "linux-swap" in systems:
+        res["linux_swap"] = swapenv.linux_swap_settings()
     want = _checksum(subprocess.run([python_exe(), DEMO_JOB, str(p["demo_n"])], capture_output=True,
                                     text=True, timeout=900).stdout)
     res["demo_local_checksum"] = want
-    for rep in range(reps):
-        order = list(SCHEDULES) if rep % 2 == 0 else list(reversed(SCHEDULES))
-        for schedule in order:
-            for kind in ("solo-memcached", "solo-batch", "corun"):
-                log(f"rep {rep + 1}: {schedule} {kind}")
-                rec = cell(kind, schedule, p, want, rep)
-                log("  " + ", ".join(f"{n}: {x.get('p99_us') or x.get('wall_s')} {'ok' if x.get('ok') else x.get('error')}"
-                                     for n, x in rec["programs"].items()))
-                res["cells"].append(rec)
-                _write(res, args.out)
+    state = swapenv.State()
+    try:
+        for rep in range(reps):
+            order = systems if rep % 2 == 0 else list(reversed(systems))
+            for system in order:
+                for kind in ("solo-memcached", "solo-batch", "corun"):
+                    log(f"rep {rep + 1}: {system} {kind}")
+                    rec = run_cell(lambda: cell(kind, system, p, want, rep, state), system)
+                    log("  " + ", ".join(f"{n}: {x.get('p99_us') or x.get('wall_s')} {'ok' if x.get('ok') else x.get('error')}"
+                                         for n, x in rec["programs"].items()))
+                    res["cells"].append(rec)
+                    _write(res, args.out)
+    finally:
+        errors = swapenv.teardown(state)
+        if errors:
+            log("teardown left errors: " + "; ".join(errors))
     res["complete"] = True
     _write(res, args.out)
     failed = [c for c in res["cells"] if not c["ok"]]
     return (1 if failed else 0), res
 
 
+def run_cell(run, system):
+    """Runs a cell (`run()`). The cgroup-v1 OOM killer fires now and then under heavy swap
+    traffic (as in the harness): a Linux-swap cell it stopped is run again, up to twice, with the
+    kills on record (`oom_killed_tries`)."""
+    rec = run()
+    tries = []
+    while system == "linux-swap" and _oom_killed(rec) and len(tries) < 2:
+        tries.append({n: x.get("error") for n, x in rec["programs"].items() if not x.get("ok")})
+        log(f"  OOM-killed in its cgroup: running the cell again ({len(tries)} of 2)")
+        rec = run()
+    if tries:
+        rec["oom_killed_tries"] = tries
+    return rec
+
+
+def _oom_killed(rec):
+    return any("OOM-killed" in (x.get("error") or "") for x in rec["programs"].values())
+
+
 def summarise(res, schedule):
     """Per program: solo and co-run medians, slowdown, bandwidth ratio; and the aggregates."""
-    cells = [c for c in res["cells"] if c["schedule"] == schedule and c["ok"]]
+    cells = [c for c in res["cells"] if c["schedule"] == schedule]
 
     def med(kind, prog, key):
+        # A program's numbers count where it succeeded, even in a cell where another failed
+        # (under Linux swap the OOM killer may stop memcached while the batch jobs finish).
         return _med([c["programs"][prog].get(key) for c in cells
-                     if c["kind"] == kind and prog in c["programs"]])
+                     if c["kind"] == kind and c["programs"].get(prog, {}).get("ok")])
 
     out = {}
     solo_mc = (med("solo-memcached", "memcached", "p99_us"), med("solo-memcached", "memcached", "bytes"),
@@ -251,10 +423,18 @@ def render(res, doc, name):
              "same program: one solo run serves both). WMMR: min over programs of co-run bandwidth ÷ "
              "solo bandwidth, over the max (1.0 is perfectly fair). Medians over the reps; failed "
              f"cells: {sum(1 for c in res['cells'] if not c['ok'])} of {len(res['cells'])}.", "",
-             "| schedule | memcached p99 solo → co-run µs | × | batch1 s solo → co-run | × | batch2 × | "
+             "| system | memcached p99 solo → co-run µs | × | batch1 s solo → co-run | × | batch2 × | "
              "mean × | max × | σ | WMMR |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for s in SCHEDULES:
+    failures = []
+    for s in res.get("systems", SCHEDULES):
+        bad = [f"{c['kind']} rep {c['rep'] + 1}: {n}: {x.get('error', '')[:90]}"
+               + (f" (after its open phase, whose p99 was {x['p99_us']} µs)" if x.get("p99_us") else "")
+               for c in res["cells"] if c["schedule"] == s
+               for n, x in c["programs"].items() if not x.get("ok")]
+        if bad:
+            failures.append(f"{s}: " + "; ".join(bad))
+    for s in res.get("systems", SCHEDULES):
         out, agg = summarise(res, s)
         mc, b1, b2 = out["memcached"], out["batch1"], out["batch2"]
         lines.append(
@@ -262,8 +442,27 @@ def render(res, doc, name):
             f"{_f(b1['solo'], '{:.1f}')} → {_f(b1['corun'], '{:.1f}')} | {_f(b1['slowdown'], '{:.2f}')} | "
             f"{_f(b2['slowdown'], '{:.2f}')} | {_f(agg['mean'], '{:.2f}')} | {_f(agg['max'], '{:.2f}')} | "
             f"{_f(agg['sigma'], '{:.2f}')} | {_f(agg['wmmr'], '{:.2f}')} |")
+    if "linux-swap" in res.get("systems", ()):
+        lim = p.get("linux_limits") or linux_limits(p)
+        lines += ["", "linux-swap: the same programs with no gleaner, each in its own memory cgroup "
+                  f"(v1) limited to its budget plus its own idle resident size (the demo job's "
+                  f"interpreter {p['demo_baseline'] / 2**20:.1f} MiB: "
+                  f"{lim['batch1'] / 2**20:.1f} MiB per batch job), but memcached to twice its "
+                  f"budget plus its idle size (with no keys {p['mc_baseline'] / 2**20:.1f} MiB: "
+                  f"{lim['memcached'] / 2**20:.1f} MiB; at budget plus idle size the cgroup-v1 OOM "
+                  "killer stopped it loading its keys in 11 of 11 tries), all swapping to one fresh "
+                  "zram device per cell; "
+                  "no link cap (zram has none). Its bandwidth for WMMR: the cgroup's major faults × "
+                  "4 KiB per second (cgroup v1 counts no swap-outs per cgroup). Cells the "
+                  "cgroup-v1 OOM killer stopped were run again (up to twice): "
+                  f"{sum(len(c.get('oom_killed_tries', [])) for c in res['cells'])} such tries."]
+    else:
+        lines += ["", "Linux swap as a third system is not in this run (`--systems` left it out)."]
+    if failures:
+        lines += ["", "Programs that failed (their numbers are left out; a program's numbers from a cell "
+                  "where another failed are kept): " + " | ".join(failures) + "."]
     lines += ["", "Issue 13's targets under the fair schedule: memcached co-run p99 ≤ 1.5× solo, every "
-              "batch slowdown ≤ 1.3×, WMMR ≥ 0.9. Linux swap as a third system is not measured here yet."]
+              "batch slowdown ≤ 1.3×, WMMR ≥ 0.9."]
     lines.append(END)
     write_section("\n".join(lines), BEGIN, END, doc, at_end=True)
     log(f"wrote the co-run section of {doc}")
@@ -282,6 +481,9 @@ def main(argv=None):
     ap.add_argument("--bandwidth", default="32M",
                     help="the memnode's link cap, bytes per second (default 32M: the three "
                          "programs' demand is over it; at 96M it fits, and what is left is queueing)")
+    ap.add_argument("--systems", default=",".join(SYSTEMS),
+                    help="comma-separated: fifo, fair (gleaner's memnode under each schedule), "
+                         "linux-swap (needs root, zram and memory cgroups); default all three")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "corun.json"))
     ap.add_argument("--doc", default=DOC)
     ap.add_argument("--render-only", action="store_true")

@@ -38,3 +38,65 @@ def test_summarise_and_render(tmp_path):
     assert "| fifo | 100 → 400 | 4.00 | 10.0 → 20.0 | 2.00 | 4.00 | 3.33 | 4.00 |" in text
     assert "| fair | 100 → 120 | 1.20 | 10.0 → 12.0 | 1.20 | 2.40 |" in text
     assert "failed cells: 0 of 6" in text
+
+
+def test_linux_swap_is_a_third_row_with_its_cgroup_limits(tmp_path):
+    res = {"reps": 1, "date": "d", "git_commit": "abc", "machine": {"cpus": 2, "kernel": "k"},
+           "systems": ["fifo", "fair", "linux-swap"],
+           "params": {"bandwidth": "32M", "keys": 10, "vsize": 1024, "rate": 100, "open_s": 10,
+                      "mc_local": "16M", "demo_n": 100, "batch_local": "16M",
+                      "demo_baseline": 9 * 2**20, "mc_baseline": 3 * 2**20},
+           "cells": _cells("fifo", 100, 400, 10.0, 20.0) + _cells("fair", 100, 120, 10.0, 12.0)
+           + _cells("linux-swap", 200, 1000, 8.0, 16.0)}
+    out, agg = corun.summarise(res, "linux-swap")
+    assert out["memcached"]["slowdown"] == 5.0 and agg["max"] == 5.0
+    doc = tmp_path / "B.md"
+    doc.write_text("# Benchmarks\n")
+    corun.render(res, str(doc), "bench/results/corun.json")
+    text = doc.read_text()
+    assert "| linux-swap | 200 → 1000 | 5.00 | 8.0 → 16.0 | 2.00 | 4.00 |" in text
+    assert "interpreter 9.0 MiB: 25.0 MiB per batch job" in text
+    assert "with no keys 3.0 MiB: 35.0 MiB" in text
+    assert "failed cells: 0 of 9" in text
+
+
+def test_unknown_system_is_refused(capsys):
+    import pytest
+    with pytest.raises(SystemExit) as e:
+        corun.main(["--systems", "fair,zswap", "--no-render", "--out", "/tmp/never-written.json"])
+    assert "unknown system zswap" in str(e.value)
+
+
+def test_a_linux_cell_the_oom_killer_stopped_is_run_again_and_kept_on_record():
+    oom = {"programs": {"memcached": {"ok": False, "error": "OOM-killed in its cgroup; x"}}}
+    good = {"programs": {"memcached": {"ok": True, "error": None}}}
+    outcomes = [oom, oom, good]
+    rec = corun.run_cell(lambda: dict(outcomes.pop(0)), "linux-swap")
+    assert rec["programs"]["memcached"]["ok"]
+    assert len(rec["oom_killed_tries"]) == 2
+    # Two retries at most; and a gleaner cell is never retried.
+    outcomes = [oom, oom, oom, good]
+    assert not corun.run_cell(lambda: dict(outcomes.pop(0)), "linux-swap")["programs"]["memcached"]["ok"]
+    outcomes = [oom, good]
+    assert "oom_killed_tries" not in corun.run_cell(lambda: dict(outcomes.pop(0)), "fair")
+
+
+def test_a_program_that_failed_is_left_out_and_named_but_its_neighbours_count(tmp_path):
+    cells = _cells("linux-swap", 200, 1000, 8.0, 16.0)
+    cells[2]["ok"] = False
+    cells[2]["programs"]["memcached"] = {"ok": False, "error": "OOM-killed in its cgroup; x"}
+    res = {"reps": 1, "date": "d", "git_commit": "abc", "machine": {"cpus": 2, "kernel": "k"},
+           "systems": ["linux-swap"],
+           "params": {"bandwidth": "32M", "keys": 10, "vsize": 1024, "rate": 100, "open_s": 10,
+                      "mc_local": "16M", "demo_n": 100, "batch_local": "16M",
+                      "demo_baseline": 9 * 2**20, "mc_baseline": 3 * 2**20},
+           "cells": cells}
+    out, _ = corun.summarise(res, "linux-swap")
+    assert out["memcached"]["slowdown"] is None
+    assert out["batch1"]["slowdown"] == 2.0
+    doc = tmp_path / "B.md"
+    doc.write_text("# Benchmarks\n")
+    corun.render(res, str(doc), "bench/results/corun.json")
+    text = doc.read_text()
+    assert "| linux-swap | 200 → n/a | n/a | 8.0 → 16.0 | 2.00 | 4.00 |" in text
+    assert "linux-swap: corun rep 1: memcached: OOM-killed in its cgroup" in text
