@@ -40,14 +40,20 @@ def test_summarise_and_render(tmp_path):
     assert "failed cells: 0 of 6" in text
 
 
+def _linux_res(systems, cells):
+    """A run with Linux swap among its systems: its params carry the measured idle sizes."""
+    return {"reps": 1, "date": "d", "git_commit": "abc", "machine": {"cpus": 2, "kernel": "k"},
+            "systems": systems,
+            "params": {"bandwidth": "32M", "keys": 10, "vsize": 1024, "rate": 100, "open_s": 10,
+                       "mc_local": "16M", "demo_n": 100, "batch_local": "16M",
+                       "demo_baseline": 9 * 2**20, "mc_baseline": 3 * 2**20},
+            "cells": cells}
+
+
 def test_linux_swap_is_a_third_row_with_its_cgroup_limits(tmp_path):
-    res = {"reps": 1, "date": "d", "git_commit": "abc", "machine": {"cpus": 2, "kernel": "k"},
-           "systems": ["fifo", "fair", "linux-swap"],
-           "params": {"bandwidth": "32M", "keys": 10, "vsize": 1024, "rate": 100, "open_s": 10,
-                      "mc_local": "16M", "demo_n": 100, "batch_local": "16M",
-                      "demo_baseline": 9 * 2**20, "mc_baseline": 3 * 2**20},
-           "cells": _cells("fifo", 100, 400, 10.0, 20.0) + _cells("fair", 100, 120, 10.0, 12.0)
-           + _cells("linux-swap", 200, 1000, 8.0, 16.0)}
+    res = _linux_res(["fifo", "fair", "linux-swap"],
+                     _cells("fifo", 100, 400, 10.0, 20.0) + _cells("fair", 100, 120, 10.0, 12.0)
+                     + _cells("linux-swap", 200, 1000, 8.0, 16.0))
     out, agg = corun.summarise(res, "linux-swap")
     assert out["memcached"]["slowdown"] == 5.0 and agg["max"] == 5.0
     doc = tmp_path / "B.md"
@@ -85,12 +91,7 @@ def test_a_program_that_failed_is_left_out_and_named_but_its_neighbours_count(tm
     cells = _cells("linux-swap", 200, 1000, 8.0, 16.0)
     cells[2]["ok"] = False
     cells[2]["programs"]["memcached"] = {"ok": False, "error": "OOM-killed in its cgroup; x"}
-    res = {"reps": 1, "date": "d", "git_commit": "abc", "machine": {"cpus": 2, "kernel": "k"},
-           "systems": ["linux-swap"],
-           "params": {"bandwidth": "32M", "keys": 10, "vsize": 1024, "rate": 100, "open_s": 10,
-                      "mc_local": "16M", "demo_n": 100, "batch_local": "16M",
-                      "demo_baseline": 9 * 2**20, "mc_baseline": 3 * 2**20},
-           "cells": cells}
+    res = _linux_res(["linux-swap"], cells)
     out, _ = corun.summarise(res, "linux-swap")
     assert out["memcached"]["slowdown"] is None
     assert out["batch1"]["slowdown"] == 2.0

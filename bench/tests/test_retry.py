@@ -22,6 +22,9 @@ class _Workload:
     def params(self):
         return {}
 
+    def run_params(self):
+        return {}
+
 
 def _suite(outcomes):
     # A results path of its own: the suite writes it by replacing the file (as root, a path like
