@@ -279,7 +279,7 @@ def programs(kind, launch, p, tmp, want):
     return out
 
 
-def cell(kind, system, p, want, rep, state):
+def cell(kind, system, p, want, rep, state, keep=None):
     # Records name the system "schedule" (the results' key since before Linux swap was added).
     rec = {"kind": kind, "schedule": system, "rep": rep, "programs": {}}
     with tempfile.TemporaryDirectory(prefix="gleaner-corun-") as tmp:
@@ -302,6 +302,13 @@ def cell(kind, system, p, want, rep, state):
                 launch = GleanerLaunch(node)
                 rec["programs"] = programs(kind, launch, p, tmp, want)
                 rec["queues"] = launch.queues(tmp)
+            if keep:
+                # Each program's whole `gleaner run` stats file, for a closer look.
+                os.makedirs(keep, exist_ok=True)
+                for name in rec["programs"]:
+                    src = os.path.join(tmp, f"{name}.json")
+                    if os.path.exists(src):
+                        shutil.copy(src, os.path.join(keep, f"{system}-{kind}-rep{rep + 1}-{name}.json"))
     rec["ok"] = all(x.get("ok") for x in rec["programs"].values())
     return rec
 
@@ -338,7 +345,8 @@ def run_all(args):
             for system in order:
                 for kind in ("solo-memcached", "solo-batch", "corun"):
                     log(f"rep {rep + 1}: {system} {kind}")
-                    rec = run_cell(lambda: cell(kind, system, p, want, rep, state), system)
+                    rec = run_cell(lambda: cell(kind, system, p, want, rep, state, args.keep_stats),
+                                   system)
                     log("  " + ", ".join(f"{n}: {x.get('p99_us') or x.get('wall_s')} {'ok' if x.get('ok') else x.get('error')}"
                                          for n, x in rec["programs"].items()))
                     res["cells"].append(rec)
@@ -489,6 +497,8 @@ def main(argv=None):
     ap.add_argument("--systems", default=",".join(SYSTEMS),
                     help="comma-separated: fifo, fair (gleaner's memnode under each schedule), "
                          "linux-swap (needs root, zram and memory cgroups); default all three")
+    ap.add_argument("--keep-stats", metavar="DIR",
+                    help="copy each gleaner program's stats file of every cell into DIR")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "corun.json"))
     ap.add_argument("--doc", default=DOC)
     ap.add_argument("--render-only", action="store_true")
