@@ -110,6 +110,8 @@ def main(argv=None):
     quick = size == "quick"
     only = args.workloads.split(",") if args.workloads else None
     ws = all_workloads(quick, only, pin=args.pin)
+    if args.pin and not any(w.pin for w in ws):
+        log("--pin: not pinning (needs 2 CPUs, taskset and a server workload); the results say so")
     systems = args.systems.split(",") if args.systems else None
     ratios = [int(x) for x in args.ratios.split(",")] if args.ratios else None
     out = args.out or default_out(mode)

@@ -495,7 +495,7 @@ impl Prefetcher for Leap {
     }
 
     fn on_prefetch_hit(&mut self, page: u64, tid: u32) {
-        // As for a hit reported by a fault: only a page of a stream's last batch counts.
+        // As for a hit reported by a fault: only a page of a stream's recent batch counts.
         if self.cfg.per_thread {
             self.clock += 1;
             self.thread_stream(tid);
