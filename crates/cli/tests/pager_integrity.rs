@@ -409,11 +409,13 @@ fn writes_racing_with_eviction_after_a_fork_are_never_lost() {
             unsafe { ((base + p * PAGE_SIZE) as *mut u64).write_volatile(p as u64 * 1000) };
         }
         region.prepare_fork();
-        // SAFETY: the child only sleeps and exits (async-signal-safe calls), touching nothing.
+        // SAFETY: the child only sleeps (an async-signal-safe call) until killed, touching nothing.
         let child = unsafe { libc::fork() };
         if child == 0 {
+            // Asleep until the parent is done checking (it kills the child then): a child that
+            // woke up by itself could exit before the check, and its snapshot go with it.
             let ts = libc::timespec {
-                tv_sec: 3,
+                tv_sec: 600,
                 tv_nsec: 0,
             };
             // SAFETY: nanosleep and _exit are async-signal-safe.
@@ -447,24 +449,31 @@ fn writes_racing_with_eviction_after_a_fork_are_never_lost() {
         for h in handles {
             h.join().unwrap();
         }
-        for p in 0..pages {
-            // SAFETY: as above.
-            let got = unsafe { ((base + p * PAGE_SIZE) as *const u64).read_volatile() };
-            assert_eq!(
-                got,
-                shadow[p].load(Ordering::Relaxed),
-                "{tracking}, fork {fork}: page {p}"
-            );
-        }
+        let wrong: Vec<(usize, u64, u64)> = (0..pages)
+            .filter_map(|p| {
+                // SAFETY: as above.
+                let got = unsafe { ((base + p * PAGE_SIZE) as *const u64).read_volatile() };
+                let want = shadow[p].load(Ordering::Relaxed);
+                (got != want).then_some((p, got, want))
+            })
+            .collect();
+        // The child (still asleep) may read the fork moment's blobs: the parent's rewrites
+        // left them in place.
+        let held = region.stats().store.blobs_held_for_children;
+        let mut status = 0;
+        // SAFETY: kills and waits for our own child, which only sleeps (before any assertion,
+        // so that a failure leaves no sleeping child behind).
+        unsafe { libc::kill(child, libc::SIGKILL) };
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+        assert!(
+            wrong.is_empty(),
+            "{tracking}, fork {fork}: (page, got, want) {:?}",
+            &wrong[..wrong.len().min(8)]
+        );
         if fork == ForkMode::Far {
-            // The child (still asleep) may read the fork moment's blobs: the parent's
-            // rewrites left them in place.
-            let held = region.stats().store.blobs_held_for_children;
             assert!(held > 0, "{tracking}: no blob held for the child");
         }
-        let mut status = 0;
-        // SAFETY: waits for our own child.
-        assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
         let s = region.stats();
         assert!(s.evictions.dirty > 1000, "{tracking}: {:?}", s.evictions);
     }
