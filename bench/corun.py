@@ -50,7 +50,8 @@ if ROOT not in sys.path:
 from bench.doc_section import DOC, write_section  # noqa: E402
 from bench.harness import swapenv  # noqa: E402
 from bench.harness.__main__ import ensure_built  # noqa: E402
-from bench.harness.common import free_port, git_commit, machine, now_iso, python_exe, wait_port  # noqa: E402
+from bench.harness.common import (free_port, git_commit, machine, now_iso, parse_size,  # noqa: E402
+                                  python_exe, wait_port)
 from bench.pool import _checksum, mcload, read_json, stop_server  # noqa: E402
 from bench.vs_swap import _med, _remove_cgroup, _write, run_or_render  # noqa: E402
 
@@ -152,14 +153,9 @@ def linux_limits(p):
     killer stopped memcached loading its 60,000 keys in 11 of 11 tries on the 2-vCPU VM (its
     anonymous pages refault faster than reclaim frees them; with swappiness 100, in 3 of 4); at
     twice the budget it loaded them in 3 of 3, at 28 MiB in 2 of 2 (2026-11-26)."""
-    return {"memcached": 2 * _bytes(p["mc_local"]) + p["mc_baseline"],
-            "batch1": _bytes(p["batch_local"]) + p["demo_baseline"],
-            "batch2": _bytes(p["batch_local"]) + p["demo_baseline"]}
-
-
-def _bytes(size):
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    return int(size[:-1]) * units[size[-1]] if size[-1] in units else int(size)
+    return {"memcached": 2 * parse_size(p["mc_local"]) + p["mc_baseline"],
+            "batch1": parse_size(p["batch_local"]) + p["demo_baseline"],
+            "batch2": parse_size(p["batch_local"]) + p["demo_baseline"]}
 
 
 def _rss_kib(cmd, **kw):
@@ -443,7 +439,6 @@ def render(res, doc, name):
                for n, x in c["programs"].items() if not x.get("ok")]
         if bad:
             failures.append(f"{s}: " + "; ".join(bad))
-    for s in res.get("systems", SCHEDULES):
         out, agg = summarise(res, s)
         mc, b1, b2 = out["memcached"], out["batch1"], out["batch2"]
         lines.append(

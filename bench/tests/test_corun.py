@@ -19,6 +19,14 @@ def _cells(schedule, mc_solo, mc_co, b_solo, b_co):
     ]
 
 
+def _rendered(res, tmp_path):
+    """The co-run section `render` writes for `res` into a fresh document."""
+    doc = tmp_path / "B.md"
+    doc.write_text("# Benchmarks\n")
+    corun.render(res, str(doc), "bench/results/corun.json")
+    return doc.read_text()
+
+
 def test_summarise_and_render(tmp_path):
     res = {"reps": 1, "date": "d", "git_commit": "abc", "machine": {"cpus": 2, "kernel": "k"},
            "params": {"bandwidth": "32M", "keys": 10, "vsize": 1024, "rate": 100, "open_s": 10,
@@ -31,10 +39,7 @@ def test_summarise_and_render(tmp_path):
     # batch2 (1000/40)/(100) = 0.25: WMMR 0.25 / 0.5.
     assert abs(agg["wmmr"] - 0.5) < 1e-9
     assert abs(agg["mean"] - 10 / 3) < 1e-9 and agg["max"] == 4.0
-    doc = tmp_path / "B.md"
-    doc.write_text("# Benchmarks\n")
-    corun.render(json.loads(json.dumps(res)), str(doc), "bench/results/corun.json")
-    text = doc.read_text()
+    text = _rendered(json.loads(json.dumps(res)), tmp_path)
     assert "| fifo | 100 → 400 | 4.00 | 10.0 → 20.0 | 2.00 | 4.00 | 3.33 | 4.00 |" in text
     assert "| fair | 100 → 120 | 1.20 | 10.0 → 12.0 | 1.20 | 2.40 |" in text
     assert "failed cells: 0 of 6" in text
@@ -56,10 +61,7 @@ def test_linux_swap_is_a_third_row_with_its_cgroup_limits(tmp_path):
                      + _cells("linux-swap", 200, 1000, 8.0, 16.0))
     out, agg = corun.summarise(res, "linux-swap")
     assert out["memcached"]["slowdown"] == 5.0 and agg["max"] == 5.0
-    doc = tmp_path / "B.md"
-    doc.write_text("# Benchmarks\n")
-    corun.render(res, str(doc), "bench/results/corun.json")
-    text = doc.read_text()
+    text = _rendered(res, tmp_path)
     assert "| linux-swap | 200 → 1000 | 5.00 | 8.0 → 16.0 | 2.00 | 4.00 |" in text
     assert "interpreter 9.0 MiB: 25.0 MiB per batch job" in text
     assert "with no keys 3.0 MiB: 35.0 MiB" in text
@@ -95,9 +97,6 @@ def test_a_program_that_failed_is_left_out_and_named_but_its_neighbours_count(tm
     out, _ = corun.summarise(res, "linux-swap")
     assert out["memcached"]["slowdown"] is None
     assert out["batch1"]["slowdown"] == 2.0
-    doc = tmp_path / "B.md"
-    doc.write_text("# Benchmarks\n")
-    corun.render(res, str(doc), "bench/results/corun.json")
-    text = doc.read_text()
+    text = _rendered(res, tmp_path)
     assert "| linux-swap | 200 → n/a | n/a | 8.0 → 16.0 | 2.00 | 4.00 |" in text
     assert "linux-swap: corun rep 1: memcached: OOM-killed in its cgroup" in text
