@@ -50,6 +50,9 @@ use crate::{PagerError, PAGE_SIZE};
 pub const TAG_LEN: usize = 16;
 /// The largest blob the codec produces: a raw page, its kind byte and the tag.
 pub const MAX_BLOB_LEN: usize = 1 + PAGE_SIZE + TAG_LEN;
+/// The room [`CodecCtx::encode_or_word`] needs in its output: the largest blob, and what a
+/// compressor may write past it before the page is found incompressible.
+pub const ENCODE_ROOM: usize = MAX_BLOB_LEN + 64;
 
 const KIND_RAW: u8 = 0;
 const KIND_LZ4: u8 = 1;
@@ -368,7 +371,7 @@ impl Codec {
     pub fn ctx(self: &Arc<Codec>) -> CodecCtx {
         CodecCtx {
             codec: self.clone(),
-            scratch: vec![0u8; MAX_BLOB_LEN + 64],
+            scratch: vec![0u8; ENCODE_ROOM],
             trial: vec![0u8; PAGE_SIZE],
             zstd: None,
             unzstd: None,
@@ -435,11 +438,17 @@ impl Codec {
 }
 
 /// What [`CodecCtx::encode_or_word`] made of a page.
-pub enum Encoded<'a> {
-    /// The page is this 8-byte word over and over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Encoded {
+    /// The page is this 8-byte word over and over; nothing was written.
     Word(u64),
-    /// The page's blob (valid until the next call) and the version it must be decoded with.
-    Blob(&'a [u8], u64),
+    /// The page's blob is the first `len` bytes of the output; decode it with `version`.
+    Blob {
+        /// The blob's length in bytes.
+        len: usize,
+        /// The version it was sealed with.
+        version: u64,
+    },
 }
 
 /// One thread's codec: encodes pages into blobs and decodes them back.
@@ -468,9 +477,12 @@ impl CodecCtx {
         self.encode_checked(page_no, page, same)
     }
 
-    /// Like [`CodecCtx::encode`], but a page of one repeated word is not made into a blob: the
-    /// caller keeps the word itself (the shared-memory store, in its index).
-    pub fn encode_or_word(&mut self, page_no: u64, page: &[u8]) -> Encoded<'_> {
+    /// Like [`CodecCtx::encode`], but a page of one repeated word is not made into a blob (the
+    /// caller keeps the word itself: the shared-memory store, in its index), and the blob is
+    /// written at the start of `out` (at least [`ENCODE_ROOM`] bytes), where the caller keeps
+    /// it: the shared-memory store encodes straight into its batch, a copy of every page it
+    /// writes back saved.
+    pub fn encode_or_word(&mut self, page_no: u64, page: &[u8], out: &mut [u8]) -> Encoded {
         match same_filled(page) {
             Some(word) => {
                 let c = &self.codec.counters;
@@ -479,19 +491,35 @@ impl CodecCtx {
                 Encoded::Word(word)
             }
             None => {
-                let (blob, version) = self.encode_checked(page_no, page, None);
-                Encoded::Blob(blob, version)
+                let (len, version) = self.encode_to(page_no, page, None, out);
+                Encoded::Blob { len, version }
             }
         }
     }
 
-    /// Encodes `page`, whose repeated word (if any) the caller found: `same`.
+    /// Encodes `page`, whose repeated word (if any) the caller found: `same`, into the scratch
+    /// buffer.
     fn encode_checked(&mut self, page_no: u64, page: &[u8], same: Option<u64>) -> (&[u8], u64) {
+        let mut out = std::mem::take(&mut self.scratch);
+        let (len, version) = self.encode_to(page_no, page, same, &mut out);
+        self.scratch = out;
+        (&self.scratch[..len], version)
+    }
+
+    /// Encodes `page`, whose repeated word (if any) the caller found: `same`, into the start of
+    /// `out` (at least [`ENCODE_ROOM`] bytes); returns the blob's length and its version.
+    fn encode_to(
+        &mut self,
+        page_no: u64,
+        page: &[u8],
+        same: Option<u64>,
+        out: &mut [u8],
+    ) -> (usize, u64) {
         assert_eq!(page.len(), PAGE_SIZE, "the codec encodes whole pages");
+        assert!(out.len() >= ENCODE_ROOM, "too little room to encode a page");
         let codec = &*self.codec;
         let c = &codec.counters;
         let version = codec.next_version.fetch_add(1, Ordering::Relaxed);
-        let out = &mut self.scratch;
         let len = if let Some(word) = same {
             out[0] = KIND_SAME;
             out[1..9].copy_from_slice(&word.to_le_bytes());
@@ -599,7 +627,7 @@ impl CodecCtx {
         };
         c.encoded.fetch_add(1, Ordering::Relaxed);
         c.blob_bytes.fetch_add(len as u64, Ordering::Relaxed);
-        (&self.scratch[..len], version)
+        (len, version)
     }
 
     /// Decodes `blob`, which the memnode returned for region page `page_no` last written with
@@ -801,6 +829,44 @@ mod tests {
         }
     }
 
+    #[test]
+    fn blobs_encoded_in_place_one_after_another_each_decode_to_their_page() {
+        let codec = Codec::new(Compression::Lz4, Encryption::On).unwrap();
+        let mut ctx = codec.ctx();
+        let mut same = vec![0u8; PAGE_SIZE];
+        fill_word(&mut same, 7);
+        let pages = [
+            text_page(1),
+            crate::noise_page(2),
+            same.clone(),
+            text_page(3),
+        ];
+        // As the shared-memory store batches them: each blob right after the previous one.
+        let mut batch = vec![0xaau8; 4 * ENCODE_ROOM];
+        let mut used = 0;
+        let mut placed = Vec::new();
+        for (no, page) in pages.iter().enumerate() {
+            match ctx.encode_or_word(no as u64, page, &mut batch[used..]) {
+                Encoded::Word(w) => {
+                    assert_eq!(no, 2, "only the same-filled page is a word");
+                    assert_eq!(w, 7);
+                }
+                Encoded::Blob { len, version } => {
+                    placed.push((no, used, len, version));
+                    used += len;
+                }
+            }
+        }
+        assert_eq!(placed.len(), 3);
+        assert!(placed[0].2 < PAGE_SIZE * 3 / 4, "text compressed");
+        assert_eq!(placed[1].2, MAX_BLOB_LEN, "noise stored raw");
+        for (no, start, len, version) in placed {
+            let mut out = vec![0u8; PAGE_SIZE];
+            ctx.decode(no as u64, version, &batch[start..start + len], &mut out)
+                .unwrap();
+            assert_eq!(out, pages[no], "page {no}");
+        }
+    }
     #[test]
     fn a_flipped_bit_another_pages_blob_or_an_older_version_is_refused() {
         let codec = Codec::new(Compression::Lz4, Encryption::On).unwrap();

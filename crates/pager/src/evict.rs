@@ -211,14 +211,13 @@ impl Evictor {
         );
         let mut refused = None;
         if !self.ids.is_empty() {
-            let scratch = &self.scratch;
+            let scratch: &[u8] = &self.scratch;
             let victims = &self.victims;
             let mut order = victims.iter().filter(|v| v.stale && v.captured.is_some());
-            let r = store.stage(&self.ids, &mut |_, dst| {
+            let r = store.stage(&self.ids, &mut move |_| {
                 let v = order.next().expect("one victim per staged page");
                 let i = v.captured.expect("captured");
-                dst.copy_from_slice(&scratch[i * PAGE_SIZE..][..PAGE_SIZE]);
-                Ok(())
+                &scratch[i * PAGE_SIZE..][..PAGE_SIZE]
             });
             if let Err(e) = r {
                 self.lost(s, &e.to_string());

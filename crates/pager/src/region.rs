@@ -751,14 +751,12 @@ fn trim_inherited(e: &Engine) -> Result<(), PagerError> {
             .collect();
         let ids: Vec<u64> = victims.iter().map(|&p| p as u64).collect();
         let written = store.reserve(&ids).and_then(|()| {
-            store.stage(&ids, &mut |i, dst| {
+            store.stage(&ids, &mut |i| {
                 // SAFETY: a resident page of the region (EVICTING: no other thread of this
-                // process touches it; no program thread runs yet).
-                let src = unsafe {
+                // process touches it; no program thread runs yet), alive until the commit.
+                unsafe {
                     std::slice::from_raw_parts(e.mem.addr_of(victims[i]) as *const u8, PAGE_SIZE)
-                };
-                dst.copy_from_slice(src);
-                Ok(())
+                }
             })?;
             store.commit()
         });
@@ -807,7 +805,7 @@ fn child_pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
 /// written (the child's page table lost the write protection).
 fn adopt_inherited_pages(table: &PageTable, addr: usize, tracking: Tracking) -> Vec<usize> {
     let mut resident = Vec::new();
-    for page in 0..table.len() {
+    for page in 0..table.touched_end() {
         match table.get(page) {
             PageState::Absent | PageState::Remote => continue,
             PageState::Clean | PageState::Dirty => {}

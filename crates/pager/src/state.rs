@@ -23,7 +23,7 @@
 //! duplicate or waits for the owner. The kernel's "one `UFFDIO_COPY` wins, the rest get `EEXIST`"
 //! backs this up for installs.
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
 /// The state of one page.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,6 +74,12 @@ pub(crate) struct PageTable {
     /// 1 while a page resident at a fork may still be shared with the child (until it is
     /// evicted or discarded: its next install is the process's own page).
     forked: Box<[AtomicU8]>,
+    /// One past the highest page that ever left ABSENT: every page from here on is ABSENT. The
+    /// table spans the whole reserved region (64 GiB for the preload's heap, 16 M pages) of
+    /// which a program uses the first few hundred MiB, so whole-table scans (the stats' count
+    /// of remote pages, once a second; a fork) stop here: scanning all of it cost redis 1.2% of
+    /// its CPU.
+    touched_end: AtomicUsize,
 }
 
 impl PageTable {
@@ -86,12 +92,17 @@ impl PageTable {
         let forked = Box::<[AtomicU8]>::new_zeroed_slice(pages);
         // SAFETY: as above; 0 means "not marked".
         let forked = unsafe { forked.assume_init() };
-        PageTable { states, forked }
+        PageTable {
+            states,
+            forked,
+            touched_end: AtomicUsize::new(0),
+        }
     }
 
     /// Marks every resident page as resident at a fork (the caller holds eviction paused).
     pub(crate) fn mark_resident_forked(&self) {
-        for (s, f) in self.states.iter().zip(self.forked.iter()) {
+        let end = self.touched_end();
+        for (s, f) in self.states[..end].iter().zip(self.forked.iter()) {
             let state = s.load(Ordering::Acquire);
             if state == PageState::Clean as u8 || state == PageState::Dirty as u8 {
                 f.store(1, Ordering::Relaxed);
@@ -126,9 +137,10 @@ impl PageTable {
         )
     }
 
-    /// Pages in the table.
-    pub(crate) fn len(&self) -> usize {
-        self.states.len()
+    /// One past the highest page that ever left [`PageState::Absent`]: all pages from here on
+    /// are absent.
+    pub(crate) fn touched_end(&self) -> usize {
+        self.touched_end.load(Ordering::Acquire)
     }
 
     /// The current state of `page`.
@@ -138,9 +150,15 @@ impl PageTable {
 
     /// Moves `page` from `from` to `to`; false if it was not in `from`.
     pub(crate) fn transition(&self, page: usize, from: PageState, to: PageState) -> bool {
-        self.states[page]
+        let moved = self.states[page]
             .compare_exchange(from as u8, to as u8, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
+            .is_ok();
+        // Every way out of ABSENT is a transition (a release only ever sets a page its caller
+        // owns, which left ABSENT through one).
+        if moved && from == PageState::Absent && page >= self.touched_end.load(Ordering::Relaxed) {
+            self.touched_end.fetch_max(page + 1, Ordering::AcqRel);
+        }
+        moved
     }
 
     /// Sets the state of a page the caller owns (it holds it in an owned state).
@@ -150,10 +168,12 @@ impl PageTable {
 
     /// Counts pages per state (for stats and tests; not atomic across pages).
     pub(crate) fn census(&self) -> [usize; 9] {
+        let end = self.touched_end();
         let mut c = [0usize; 9];
-        for s in self.states.iter() {
+        for s in self.states[..end].iter() {
             c[s.load(Ordering::Relaxed) as usize] += 1;
         }
+        c[PageState::Absent as usize] += self.states.len() - end;
         c
     }
 }
@@ -172,5 +192,33 @@ mod tests {
         assert_eq!(t.get(2), PageState::Dirty);
         assert_eq!(t.census()[PageState::Dirty as usize], 1);
         assert_eq!(t.census()[PageState::Absent as usize], 3);
+    }
+
+    #[test]
+    fn counts_cover_every_page_that_ever_left_absent() {
+        let t = PageTable::new(1000);
+        assert_eq!(t.touched_end(), 0);
+        assert!(t.transition(700, PageState::Absent, PageState::Fetching));
+        t.release(700, PageState::Dirty);
+        assert!(t.transition(3, PageState::Absent, PageState::Fetching));
+        t.release(3, PageState::Remote);
+        assert_eq!(
+            t.touched_end(),
+            701,
+            "the highest page that left ABSENT bounds the scans"
+        );
+        // A failed transition out of ABSENT moves nothing.
+        assert!(!t.transition(900, PageState::Remote, PageState::Fetching));
+        assert!(!t.transition(700, PageState::Absent, PageState::Fetching));
+        assert_eq!(t.touched_end(), 701);
+        let c = t.census();
+        assert_eq!(c[PageState::Dirty as usize], 1);
+        assert_eq!(c[PageState::Remote as usize], 1);
+        assert_eq!(
+            c[PageState::Absent as usize],
+            998,
+            "the untouched tail counts as absent"
+        );
+        assert_eq!(c.iter().sum::<usize>(), 1000);
     }
 }

@@ -17,7 +17,6 @@ pub(crate) mod pool;
 pub(crate) mod shm;
 pub(crate) mod socket;
 
-use std::io;
 use std::sync::Arc;
 
 use gleaner_proto::{ConnectOptions, Endpoint, Token};
@@ -199,13 +198,14 @@ pub(crate) trait StoreHandle: Send {
     fn reserve(&mut self, _pages: &[u64]) -> Result<(), StoreError> {
         Ok(())
     }
-    /// Copies the contents of `pages` (some or all of those last reserved): `fill(i, dst)` writes
-    /// the i-th page's 4 KiB into `dst`. Shared memory writes the pages' slots (final at once); a
-    /// socket fills its send buffer.
-    fn stage(
+    /// Encodes the contents of `pages` (some or all of those last reserved) for the next commit:
+    /// `data(i)` is the i-th page's 4 KiB, read where the caller holds it (the codec is the first
+    /// to read it: no copy is made before). Shared memory encodes into its batch; a socket into
+    /// its send buffer.
+    fn stage<'d>(
         &mut self,
         pages: &[u64],
-        fill: &mut dyn FnMut(usize, &mut [u8]) -> io::Result<()>,
+        data: &mut dyn FnMut(usize) -> &'d [u8],
     ) -> Result<(), StoreError>;
     /// Makes the staged pages durable on the far side. On [`StoreError::Full`] (a socket only)
     /// nothing was stored.
@@ -217,13 +217,13 @@ pub(crate) trait StoreHandle: Send {
     /// Stores `pages`: reserve, stage and commit at once. All or nothing on
     /// [`StoreError::Full`].
     #[cfg(test)]
-    fn write(
+    fn write<'d>(
         &mut self,
         pages: &[u64],
-        fill: &mut dyn FnMut(usize, &mut [u8]) -> io::Result<()>,
+        data: &mut dyn FnMut(usize) -> &'d [u8],
     ) -> Result<(), StoreError> {
         self.reserve(pages)?;
-        self.stage(pages, fill)?;
+        self.stage(pages, data)?;
         self.commit()
     }
 }
@@ -388,11 +388,8 @@ mod tests {
     /// Writes `ids` (contents from their id plus `version`), then reads them back.
     fn round_trip(store: &dyn PageStore, ids: &[u64], version: u64) {
         let mut h = store.handle().unwrap();
-        h.write(ids, &mut |i, dst| {
-            dst.copy_from_slice(&page(ids[i] + version));
-            Ok(())
-        })
-        .unwrap();
+        let pages: Vec<Vec<u8>> = ids.iter().map(|&id| page(id + version)).collect();
+        h.write(ids, &mut |i| &pages[i]).unwrap();
         let mut other = store.handle().unwrap();
         let got = read_copies(&mut *other, ids).unwrap();
         for (i, data) in got.iter().enumerate() {
@@ -467,10 +464,8 @@ mod tests {
         let mut written = 0u64;
         let refused = loop {
             let ids: Vec<u64> = (written..written + 64).collect();
-            let r = h.write(&ids, &mut |i, dst| {
-                dst.copy_from_slice(&crate::noise_page(ids[i]));
-                Ok(())
-            });
+            let pages: Vec<Vec<u8>> = ids.iter().map(|&id| crate::noise_page(id)).collect();
+            let r = h.write(&ids, &mut |i| &pages[i]);
             match r {
                 Ok(()) => written += 64,
                 Err(e) => break e,
@@ -492,11 +487,8 @@ mod tests {
         // Free room, then the same write goes through.
         store.release(&[(0, 512)]);
         let ids: Vec<u64> = (written..written + 64).collect();
-        h.write(&ids, &mut |i, dst| {
-            dst.copy_from_slice(&crate::noise_page(ids[i]));
-            Ok(())
-        })
-        .unwrap();
+        let pages: Vec<Vec<u8>> = ids.iter().map(|&id| crate::noise_page(id)).collect();
+        h.write(&ids, &mut |i| &pages[i]).unwrap();
         assert_eq!(
             read_copies(&mut *h, &[written]).unwrap()[0],
             crate::noise_page(written)
@@ -509,11 +501,8 @@ mod tests {
         let store = node.shm(1000);
         let mut h = store.handle().unwrap();
         let write = |h: &mut dyn StoreHandle, ids: &[u64], v: u64| {
-            h.write(ids, &mut |i, dst| {
-                dst.copy_from_slice(&page(ids[i] * 1000 + v));
-                Ok(())
-            })
-            .unwrap()
+            let pages: Vec<Vec<u8>> = ids.iter().map(|&id| page(id * 1000 + v)).collect();
+            h.write(ids, &mut |i| &pages[i]).unwrap()
         };
         write(&mut *h, &[1, 2, 3], 0);
         // A flipped bit in page 1's blob.

@@ -36,7 +36,6 @@
 //! sealed blobs, and a blob changed behind the client's back fails authentication on its next
 //! fetch: exit 86, never wrong data.
 
-use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -47,7 +46,7 @@ use super::arena::Arena;
 use super::blobs::{Blobs, Loc, MAX_CHUNK_PAGES};
 use super::socket::Session;
 use super::{page_buf, zeroed_atomics, PageBuf, PageStore, StoreError, StoreHandle, StoreStats};
-use crate::codec::{fill_word, same_filled, Codec, CodecCtx, Encoded, MAX_BLOB_LEN};
+use crate::codec::{fill_word, same_filled, Codec, CodecCtx, Encoded, ENCODE_ROOM, MAX_BLOB_LEN};
 use crate::{PagerError, PAGE_SIZE};
 
 /// The first grant asks for this many pages (64 MiB); later ones for half of what the session
@@ -208,6 +207,7 @@ impl PageStore for ShmStore {
             page: page_buf(),
             staged: Vec::new(),
             batch: Vec::new(),
+            batch_used: 0,
             placed: Vec::new(),
         }))
     }
@@ -482,11 +482,13 @@ struct ShmHandle {
     ctx: CodecCtx,
     /// The pages of the last request.
     pending: Vec<u64>,
-    /// Where a page is decoded into, or filled before encoding.
+    /// Where a page is decoded into.
     page: PageBuf,
-    /// The pages staged since the last commit, in order, with the blobs in `batch`.
+    /// The pages staged since the last commit, in order, with their blobs in
+    /// `batch[..batch_used]` (the buffer keeps its length between batches).
     staged: Vec<(u64, Staged)>,
     batch: Vec<u8>,
+    batch_used: usize,
     /// Scratch: the places of a commit's blobs.
     placed: Vec<Loc>,
 }
@@ -546,23 +548,28 @@ impl StoreHandle for ShmHandle {
         Ok(())
     }
 
-    fn stage(
+    fn stage<'d>(
         &mut self,
         pages: &[u64],
-        fill: &mut dyn FnMut(usize, &mut [u8]) -> io::Result<()>,
+        data: &mut dyn FnMut(usize) -> &'d [u8],
     ) -> Result<(), StoreError> {
         for (i, &page) in pages.iter().enumerate() {
-            fill(i, &mut self.page[..]).map_err(|e| {
-                StoreError::Lost(format!("reading page {page} for write-back failed: {e}"))
-            })?;
-            let staged = match self.ctx.encode_or_word(page, &self.page[..]) {
+            // The codec writes the blob straight into the batch: room for the largest blob at
+            // its end, zeroed once (the buffer keeps its length between batches).
+            let start = self.batch_used;
+            if self.batch.len() < start + ENCODE_ROOM {
+                self.batch.resize(start + ENCODE_ROOM, 0);
+            }
+            let staged = match self
+                .ctx
+                .encode_or_word(page, data(i), &mut self.batch[start..])
+            {
                 Encoded::Word(word) => Staged::Same(word),
-                Encoded::Blob(blob, version) => {
-                    let start = self.batch.len();
-                    self.batch.extend_from_slice(blob);
+                Encoded::Blob { len, version } => {
+                    self.batch_used += len;
                     Staged::Blob {
                         start,
-                        len: blob.len(),
+                        len,
                         version,
                     }
                 }
@@ -581,7 +588,7 @@ impl StoreHandle for ShmHandle {
         let placed = inner.place(lens, &mut self.placed);
         if let Err(e) = placed {
             self.staged.clear();
-            self.batch.clear();
+            self.batch_used = 0;
             return Err(e);
         }
         let mut places = self.placed.iter();
@@ -610,7 +617,7 @@ impl StoreHandle for ShmHandle {
                 old => freed.push(unpack(old)),
             }
         }
-        self.batch.clear();
+        self.batch_used = 0;
         inner.stored.fetch_add(added, Ordering::Relaxed);
         // Also gives back the blobs of far copies dropped since the last batch.
         inner.free(&freed);

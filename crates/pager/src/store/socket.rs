@@ -10,7 +10,6 @@
 //! blobs, versions included). The program only waits. Past the lease, or when the memnode no
 //! longer knows the session, the data is lost and the error says so.
 
-use std::io;
 use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -549,19 +548,16 @@ impl StoreHandle for SocketHandle {
             })
     }
 
-    fn stage(
+    fn stage<'d>(
         &mut self,
         pages: &[u64],
-        fill: &mut dyn FnMut(usize, &mut [u8]) -> io::Result<()>,
+        data: &mut dyn FnMut(usize) -> &'d [u8],
     ) -> Result<(), StoreError> {
         let buf = self.link.batch();
         PageBatch::begin(buf);
         self.staged.clear();
         for (i, &page) in pages.iter().enumerate() {
-            fill(i, &mut self.page[..]).map_err(|e| {
-                StoreError::Lost(format!("reading page {page} for write-back failed: {e}"))
-            })?;
-            let (blob, version) = self.ctx.encode(page, &self.page[..]);
+            let (blob, version) = self.ctx.encode(page, data(i));
             // The version travels in the clear too, so the memnode keeps the newest of two
             // copies of a page (a batch a replaced connection delivers late).
             PageBatch::push(buf, page, version, blob);

@@ -30,7 +30,6 @@
 //! A pool always uses the socket data path (even for `unix:` memnodes): shared-memory slabs are
 //! one host's memory, which replication across hosts is meant to survive.
 
-use std::io;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -819,10 +818,10 @@ impl StoreHandle for PoolHandle {
         result
     }
 
-    fn stage(
+    fn stage<'d>(
         &mut self,
         pages: &[u64],
-        fill: &mut dyn FnMut(usize, &mut [u8]) -> io::Result<()>,
+        data: &mut dyn FnMut(usize) -> &'d [u8],
     ) -> Result<(), StoreError> {
         self.release_held();
         self.staged.clear();
@@ -836,10 +835,7 @@ impl StoreHandle for PoolHandle {
                 self.held.push(extent);
             }
             let word = self.pool.place(extent)?;
-            fill(i, &mut self.page[..]).map_err(|e| {
-                StoreError::Lost(format!("reading page {page} for write-back failed: {e}"))
-            })?;
-            let (blob, version) = self.ctx.encode(page, &self.page[..]);
+            let (blob, version) = self.ctx.encode(page, data(i));
             self.staged.push((page, version));
             for m in members_of(word) {
                 let Some(link) = self.links[m].as_mut().filter(|_| self.pool.alive(m)) else {
