@@ -128,7 +128,11 @@ impl History {
 
     /// Appends a delta, dropping the oldest when full.
     pub fn push(&mut self, d: i64) {
-        self.head = (self.head + 1) % self.buf.len();
+        self.head = if self.head + 1 == self.buf.len() {
+            0
+        } else {
+            self.head + 1
+        };
         self.buf[self.head] = d;
         self.len = (self.len + 1).min(self.buf.len());
     }
@@ -152,12 +156,27 @@ impl History {
     pub fn recent(&self, j: usize) -> i64 {
         assert!(j < self.len, "history index {j} out of {}", self.len);
         let n = self.buf.len();
-        self.buf[(self.head + n - j) % n]
+        self.buf[if j <= self.head {
+            self.head - j
+        } else {
+            self.head + n - j
+        }]
     }
 
-    /// FINDTREND ([`find_trend`]) over this history.
+    /// FINDTREND ([`find_trend`]) over this history. It runs on every fault and reads up to
+    /// 112 entries: they are indexed without a division (a `%` by the history's length, not a
+    /// constant, cost ~1 µs a call, 1.1% of memcached's CPU at 50% local).
     pub fn find_trend(&self, n_split: usize) -> Option<i64> {
-        find_trend_by(self.len, self.buf.len(), n_split, |j| self.recent(j))
+        let (n, head) = (self.buf.len(), self.head);
+        // The newest entries run down from `head`; the older ones down from the end.
+        let (newer, older) = self.buf.split_at(head + 1);
+        find_trend_by(self.len, n, n_split, |j| {
+            if j <= head {
+                newer[head - j]
+            } else {
+                older[n - 1 - j]
+            }
+        })
     }
 }
 
@@ -519,6 +538,34 @@ mod tests {
         }
         assert_eq!(h.len(), 3);
         assert_eq!((h.recent(0), h.recent(1), h.recent(2)), (5, 4, 3));
+    }
+
+    #[test]
+    fn the_ring_finds_the_trend_the_plain_history_has_at_every_fill_and_wrap() {
+        // Deltas drawn from a few values, so that majorities come and go.
+        let mut x = 12345u64;
+        for h_size in [1, 3, 8, 32] {
+            let mut h = History::new(h_size);
+            let mut plain: Vec<i64> = Vec::new();
+            for _ in 0..300 {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                let d = [1, 1, 1, -2, 5][(x >> 33) as usize % 5];
+                h.push(d);
+                plain.insert(0, d);
+                plain.truncate(h_size);
+                assert_eq!(h.len(), plain.len());
+                for (j, &d) in plain.iter().enumerate() {
+                    assert_eq!(h.recent(j), d);
+                }
+                for n_split in [1, 2, 4] {
+                    assert_eq!(
+                        h.find_trend(n_split),
+                        find_trend(&plain, h_size, n_split),
+                        "h_size {h_size}, n_split {n_split}, history {plain:?}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]
