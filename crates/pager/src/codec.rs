@@ -867,6 +867,7 @@ mod tests {
             assert_eq!(out, pages[no], "page {no}");
         }
     }
+
     #[test]
     fn a_flipped_bit_another_pages_blob_or_an_older_version_is_refused() {
         let codec = Codec::new(Compression::Lz4, Encryption::On).unwrap();
