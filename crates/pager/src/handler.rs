@@ -20,7 +20,11 @@
 //! first (redis at 50% local: 5% of wake-ups found nothing). Waking only one handler per message
 //! (`EPOLLEXCLUSIVE`) was measured and rejected: the kernel then wakes the longest-waiting
 //! handler, not the one on the faulting CPU, and redis's GET throughput halved (25.4k/s against
-//! 49-51k/s, same session).
+//! 49-51k/s, same session). Sending a handler that served another CPU's thread (probed through
+//! `/proc/self/task/TID/stat`) to the back of that order gained unpinned redis 10% and cost
+//! unpinned memcached, whose workers fault from both CPUs, 10%; exclusive wake-ups only while
+//! the probes saw one CPU gained nothing beyond noise (`bench/results/cpu-cuts-ab/`, patches
+//! and runs).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
