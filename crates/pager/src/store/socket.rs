@@ -507,7 +507,7 @@ struct SocketHandle {
     versions: Arc<Box<[AtomicU64]>>,
     /// The pages of the batch being built and their blobs' versions, published at commit.
     staged: Vec<(u64, u64)>,
-    /// Where a page is decoded into, or filled before encoding.
+    /// Where a page is decoded into.
     page: PageBuf,
 }
 
