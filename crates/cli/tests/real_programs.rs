@@ -717,3 +717,87 @@ fn java_hash_map_at_a_quarter_local_checksums_match() {
         "the heap went to far memory and came back: {s}"
     );
 }
+
+// ---- shells and nested forks -------------------------------------------------------------
+
+/// A bash script whose subshells fork again (a pipeline inside `$(...)`, as every shell
+/// wrapper such as pyenv's `python3` does): each subshell is a fork child, which cannot give
+/// its own children a snapshot of far pages, but it has no far pages to give. It runs quietly:
+/// no warning about bringing far pages home, and its output is the all-local one.
+#[test]
+fn a_shell_whose_subshells_fork_again_runs_without_warnings() {
+    let bash = require("bash");
+    let dir = TempDir::new("shell-pipelines");
+    let script = "s=; for i in $(seq 1 20); do s=$s$(seq 1 $((i * 100)) | sha256sum | cut -c1-8); \
+                  done; echo \"$s\"";
+    let local = Command::new(&bash).args(["-c", script]).output().unwrap();
+    assert!(local.status.success(), "{local:?}");
+    let want = String::from_utf8_lossy(&local.stdout).trim().to_string();
+    assert_eq!(want.len(), 20 * 8, "{want}");
+    let mut run = spawn_under_gleaner(dir.path(), "16M", None, &[&bash, "-c", script]);
+    assert_eq!(wait_exit(&mut run, Duration::from_secs(120)), Some(0));
+    let out = std::fs::read_to_string(dir.path().join("out.log")).unwrap();
+    let err = std::fs::read_to_string(dir.path().join("err.log")).unwrap();
+    assert_eq!(out.trim(), want, "stderr: {err}");
+    assert!(
+        !err.contains("far pages home"),
+        "nothing was far, nothing to warn about: {err}"
+    );
+}
+
+/// The same situation with far pages: a fork child builds a structure four times its budget
+/// (its own far pages), then forks a grandchild, which must see exactly that structure. The
+/// child's store cannot give the grandchild a snapshot, so its far pages come home first, and
+/// the run says so once, with how much.
+const PYTHON_NESTED_FORK_JOB: &str = r#"
+import hashlib, os, sys
+def digest(xs):
+    h = hashlib.sha256()
+    for x in xs:
+        h.update(x)
+    return h.hexdigest()
+pid = os.fork()
+if pid == 0:
+    xs = [bytes([i % 251]) * 1000 + os.urandom(24) for i in range(64000)]
+    d = digest(xs)
+    g = os.fork()
+    if g == 0:
+        os._exit(0 if digest(xs) == d else 3)
+    _, st = os.waitpid(g, 0)
+    print("grandchild", "same" if st == 0 else "DIFFERENT", flush=True)
+    os._exit(0 if st == 0 else 1)
+_, st = os.waitpid(pid, 0)
+sys.exit(st >> 8)
+"#;
+
+#[test]
+fn a_fork_child_with_far_pages_forking_again_brings_them_home_and_says_so() {
+    require("python3");
+    let python = real_python();
+    let dir = TempDir::new("nested-fork");
+    let script = dir.path().join("nested.py");
+    std::fs::write(&script, PYTHON_NESTED_FORK_JOB).unwrap();
+    let script = script.to_string_lossy().into_owned();
+    let mut run = spawn_under_gleaner(dir.path(), "16M", None, &[python, &script]);
+    let code = wait_exit(&mut run, Duration::from_secs(300));
+    let out = std::fs::read_to_string(dir.path().join("out.log")).unwrap();
+    let err = std::fs::read_to_string(dir.path().join("err.log")).unwrap();
+    assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
+    assert_eq!(out.trim(), "grandchild same", "stderr: {err}");
+    let warnings: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("far pages home"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "one warning, by the child: {err}");
+    let pages: u64 = warnings[0]
+        .split("home (")
+        .nth(1)
+        .and_then(|t| t.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("the warning says how many pages: {}", warnings[0]));
+    assert!(
+        pages > (16 << 20) / 4096,
+        "the child's structure (~64 MiB at 16 MiB local) was mostly far: {}",
+        warnings[0]
+    );
+}

@@ -549,15 +549,21 @@ impl Region {
                     }
                 }
             } else {
+                // Said once per process, and only where there is something to bring: a shell
+                // that is itself a fork child forks for every pipeline, mostly with nothing far.
+                let far = e.mem.table.census()[PageState::Remote as usize];
                 static SAID: std::sync::Once = std::sync::Once::new();
-                SAID.call_once(|| {
-                    log::warn!(
-                        "fork brings this process's far pages home: {} cannot give a fork child \
-                         a snapshot now (a pool with a lost or draining memnode, or a fork \
-                         child's own store)",
-                        e.store.describe()
-                    )
-                });
+                if far > 0 {
+                    SAID.call_once(|| {
+                        log::warn!(
+                            "fork brings this process's far pages home ({far} pages, {} MiB): \
+                             {} cannot give a fork child a snapshot now (a pool with a lost or \
+                             draining memnode, or a fork child's own store)",
+                            (far * crate::PAGE_SIZE) >> 20,
+                            e.store.describe()
+                        )
+                    });
+                }
             }
         }
         self.bring_home();
