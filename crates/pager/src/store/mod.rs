@@ -109,6 +109,13 @@ pub struct StoreStats {
     pub blobs_at_peak: u64,
     /// Bytes of the blobs themselves (shm): `resident_bytes` less the allocator's slack.
     pub blob_bytes: u64,
+    /// Slab pages no blob reached any more, punched out to give their memory back (shm), in
+    /// all.
+    pub pages_punched: u64,
+    /// Slab pages new blobs reached that held no memory (shm), in all: each costs the host a
+    /// fresh page (a shared-memory fault). Beside `pages_punched`, the churn the allocator
+    /// causes.
+    pub pages_fresh: u64,
     /// Grant requests that found the memnode full (shm).
     pub grants_refused: u64,
     /// Blobs freed but kept because a fork child may still read them (shm).

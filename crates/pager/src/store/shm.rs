@@ -303,6 +303,8 @@ impl PageStore for ShmStore {
             blob_bytes_at_peak: space.blobs.blob_bytes_at_peak(),
             blobs_at_peak: space.blobs.blobs_at_peak(),
             blob_bytes: space.blobs.blob_bytes(),
+            pages_punched: space.blobs.punched_pages(),
+            pages_fresh: space.blobs.fresh_pages(),
             grants_refused: self.inner.grants_refused.load(Ordering::Relaxed),
             blobs_held_for_children: space.held.len() as u64,
             reconnects: 0,
