@@ -64,6 +64,9 @@ impl Handler {
             FaultKind::MissingWrite => self.on_missing(engine, page, tid, true),
             FaultKind::Minor => log::warn!("unexpected minor fault at {addr:#x}"),
         }
+        // Only now, with the faulting thread on its way, may a reclaim thread this fault's
+        // charges asked for take the CPU.
+        engine.reclaim.wake_deferred();
     }
 
     /// A missing page was touched.

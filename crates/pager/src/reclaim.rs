@@ -58,6 +58,10 @@ pub(crate) struct Reclaim {
     direct_ns: AtomicU64,
     /// Highest number of pool threads awake at once.
     peak_awake: AtomicUsize,
+    /// Pool threads a charge asked for, not yet woken (0: none): see [`Reclaim::on_charge`].
+    wake_wanted: AtomicUsize,
+    /// Wake-ups of sleeping pool threads that charges asked for.
+    pool_wakeups: AtomicU64,
 }
 
 /// Reclaim statistics: the scheduler's state plus what the pool and faulting threads did.
@@ -71,6 +75,9 @@ pub struct ReclaimStats {
     pub threads_awake: usize,
     /// The most reclaim threads awake at once.
     pub peak_threads_awake: usize,
+    /// Sleeping reclaim threads woken because charges asked for them (each after the fault
+    /// that asked was served).
+    pub pool_wakeups: u64,
     /// Batches run by the pool.
     pub pool_batches: u64,
     /// Pages evicted by the pool.
@@ -121,6 +128,8 @@ impl Reclaim {
             direct_pages: AtomicU64::new(0),
             direct_ns: AtomicU64::new(0),
             peak_awake: AtomicUsize::new(0),
+            wake_wanted: AtomicUsize::new(0),
+            pool_wakeups: AtomicU64::new(0),
         }
     }
 
@@ -162,8 +171,12 @@ impl Reclaim {
     }
 
     /// A page was charged; `resident` includes it. `refault` is the page if it came back from
-    /// the memnode (its turnaround is reported). Wakes the pool when the scheduler asks for more
-    /// threads than are awake.
+    /// the memnode (its turnaround is reported). When the scheduler asks for more threads than
+    /// are awake, notes it for [`Reclaim::wake_deferred`]: the charging fault handler wakes them
+    /// once its fault is served. Woken at once, a reclaim thread on the handler's CPU preempts
+    /// it in the middle of the fault, and the faulting thread waits for a batch of evictions (or
+    /// a scheduler tick): redis at 50% local spent 287 µs per such wake-up, 3418 of them in a
+    /// 14-second run.
     pub(crate) fn on_charge(&self, resident: usize, refault: Option<usize>) {
         let now = self.clock_ns();
         let turnaround = refault.and_then(|p| self.turnaround_ns(p, now));
@@ -180,7 +193,20 @@ impl Reclaim {
             }
         };
         if decision > self.awake.load(Ordering::Relaxed) {
-            self.wake_threads(decision);
+            self.wake_wanted.fetch_max(decision, Ordering::Relaxed);
+        }
+    }
+
+    /// Wakes the pool threads charges asked for since the last call (see
+    /// [`Reclaim::on_charge`]); fault handlers call it after each fault they serve.
+    pub(crate) fn wake_deferred(&self) {
+        if self.wake_wanted.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let n = self.wake_wanted.swap(0, Ordering::Relaxed);
+        if n > self.awake.load(Ordering::Relaxed) {
+            Counters::add(&self.pool_wakeups, 1);
+            self.wake_threads(n);
         }
     }
 
@@ -224,6 +250,7 @@ impl Reclaim {
             pool_size: self.pool_size,
             threads_awake: self.awake.load(Ordering::Relaxed),
             peak_threads_awake: self.peak_awake.load(Ordering::Relaxed),
+            pool_wakeups: get(&self.pool_wakeups),
             pool_batches: get(&self.pool_batches),
             pool_pages: pages,
             pool_cpu_ns: get(&self.pool_cpu_ns),
@@ -364,4 +391,32 @@ fn thread_cpu_ns() -> u64 {
         return 0;
     }
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A charge that asks for a reclaim thread does not wake it: the fault handler making the
+    /// charge is still serving its fault, and a thread woken on its CPU would run first. The
+    /// handler wakes it (once) when the fault is served.
+    #[test]
+    fn a_charge_asks_for_reclaim_but_wakes_it_only_when_the_fault_is_served() {
+        let r = Reclaim::new(4096, 1024, ReclaimMode::Static(1), 1);
+        let woken = |r: &Reclaim| *r.wake[0].0.lock().unwrap();
+        for resident in 1..=1024 {
+            r.on_charge(resident, None);
+        }
+        assert!(r.wake_wanted.load(Ordering::Relaxed) >= 1, "asked for");
+        assert!(!woken(&r), "not woken while the fault is served");
+        r.wake_deferred();
+        assert!(woken(&r), "woken once it is served");
+        assert_eq!(r.pool_wakeups.load(Ordering::Relaxed), 1);
+        r.wake_deferred();
+        assert_eq!(
+            r.pool_wakeups.load(Ordering::Relaxed),
+            1,
+            "woken once per ask"
+        );
+    }
 }
