@@ -178,8 +178,13 @@ impl Evictor {
         if refused.is_empty() {
             self.runs = dropped;
         }
-        self.scratch.resize(captured * PAGE_SIZE, 0);
-        if let Err(e) = self.pipe.read(&mut self.scratch) {
+        // Grown (and zeroed) only up to the largest batch so far: the read overwrites the part
+        // in use, and batches of varying size do not pay a memset each.
+        let need = captured * PAGE_SIZE;
+        if self.scratch.len() < need {
+            self.scratch.resize(need, 0);
+        }
+        if let Err(e) = self.pipe.read(&mut self.scratch[..need]) {
             fatal(&format!("reading evicted pages back from the pipe: {e}"));
         }
         let t2 = Instant::now();
