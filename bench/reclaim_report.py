@@ -318,8 +318,11 @@ def section(res, src):
               "|---|---|---|---|---|---|---|---|"]
         for r in mi:
             s = r["step_ns_per_page"]
-            L.append(f"| {r['mode']} | {r['pool_pages_per_s_per_thread']:.0f} | "
-                     f"{r['dirty_evictions_per_s']:.0f} | {r['clean_evictions_per_s']:.0f} | "
+            # No clean evictions at all (every fetched page gives up its far copy, so each
+            # eviction is a write): None, shown as "-".
+            rate = lambda v: "-" if v is None else f"{v:.0f}"
+            L.append(f"| {r['mode']} | {rate(r['pool_pages_per_s_per_thread'])} | "
+                     f"{rate(r['dirty_evictions_per_s'])} | {rate(r['clean_evictions_per_s'])} | "
                      f"{s['protect']} | {s['read']} | {s['send']} | {s['drop']} |")
         L.append("")
     L.append(END)
