@@ -147,6 +147,13 @@ fn wait_exit(child: &mut Child, limit: Duration) -> Option<i32> {
     }
 }
 
+/// Writes `text` to `name` in `dir`; returns its path.
+fn write_script(dir: &TempDir, name: &str, text: &str) -> String {
+    let path = dir.path().join(name);
+    std::fs::write(&path, text).unwrap();
+    path.to_string_lossy().into_owned()
+}
+
 fn stats(dir: &Path) -> serde_json::Value {
     let text = std::fs::read_to_string(dir.join("stats.json")).unwrap_or_else(|e| {
         panic!(
@@ -598,9 +605,7 @@ fn python_checksums_match(via: Via) {
     let node = memnode_for(via);
     let python = real_python();
     let dir = TempDir::new("python");
-    let script = dir.path().join("job.py");
-    std::fs::write(&script, PYTHON_JOB).unwrap();
-    let script = script.to_string_lossy().into_owned();
+    let script = write_script(&dir, "job.py", PYTHON_JOB);
     // About 100 MB of Python objects at a 24 MiB budget.
     let n = "40000";
     let local = Command::new(python).args([&script, n]).output().unwrap();
@@ -641,9 +646,7 @@ fn python_multiprocessing_over_far_memory_matches_all_local() {
     require("python3");
     let python = real_python();
     let dir = TempDir::new("python-pool");
-    let script = dir.path().join("pool.py");
-    std::fs::write(&script, PYTHON_POOL_JOB).unwrap();
-    let script = script.to_string_lossy().into_owned();
+    let script = write_script(&dir, "pool.py", PYTHON_POOL_JOB);
     let local = Command::new(python).args([&script, "48"]).output().unwrap();
     assert!(local.status.success(), "{local:?}");
     let want = String::from_utf8_lossy(&local.stdout).trim().to_string();
@@ -775,9 +778,7 @@ fn a_fork_child_with_far_pages_forking_again_brings_them_home_and_says_so() {
     require("python3");
     let python = real_python();
     let dir = TempDir::new("nested-fork");
-    let script = dir.path().join("nested.py");
-    std::fs::write(&script, PYTHON_NESTED_FORK_JOB).unwrap();
-    let script = script.to_string_lossy().into_owned();
+    let script = write_script(&dir, "nested.py", PYTHON_NESTED_FORK_JOB);
     let mut run = spawn_under_gleaner(dir.path(), "16M", None, &[python, &script]);
     let code = wait_exit(&mut run, Duration::from_secs(300));
     let out = std::fs::read_to_string(dir.path().join("out.log")).unwrap();
