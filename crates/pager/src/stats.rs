@@ -95,7 +95,9 @@ pub struct FaultBreakdown {
     pub install_mean_us: f64,
     /// Handler wake-ups that found messages.
     pub handler_wakeups: u64,
-    /// Handler wake-ups that found no message (another handler read it first).
+    /// Handler wake-ups that found no message (another handler read it first). A lower bound:
+    /// a handler woken after another took the message usually goes back to sleep inside
+    /// `poll` without returning, which only a scheduler trace sees.
     pub handler_empty_wakeups: u64,
     /// Fault messages read per such wake-up.
     pub messages_per_wakeup: f64,
