@@ -629,9 +629,10 @@ mod tests {
         );
     }
 
-    /// Steady churn as a far store sees it (a page fetched frees its blob, a page evicted places
-    /// one, sizes spread over many classes): holes are filled where memory already is, so
-    /// hardly any page is punched and faulted back in per blob placed.
+    /// Uniform steady churn (a page fetched frees its blob, a page evicted places one, sizes
+    /// spread over many classes): holes are mostly filled where memory already is, so few pages
+    /// are punched and faulted back in per blob placed. (A real run churns more: redis at 50%
+    /// punched 0.09 pages per blob placed, its placements coming in batches of 128.)
     #[test]
     fn steady_churn_reuses_memory_instead_of_punching_and_faulting_it_back() {
         let mut b = Blobs::new(MAX);
