@@ -95,14 +95,15 @@ pub struct ServeArgs {
     /// The --token-file token stays valid, with the whole capacity.
     #[arg(long, value_name = "SPEC", value_parser = parse_tenant)]
     pub tenant: Vec<TenantSpec>,
-    /// Serve page data at most at RATE bytes per second (e.g. 100M), an emulated link shared
-    /// by all clients: requests waiting for it are served in fair order by tenant weight, and
-    /// `gleaner memnode stats` shows each tenant's queue wait. Default: no limit.
+    /// Serve page data at most at RATE bytes per second (e.g. 100M) in each direction, an
+    /// emulated full-duplex link shared by all clients (reads out, write-backs in): requests
+    /// waiting for it are served in fair order by tenant weight, and `gleaner memnode stats`
+    /// shows each tenant's queue wait. Default: no limit.
     #[arg(long, value_name = "RATE", value_parser = parse_rate)]
     pub bandwidth: Option<u64>,
     /// With --bandwidth: how waiting requests take the link, `fair` (by tenant weight; within
-    /// a client, demand reads before prefetches before write-backs; prefetches past their
-    /// deadline dropped) or `fifo` (first come first served, the baseline).
+    /// a client, demand reads before prefetches; prefetches past their deadline dropped) or
+    /// `fifo` (first come first served, the baseline).
     #[arg(long, value_name = "fair|fifo", default_value = "fair")]
     pub schedule: crate::config::Schedule,
 }

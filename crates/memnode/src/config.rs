@@ -30,9 +30,9 @@ pub struct ServerConfig {
     /// Tenants besides the one of [`ServerConfig::token`] (which may use the whole capacity):
     /// each with its own token and a quota. A client's token decides its tenant.
     pub tenants: Vec<TenantConfig>,
-    /// Serve page data at most at this many bytes per second, an emulated link shared by every
-    /// client, whose waiting requests are served in fair order by tenant weight (see
-    /// `sched.rs`). None (default): no limit, no waiting.
+    /// Serve page data at most at this many bytes per second in each direction, an emulated
+    /// full-duplex link shared by every client, whose waiting requests are served in fair order
+    /// by tenant weight (see `sched.rs`). None (default): no limit, no waiting.
     pub bandwidth_bytes_per_s: Option<u64>,
     /// How requests waiting for the link are ordered: fair (default) or first come first served.
     pub schedule: Schedule,
@@ -41,8 +41,8 @@ pub struct ServerConfig {
 /// How requests waiting for a memnode's link (`--bandwidth`) are ordered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Schedule {
-    /// Start-time fair queuing by tenant weight; within a session demand reads, then
-    /// prefetches, then write-backs; late prefetches dropped (default).
+    /// Start-time fair queuing by tenant weight on each direction of the link; within a
+    /// session demand reads before prefetches; late prefetches dropped (default).
     #[default]
     Fair,
     /// First come first served, nothing dropped: the baseline the fair order is measured against.

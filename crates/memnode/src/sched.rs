@@ -1,23 +1,30 @@
 //! The shared link and who gets it: with `--bandwidth`, the memnode serves page data at most at
-//! that rate (an emulated link, so that contention between tenants shows on loopback), and
-//! requests waiting for it are served in start-time fair queuing order by tenant weight
-//! (Canvas, section 4.5 of docs/ALGORITHMS.md): each request gets a start tag
+//! that rate in each direction (an emulated full-duplex link, as every Ethernet or InfiniBand
+//! link is, so that contention between tenants shows on loopback): reads (`Read`, `Prefetch`)
+//! go out on one lane, write-backs come in on the other, and the two never wait for each other.
+//! On each lane, requests waiting for it are served in start-time fair queuing order by tenant
+//! weight (Canvas, section 4.5 of docs/ALGORITHMS.md): each request gets a start tag
 //! `S = max(V, F_tenant)` and a finish tag `F = S + bytes / weight`, the waiting request with the
-//! smallest start tag goes next, and the virtual time `V` is the start tag of the request last
-//! sent. A tenant with three times the weight of another gets three times its bytes while both
-//! wait; an idle tenant does not bank credit (its tags restart from `V`).
+//! smallest start tag goes next, and the lane's virtual time `V` is the start tag of the request
+//! last sent. A tenant with three times the weight of another gets three times its bytes while
+//! both wait; an idle tenant does not bank credit (its tags restart from `V`).
 //!
-//! Within a session, classes go in priority order: when the fair order picks a session, its
-//! waiting demand reads go before its prefetches (`Prefetch` requests), which go before its
-//! write-backs. A prefetch that has waited past its deadline when its turn comes (the client
-//! sends how long a prefetched page usually has before its first use) is dropped: it would
-//! arrive after the demand it was meant to hide, and take the link from others meanwhile.
+//! Within a session, reads go in priority order: when the fair order picks a session, its
+//! waiting demand reads go before its prefetches (`Prefetch` requests). Write-backs get the fair
+//! order only (as Canvas schedules swap-outs: fair, with no priority among them). A prefetch that
+//! has waited past its deadline when its turn comes (the client sends how long a prefetched page
+//! usually has before its first use) is dropped: it would arrive after the demand it was meant
+//! to hide, and take the link from others meanwhile.
 //!
 //! Each connection thread calls [`Link::transfer`] with its reply's (reads) or request's
-//! (writes) size before it sends or stores it: the call waits for the request's turn and for the
-//! link to be free, then holds the link for `bytes / rate`. Without `--bandwidth` there is no
-//! link and nothing waits. `--schedule fifo` serves the link first come first served instead,
+//! (writes) size before it sends or stores it: the call waits for the request's turn and for its
+//! lane to be free, then holds the lane for `bytes / rate`. Without `--bandwidth` there is no
+//! link and nothing waits. `--schedule fifo` serves each lane first come first served instead,
 //! dropping nothing: the baseline `bench/corun.py` measures the fair order against.
+//!
+//! Until 2026-11-27 the link was one lane shared by both directions, so a demand read waited for
+//! any write-back being sent (a 128-page batch holds a 32 MB/s lane for 16 ms); no real link
+//! works that way, and Canvas sets swap-in and swap-out bandwidth apart.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, PoisonError};
@@ -42,6 +49,16 @@ pub(crate) enum Class {
     WriteBack = 2,
 }
 
+impl Class {
+    /// The lane its bytes take: reads go out on lane 0, write-backs come in on lane 1.
+    fn lane(self) -> usize {
+        match self {
+            Class::Demand | Class::Prefetch => 0,
+            Class::WriteBack => 1,
+        }
+    }
+}
+
 /// The class names, in [`Class`] order, for the stats.
 const CLASS_NAMES: [&str; 3] = ["demand", "prefetch", "writeback"];
 
@@ -51,8 +68,8 @@ pub(crate) struct TenantQueue {
     classes: [ClassQueue; 3],
     /// Prefetches dropped for waiting past their deadline.
     dropped: AtomicU64,
-    /// The tenant's last finish tag (bytes / weight).
-    finish: Mutex<f64>,
+    /// The tenant's last finish tag (bytes / weight) on each lane.
+    finish: [Mutex<f64>; 2],
 }
 
 /// One class's counters.
@@ -190,8 +207,13 @@ pub(crate) struct Late {
     pub(crate) waited_us: u64,
 }
 
-/// The emulated link and its queue.
+/// The emulated full-duplex link: a lane for reads and one for write-backs, each of the rate.
 pub(crate) struct Link {
+    lanes: [Lane; 2],
+}
+
+/// One direction of the link and its queue.
+struct Lane {
     bytes_per_s: f64,
     schedule: Schedule,
     state: Mutex<State>,
@@ -209,9 +231,36 @@ struct State {
 }
 
 impl Link {
-    /// A link of `bytes_per_s`, its waiting requests ordered by `schedule`.
+    /// A link of `bytes_per_s` in each direction, its waiting requests ordered by `schedule`.
     pub(crate) fn new(bytes_per_s: u64, schedule: Schedule) -> Link {
         Link {
+            lanes: [
+                Lane::new(bytes_per_s, schedule),
+                Lane::new(bytes_per_s, schedule),
+            ],
+        }
+    }
+
+    /// Waits for this request's turn and a free lane in its direction (reads out, write-backs
+    /// in), then holds that lane for `bytes` at its rate: the turn goes in start-time fair order
+    /// by `tenant`'s weight across sessions, and by `class` within `session`. A request with a
+    /// `deadline` that has waited past it when its turn comes is dropped instead (it never takes
+    /// the link).
+    pub(crate) fn transfer(
+        &self,
+        tenant: &Tenant,
+        session: u64,
+        class: Class,
+        bytes: u64,
+        deadline: Option<Duration>,
+    ) -> Result<(), Late> {
+        self.lanes[class.lane()].transfer(tenant, session, class, bytes, deadline)
+    }
+}
+
+impl Lane {
+    fn new(bytes_per_s: u64, schedule: Schedule) -> Lane {
+        Lane {
             bytes_per_s: bytes_per_s.max(1) as f64,
             schedule,
             state: Mutex::new(State {
@@ -224,11 +273,7 @@ impl Link {
         }
     }
 
-    /// Waits for this request's turn and a free link, then holds the link for `bytes` at its
-    /// rate: the turn goes in start-time fair order by `tenant`'s weight across sessions, and
-    /// by `class` within `session`. A request with a `deadline` that has waited past it when its
-    /// turn comes is dropped instead (it never takes the link).
-    pub(crate) fn transfer(
+    fn transfer(
         &self,
         tenant: &Tenant,
         session: u64,
@@ -236,12 +281,11 @@ impl Link {
         bytes: u64,
         deadline: Option<Duration>,
     ) -> Result<(), Late> {
+        precise_timers();
         let arrived = Instant::now();
         let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let start = {
-            let mut finish = tenant
-                .queue
-                .finish
+            let mut finish = tenant.queue.finish[class.lane()]
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
             let start = st.vtime.max(*finish);
@@ -284,16 +328,35 @@ impl Link {
         }
         st.waiting.retain(|w| *w != me);
         st.vtime = start;
-        let now = Instant::now();
+        // On a real link the bytes start when the lane frees (or on arrival, if it was free
+        // then), not when this thread got round to running: starting them at `now` would add
+        // every wake-up's latency to the lane's busy time, a slower link than the rate asked.
+        let begin = arrived.max(st.free_at);
         let busy = Duration::from_secs_f64(bytes as f64 / self.bytes_per_s);
-        st.free_at = now + busy;
+        st.free_at = begin + busy;
+        let done = st.free_at;
         drop(st);
         // The next request may take the link once this one's bytes are through.
         self.turn.notify_all();
-        tenant.queue.record(class, bytes, now - arrived);
-        std::thread::sleep(busy);
+        tenant.queue.record(class, bytes, begin - arrived);
+        std::thread::sleep(done.saturating_duration_since(Instant::now()));
         Ok(())
     }
+}
+
+/// Asks the kernel to end this thread's timed waits on time: the default timer slack (50 µs)
+/// would hold each reply that long past its bytes, a third of a page's time on a 32 MB/s link.
+fn precise_timers() {
+    thread_local! {
+        static DONE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+    DONE.with(|done| {
+        if !done.get() {
+            done.set(true);
+            // A thread's own timer slack; failing leaves the default, which is only slower.
+            let _ = rustix::thread::set_current_timer_slack(std::num::NonZeroU64::new(1000));
+        }
+    });
 }
 
 impl State {

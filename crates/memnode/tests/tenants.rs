@@ -211,8 +211,58 @@ fn tenants_share_a_saturated_link_by_weight() {
     );
 }
 
-/// With the link busy for about a quarter of a second, a write-back, a prefetch and a demand
-/// read of one session queued in that order: the order they are served in.
+/// The link is full duplex, as real links are: one session reading and one writing back as
+/// fast as they can through a 16 MiB/s link each get about 16 MiB/s, and neither waits for the
+/// other's bytes.
+#[test]
+fn reads_and_write_backs_each_get_the_whole_rate_of_their_direction() {
+    let mut config = config(20_000, &[]);
+    config.bandwidth_bytes_per_s = Some(16 << 20);
+    let server = TestServer::start_with(config);
+    let mut first = server.connect();
+    write(&mut first, &pages(0, 64)).unwrap();
+    let s = first.session();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut workers = Vec::new();
+    for reader in [true, false] {
+        let mut c = server.attach(s.session_id, s.session_key).unwrap();
+        let stop = stop.clone();
+        workers.push(std::thread::spawn(move || {
+            let ids: Vec<u64> = (0..64).collect();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if reader {
+                    assert_eq!(c.read_pages(&ids).unwrap().len(), 64);
+                } else {
+                    write(&mut c, &pages(1000, 64)).unwrap();
+                }
+            }
+        }));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let before = server.local_stats();
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let after = server.local_stats();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for w in workers {
+        w.join().unwrap();
+    }
+    let class_bytes = |s: &gleaner_memnode::StatsSnapshot, class: &str| {
+        s.tenants[0].queue.as_ref().unwrap().classes[class].bytes
+    };
+    for class in ["demand", "writeback"] {
+        let rate = (class_bytes(&after, class) - class_bytes(&before, class)) as f64
+            / 2.0
+            / (16u64 << 20) as f64;
+        eprintln!("{class}: {rate:.2} of the link's rate");
+        assert!(
+            (0.8..=1.05).contains(&rate),
+            "{class} at {rate:.2} of the link's rate: each direction should carry its whole rate"
+        );
+    }
+}
+
+/// With the read lane busy for about a quarter of a second, a prefetch and a demand read of one
+/// session queued in that order, and a write-back sent meanwhile: the order they finish in.
 fn queued_order(server: &TestServer, s: gleaner_proto::SessionInfo) -> Vec<&'static str> {
     let conn = || server.attach(s.session_id, s.session_key).unwrap();
     let ids: Vec<u64> = (0..64).collect();
@@ -222,7 +272,7 @@ fn queued_order(server: &TestServer, s: gleaner_proto::SessionInfo) -> Vec<&'sta
     let blocker = std::thread::spawn(move || busy.read_pages(&busy_ids).map(|b| b.len()));
     std::thread::sleep(std::time::Duration::from_millis(30));
     let mut handles = Vec::new();
-    for (name, delay) in [("writeback", 0), ("prefetch", 20), ("demand", 40)] {
+    for (name, delay) in [("prefetch", 0), ("demand", 20), ("writeback", 40)] {
         let (mut c, order, ids) = (conn(), order.clone(), ids[..8].to_vec());
         handles.push(std::thread::spawn(move || {
             std::thread::sleep(std::time::Duration::from_millis(delay));
@@ -257,9 +307,9 @@ fn slow_link(schedule: gleaner_memnode::Schedule) -> (TestServer, Connection) {
     (server, first)
 }
 
-/// Within a session, classes go in priority order at the link: a write-back, a prefetch and a
-/// demand read queued in that order are served demand first, then the prefetch, then the
-/// write-back. A prefetch that waited past its deadline is dropped (`Error{Late}`, nothing read)
+/// Within a session, reads go in priority order at the link: a prefetch and a demand read queued
+/// in that order are served demand first; a write-back sent while both wait comes in on the
+/// link's other direction and is stored before either. A prefetch that waited past its deadline is dropped (`Error{Late}`, nothing read)
 /// and the same pages read on demand afterwards are intact; the stats count it per tenant, with
 /// each class's queue.
 #[test]
@@ -268,7 +318,7 @@ fn a_session_classes_go_in_priority_order_and_late_prefetches_are_dropped() {
     let s = first.session();
     assert_eq!(
         queued_order(&server, s),
-        ["demand", "prefetch", "writeback"]
+        ["writeback", "demand", "prefetch"]
     );
 
     // A prefetch with a 1 ms deadline behind another quarter-second read: dropped.
@@ -292,11 +342,15 @@ fn a_session_classes_go_in_priority_order_and_late_prefetches_are_dropped() {
     // The first write and the queued one.
     assert_eq!(q.classes["writeback"].requests, 2);
     assert!(q.classes["demand"].requests >= 3, "{q:?}");
-    assert!(q.classes["writeback"].wait_mean_us > q.classes["demand"].wait_mean_us);
+    // Reads waited behind the blockers; write-backs had their direction to themselves.
+    assert!(
+        q.classes["demand"].wait_mean_us > q.classes["writeback"].wait_mean_us,
+        "{q:?}"
+    );
 }
 
-/// `--schedule fifo` (the baseline): the same queue is served in arrival order, and a prefetch
-/// past its deadline is still served.
+/// `--schedule fifo` (the baseline): the same reads are served in arrival order (the write-back,
+/// on the other direction, still first), and a prefetch past its deadline is still served.
 #[test]
 fn a_fifo_link_serves_in_arrival_order_and_drops_nothing() {
     let (server, first) = slow_link(gleaner_memnode::Schedule::Fifo);
