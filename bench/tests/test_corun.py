@@ -100,3 +100,19 @@ def test_a_program_that_failed_is_left_out_and_named_but_its_neighbours_count(tm
     text = _rendered(res, tmp_path)
     assert "| linux-swap | 200 → n/a | n/a | 8.0 → 16.0 | 2.00 | 4.00 |" in text
     assert "linux-swap: corun rep 1: memcached: OOM-killed in its cgroup" in text
+
+
+def test_the_memnodes_priority_is_in_the_command_and_the_header(tmp_path):
+    res = {"reps": 1, "date": "d", "git_commit": "abc", "machine": {"cpus": 2, "kernel": "k"},
+           "params": {"bandwidth": "32M", "keys": 10, "vsize": 1024, "rate": 2000, "open_s": 10,
+                      "mc_local": "16M", "demo_n": 100, "batch_local": "16M",
+                      "memnode_nice": corun.MEMNODE_NICE},
+           "cells": _cells("fair", 100, 120, 10.0, 12.0)}
+    text = _rendered(json.loads(json.dumps(res)), tmp_path)
+    assert "`python3 bench/corun.py --reps 1` →" in text
+    assert f"(run at nice {corun.MEMNODE_NICE}, as a memnode on a host of its own" in text
+    # A run from before the option (no such parameter) ran the memnode at the programs' priority.
+    del res["params"]["memnode_nice"]
+    text = _rendered(json.loads(json.dumps(res)), tmp_path)
+    assert "`python3 bench/corun.py --reps 1 --memnode-nice 0` →" in text
+    assert "each way (at the programs' priority)" in text
