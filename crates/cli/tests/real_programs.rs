@@ -668,7 +668,9 @@ fn python_multiprocessing_over_far_memory_matches_all_local() {
 }
 
 /// The JVM's heap at a quarter of its size: 80k random 1 KiB arrays in a HashMap, two full GCs
-/// (which protect and unprotect parts of the heap), then a checksum over all of them.
+/// (which protect and unprotect parts of the heap), then a checksum over all of them. The JVM
+/// runs as users start it, with class-data sharing, which maps its archive file with
+/// `MAP_FIXED` over space it reserved from the far-memory heap: the pager gives those pages up.
 #[test]
 fn java_hash_map_at_a_quarter_local_checksums_match() {
     let javac = require("javac");
@@ -686,10 +688,7 @@ fn java_hash_map_at_a_quarter_local_checksums_match() {
         String::from_utf8_lossy(&built.stderr)
     );
     let classes = dir.path().to_string_lossy().into_owned();
-    // Class-data sharing maps its archive with MAP_FIXED over heap space the JVM reserved
-    // (docs/compatibility.md): off.
     let args = [
-        "-Xshare:off",
         "-Xmx512m",
         "-XX:+UseSerialGC",
         "-cp",
@@ -719,7 +718,134 @@ fn java_hash_map_at_a_quarter_local_checksums_match() {
         s["total"]["faults"]["remote"].as_u64().unwrap() > 1000,
         "the heap went to far memory and came back: {s}"
     );
+    assert!(
+        s["total"]["surrendered_pages"].as_u64().unwrap() > 0,
+        "the class-data archive was mapped over the far-memory heap: {s}"
+    );
 }
+
+/// What a program maps over its own far memory with `MAP_FIXED` is its mapping, not ours: a
+/// Python program (ctypes) fills 48 MiB of an anonymous mapping at 16 MiB local, maps a file
+/// over 8 MiB in its middle (private, then shared), pushes everything out again, and checks
+/// every byte: the file's contents where it is mapped, its own data around it, copy-on-write
+/// for the private mapping (and `MADV_DONTNEED` re-reading the file), writes reaching the file
+/// through the shared one; then it unmaps the file and maps anonymous memory there, which
+/// reads zeros and keeps what is written to it through eviction and refault. Same output as
+/// the all-local run, exit 0.
+#[test]
+fn a_file_mapped_over_far_memory_is_the_programs_and_the_memory_comes_back_after() {
+    let python = require("python3");
+    let dir = TempDir::new("map-fixed-file");
+    let script = write_script(&dir, "map_fixed.py", PYTHON_MAP_FIXED_JOB);
+    let data = dir.path().join("file.bin").to_string_lossy().into_owned();
+    let local = Command::new(&python)
+        .args([&script, &data])
+        .output()
+        .unwrap();
+    assert!(local.status.success(), "{local:?}");
+    let want = String::from_utf8_lossy(&local.stdout).trim().to_string();
+    assert!(
+        want.ends_with("ok") && !want.contains("False"),
+        "the program's own checks failed all-local: {want}"
+    );
+    let mut run = spawn_under_gleaner(dir.path(), "16M", None, &[&python, &script, &data]);
+    let status = wait_exit(&mut run, Duration::from_secs(180));
+    let out = std::fs::read_to_string(dir.path().join("out.log")).unwrap();
+    let err = std::fs::read_to_string(dir.path().join("err.log")).unwrap();
+    assert_eq!(status, Some(0), "stdout: {out}\nstderr: {err}");
+    assert_eq!(out.trim(), want, "stderr: {err}");
+    let s = stats(dir.path());
+    let t = &s["total"];
+    assert!(
+        t["surrendered_pages"].as_u64().unwrap() >= 2 * (8 << 20) / 4096,
+        "both file mappings went over managed memory: {s}"
+    );
+    assert!(
+        t["evictions"]["dirty"].as_u64().unwrap() > (32 << 20) / 4096,
+        "the anonymous data around the file went far: {s}"
+    );
+    assert!(
+        t["faults"]["remote"].as_u64().unwrap() > (16 << 20) / 4096,
+        "and came back: {s}"
+    );
+}
+
+const PYTHON_MAP_FIXED_JOB: &str = r#"
+import ctypes, hashlib, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+PROT_RW, MAP_SHARED, MAP_PRIVATE, MAP_FIXED, MAP_ANON, MADV_DONTNEED = 3, 1, 2, 0x10, 0x20, 4
+MB, PAGE = 1 << 20, 4096
+SIZE, HOLE, HOLE_LEN = 48 * MB, 20 * MB, 8 * MB
+
+def check(p, what):
+    if p in (None, ctypes.c_void_p(-1).value):
+        sys.exit(f"{what} failed: errno {ctypes.get_errno()}")
+    return p
+
+def page(tag, i):
+    return hashlib.sha256(f"{tag}{i}".encode()).digest() * (PAGE // 32)
+
+def fill(addr, n, tag):
+    for i in range(n):
+        ctypes.memmove(addr + i * PAGE, page(tag, i), PAGE)
+
+def digest(addr, length):
+    return hashlib.sha256(ctypes.string_at(addr, length)).hexdigest()[:16]
+
+def pressure():
+    # 40 MiB of other data: at 16 MiB local everything above goes far.
+    junk = bytearray(40 * MB)
+    for i in range(0, len(junk), PAGE):
+        junk[i] = 1
+    return sum(junk[::PAGE])
+
+base = check(libc.mmap(None, SIZE, PROT_RW, MAP_PRIVATE | MAP_ANON, -1, 0), "mmap")
+fill(base, SIZE // PAGE, "anon")
+want_around = [digest(base, HOLE), digest(base + HOLE + HOLE_LEN, SIZE - HOLE - HOLE_LEN)]
+path = sys.argv[1]
+with open(path, "wb") as f:
+    for i in range(HOLE_LEN // PAGE):
+        f.write(page("file", i))
+file_digest = hashlib.sha256(open(path, "rb").read()).hexdigest()[:16]
+fd = os.open(path, os.O_RDWR)
+
+# A private file mapping over the middle: the file's bytes, copy-on-write.
+hole = base + HOLE
+check(libc.mmap(hole, HOLE_LEN, PROT_RW, MAP_PRIVATE | MAP_FIXED, fd, 0), "private mmap")
+pressure()
+print("private", digest(hole, HOLE_LEN) == file_digest)
+print("around", [digest(base, HOLE), digest(base + HOLE + HOLE_LEN, SIZE - HOLE - HOLE_LEN)] == want_around)
+ctypes.memset(hole + 5 * PAGE, 0xAB, PAGE)
+pressure()
+print("cow", ctypes.string_at(hole + 5 * PAGE, 4) == b"\xab" * 4,
+      open(path, "rb").read()[5 * PAGE:5 * PAGE + 32] == page("file", 5)[:32])
+if libc.madvise(hole + 5 * PAGE, PAGE, MADV_DONTNEED) != 0:
+    sys.exit("madvise failed")
+print("reread", ctypes.string_at(hole + 5 * PAGE, PAGE) == page("file", 5))
+
+# A shared mapping over the same place: writes reach the file.
+check(libc.mmap(hole, HOLE_LEN, PROT_RW, MAP_SHARED | MAP_FIXED, fd, 0), "shared mmap")
+ctypes.memset(hole + 7 * PAGE, 0xCD, PAGE)
+pressure()
+if libc.munmap(hole, HOLE_LEN) != 0:
+    sys.exit("munmap failed")
+os.close(fd)
+print("shared", open(path, "rb").read()[7 * PAGE:8 * PAGE] == b"\xcd" * PAGE)
+
+# Anonymous memory there again: zeros, then data that survives eviction.
+check(libc.mmap(hole, HOLE_LEN, PROT_RW, MAP_PRIVATE | MAP_ANON | MAP_FIXED, -1, 0), "anon mmap")
+print("zeros", ctypes.string_at(hole, HOLE_LEN) == bytes(HOLE_LEN))
+fill(hole, HOLE_LEN // PAGE, "again")
+want_hole = digest(hole, HOLE_LEN)
+pressure()
+print("again", digest(hole, HOLE_LEN) == want_hole)
+print("around", [digest(base, HOLE), digest(base + HOLE + HOLE_LEN, SIZE - HOLE - HOLE_LEN)] == want_around)
+print("ok")
+"#;
 
 // ---- shells and nested forks -------------------------------------------------------------
 

@@ -251,6 +251,7 @@ impl Engine {
                 vectored_drop: crate::mapping::vectored_drops(),
             },
             discarded_pages: get(&c.discarded),
+            surrendered_pages: get(&c.surrendered),
             bytes_in: get(&c.bytes_in),
             bytes_out: get(&c.bytes_out),
             remote_fault_latency: self.remote_latency.summary(),

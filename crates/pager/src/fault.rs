@@ -144,6 +144,13 @@ impl Handler {
                     Counters::add(&c.waited_on_eviction, 1);
                     engine.wait_while_busy(page);
                 }
+                PageState::Foreign => {
+                    // A fault queued just before the program mapped something else here: its
+                    // retry reaches that mapping (or faults again until it is in place).
+                    Counters::add(&c.duplicate_faults, 1);
+                    engine.mem.wake(page);
+                    return;
+                }
             }
         }
     }
@@ -294,8 +301,13 @@ fn on_write_protect(engine: &Engine, page: usize) {
                     std::thread::yield_now();
                 }
             }
-            PageState::Dirty | PageState::Remote | PageState::Absent | PageState::Prefetching => {
-                // Stale message: already writable, or gone (the retry will fault as missing).
+            PageState::Dirty
+            | PageState::Remote
+            | PageState::Absent
+            | PageState::Prefetching
+            | PageState::Foreign => {
+                // Stale message: already writable, or gone (the retry will fault as missing, or
+                // reach what the program mapped there).
                 Counters::add(&c.duplicate_faults, 1);
                 mem.wake(page);
                 return;

@@ -150,6 +150,46 @@ impl Mapping {
     }
 }
 
+impl Mapping {
+    /// Maps fresh anonymous memory over `[offset, offset+len)` of this mapping, as `reserve`
+    /// made it (private, `MAP_NORESERVE`, no huge pages; `dontfork` as the region asked): what
+    /// the program mapped there over the region's memory (a file, with `MAP_FIXED`) is gone.
+    /// The caller registers the range with the userfaultfd again.
+    pub(crate) fn remap_anonymous(
+        &self,
+        offset: usize,
+        len: usize,
+        dontfork: bool,
+    ) -> io::Result<()> {
+        assert!(
+            offset.is_multiple_of(PAGE_SIZE) && offset + len <= self.len,
+            "remap outside the mapping"
+        );
+        // SAFETY: MAP_FIXED over a range inside this mapping's reservation, which the program
+        // has given up (it unmapped or replaced what it had mapped there): nothing else lives
+        // there, and the new memory reads as zeros. Checked for MAP_FAILED below.
+        let p = unsafe {
+            libc::syscall(
+                libc::SYS_mmap,
+                self.addr + offset,
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED,
+                -1,
+                0,
+            )
+        } as *mut libc::c_void;
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        self.madvise(offset, len, libc::MADV_NOHUGEPAGE)?;
+        if dontfork {
+            self.madvise(offset, len, libc::MADV_DONTFORK)?;
+        }
+        Ok(())
+    }
+}
+
 /// Whether drops still go through the vectored `process_madvise` (false once the kernel refused).
 pub(crate) fn vectored_drops() -> bool {
     VECTORED_DROP.load(Ordering::Relaxed)

@@ -114,9 +114,9 @@ impl Memory {
                 if source.raw_os_error() == Some(libc::ENOENT) =>
             {
                 fatal(&format!(
-                    "installing page {page} failed: the program mapped something else over it (a \
-                 file or shared mapping placed with MAP_FIXED inside its far-memory heap, as the \
-                 JVM's class-data sharing does: run java with -Xshare:off): {source}"
+                    "installing page {page} failed: the program mapped something else over it \
+                 behind gleaner's back (a raw mmap system call with MAP_FIXED inside its \
+                 far-memory heap; through the C library's mmap that is handled): {source}"
                 ))
             }
             Err(e) => fatal(&format!("installing page {page} failed: {e}")),

@@ -452,9 +452,31 @@ impl Region {
 
     /// Forgets the contents of `len` bytes at `offset` (both page-aligned): the next touch of
     /// each page sees zeros, as after `munmap` + `mmap` or `MADV_DONTNEED`. Local memory and the
-    /// memnode copies are released. Safe against concurrent faults and eviction on those pages
-    /// (it waits for them); the caller must not touch the range while this runs.
+    /// memnode copies are released. Pages the program had mapped something else over
+    /// ([`Region::surrender`]) get the region's memory back. Safe against concurrent faults and
+    /// eviction on those pages (it waits for them); the caller must not touch the range while
+    /// this runs.
     pub fn discard(&self, offset: usize, len: usize) {
+        self.forget(offset, len, PageState::Absent);
+    }
+
+    /// Gives up `len` bytes at `offset` (both page-aligned) to a mapping the program is about to
+    /// place there itself (a file or shared memory, with `MAP_FIXED`): their contents are
+    /// forgotten as by [`Region::discard`], and from then on the pager leaves those pages alone
+    /// (no fault comes for them, none is evicted, installed or prefetched) until a `discard` of
+    /// them (the program unmapped them, or mapped anonymous memory there) makes them the
+    /// region's again.
+    pub fn surrender(&self, offset: usize, len: usize) {
+        self.forget(offset, len, PageState::Foreign);
+    }
+
+    /// Whether the page at `offset` is one the program mapped something else over.
+    pub fn is_surrendered(&self, offset: usize) -> bool {
+        self.engine.mem.table.get(offset / PAGE_SIZE) == PageState::Foreign
+    }
+
+    /// [`Region::discard`] or [`Region::surrender`]: the pages end in `to`.
+    fn forget(&self, offset: usize, len: usize, to: PageState) {
         assert!(
             offset.is_multiple_of(PAGE_SIZE)
                 && len.is_multiple_of(PAGE_SIZE)
@@ -465,12 +487,18 @@ impl Region {
         let table = &e.mem.table;
         let (first, count) = (offset / PAGE_SIZE, len / PAGE_SIZE);
         let mut resident = 0;
+        // Runs of pages that were the program's own mapping and come back to the region.
+        let mut returning: Vec<(usize, usize)> = Vec::new();
         for page in first..first + count {
             loop {
                 let state = table.get(page);
                 let stable = matches!(
                     state,
-                    PageState::Absent | PageState::Remote | PageState::Clean | PageState::Dirty
+                    PageState::Absent
+                        | PageState::Remote
+                        | PageState::Clean
+                        | PageState::Dirty
+                        | PageState::Foreign
                 );
                 if stable && table.transition(page, state, PageState::Discarding) {
                     if matches!(state, PageState::Clean | PageState::Dirty) {
@@ -479,6 +507,11 @@ impl Region {
                     } else if state == PageState::Remote && e.prefetch.forget(page) {
                         // Its staged copy held a budget slot.
                         resident += 1;
+                    } else if state == PageState::Foreign && to != PageState::Foreign {
+                        match returning.last_mut() {
+                            Some((f, n)) if *f + *n == page => *n += 1,
+                            _ => returning.push((page, 1)),
+                        }
                     }
                     break;
                 }
@@ -489,6 +522,23 @@ impl Region {
         }
         if let Err(err) = e.mem.mapping.madvise(offset, len, libc::MADV_DONTNEED) {
             fatal(&format!("discarding pages: {err}"));
+        }
+        for &(f, n) in &returning {
+            let (at, bytes) = (f * PAGE_SIZE, n * PAGE_SIZE);
+            if let Err(err) = e
+                .mem
+                .mapping
+                .remap_anonymous(at, bytes, !self.cfg.fork_visible)
+            {
+                fatal(&format!(
+                    "taking back pages the program had mapped something else over: {err}"
+                ));
+            }
+            if let Err(err) = e.mem.uffd.register(e.mem.addr_of(f), bytes, true) {
+                fatal(&format!(
+                    "registering pages the program had mapped something else over: {err}"
+                ));
+            }
         }
         // Pages that never left this machine have no far copy: skip the store then.
         if e.counters.evicted_dirty.load(Ordering::Relaxed) > 0 {
@@ -505,10 +555,14 @@ impl Region {
             // Whatever comes here next is new data: it inherits no write prediction.
             e.writes.forget(page);
             table.clear_forked(page);
-            table.release(page, PageState::Absent);
+            table.release(page, to);
         }
         e.budget.release(resident);
-        Counters::add(&e.counters.discarded, count as u64);
+        if to == PageState::Foreign {
+            Counters::add(&e.counters.surrendered, count as u64);
+        } else {
+            Counters::add(&e.counters.discarded, count as u64);
+        }
         e.budget.notify_progress();
     }
 
@@ -656,8 +710,27 @@ impl Region {
             features: self.uffd_features,
             allow_user_mode_only: cfg.allow_user_mode_only,
         })?;
-        uffd.register(addr, len, true)?;
+        // Pages the program mapped something else over are not the region's: the kernel
+        // would refuse to register a file mapping.
         let table = old.mem.table.clone();
+        let mut start = 0;
+        let pages = len / PAGE_SIZE;
+        while start < pages {
+            let foreign = table.get(start) == PageState::Foreign;
+            let mut end = start + 1;
+            while end < pages && (table.get(end) == PageState::Foreign) == foreign {
+                // Past the last page ever touched every page is absent: one run to the end.
+                if !foreign && end >= table.touched_end() {
+                    end = pages;
+                    break;
+                }
+                end += 1;
+            }
+            if !foreign {
+                uffd.register(addr + start * PAGE_SIZE, (end - start) * PAGE_SIZE, true)?;
+            }
+            start = end;
+        }
         let resident = adopt_inherited_pages(&table, addr, old.tracking);
         let store = old.store.fork_child(&format!(
             "pager pid {} (fork child) region {len}",
@@ -813,7 +886,7 @@ fn adopt_inherited_pages(table: &PageTable, addr: usize, tracking: Tracking) -> 
     let mut resident = Vec::new();
     for page in 0..table.touched_end() {
         match table.get(page) {
-            PageState::Absent | PageState::Remote => continue,
+            PageState::Absent | PageState::Remote | PageState::Foreign => continue,
             PageState::Clean | PageState::Dirty => {}
             _ => {
                 let mut vec = 0u8;

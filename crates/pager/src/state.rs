@@ -16,7 +16,10 @@
 //! to FETCHING and the prefetching handler installs it.
 //!
 //! A page in any state but the owned ones can also go to DISCARDING (the program unmapped or
-//! `MADV_DONTNEED`ed it) and from there to ABSENT.
+//! `MADV_DONTNEED`ed it) and from there to ABSENT, or to FOREIGN when the program maps a file or
+//! shared memory over it with `MAP_FIXED` (the JVM's class-data sharing does): the pager then
+//! leaves it alone (its memory is the kernel's ordinary mapping, with no userfaultfd) until the
+//! program unmaps it or maps anonymous memory over it, which makes it ABSENT again.
 //!
 //! The middle states (FETCHING, MARKING, EVICTING, DISCARDING, PREFETCHING) are *owned*: exactly one thread moved the
 //! page into them and only that thread moves it out. Everyone else either treats the fault as a
@@ -49,7 +52,13 @@ pub(crate) enum PageState {
     /// installed or staged; a demand fault meanwhile moves it to FETCHING and the prefetching
     /// handler installs it (a *late* prefetch).
     Prefetching = 8,
+    /// Not the pager's: the program mapped a file or shared memory over it (`MAP_FIXED`). No
+    /// fault comes for it and nothing here touches it.
+    Foreign = 9,
 }
+
+/// How many states there are (the length of [`PageTable::census`]).
+pub(crate) const STATES: usize = 10;
 
 impl PageState {
     fn from_u8(v: u8) -> PageState {
@@ -63,6 +72,7 @@ impl PageState {
             6 => PageState::Evicting,
             7 => PageState::Discarding,
             8 => PageState::Prefetching,
+            9 => PageState::Foreign,
             _ => unreachable!("page state byte {v} is never stored"),
         }
     }
@@ -167,9 +177,9 @@ impl PageTable {
     }
 
     /// Counts pages per state (for stats and tests; not atomic across pages).
-    pub(crate) fn census(&self) -> [usize; 9] {
+    pub(crate) fn census(&self) -> [usize; STATES] {
         let end = self.touched_end();
-        let mut c = [0usize; 9];
+        let mut c = [0usize; STATES];
         for s in self.states[..end].iter() {
             c[s.load(Ordering::Relaxed) as usize] += 1;
         }

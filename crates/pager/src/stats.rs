@@ -32,6 +32,7 @@ pub(crate) struct Counters {
     pub evict_send_ns: AtomicU64,
     pub evict_drop_ns: AtomicU64,
     pub discarded: AtomicU64,
+    pub surrendered: AtomicU64,
     pub prefetch_hit_faults: AtomicU64,
     /// Remote faults whose steps were timed, and the time each step took in all.
     pub timed_faults: AtomicU64,
@@ -261,6 +262,9 @@ pub struct RegionStats {
     pub evictions: EvictionStats,
     /// Pages the program discarded (`munmap`, `MADV_DONTNEED`, large `free`).
     pub discarded_pages: u64,
+    /// Pages the program mapped a file or shared memory over with `MAP_FIXED` (the JVM's
+    /// class-data archive): given up by the pager until the program unmapped them.
+    pub surrendered_pages: u64,
     /// Bytes received from the memnode.
     pub bytes_in: u64,
     /// Bytes sent to the memnode.

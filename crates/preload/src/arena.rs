@@ -2,7 +2,7 @@
 //! once), from which the program's heap and anonymous mappings are carved page by page.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 use gleaner_pager::{Region, PAGE_SIZE};
@@ -67,6 +67,9 @@ pub(crate) struct Arena {
 }
 
 static ARENA: OnceLock<Arena> = OnceLock::new();
+/// Set once the program maps a file or shared memory over managed memory: until then no page
+/// can be surrendered, and the interposers skip looking for such pages.
+static SURRENDERED_ANY: AtomicBool = AtomicBool::new(false);
 static BASE: AtomicUsize = AtomicUsize::new(0);
 static END: AtomicUsize = AtomicUsize::new(0);
 
@@ -144,15 +147,58 @@ impl Arena {
         self.ranges.with(|r| r.give(first, pages));
     }
 
-    /// Forgets the contents of `[addr, addr+len)` (page-aligned) without releasing the range.
+    /// Forgets the contents of `[addr, addr+len)` (page-aligned) without releasing the range;
+    /// pages the program had mapped a file or shared memory over are managed memory again.
     pub(crate) fn discard(&self, addr: usize, len: usize) {
         if crate::has_pager() {
             self.region().discard(addr - self.base(), len);
+        } else if SURRENDERED_ANY.load(Ordering::Acquire) {
+            // The range may hold the program's own mapping (this process's parent placed it
+            // before the fork): put fresh anonymous memory back, as the pager would.
+            // SAFETY: MAP_FIXED over a range inside the arena that the program gives up; in a
+            // fork child without a pager the arena is plain anonymous memory.
+            unsafe {
+                crate::real::mmap(
+                    addr as *mut _,
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED,
+                    -1,
+                    0,
+                )
+            };
         } else {
             // SAFETY: the range is inside the arena, which in a fork child without a pager is
             // plain anonymous memory.
             unsafe { crate::real::madvise(addr as *mut _, len, libc::MADV_DONTNEED) };
         }
+    }
+
+    /// Gives `[addr, addr+len)` (page-aligned) up to a file or shared mapping the program is
+    /// about to place there with `MAP_FIXED`: its contents are forgotten and the pager leaves
+    /// those pages alone until [`Arena::discard`] (an `munmap`, or anonymous memory mapped
+    /// there) takes them back.
+    pub(crate) fn surrender(&self, addr: usize, len: usize) {
+        SURRENDERED_ANY.store(true, Ordering::Release);
+        if crate::has_pager() {
+            self.region().surrender(addr - self.base(), len);
+        }
+        // Without a pager the arena is plain memory: the caller's mapping simply replaces it.
+    }
+
+    /// Whether the page at `addr` holds a mapping the program placed over managed memory.
+    pub(crate) fn is_surrendered(&self, addr: usize) -> bool {
+        SURRENDERED_ANY.load(Ordering::Acquire)
+            && crate::has_pager()
+            && self.region().is_surrendered(addr - self.base())
+    }
+
+    /// Whether any page of `[addr, addr+len)` holds a mapping the program placed there.
+    pub(crate) fn any_surrendered(&self, addr: usize, len: usize) -> bool {
+        SURRENDERED_ANY.load(Ordering::Acquire)
+            && (addr..addr + len)
+                .step_by(PAGE_SIZE)
+                .any(|a| self.is_surrendered(a))
     }
 
     /// Locks the page-range allocator (fork prepare hook).

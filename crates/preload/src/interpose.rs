@@ -237,17 +237,32 @@ pub unsafe extern "C" fn mmap(
             }
             // Arena exhausted: fall through to an ordinary (local) mapping.
         } else if flags & libc::MAP_FIXED != 0
-            && flags & libc::MAP_ANONYMOUS != 0
-            && flags & libc::MAP_SHARED == 0
+            && (addr as usize).is_multiple_of(PAGE_SIZE)
             && arena::contains(addr as usize)
             && arena::contains(addr as usize + len - 1)
         {
-            // A fixed anonymous mapping over managed memory: fresh zero pages in place.
             let len = len.div_ceil(PAGE_SIZE) * PAGE_SIZE;
-            a.discard(addr as usize, len);
-            // SAFETY: protection change on arena pages the caller owns.
-            unsafe { real::mprotect(addr, len, prot) };
-            return addr;
+            if flags & libc::MAP_ANONYMOUS != 0 && flags & libc::MAP_SHARED == 0 {
+                // A fixed anonymous mapping over managed memory: fresh zero pages in place.
+                a.discard(addr as usize, len);
+                // SAFETY: protection change on arena pages the caller owns.
+                unsafe { real::mprotect(addr, len, prot) };
+                return addr;
+            }
+            // A file or shared mapping over managed memory (the JVM maps its class-data
+            // archive into space it reserved so): the pager gives the pages up and the kernel's
+            // mapping replaces them, until the program unmaps it.
+            a.surrender(addr as usize, len);
+            // SAFETY: forwarding to the system call, over pages the pager no longer touches.
+            let p = unsafe { real::mmap(addr, len, prot, flags, fd, off) };
+            if p == libc::MAP_FAILED {
+                // Nothing was mapped: the pages are the region's again.
+                // SAFETY: __errno_location returns this thread's errno slot.
+                let errno = unsafe { *libc::__errno_location() };
+                a.discard(addr as usize, len);
+                set_errno(errno);
+            }
+            return p;
         }
     }
     // SAFETY: forwarding to the system call.
@@ -297,14 +312,37 @@ pub unsafe extern "C" fn madvise(addr: *mut c_void, len: usize, advice: i32) -> 
             set_errno(libc::EINVAL);
             return -1;
         }
-        if matches!(
+        let a = arena::get().expect("contains implies installed");
+        let len = len.div_ceil(PAGE_SIZE) * PAGE_SIZE;
+        let discarding = matches!(
             advice,
             libc::MADV_DONTNEED | libc::MADV_FREE | libc::MADV_REMOVE
-        ) {
-            let len = len.div_ceil(PAGE_SIZE) * PAGE_SIZE;
-            arena::get()
-                .expect("contains implies installed")
-                .discard(addr as usize, len);
+        );
+        if !a.any_surrendered(addr as usize, len) {
+            if discarding {
+                a.discard(addr as usize, len);
+            }
+            return 0;
+        }
+        // Runs of the program's own mappings (placed over managed memory) get the advice as
+        // the kernel takes it; managed runs as above.
+        let (mut at, end) = (addr as usize, addr as usize + len);
+        while at < end {
+            let foreign = a.is_surrendered(at);
+            let mut run_end = at + PAGE_SIZE;
+            while run_end < end && a.is_surrendered(run_end) == foreign {
+                run_end += PAGE_SIZE;
+            }
+            if foreign {
+                // SAFETY: forwarding to the system call for the program's own mapping.
+                let r = unsafe { real::madvise(at as *mut c_void, run_end - at, advice) };
+                if r != 0 {
+                    return r;
+                }
+            } else if discarding {
+                a.discard(at, run_end - at);
+            }
+            at = run_end;
         }
         return 0;
     }
@@ -342,6 +380,16 @@ pub unsafe extern "C" fn mremap(
     );
     if !(old as usize).is_multiple_of(PAGE_SIZE) || new_len == 0 || flags & libc::MREMAP_FIXED != 0
     {
+        set_errno(libc::EINVAL);
+        return libc::MAP_FAILED;
+    }
+    if a.any_surrendered(old as usize, old_len.div_ceil(PAGE_SIZE) * PAGE_SIZE) {
+        // A file or shared mapping the program placed inside managed memory cannot be moved
+        // out of it here (docs/compatibility.md).
+        log::warn!(
+            "mremap of a file or shared mapping placed inside far memory is not supported; \
+             the program gets EINVAL"
+        );
         set_errno(libc::EINVAL);
         return libc::MAP_FAILED;
     }
