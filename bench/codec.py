@@ -20,9 +20,10 @@ The targets, and the cells each repetition runs once:
       sampled every 50 ms during the run);
     * Java (bench/java/FarHeap.java, compiled with javac into a temporary directory; 300k x 1 KiB
       arrays of java.util.Random bytes in a HashMap, two System.gc(), a checksum pass; taskset -c 0,
-      `java -Xms512m -Xmx512m -XX:+UseSerialGC -XX:-UsePerfData`, plus `-Xshare:off` under gleaner,
-      which cannot serve class-data sharing's archive mapping yet): all-local; `gleaner run
-      --local-mem 128M`; a 160 MiB memory cgroup with zram swap (sampled the same way);
+      `java -Xms512m -Xmx512m -XX:+UseSerialGC -XX:-UsePerfData`, the same flags everywhere since
+      gleaner serves class-data sharing's archive mapping, 2026-11-26; before, `-Xshare:off` under
+      gleaner only): all-local; `gleaner run --local-mem 128M`; a 160 MiB memory cgroup with zram
+      swap (sampled the same way);
     * memcached and redis at 50% local as the harness runs them (`python3 -m bench.harness run
       --size full --workloads W --systems gleaner,linux-swap --ratios 50 ...`, the two systems'
       order swapped every rep): gleaner's far-memory peak from its stats, zram's mem_used_max
@@ -92,10 +93,9 @@ JAVA_N = 300000
 JAVA_LOCAL = "128M"
 JAVA_CGROUP = "160M"
 JAVA_OPTS = ["-Xms512m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:-UsePerfData"]
-# Under gleaner only: class-data sharing maps its archive with MAP_FIXED over heap space the JVM
-# reserved, which gleaner cannot serve yet (docs/compatibility.md). Linux keeps the default: with
-# -Xshare:off the JVM was OOM-killed in its 160 MiB cgroup in both reps of the first full run.
-JAVA_GLEANER_OPTS = ["-Xshare:off"]
+# Under gleaner only (none since 2026-11-26, when gleaner began to give way to class-data
+# sharing's archive mapping; before, `-Xshare:off`, which the older results files record).
+JAVA_GLEANER_OPTS = []
 JAVA_CLASSES = "JAVA_CLASSES"   # how the temporary class directory appears in recorded commands
 JAVA_SYSTEMS = ["all-local", "gleaner", "linux-swap"]
 
