@@ -177,6 +177,28 @@ def _check_stats(rec, stats, codec_on=True):
     return None
 
 
+# Tries a demo or Java cell under Linux swap gets after its first when the cgroup-v1 OOM killer
+# stops it (which it does now and then under heavy swap traffic: both Java cells of a run on
+# 2026-11-26, each on its first try), as bench/corun.py does.
+JOB_OOM_RETRIES = 2
+
+
+def job_cell_retried(ctx, kind, system, rep, tmp):
+    """`job_cell`; a Linux run the OOM killer stopped runs again (up to `JOB_OOM_RETRIES` times),
+    the stopped tries' errors kept in `oom_tries`."""
+    rec = job_cell(ctx, kind, system, rep, tmp)
+    tries = []
+    while (system == "linux-swap" and not rec.get("ok") and "OOM-killed" in (rec.get("error") or "")
+           and len(tries) < JOB_OOM_RETRIES):
+        tries.append(rec.get("error"))
+        log(f"  {kind} {system} rep {rep + 1}: OOM-killed in its cgroup: running the cell again "
+            f"({len(tries)} of {JOB_OOM_RETRIES})")
+        rec = job_cell(ctx, kind, system, rep, tempfile.mkdtemp(dir=tmp))
+    if tries:
+        rec["oom_tries"] = tries
+    return rec
+
+
 def job_cell(ctx, kind, system, rep, tmp):
     """A demo or Java run (vs_swap's demo cell); a gleaner run keeps its whole stats file."""
     label = system
@@ -645,8 +667,13 @@ def verdicts(res):
 
 
 def retried_cells(res):
-    return [f"harness {w} rep {c['rep'] + 1}: {c['first_try'].get('error')}"
-            for w, cells in (res.get("harness") or {}).items() for c in cells if c.get("first_try")]
+    out = [f"harness {w} rep {c['rep'] + 1}: {c['first_try'].get('error')}"
+           for w, cells in (res.get("harness") or {}).items() for c in cells if c.get("first_try")]
+    for kind in ("demo", "java"):
+        for system, runs in (res.get(kind) or {}).items():
+            out += [f"{kind} {system} rep {r['rep'] + 1}: {e}"
+                    for r in runs for e in r.get("oom_tries", [])]
+    return out
 
 
 def failed_cells(res):
@@ -774,7 +801,7 @@ def run_all(args):
                 t0 = time.monotonic()
                 try:
                     if kind in ("demo", "java"):
-                        rec = job_cell(ctx, kind, system, rep, tmp)
+                        rec = job_cell_retried(ctx, kind, system, rep, tmp)
                     elif kind == "micro":
                         rec = micro_run(ctx, what, system, rep, tmp)
                     else:
@@ -1163,8 +1190,9 @@ def render_text(res, results_name="bench/results/codec.json"):
     L.append("")
     retried = retried_cells(res)
     if retried:
-        L.append(f"Run again ({len(retried)}; the first try is in the results file): whole harness cells whose "
-                 "Linux run the kernel OOM-killed in its memory cgroup on both of the harness's own tries:")
+        L.append(f"Run again ({len(retried)}; the stopped tries are in the results file): Linux runs the "
+                 "kernel OOM-killed in their memory cgroup (a whole harness cell after both of the "
+                 "harness's own tries; a demo or Java run after one):")
         for f in retried:
             L.append(f"* {f[:500]}")
         L.append("")

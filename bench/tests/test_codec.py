@@ -306,8 +306,33 @@ def test_an_oom_killed_harness_cell_runs_once_more(monkeypatch, tmp_path):
     res = synthetic()
     res["harness"]["redis"][1]["first_try"] = {"error": "linux-swap: OOM-killed"}
     text = codec.render_text(res)
-    assert "Run again (1; the first try is in the results file)" in text
+    assert "Run again (1; the stopped tries are in the results file)" in text
     assert "* harness redis rep 2: linux-swap: OOM-killed" in text
+
+
+def test_an_oom_killed_linux_job_runs_again_at_most_twice(monkeypatch, tmp_path):
+    oom = "exit status -9; OOM-killed in the memory cgroup (1 kill(s))"
+    outcomes = [{"ok": False, "error": oom, "rep": 0}, {"ok": True, "rep": 0}]
+    calls = []
+
+    def cell(ctx, kind, system, rep, tmp):
+        calls.append((kind, system))
+        return dict(outcomes.pop(0))
+    monkeypatch.setattr(codec, "job_cell", cell)
+    rec = codec.job_cell_retried({}, "java", "linux-swap", 0, str(tmp_path))
+    assert calls == [("java", "linux-swap")] * 2 and rec["ok"] and rec["oom_tries"] == [oom]
+    assert codec.retried_cells({"java": {"linux-swap": [rec]}}) == [f"java linux-swap rep 1: {oom}"]
+    # Three kills: two more tries, then the failure stands.
+    outcomes[:] = [{"ok": False, "error": oom, "rep": 0}] * 3
+    calls.clear()
+    rec = codec.job_cell_retried({}, "java", "linux-swap", 0, str(tmp_path))
+    assert len(calls) == 3 and not rec["ok"] and len(rec["oom_tries"]) == 2
+    # gleaner's failures, and Linux failures of other kinds, are never run again.
+    for system, err in (("gleaner", oom), ("linux-swap", "checksum mismatch")):
+        outcomes[:] = [{"ok": False, "error": err, "rep": 0}]
+        calls.clear()
+        rec = codec.job_cell_retried({}, "demo", system, 0, str(tmp_path))
+        assert len(calls) == 1 and "oom_tries" not in rec
 
 
 def test_a_failed_job_says_why(monkeypatch, tmp_path):
