@@ -22,9 +22,9 @@
 //! link and nothing waits. `--schedule fifo` serves each lane first come first served instead,
 //! dropping nothing: the baseline `bench/corun.py` measures the fair order against.
 //!
-//! Until 2026-11-27 the link was one lane shared by both directions, so a demand read waited for
-//! any write-back being sent (a 128-page batch holds a 32 MB/s lane for 16 ms); no real link
-//! works that way, and Canvas sets swap-in and swap-out bandwidth apart.
+//! Until 2026-11-26 (f7eddd5) the link was one lane shared by both directions, so a demand
+//! read waited for any write-back being sent (a 128-page batch holds a 32 MB/s lane for 16 ms);
+//! no real link works that way, and Canvas sets swap-in and swap-out bandwidth apart.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, PoisonError};

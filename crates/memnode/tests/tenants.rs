@@ -309,9 +309,9 @@ fn slow_link(schedule: gleaner_memnode::Schedule) -> (TestServer, Connection) {
 
 /// Within a session, reads go in priority order at the link: a prefetch and a demand read queued
 /// in that order are served demand first; a write-back sent while both wait comes in on the
-/// link's other direction and is stored before either. A prefetch that waited past its deadline is dropped (`Error{Late}`, nothing read)
-/// and the same pages read on demand afterwards are intact; the stats count it per tenant, with
-/// each class's queue.
+/// link's other direction and is stored before either. A prefetch that waited past its deadline
+/// is dropped (`Error{Late}`, nothing read) and the same pages read on demand afterwards are
+/// intact; the stats count it per tenant, with each class's queue.
 #[test]
 fn a_session_classes_go_in_priority_order_and_late_prefetches_are_dropped() {
     let (server, first) = slow_link(gleaner_memnode::Schedule::Fair);
