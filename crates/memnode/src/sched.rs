@@ -223,7 +223,7 @@ struct Lane {
 struct State {
     /// Virtual time: the start tag of the request last sent.
     vtime: f64,
-    /// When the link finishes what it is sending.
+    /// When the lane finishes what it is sending.
     free_at: Instant,
     /// Waiting requests.
     waiting: Vec<Waiting>,
@@ -254,36 +254,10 @@ impl Link {
         bytes: u64,
         deadline: Option<Duration>,
     ) -> Result<(), Late> {
-        self.lanes[class.lane()].transfer(tenant, session, class, bytes, deadline)
-    }
-}
-
-impl Lane {
-    fn new(bytes_per_s: u64, schedule: Schedule) -> Lane {
-        Lane {
-            bytes_per_s: bytes_per_s.max(1) as f64,
-            schedule,
-            state: Mutex::new(State {
-                vtime: 0.0,
-                free_at: Instant::now(),
-                waiting: Vec::new(),
-                arrivals: 0,
-            }),
-            turn: Condvar::new(),
-        }
-    }
-
-    fn transfer(
-        &self,
-        tenant: &Tenant,
-        session: u64,
-        class: Class,
-        bytes: u64,
-        deadline: Option<Duration>,
-    ) -> Result<(), Late> {
+        let lane = &self.lanes[class.lane()];
         precise_timers();
         let arrived = Instant::now();
-        let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut st = lane.state.lock().unwrap_or_else(PoisonError::into_inner);
         let start = {
             let mut finish = tenant.queue.finish[class.lane()]
                 .lock()
@@ -302,12 +276,12 @@ impl Lane {
         st.waiting.push(me);
         loop {
             let now = Instant::now();
-            if st.next(self.schedule) == Some(me) {
+            if st.next(lane.schedule) == Some(me) {
                 let late = deadline.is_some_and(|d| now - arrived > d);
-                if late && self.schedule == Schedule::Fair {
+                if late && lane.schedule == Schedule::Fair {
                     st.waiting.retain(|w| *w != me);
                     drop(st);
-                    self.turn.notify_all();
+                    lane.turn.notify_all();
                     tenant.queue.dropped.fetch_add(1, Ordering::Relaxed);
                     return Err(Late {
                         waited_us: (now - arrived).as_micros() as u64,
@@ -317,13 +291,13 @@ impl Lane {
                     break;
                 }
                 let until = st.free_at - now;
-                st = self
+                st = lane
                     .turn
                     .wait_timeout(st, until)
                     .unwrap_or_else(PoisonError::into_inner)
                     .0;
             } else {
-                st = self.turn.wait(st).unwrap_or_else(PoisonError::into_inner);
+                st = lane.turn.wait(st).unwrap_or_else(PoisonError::into_inner);
             }
         }
         st.waiting.retain(|w| *w != me);
@@ -332,15 +306,31 @@ impl Lane {
         // then), not when this thread got round to running: starting them at `now` would add
         // every wake-up's latency to the lane's busy time, a slower link than the rate asked.
         let begin = arrived.max(st.free_at);
-        let busy = Duration::from_secs_f64(bytes as f64 / self.bytes_per_s);
+        let busy = Duration::from_secs_f64(bytes as f64 / lane.bytes_per_s);
         st.free_at = begin + busy;
         let done = st.free_at;
         drop(st);
         // The next request may take the link once this one's bytes are through.
-        self.turn.notify_all();
+        lane.turn.notify_all();
         tenant.queue.record(class, bytes, begin - arrived);
         std::thread::sleep(done.saturating_duration_since(Instant::now()));
         Ok(())
+    }
+}
+
+impl Lane {
+    fn new(bytes_per_s: u64, schedule: Schedule) -> Lane {
+        Lane {
+            bytes_per_s: bytes_per_s.max(1) as f64,
+            schedule,
+            state: Mutex::new(State {
+                vtime: 0.0,
+                free_at: Instant::now(),
+                waiting: Vec::new(),
+                arrivals: 0,
+            }),
+            turn: Condvar::new(),
+        }
     }
 }
 
