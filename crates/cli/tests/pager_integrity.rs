@@ -667,6 +667,52 @@ fn stats_are_written_at_drop_when_asked() {
     }
 }
 
+/// A prefetch hint brings far pages back with no fault at all: when its charges cross the high
+/// watermark they wake the reclaim threads themselves (a fault handler wakes them only once its
+/// fault is served, and no fault comes here), so room is made again for the faults to come.
+#[test]
+fn a_prefetch_hint_with_no_faults_wakes_reclaim() {
+    gleaner_bin();
+    let (pages, budget) = (8192, 256);
+    let mut cfg = RegionConfig::new(pages * PAGE_SIZE, budget * PAGE_SIZE);
+    cfg.prefetch = "none".parse().unwrap();
+    let region = Region::new(cfg).unwrap();
+    let base = Base(region.as_ptr() as usize);
+    for p in 0..pages {
+        base.write(p, 1);
+    }
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let before = region.stats();
+    let hinted = 4096;
+    region.prefetch_hint(0, hinted * PAGE_SIZE);
+    // Until the hint thread is done: its count stops moving.
+    let mut fetched = 0;
+    for _ in 0..100 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let now = region.stats().hints.pages_fetched;
+        if now > 0 && now == fetched {
+            break;
+        }
+        fetched = now;
+    }
+    let after = region.stats();
+    assert_eq!(after.hints.pages_hinted, hinted as u64);
+    assert!(
+        after.reclaim.pool_wakeups > before.reclaim.pool_wakeups,
+        "the hint's charges woke the reclaim threads: {} then {}",
+        before.reclaim.pool_wakeups,
+        after.reclaim.pool_wakeups
+    );
+    assert!(
+        after.hints.pages_fetched > 0,
+        "the hint fetched pages: {:?}",
+        after.hints
+    );
+    for p in 0..pages {
+        assert!(base.check(p, 1).is_none(), "page {p}");
+    }
+}
+
 /// Asked for, the region appends a line of reclaim and fault counters to a trace every 100 ms
 /// and a last one when it stops.
 #[test]

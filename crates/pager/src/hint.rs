@@ -85,6 +85,9 @@ pub(crate) fn run(engine: Arc<Engine>, store: Box<dyn StoreHandle>) {
                 let _inside = engine.gate.enter();
                 fetch::prefetch(&engine, &mut h)
             };
+            // Charges only note the reclaim threads they want (a fault handler wakes them once
+            // its fault is served); no fault waits on this thread, so wake them now.
+            engine.reclaim.wake_deferred();
             engine
                 .hints
                 .pages_fetched

@@ -198,7 +198,8 @@ impl Reclaim {
     }
 
     /// Wakes the pool threads charges asked for since the last call (see
-    /// [`Reclaim::on_charge`]); fault handlers call it after each fault they serve.
+    /// [`Reclaim::on_charge`]); fault handlers call it after each fault they serve, and any
+    /// other thread that charges (the hint thread) after its charges.
     pub(crate) fn wake_deferred(&self) {
         if self.wake_wanted.load(Ordering::Relaxed) == 0 {
             return;
