@@ -316,11 +316,11 @@ def section(res, src):
               "| mode | pool pages/s per thread | dirty evictions/s | clean evictions/s | protect "
               "ns/page | read ns/page | send ns/page | drop ns/page |",
               "|---|---|---|---|---|---|---|---|"]
+        # No clean evictions at all (every fetched page gives up its far copy, so each eviction
+        # is a write): None, shown as "-".
+        rate = lambda v: "-" if v is None else f"{v:.0f}"  # noqa: E731
         for r in mi:
             s = r["step_ns_per_page"]
-            # No clean evictions at all (every fetched page gives up its far copy, so each
-            # eviction is a write): None, shown as "-".
-            rate = lambda v: "-" if v is None else f"{v:.0f}"
             L.append(f"| {r['mode']} | {rate(r['pool_pages_per_s_per_thread'])} | "
                      f"{rate(r['dirty_evictions_per_s'])} | {rate(r['clean_evictions_per_s'])} | "
                      f"{s['protect']} | {s['read']} | {s['send']} | {s['drop']} |")

@@ -16,16 +16,17 @@
 //! first keeps reading the userfaultfd without blocking for that long after its last message,
 //! which saves its own wake-up while faults keep coming, at the price of a busy CPU.
 //!
-//! Every waiting handler is woken for a message; the one on the faulting CPU usually reads it first
-//! (redis at 50% local: 3-5% of wake-ups returned empty, a lower bound: a handler woken after
-//! another took the message mostly sleeps again inside `poll`, and a scheduler trace of unpinned
-//! redis found both handlers woken for nearly every fault). Waking only one handler per message
-//! (`EPOLLEXCLUSIVE`) was measured and rejected: the kernel then wakes the longest-waiting handler,
-//! not the one on the faulting CPU, and redis's GET throughput halved (25.4k/s against 49-51k/s,
-//! same session). Sending a handler that served another CPU's thread (probed through
-//! `/proc/self/task/TID/stat`) to the back of that order gained unpinned redis 10% and cost
-//! unpinned memcached, whose workers fault from both CPUs, 10%; exclusive wake-ups only while the
-//! probes saw one CPU gained nothing beyond noise (`bench/results/cpu-cuts-ab/`, patches and runs).
+//! Every waiting handler is woken for a message; the one on the faulting CPU usually reads it
+//! first (redis at 50% local: 3-5% of wake-ups returned empty, a lower bound: a handler woken
+//! after another took the message mostly sleeps again inside `poll`, and a scheduler trace of
+//! unpinned redis found both handlers woken for nearly every fault). Waking only one handler per
+//! message (`EPOLLEXCLUSIVE`) was measured and rejected: the kernel then wakes the
+//! longest-waiting handler, not the one on the faulting CPU, and redis's GET throughput halved
+//! (25.4k/s against 49-51k/s, same session). Sending a handler that served another CPU's thread
+//! (probed through `/proc/self/task/TID/stat`) to the back of that order gained unpinned redis
+//! 10% and cost unpinned memcached, whose workers fault from both CPUs, 10%; exclusive wake-ups
+//! only while the probes saw one CPU gained nothing beyond noise (`bench/results/cpu-cuts-ab/`,
+//! patches and runs).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
