@@ -9,9 +9,9 @@ against each program alone on the same kind of memnode. Same run, reps interleav
     python3 bench/corun.py --render-only
 
 Every cell starts a fresh `gleaner memnode --bandwidth B --schedule S` on TCP loopback (at nice
--20 by default: it stands for another host, so the programs here must not delay its replies) with three
-tenants of weight 1 (memcached, batch1, batch2: each program has its own token, quota and queue)
-and runs, each under `gleaner run` at about a quarter of its footprint local:
+-20 by default: it stands for another host, so the programs here must not delay its replies)
+with three tenants of weight 1 (memcached, batch1, batch2: each program has its own token,
+quota and queue) and runs, each under `gleaner run` at about a quarter of its footprint local:
 
 * memcached (`-t 2`), its keys loaded, then an open-loop phase at a fixed rate (95% GET,
   Zipf 0.99; latency from each request's scheduled send time): its p99 and the bytes it moved;

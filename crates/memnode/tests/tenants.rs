@@ -119,6 +119,29 @@ fn a_tenants_token_never_opens_another_tenants_session() {
     assert!(matches!(err, ClientError::AuthRejected { .. }), "{err}");
 }
 
+/// Lets `workers` run `warm_ms`, then takes the stats before and after a window of `secs`
+/// seconds, then stops them (`stop`) and waits for them.
+fn window(
+    server: &TestServer,
+    warm_ms: u64,
+    secs: u64,
+    stop: &std::sync::atomic::AtomicBool,
+    workers: Vec<std::thread::JoinHandle<()>>,
+) -> (
+    gleaner_memnode::StatsSnapshot,
+    gleaner_memnode::StatsSnapshot,
+) {
+    std::thread::sleep(std::time::Duration::from_millis(warm_ms));
+    let before = server.local_stats();
+    std::thread::sleep(std::time::Duration::from_secs(secs));
+    let after = server.local_stats();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for w in workers {
+        w.join().unwrap();
+    }
+    (before, after)
+}
+
 /// With `--bandwidth`, tenants that keep the link busy share it by weight (start-time fair
 /// queuing): two connections each of a weight-1 and a weight-3 tenant reading 256 KiB batches
 /// as fast as they can through a 16 MiB/s link get bytes in a 1:3 ratio, within 10%; each
@@ -162,14 +185,7 @@ fn tenants_share_a_saturated_link_by_weight() {
         std::mem::forget(first);
     }
     // Both saturate the link for 3 s; only the bytes of that window count.
-    std::thread::sleep(std::time::Duration::from_millis(500));
-    let before = server.local_stats();
-    std::thread::sleep(std::time::Duration::from_secs(3));
-    let after = server.local_stats();
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    for w in workers {
-        w.join().unwrap();
-    }
+    let (before, after) = window(&server, 500, 3, &stop, workers);
     let bytes = |s: &gleaner_memnode::StatsSnapshot, name: &str| {
         let t = s.tenants.iter().find(|t| t.name == name).unwrap();
         t.queue
@@ -238,14 +254,7 @@ fn reads_and_write_backs_each_get_the_whole_rate_of_their_direction() {
             }
         }));
     }
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    let before = server.local_stats();
-    std::thread::sleep(std::time::Duration::from_secs(2));
-    let after = server.local_stats();
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    for w in workers {
-        w.join().unwrap();
-    }
+    let (before, after) = window(&server, 300, 2, &stop, workers);
     let class_bytes = |s: &gleaner_memnode::StatsSnapshot, class: &str| {
         s.tenants[0].queue.as_ref().unwrap().classes[class].bytes
     };
