@@ -681,8 +681,16 @@ fn a_prefetch_hint_with_no_faults_wakes_reclaim() {
     for p in 0..pages {
         base.write(p, 1);
     }
-    std::thread::sleep(std::time::Duration::from_millis(200));
+    // Until the reclaim threads are all asleep again: a thread still awake would take the
+    // hint's request without being woken.
+    for _ in 0..200 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        if region.stats().reclaim.threads_awake == 0 {
+            break;
+        }
+    }
     let before = region.stats();
+    assert_eq!(before.reclaim.threads_awake, 0, "reclaim never went idle");
     let hinted = 4096;
     region.prefetch_hint(0, hinted * PAGE_SIZE);
     // Until the hint thread is done: its count stops moving.
