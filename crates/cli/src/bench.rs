@@ -76,8 +76,8 @@ pub struct MicroArgs {
     /// Far-page compression: `lz4` (default), `zstd` or `off`.
     #[arg(long, default_value = "lz4")]
     compress: gleaner_pager::Compression,
-    /// How slow decompressing a page may be, in µs, before pages like it are stored raw:
-    /// `auto` (1.5 with lz4, no bound with zstd), `off` or a number.
+    /// What decompressing may cost per page on average, in µs, before slow pages are stored
+    /// raw: `auto` (1.5 with lz4, no bound with zstd), `off` or a number.
     #[arg(long, value_name = "US|auto|off", default_value = "auto")]
     max_decode_us: gleaner_pager::DecodeBudget,
     /// Which fetched pages drop their far copy: `all` (default), `demand` or `none`.

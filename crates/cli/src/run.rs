@@ -85,10 +85,12 @@ pub struct RunArgs {
     /// slower to decompress) or `off`. Pages of one repeated word are always kept as that word.
     #[arg(long, value_name = "ALGO", default_value = "lz4")]
     compress: gleaner_pager::Compression,
-    /// The most a page's decompression may cost on the fault path, in µs: where pages decode
-    /// slower (LZ4 takes 2.9 us on a page of 8-byte counters, saving half of it), they are
-    /// stored raw, learnt per 256 KiB of neighbouring pages. `auto` (default): 1.5 with lz4, no
-    /// bound with zstd (chosen for memory); `off`: every page that compresses is compressed.
+    /// The most decompression may cost per page on the fault path, on average, in µs. Which
+    /// pages decode slower is learnt per 256 KiB of neighbouring pages (LZ4 takes 2.9 us on a
+    /// page of 8-byte counters, saving half of it); they are compressed while the mean of the
+    /// pages decompressed so far leaves room for them and stored raw when it does not. `auto`
+    /// (default): 1.5 with lz4, no bound with zstd (chosen for memory); `off`: every page that
+    /// compresses is compressed.
     #[arg(long, value_name = "US|auto|off", default_value = "auto")]
     max_decode_us: gleaner_pager::DecodeBudget,
     /// Seal far pages with AES-256-GCM, so a memnode can neither read them nor change, swap or

@@ -31,8 +31,9 @@
 //! times the decompression cost). A page whose compressed form saves nothing is stored raw, and a
 //! page made of one repeated 8-byte word (most often zeros) as that word alone. Decompression's
 //! cost depends on the data (0.3 us for a page of text, 2.9 us for a page of 8-byte counters), so
-//! pages where it would exceed a budget (1.5 us with LZ4 by default) are stored raw too: the
-//! codec learns which, per chunk of neighbouring pages (`decode_budget.rs`).
+//! its mean per page is kept within a budget (1.5 us with LZ4 by default): the codec learns which
+//! chunks of neighbouring pages decode slower, and stores their pages raw when the mean has no
+//! room left for them (`decode_budget.rs`).
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -169,17 +170,24 @@ pub struct CodecStats {
     pub same_filled: u64,
     /// Pages stored raw because compression saved nothing.
     pub incompressible: u64,
-    /// The decode budget in nanoseconds (0: none): pages whose compressed form decodes slower
-    /// are stored raw.
+    /// The decode budget in nanoseconds (0: none): what decompression may cost per page on
+    /// average; pages whose compressed form decodes slower are stored raw when the mean has no
+    /// room for them.
     pub max_decode_ns: u64,
     /// Pages stored raw, without a compression attempt, because pages of their chunk decode
-    /// slower than the budget.
+    /// slower than the budget and the mean had no room for them.
     pub raw_for_speed: u64,
+    /// Pages of chunks that decode slower than the budget, compressed all the same because the
+    /// mean of the decompressions so far had room for them.
+    pub compressed_on_credit: u64,
+    /// What that mean leaves to spend now, in nanoseconds (the budget less each decompression's
+    /// time, summed, kept within 256 pages' worth of budget either way).
+    pub decode_credit_ns: i64,
     /// Trial decodes the reclaim path timed to learn which chunks decode slowly.
     pub decode_trials: u64,
     /// Decodes on the fault path slower than the budget.
     pub slow_decodes: u64,
-    /// Chunks (of 64 pages) now stored raw for speed.
+    /// Chunks (of 64 pages) now learnt to decode slower than the budget.
     pub slow_chunks: u64,
     /// Pages stored raw, without a compression attempt, because a page of their chunk did not
     /// compress at all (with a decode budget only).
@@ -234,6 +242,7 @@ struct Counters {
     same: AtomicU64,
     raw: AtomicU64,
     raw_for_speed: AtomicU64,
+    on_credit: AtomicU64,
     raw_unattempted: AtomicU64,
     trials: AtomicU64,
     slow_decodes: AtomicU64,
@@ -259,7 +268,8 @@ pub struct Codec {
     inherited_key: Option<LessSafeKey>,
     next_version: AtomicU64,
     counters: Counters,
-    /// Which chunks decode too slowly to be compressed (`None`: no decode budget).
+    /// Which chunks decode slowly, and the credit the mean decode leaves them (`None`: no
+    /// decode budget).
     speed: Option<SpeedMap>,
 }
 
@@ -284,7 +294,8 @@ impl Codec {
     }
 
     /// A codec for a region of `pages` pages: makes (or derives) the region's key; pages whose
-    /// compressed form decodes slower than `max_decode` are stored raw.
+    /// compressed form decodes slower than `max_decode` are stored raw when the mean decode
+    /// leaves no room for them (`decode_budget.rs`).
     pub fn for_region(
         compression: Compression,
         encryption: Encryption,
@@ -413,6 +424,8 @@ impl Codec {
             incompressible: ld(&c.raw),
             max_decode_ns: self.speed.as_ref().map_or(0, SpeedMap::budget_ns),
             raw_for_speed: ld(&c.raw_for_speed),
+            compressed_on_credit: ld(&c.on_credit),
+            decode_credit_ns: self.speed.as_ref().map_or(0, SpeedMap::credit_ns),
             decode_trials: ld(&c.trials),
             slow_decodes: ld(&c.slow_decodes),
             slow_chunks: raw_chunks.0,
@@ -567,8 +580,12 @@ impl CodecCtx {
                 }
                 c.trials.fetch_add(1, Ordering::Relaxed);
                 if map.learned(page_no, best) {
-                    compressed = None;
-                    for_speed = true;
+                    if map.credit_ns() > 0 {
+                        c.on_credit.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        compressed = None;
+                        for_speed = true;
+                    }
                 }
             }
             if for_speed {
@@ -577,6 +594,9 @@ impl CodecCtx {
             match (choice, compressed, &codec.speed) {
                 (Choice::Incompressible, ..) => {
                     c.raw_unattempted.fetch_add(1, Ordering::Relaxed);
+                }
+                (Choice::OnCredit, Some(_), _) => {
+                    c.on_credit.fetch_add(1, Ordering::Relaxed);
                 }
                 // (A map exists only when compression is on.)
                 (Choice::Learn | Choice::Compress, None, Some(map)) if !for_speed => {
@@ -1004,6 +1024,48 @@ mod tests {
         let mut ctx = codec.ctx();
         assert!(ctx.encode(0, &counter_page(1)).0.len() < PAGE_SIZE * 3 / 4);
         assert_eq!(codec.stats().decode_trials, 0);
+    }
+
+    #[test]
+    fn a_slow_chunk_is_compressed_on_credit_and_stored_raw_once_the_credit_is_spent() {
+        use crate::decode_budget::CHUNK_PAGES;
+        // A budget every decode misses (1 ns): the chunk is learnt slow whatever this machine's
+        // speed, and every decompression spends credit.
+        let codec = Codec::for_region(
+            Compression::Lz4,
+            Encryption::On,
+            DecodeBudget::Micros(0.001),
+            CHUNK_PAGES,
+        )
+        .unwrap();
+        let mut ctx = codec.ctx();
+        let encode_and_check = |ctx: &mut CodecCtx, p: u64| {
+            let page = counter_page(p);
+            let (blob, v) = ctx.encode(p, &page);
+            let blob = blob.to_vec();
+            let mut out = vec![0u8; PAGE_SIZE];
+            ctx.decode(p, v, &blob, &mut out).unwrap();
+            assert_eq!(out, page, "page {p}");
+            blob.len()
+        };
+        // No credit: the trial page and the next are stored raw.
+        assert_eq!(encode_and_check(&mut ctx, 0), MAX_BLOB_LEN);
+        assert_eq!(encode_and_check(&mut ctx, 1), MAX_BLOB_LEN);
+        let s = codec.stats();
+        assert_eq!(
+            (s.raw_for_speed, s.compressed_on_credit, s.slow_chunks),
+            (2, 0, 1)
+        );
+        // With credit (as fast pages elsewhere would leave), its pages are compressed; decoding
+        // one spends more than the 1 ns of budget it adds, so the credit ends up spent.
+        codec.speed.as_ref().unwrap().add_credit(1);
+        let n = encode_and_check(&mut ctx, 2);
+        assert!(n < PAGE_SIZE * 3 / 4, "compressed on credit: {n} bytes");
+        let s = codec.stats();
+        assert_eq!(s.compressed_on_credit, 1, "{s:?}");
+        assert!(s.decode_credit_ns <= 0, "{s:?}");
+        assert_eq!(encode_and_check(&mut ctx, 3), MAX_BLOB_LEN);
+        assert_eq!(codec.stats().raw_for_speed, 3);
     }
 
     #[test]
