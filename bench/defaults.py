@@ -13,7 +13,8 @@ interleaved in a rotated order:
 * `gleaner bench micro --pattern P --size S --local 50% --pin-cpu 0` for seq, stride:10, random
   (the program's thread pinned to CPU 0; every word checked);
 * the quick-start demo job, `gleaner run --local-mem 64M -- python3 scripts/demo_job.py 50000`
-  (wall time; its checksum must match the all-local run's).
+  (wall time, and the far memory at its peak from its stats, `total.store.peak_resident_bytes`;
+  its checksum must match the all-local run's).
 
 Writes bench/results/defaults.json and the defaults section of docs/BENCHMARKS.md.
 """
@@ -23,6 +24,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -40,11 +42,12 @@ PATTERNS = ["seq", "stride:10", "random"]
 CONFIGS = {
     "defaults": ("the defaults", [], [], {}),
     "previous": ("before this work: 2 unpinned handlers, sync tracking, socket, no prefetch, "
-                 "batches of 32",
+                 "batches of 32, FIFO eviction",
                  ["--handlers", "2", "--unpinned-handlers", "--dirty-tracking", "sync",
-                  "--data-path", "socket", "--prefetch", "none", "--evict-batch", "32"],
+                  "--data-path", "socket", "--prefetch", "none", "--evict-batch", "32",
+                  "--evict", "fifo"],
                  ["--handlers", "2", "--dirty-tracking", "sync", "--data-path", "socket",
-                  "--prefetch", "none"],
+                  "--prefetch", "none", "--evict", "fifo"],
                  {"GLEANER_PIN_HANDLERS": "0", "GLEANER_EVICT_BATCH": "32"}),
     "unpinned": ("handlers not pinned (one per CPU)", ["--unpinned-handlers"], [],
                  {"GLEANER_PIN_HANDLERS": "0"}),
@@ -59,6 +62,9 @@ CONFIGS = {
     "socket": ("the socket data path (sync tracking, as auto picks there)",
                ["--data-path", "socket"], ["--data-path", "socket"], {}),
     "no-prefetch": ("no prefetching", ["--prefetch", "none"], ["--prefetch", "none"], {}),
+    "fifo": ("FIFO eviction (the default until 2026-11-26)", ["--evict", "fifo"],
+             ["--evict", "fifo"], {}),
+    "clock": ("CLOCK eviction", ["--evict", "clock"], ["--evict", "clock"], {}),
     "refault": ("refault eviction (pages back soon after leaving are protected)",
                 ["--evict", "refault"], ["--evict", "refault"], {}),
     "batch-32": ("eviction batches of 32 pages", ["--evict-batch", "32"], [],
@@ -91,15 +97,25 @@ def micro(pattern, size, flags):
 
 def demo(flags, env, want):
     py = python_exe()
-    cmd = [GLEANER, "run", "-q", "--local-mem", "64M"] + flags + ["--", py, DEMO, "50000"]
-    e = dict(os.environ, **env)
-    t0 = time.monotonic()
-    p = subprocess.run(cmd, capture_output=True, text=True, env=e, timeout=900)
-    wall = time.monotonic() - t0
+    with tempfile.TemporaryDirectory(prefix="gleaner-defaults-") as tmp:
+        stats = os.path.join(tmp, "stats.json")
+        cmd = ([GLEANER, "run", "-q", "--local-mem", "64M", "--stats", stats] + flags
+               + ["--", py, DEMO, "50000"])
+        e = dict(os.environ, **env)
+        t0 = time.monotonic()
+        p = subprocess.run(cmd, capture_output=True, text=True, env=e, timeout=900)
+        wall = time.monotonic() - t0
+        try:
+            with open(stats) as f:
+                far_peak = json.load(f)["total"]["store"]["peak_resident_bytes"]
+        except (OSError, ValueError, KeyError):
+            far_peak = None
+        cmd[cmd.index("--stats") + 1] = "STATS.json"
     out = p.stdout.strip().splitlines()
     got = out[-1].split()[1] if out and out[-1].startswith("checksum") else None
     rec = {"command": " ".join(f"{k}={v}" for k, v in env.items()).strip() + " " + " ".join(cmd),
-           "rc": p.returncode, "wall_s": wall, "checksum": got, "ok": p.returncode == 0 and got == want}
+           "rc": p.returncode, "wall_s": wall, "far_peak_bytes": far_peak, "checksum": got,
+           "ok": p.returncode == 0 and got == want}
     if not rec["ok"]:
         rec["error"] = p.stderr[-2000:] or f"checksum {got}, all-local {want}"
     return rec
@@ -158,11 +174,12 @@ def render_text(res):
              "`previous` (the defaults before the shared-memory data path). Micro runs: "
              f"`gleaner bench micro --pattern P --size {res['size']} --local 50% --pin-cpu 0` "
              "(the program's thread pinned to CPU 0, every word checked); demo: `gleaner run "
-             "--local-mem 64M -- python3 scripts/demo_job.py 50000`, wall time, checksum checked. "
+             "--local-mem 64M -- python3 scripts/demo_job.py 50000`, wall time and far memory at "
+             "its peak (`total.store.peak_resident_bytes` of its stats), checksum checked. "
              "Fault times are as the program saw them (accesses slower than 1 µs).", "",
              "| configuration | what changes | seq ns/op | stride:10 ns/op | random ns/op | "
-             "random fault mean µs | p50 µs | p99 µs | demo wall s |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "random fault mean µs | p50 µs | p99 µs | demo wall s | demo far memory MiB |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for n, c in res["configs"].items():
         m = c["micro"]
         row = [f"**{n}**" if n == "defaults" else n, c["what"]]
@@ -174,6 +191,8 @@ def render_text(res):
             row.append(f"{v:.1f}" if v else "-")
         d = med([r["wall_s"] for r in c["demo"] if r["ok"]])
         row.append(f"{d:.2f}" if d else "-")
+        far = med([r.get("far_peak_bytes") for r in c["demo"] if r["ok"]])
+        row.append(f"{far / (1 << 20):.1f}" if far else "-")
         lines.append("| " + " | ".join(row) + " |")
     fails = [(n, k) for n, c in res["configs"].items() for k, runs in
              list(c["micro"].items()) + [("demo", c["demo"])] for r in runs if not r.get("ok")]

@@ -107,8 +107,8 @@ pub struct MicroArgs {
     /// installed at once) or `staged` (every page waits unmapped; each first use is a local fault).
     #[arg(long, default_value = "marker")]
     prefetch_install: PrefetchInstall,
-    /// Eviction order: `fifo`, `refault`, `clock` or `rackmem`.
-    #[arg(long, default_value = "fifo")]
+    /// Eviction order: `rackmem` (default), `fifo`, `refault` or `clock`.
+    #[arg(long, default_value = "rackmem")]
     evict: EvictKind,
     /// Write prediction: `on` installs a page that was rewritten after coming back from the
     /// memnode writable on its next 3 read fetches (saving the write-protect fault its next write

@@ -141,10 +141,11 @@ pub struct RunArgs {
     /// first use.
     #[arg(long, value_name = "US")]
     prefetch_deadline: Option<u64>,
-    /// Eviction order: `fifo` (default), `refault` (FIFO, but pages that come back soon after
-    /// leaving are protected: fewer faults, more bookkeeping), `clock` or `rackmem` (both take
-    /// minor faults to see accesses).
-    #[arg(long, value_name = "NAME", default_value = "fifo")]
+    /// Eviction order: `rackmem` (default: pages that keep coming back stay, prefetched pages
+    /// not yet seen in use leave first), `fifo` (in the order pages arrived), `refault` (FIFO,
+    /// but pages that come back soon after leaving are protected) or `clock`. User space sees
+    /// page-ins, not reads: each order works from what the pager sees.
+    #[arg(long, value_name = "NAME", default_value = "rackmem")]
     evict: gleaner_pager::EvictKind,
     /// Write prediction: `on` installs a page that was rewritten after coming back from the
     /// memnode writable on its next 3 read fetches (saving the write-protect fault its next write

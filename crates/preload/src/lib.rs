@@ -192,7 +192,7 @@ fn config_from_env() -> Result<Option<Config>, String> {
         prefetch: parsed("GLEANER_PREFETCH")?.unwrap_or(gleaner_pager::DEFAULT_PREFETCH),
         prefetch_install: parsed("GLEANER_PREFETCH_INSTALL")?.unwrap_or_default(),
         prefetch_deadline_us: parsed("GLEANER_PREFETCH_DEADLINE_US")?,
-        evict: parsed("GLEANER_EVICT")?.unwrap_or(EvictKind::Fifo),
+        evict: parsed("GLEANER_EVICT")?.unwrap_or(gleaner_pager::DEFAULT_EVICT),
         predict_writes: parsed("GLEANER_PREDICT_WRITES")?.unwrap_or_default(),
         trace: per_process_path("GLEANER_TRACE"),
         fork: parsed("GLEANER_FORK")?.unwrap_or_default(),
