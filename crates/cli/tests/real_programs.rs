@@ -781,10 +781,9 @@ fn a_file_mapped_over_far_memory_is_the_programs_and_the_memory_comes_back_after
         t["evictions"]["dirty"].as_u64().unwrap() > (32 << 20) / 4096,
         "the anonymous data around the file went far: {s}"
     );
-    assert!(
-        t["faults"]["remote"].as_u64().unwrap() > (16 << 20) / 4096,
-        "and came back: {s}"
-    );
+    // Brought back on demand or by prefetching (how they split depends on the eviction order).
+    let back = t["faults"]["remote"].as_u64().unwrap() + t["prefetch"]["used"].as_u64().unwrap();
+    assert!(back > (16 << 20) / 4096, "and came back: {s}");
 }
 
 const PYTHON_MAP_FIXED_JOB: &str = r#"
