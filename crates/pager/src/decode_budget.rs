@@ -31,8 +31,8 @@
 //! credit is positive. A program whose far pages mostly decode fast therefore keeps its few
 //! slow ones compressed too (the quick-start demo job: Python's object pages decode in 1.5-3 µs
 //! and halve, its 2 KiB values decode in 0.3 µs; with a limit per page a quarter of its far
-//! pages were stored raw and its far memory was 1.2-1.5x larger, while the mean stayed at
-//! 0.48 µs with every page compressed), and one whose pages all decode slowly (`bench micro`'s
+//! pages were stored raw and its far memory was 1.1-1.2x larger, while the mean stays at
+//! 0.47 µs with every page compressed), and one whose pages all decode slowly (`bench micro`'s
 //! counters) earns no credit and keeps them raw. A decision made per page by a time measured on
 //! a busy VM also moved with the machine's speed that day: a mean is steadier. Pages evicted but
 //! never fetched again cost no decompression at all, and the credit charges only those fetched.
@@ -213,8 +213,10 @@ impl SpeedMap {
     /// less that time, and a slow decode in a chunk thought fast makes it unknown, to be learnt
     /// again at its next encoding. Returns whether the decode was over the budget.
     pub(crate) fn observed(&self, page_no: u64, decode_ns: u64) -> bool {
-        let cap = CREDIT_PAGES * self.budget_ns as i64;
-        let change = self.budget_ns as i64 - decode_ns.min(i64::MAX as u64 / 2) as i64;
+        // Saturating: a budget given as an absurd number of microseconds must not overflow.
+        let budget = i64::try_from(self.budget_ns).unwrap_or(i64::MAX);
+        let cap = budget.saturating_mul(CREDIT_PAGES);
+        let change = budget.saturating_sub(i64::try_from(decode_ns).unwrap_or(i64::MAX));
         // A lost race between two updates only misplaces one page's worth of credit.
         let credit = self.credit_ns.load(Ordering::Relaxed);
         self.credit_ns.store(
@@ -373,5 +375,10 @@ mod tests {
             m.observed(0, 0);
         }
         assert_eq!(m.credit_ns(), 0);
+        // Neither does an absurd budget (`--max-decode-us 1e30`) overflow anything.
+        let m = SpeedMap::new(CHUNK_PAGES, u64::MAX);
+        assert!(!m.observed(0, 5));
+        assert!(!m.observed(0, u64::MAX));
+        assert!(m.credit_ns() > 0);
     }
 }
