@@ -35,26 +35,10 @@ impl Mapping {
     /// Reserves `len` bytes (a multiple of the page size) of address space.
     pub(crate) fn reserve(len: usize) -> io::Result<Mapping> {
         debug_assert_eq!(len % PAGE_SIZE, 0);
-        // SAFETY: a fresh anonymous private mapping with no address hint; the kernel picks a free
-        // range, so no existing memory is affected. Checked for MAP_FAILED below.
-        let p = unsafe {
-            libc::syscall(
-                libc::SYS_mmap,
-                std::ptr::null_mut::<libc::c_void>(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        } as *mut libc::c_void;
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        let m = Mapping {
-            addr: p as usize,
-            len,
-        };
+        // SAFETY: no address hint; the kernel picks a free range, so no existing memory is
+        // affected.
+        let p = unsafe { map_anonymous(None, len) }?;
+        let m = Mapping { addr: p, len };
         // Huge pages would make the kernel fault and evict 2 MiB at a time behind our back.
         m.madvise(0, len, libc::MADV_NOHUGEPAGE)?;
         Ok(m)
@@ -167,27 +151,42 @@ impl Mapping {
         );
         // SAFETY: MAP_FIXED over a range inside this mapping's reservation, which the program
         // has given up (it unmapped or replaced what it had mapped there): nothing else lives
-        // there, and the new memory reads as zeros. Checked for MAP_FAILED below.
-        let p = unsafe {
-            libc::syscall(
-                libc::SYS_mmap,
-                self.addr + offset,
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED,
-                -1,
-                0,
-            )
-        } as *mut libc::c_void;
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
+        // there, and the new memory reads as zeros.
+        unsafe { map_anonymous(Some(self.addr + offset), len) }?;
         self.madvise(offset, len, libc::MADV_NOHUGEPAGE)?;
         if dontfork {
             self.madvise(offset, len, libc::MADV_DONTFORK)?;
         }
         Ok(())
     }
+}
+
+/// Maps `len` bytes of private anonymous memory as a region's reservation is made (read-write,
+/// `MAP_NORESERVE`), at `at` with `MAP_FIXED` or where the kernel chooses; returns its address.
+///
+/// # Safety
+///
+/// With `at`, whatever is mapped at `[at, at+len)` is replaced: the caller must own that range
+/// and nothing may still use what was there.
+unsafe fn map_anonymous(at: Option<usize>, len: usize) -> io::Result<usize> {
+    let fixed = if at.is_some() { libc::MAP_FIXED } else { 0 };
+    // SAFETY: the caller vouches for the range when it is fixed; without `at` the kernel picks
+    // a free one. Checked for MAP_FAILED below.
+    let p = unsafe {
+        libc::syscall(
+            libc::SYS_mmap,
+            at.unwrap_or(0),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | fixed,
+            -1,
+            0,
+        )
+    } as *mut libc::c_void;
+    if p == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(p as usize)
 }
 
 /// Whether drops still go through the vectored `process_madvise` (false once the kernel refused).

@@ -487,8 +487,8 @@ impl Region {
         let table = &e.mem.table;
         let (first, count) = (offset / PAGE_SIZE, len / PAGE_SIZE);
         let mut resident = 0;
-        // Runs of pages that were the program's own mapping and come back to the region.
-        let mut returning: Vec<(usize, usize)> = Vec::new();
+        // Pages that were the program's own mapping and come back to the region.
+        let mut returning: Vec<usize> = Vec::new();
         for page in first..first + count {
             loop {
                 let state = table.get(page);
@@ -508,10 +508,7 @@ impl Region {
                         // Its staged copy held a budget slot.
                         resident += 1;
                     } else if state == PageState::Foreign && to != PageState::Foreign {
-                        match returning.last_mut() {
-                            Some((f, n)) if *f + *n == page => *n += 1,
-                            _ => returning.push((page, 1)),
-                        }
+                        returning.push(page);
                     }
                     break;
                 }
@@ -523,7 +520,7 @@ impl Region {
         if let Err(err) = e.mem.mapping.madvise(offset, len, libc::MADV_DONTNEED) {
             fatal(&format!("discarding pages: {err}"));
         }
-        for &(f, n) in &returning {
+        for (f, n) in crate::evict::runs(returning.into_iter()) {
             let (at, bytes) = (f * PAGE_SIZE, n * PAGE_SIZE);
             if let Err(err) = e
                 .mem
