@@ -127,7 +127,7 @@ def under_linux_swap(state, name, limit, zram_bytes, cmd, tmp, timeout):
         cg = swapenv.Cgroup(state, name, limit)
         try:
             vm0 = vmstat()
-            with ZramSampler(zinfo["device"]) as zs:
+            with ZramSampler(zinfo["device"], cgroup=cg) as zs:
                 rc, stdout, err, wall, usage, timed_out = _run(cmd, tmp, timeout, preexec=cg.preexec())
             vm1 = vmstat()
             cgs = cg.stats()

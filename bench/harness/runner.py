@@ -144,7 +144,7 @@ class Suite:
                         launch = Launch("linux-swap", budget, tmp, cgroup=cg, swap_dev=zinfo["device"])
                         # zram's mm_stat during the run (the program's swap is freed when it
                         # exits, so the end-of-run mm_stat keeps only mem_used_max).
-                        with swapenv.ZramSampler(zinfo["device"]) as zs:
+                        with swapenv.ZramSampler(zinfo["device"], cgroup=cg) as zs:
                             r = w.run(launch, tmp)
                         r.update(launch.collect())
                         r["zram"] = zinfo

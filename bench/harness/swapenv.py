@@ -217,10 +217,13 @@ class ZramSampler:
     """Polls the zram device's mm_stat while a run is in progress (the process's swap is freed
     when it exits, so mem_used_total is read during the run; mem_used_max after it). `peak` holds
     each field's own maximum; `at_peak` the whole mm_stat of the sample where mem_used_total was
-    highest (so that its mem_used_total and orig_data_size are of the same moment)."""
+    highest (so that its mem_used_total and orig_data_size are of the same moment). Given the
+    run's `cgroup`, `at_peak` also holds what the cgroup had charged at that moment:
+    `cgroup_anon_bytes` and `cgroup_file_bytes` (memory.stat's rss and cache on v1, anon and
+    file on v2), i.e. how much of the limit the program's local anonymous memory had."""
 
-    def __init__(self, dev, interval=0.05):
-        self.dev, self.interval = dev, interval
+    def __init__(self, dev, interval=0.05, cgroup=None):
+        self.dev, self.interval, self.cgroup = dev, interval, cgroup
         self.peak = {"mem_used_total": 0, "orig_data_size": 0, "compr_data_size": 0}
         self.at_peak = {}
         self.samples = 0
@@ -232,6 +235,8 @@ class ZramSampler:
             st = zram_stats(self.dev)
             self.samples += 1
             if st.get("mem_used_total", 0) > self.at_peak.get("mem_used_total", -1):
+                if self.cgroup is not None:
+                    st.update(self.cgroup.charged())
                 self.at_peak = st
             for k in self.peak:
                 self.peak[k] = max(self.peak[k], st.get(k, 0))
@@ -323,6 +328,18 @@ class Cgroup:
             with open(procs, "w") as f:
                 f.write(str(os.getpid()))
         return join
+
+    def charged(self):
+        """What the cgroup holds now: {"cgroup_anon_bytes", "cgroup_file_bytes"} (empty when
+        memory.stat cannot be read, as after the cgroup is gone)."""
+        st = {}
+        for line in _read(os.path.join(self.path, "memory.stat")).splitlines():
+            k, _, v = line.partition(" ")
+            st[k] = v
+        anon, file = ("anon", "file") if self.mode == "v2" else ("rss", "cache")
+        if anon not in st or file not in st:
+            return {}
+        return {"cgroup_anon_bytes": int(st[anon]), "cgroup_file_bytes": int(st[file])}
 
     def stats(self):
         if self.mode == "v2":

@@ -51,10 +51,15 @@ def test_swap_and_cgroup_work_and_go(clean_machine):
         code = ("import os; b = bytearray(os.urandom(128 << 20)); "
                 "import hashlib; h = hashlib.sha256(b).hexdigest(); "
                 "print(h == hashlib.sha256(bytes(b)).hexdigest())")
-        p = subprocess.run([sys.executable, "-c", code], preexec_fn=cg.preexec(), capture_output=True,
-                           text=True, timeout=120)
+        with swapenv.ZramSampler(info["device"], interval=0.01, cgroup=cg) as zs:
+            p = subprocess.run([sys.executable, "-c", code], preexec_fn=cg.preexec(), capture_output=True,
+                               text=True, timeout=120)
         assert p.returncode == 0, p.stderr
         assert p.stdout.strip() == "True"
+        # At zram's peak the cgroup's charge was the program's anonymous memory, near its limit.
+        anon, file = zs.at_peak.get("cgroup_anon_bytes"), zs.at_peak.get("cgroup_file_bytes")
+        assert anon is not None and file is not None, zs.at_peak
+        assert 16 << 20 < anon <= 48 << 20 and anon + file <= 48 << 20, zs.at_peak
         stats = cg.stats()
         assert stats["peak_bytes"] <= 48 << 20
         assert swapenv.zram_stats(info["device"])["mem_used_max"] > 0, "nothing was swapped to zram"
