@@ -13,8 +13,9 @@ The targets, and the cells each repetition runs once:
     peak_resident_bytes`, shared-memory data path) against zram's mem_used_total for the same
     workload at the same limit, ratio <= 1.1. Beside it, the pages each system held far at its
     peak (gleaner: `store.blobs_at_peak`; zram: orig_data_size / 4096 in the sample where
-    mem_used_total peaked) and the bytes per far page (the two do not push the same pages out:
-    gleaner's budget counts only the managed heap, the cgroup everything the program charges).
+    mem_used_total peaked) and the bytes per far page; and Linux's local anonymous memory at
+    that moment (the cgroup's rss), which shows how much of the same limit each system spent on
+    the program's pages.
     * demo job (scripts/demo_job.py 50000, taskset -c 0): all-local; `gleaner run --local-mem 64M`;
       a 64 MiB memory cgroup with zram swap (bench/vs_swap.py's cells; zram's peak mem_used_total
       sampled every 50 ms during the run);
@@ -22,8 +23,11 @@ The targets, and the cells each repetition runs once:
       arrays of java.util.Random bytes in a HashMap, two System.gc(), a checksum pass; taskset -c 0,
       `java -Xms512m -Xmx512m -XX:+UseSerialGC -XX:-UsePerfData`, the same flags everywhere since
       gleaner serves class-data sharing's archive mapping, 2026-11-26; before, `-Xshare:off` under
-      gleaner only): all-local; `gleaner run --local-mem 128M`; a 160 MiB memory cgroup with zram
-      swap (sampled the same way);
+      gleaner only): all-local; `gleaner run --local-mem 160M`; a 160 MiB memory cgroup with zram
+      swap (sampled the same way); and, as information, `gleaner run --local-mem 128M`, the
+      pairing used until 2026-11-26 (it assumed the JVM's non-heap memory lay outside gleaner's
+      budget: it does not, the preload serves every private anonymous mapping, and the cgroup's
+      charge at zram's peak is all anonymous memory, which the run records);
     * memcached and redis at 50% local as the harness runs them (`python3 -m bench.harness run
       --size full --workloads W --systems gleaner,linux-swap --ratios 50 ...`, the two systems'
       order swapped every rep): gleaner's far-memory peak from its stats, zram's mem_used_max
@@ -90,14 +94,18 @@ DROP_DEMAND = ["--drop-far-copies", "demand"]
 
 JAVA_SRC = os.path.join(ROOT, "bench", "java", "FarHeap.java")
 JAVA_N = 300000
-JAVA_LOCAL = "128M"
+JAVA_LOCAL = "160M"
 JAVA_CGROUP = "160M"
+# The pairing before 2026-11-26 (gleaner's budget 32 MiB under the cgroup's limit), run beside the
+# same-limit one as information (system "gleaner-128m"): gleaner's budget covers every private
+# anonymous mapping the JVM makes, heap or not, as the cgroup's limit does.
+JAVA_LOCAL_FORMER = "128M"
 JAVA_OPTS = ["-Xms512m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:-UsePerfData"]
 # Under gleaner only (none since 2026-11-26, when gleaner began to give way to class-data
 # sharing's archive mapping; before, `-Xshare:off`, which the older results files record).
 JAVA_GLEANER_OPTS = []
 JAVA_CLASSES = "JAVA_CLASSES"   # how the temporary class directory appears in recorded commands
-JAVA_SYSTEMS = ["all-local", "gleaner", "linux-swap"]
+JAVA_SYSTEMS = ["all-local", "gleaner", "gleaner-128m", "linux-swap"]
 
 HARNESS_WORKLOADS = ["memcached", "redis"]
 HARNESS_RATIO = 50
@@ -179,8 +187,9 @@ def _check_stats(rec, stats, codec_on=True):
 
 # Tries a demo or Java cell under Linux swap gets after its first when the cgroup-v1 OOM killer
 # stops it (which it does now and then under heavy swap traffic: both Java cells of a run on
-# 2026-11-26, each on its first try), as bench/corun.py does.
-JOB_OOM_RETRIES = 2
+# 2026-11-26, each on its first try; one Java cell three times running later that day, at about
+# one kill in two tries), as bench/corun.py does.
+JOB_OOM_RETRIES = 4
 
 
 def job_cell_retried(ctx, kind, system, rep, tmp):
@@ -209,12 +218,15 @@ def job_cell(ctx, kind, system, rep, tmp):
         system, kw["extra_args"] = "gleaner", KEEP_COPIES
     elif system == "gleaner-drop-demand":
         system, kw["extra_args"] = "gleaner", DROP_DEMAND
+    java_local = JAVA_LOCAL
+    if system == "gleaner-128m":
+        system, java_local = "gleaner", JAVA_LOCAL_FORMER
     if kind == "java":
         if ctx.get("java_error"):
             return {"kind": kind, "system": label, "rep": rep, "ok": False, "run_ok": False,
                     "error": ctx["java_error"], "run_error": ctx["java_error"]}
         job = ctx["java_job_gleaner"] if system == "gleaner" else ctx["java_job"]
-        kw.update(job=job, local_mem=JAVA_LOCAL, cgroup_limit=parse_size(JAVA_CGROUP))
+        kw.update(job=job, local_mem=java_local, cgroup_limit=parse_size(JAVA_CGROUP))
     rec = demo_cell(ctx, system, rep, tmp, **kw)
     if kind == "java":
         rec["command"] = rec["command"].replace(ctx["java_classes"], JAVA_CLASSES)
@@ -224,7 +236,7 @@ def job_cell(ctx, kind, system, rep, tmp):
     if system == "gleaner":
         stats = _load(os.path.join(tmp, vs_swap.STATS_NAME))
         rec["stats"] = stats
-        codec_on = label in ("gleaner", "gleaner-keep-copies", "gleaner-drop-demand")
+        codec_on = label in ("gleaner", "gleaner-keep-copies", "gleaner-drop-demand", "gleaner-128m")
         err = _check_stats(rec, stats, codec_on=codec_on) if rec.get("run_ok") else None
         if err:
             _fail(rec, err)
@@ -466,6 +478,8 @@ def zram_far(rec):
             "bytes_per_page": _div(at.get("mem_used_total"), pages),
             "blob_per_page": _div(at.get("compr_data_size"), pages),
             "compression_ratio": _div(at.get("orig_data_size"), at.get("compr_data_size")),
+            # The cgroup's local charge at that moment (runs from 2026-11-26 on).
+            "local_anon_bytes": at.get("cgroup_anon_bytes"), "local_file_bytes": at.get("cgroup_file_bytes"),
             "algorithm": algo}
 
 
@@ -522,10 +536,31 @@ def memory_verdicts(res):
             "zram_bytes_per_page": _med([x["bytes_per_page"] for x in zf.values()]),
             "zram_blob_per_page": _med([x["blob_per_page"] for x in zf.values()]),
             "zram_compression": _med([x["compression_ratio"] for x in zf.values()]),
+            "zram_local_anon": _med([x["local_anon_bytes"] for x in zf.values() if x["local_anon_bytes"] is not None]),
+            "zram_local_file": _med([x["local_file_bytes"] for x in zf.values() if x["local_file_bytes"] is not None]),
             "zram_source": next((x["peak_source"] for x in zf.values()), None),
             "zram_algorithm": next((x["algorithm"] for x in zf.values() if x["algorithm"]), None),
         })
     return out
+
+
+def java_former_pairing(res):
+    """Java with gleaner at the budget used before 2026-11-26 (128M) against the same run's Linux
+    cells at 160M: information beside target (a), not a verdict. None when not run."""
+    by = res.get("java") or {}
+    g, lx = _ok(by.get("gleaner-128m", [])), _ok(by.get("linux-swap", []))
+    if not g or not lx:
+        return None
+    gf = {r["rep"]: gleaner_far(r) for r in g}
+    zf = {r["rep"]: zram_far(r) for r in lx}
+    gv, zv = _med([x["peak_bytes"] for x in gf.values()]), _med([x["peak_bytes"] for x in zf.values()])
+    per_rep = [_div(gf[k]["peak_bytes"], zf[k]["peak_bytes"]) for k in sorted(gf) if k in zf]
+    return {"gleaner": gv, "linux": zv, "ratio": _div(gv, zv), "per_rep": [x for x in per_rep if x is not None],
+            "gleaner_pages": _med([x["pages"] for x in gf.values()]),
+            "gleaner_bytes_per_page": _med([x["bytes_per_page"] for x in gf.values()]),
+            "zram_pages": _med([x["pages"] for x in zf.values()]),
+            "zram_bytes_per_page": _med([x["bytes_per_page"] for x in zf.values()]),
+            "command": _first_command(g), "failed_runs": len(by.get("gleaner-128m", [])) - len(g)}
 
 
 def _lat(rec, key):
@@ -755,6 +790,7 @@ def run_all(args):
                              "codec_off": fmt_cmd(CODEC_OFF)},
                    "demo": {"n": vs_swap.DEMO_N, "local_mem": DEMO_LOCAL, "cgroup": DEMO_LOCAL},
                    "java": {"n": JAVA_N, "local_mem": JAVA_LOCAL, "cgroup": JAVA_CGROUP,
+                            "former_local_mem": JAVA_LOCAL_FORMER,
                             "opts": JAVA_OPTS, "gleaner_only_opts": JAVA_GLEANER_OPTS},
                    "harness": None if args.skip_harness else {
                        "size": harness_size, "workloads": HARNESS_WORKLOADS, "ratio": HARNESS_RATIO},
@@ -991,10 +1027,11 @@ def render_text(res, results_name="bench/results/codec.json"):
                  "summed over the run's processes). Linux: zram's `mem_used_total` at its peak, "
                  "sampled every 50 ms during the run (demo job, Java) or zram's own `mem_used_max` "
                  "read after the run (memcached and redis, as the harness records it). Same "
-                 "workload, same limit: but gleaner's limit covers only the managed heap, the "
-                 "cgroup's everything the program charges, so the two push different page sets "
-                 "out; the second table separates the codec's efficiency (bytes per far page) from "
-                 "the size of the far set.")
+                 "workload, same limit: gleaner's budget covers every private anonymous mapping "
+                 "and allocation of the program (its preload serves them all), the cgroup's limit "
+                 "everything the program charges; the second table shows how much of the limit "
+                 "was the program's anonymous memory at zram's peak, and separates the codec's "
+                 "efficiency (bytes per far page) from the size of the far set.")
         L.append("")
         L.append("| workload | limit: gleaner / Linux | gleaner far memory peak MiB | zram peak MiB | ratio | bound | "
                  "verdict | far pages at peak: gleaner / zram | host bytes per far page: gleaner / zram |")
@@ -1007,11 +1044,29 @@ def render_text(res, results_name="bench/results/codec.json"):
                      f"{_verdict_cell(v['verdict'])} | {_fmt(v['gleaner_pages'], '{:.0f}')}"
                      f"{' (at exit)' if at_exit else ''} / {_fmt(v['zram_pages'], '{:.0f}')} | "
                      f"{_fmt(v['gleaner_bytes_per_page'], '{:.0f}')} / {_fmt(v['zram_bytes_per_page'], '{:.0f}')} |")
+        fp = java_former_pairing(res)
+        if fp:
+            L.append(f"| Java, gleaner at its former budget (information) | {prm['java'].get('former_local_mem')} / "
+                     f"{prm['java']['cgroup']} cgroup | {_mib(fp['gleaner'])} | {_mib(fp['linux'])} | "
+                     f"{_ratio_cell(fp)} | - | information | {_fmt(fp['gleaner_pages'], '{:.0f}')} / "
+                     f"{_fmt(fp['zram_pages'], '{:.0f}')} | {_fmt(fp['gleaner_bytes_per_page'], '{:.0f}')} / "
+                     f"{_fmt(fp['zram_bytes_per_page'], '{:.0f}')} |")
         L.append("")
+        if fp:
+            L.append(f"Java's information row: gleaner given {prm['java'].get('former_local_mem')} against the "
+                     f"cgroup's {prm['java']['cgroup']}, the pairing of the runs before 2026-11-26, which "
+                     "assumed the JVM's non-heap memory was outside gleaner's budget. It is not (the "
+                     "preload serves every private anonymous mapping), and the cgroup's charge at zram's "
+                     "peak is the program's anonymous memory (the next table), so that pairing gave "
+                     "Linux 32 MiB more local memory for the same pages; it is kept beside the "
+                     "same-limit row so the change of pairing can be seen. Its command: "
+                     f"`{fp['command']}`.")
+            L.append("")
         L.append("| workload | gleaner far pages at peak | gleaner bytes per far page: blob / host memory | "
                  "gleaner compression | zram far pages at peak (same-filled) | zram bytes per far page: "
-                 "compressed / host memory | zram compression |")
-        L.append("|---|---|---|---|---|---|---|")
+                 "compressed / host memory | zram compression | Linux local memory at zram's peak: "
+                 "anonymous / page cache MiB |")
+        L.append("|---|---|---|---|---|---|---|---|")
         for v in mv:
             star = ("" if v["gleaner_pages"] is None or v["gleaner_pages_source"] == ["at the peak (blobs_at_peak)"]
                     else " (at exit)")
@@ -1020,7 +1075,8 @@ def render_text(res, results_name="bench/results/codec.json"):
                      f"{_x(v['gleaner_compression'])} | {_fmt(v['zram_pages'], '{:.0f}')} "
                      f"({_fmt(v['zram_same_pages'], '{:.0f}')}) | {_fmt(v['zram_blob_per_page'], '{:.0f}')} / "
                      f"{_fmt(v['zram_bytes_per_page'], '{:.0f}')} | {_x(v['zram_compression'])} "
-                     f"({v['zram_algorithm'] or '?'}) |")
+                     f"({v['zram_algorithm'] or '?'}) | {_mib(v.get('zram_local_anon'))} / "
+                     f"{_mib(v.get('zram_local_file'))} |")
         L.append("")
         L.append("gleaner: far pages at the peak = `store.blobs_at_peak` (pages with a blob when "
                  "`resident_bytes` peaked; same-filled pages, kept as one word in the index, take "
@@ -1030,7 +1086,9 @@ def render_text(res, results_name="bench/results/codec.json"):
                  "/ codec.blob_bytes` over the run. zram, from the sample where `mem_used_total` "
                  "peaked: pages = `orig_data_size / 4096` (its same-filled pages, `same_pages`, "
                  "included: they take no memory either), bytes per far page = `compr_data_size` and "
-                 "`mem_used_total` / pages, compression = `orig_data_size / compr_data_size`.")
+                 "`mem_used_total` / pages, compression = `orig_data_size / compr_data_size`; "
+                 "local memory = the cgroup's memory.stat `rss` and `cache` read in that sample "
+                 "(`-`: a results file from before they were recorded).")
         if any(v["gleaner_pages_source"] and v["gleaner_pages_source"] != ["at the peak (blobs_at_peak)"] for v in mv):
             L.append("")
             L.append("(at exit): stats without `blobs_at_peak`: far pages = `store.pages_stored` when the "

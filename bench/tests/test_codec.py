@@ -212,6 +212,33 @@ def test_medians_and_per_rep_ratios():
     assert "(at exit): stats without `blobs_at_peak`" in text
 
 
+def test_the_former_java_pairing_is_information_and_linux_local_memory_is_shown():
+    res = synthetic()
+    res["params"]["java"].update(local_mem="160M", former_local_mem="128M")
+    assert codec.java_former_pairing(res) is None     # not run: no row
+    for rep in range(2):
+        res["java"]["gleaner-128m"].append(_job("java", "gleaner-128m", rep, 4.5, checksum="j1",
+                                                stats=_gleaner_stats(130 * MiB, 32000, 130 * MiB, 40000,
+                                                                     40000 * 4100, blobs_at_peak=32000,
+                                                                     blob_bytes_at_peak=32000 * 4000)))
+        at = res["java"]["linux-swap"][rep]["swap"]["zram"]["at_peak_sampled"]
+        at.update(cgroup_anon_bytes=150 * MiB, cgroup_file_bytes=2 * MiB)
+    fp = codec.java_former_pairing(res)
+    assert fp["ratio"] == pytest.approx(1.3) and fp["per_rep"] == [pytest.approx(1.3)] * 2
+    assert fp["gleaner_pages"] == 32000 and fp["zram_pages"] == 25600
+    j = _by(codec.memory_verdicts(res))[("java", "memory")]
+    assert j["ratio"] == pytest.approx(1.2) and j["verdict"] == "not met"   # the target row is unmoved
+    assert j["zram_local_anon"] == 150 * MiB and j["zram_local_file"] == 2 * MiB
+    text = codec.render_text(res)
+    assert ("| Java, gleaner at its former budget (information) | 128M / 160M cgroup | 130.0 | 100.0 | "
+            "1.30 (1.30, 1.30) | - | information | 32000 / 25600 |") in text
+    assert "| Java (`FarHeap 300000`) | 160M / 160M cgroup | 120.0 | 100.0 |" in text
+    assert "1.01× (lzo-rle) | 150.0 / 2.0 |" in text and "1.04× (lzo-rle) | - / - |" not in text
+    assert "Its command: `gleaner-128m java command`." in text
+    # The information row counts in no verdict.
+    assert "**4 of 7 targets met**" in text
+
+
 def test_codec_times_and_wire_from_totals():
     r = _micro("tcp", "codec-on", 0, 10, 20, encoded=500, decoded=2000, times=(1500, 400, 3000, 200))
     t = codec.codec_times(r)
@@ -310,7 +337,7 @@ def test_an_oom_killed_harness_cell_runs_once_more(monkeypatch, tmp_path):
     assert "* harness redis rep 2: linux-swap: OOM-killed" in text
 
 
-def test_an_oom_killed_linux_job_runs_again_at_most_twice(monkeypatch, tmp_path):
+def test_an_oom_killed_linux_job_runs_again_at_most_four_times(monkeypatch, tmp_path):
     oom = "exit status -9; OOM-killed in the memory cgroup (1 kill(s))"
     outcomes = [{"ok": False, "error": oom, "rep": 0}, {"ok": True, "rep": 0}]
     calls = []
@@ -322,11 +349,11 @@ def test_an_oom_killed_linux_job_runs_again_at_most_twice(monkeypatch, tmp_path)
     rec = codec.job_cell_retried({}, "java", "linux-swap", 0, str(tmp_path))
     assert calls == [("java", "linux-swap")] * 2 and rec["ok"] and rec["oom_tries"] == [oom]
     assert codec.retried_cells({"java": {"linux-swap": [rec]}}) == [f"java linux-swap rep 1: {oom}"]
-    # Three kills: two more tries, then the failure stands.
-    outcomes[:] = [{"ok": False, "error": oom, "rep": 0}] * 3
+    # Five kills: four more tries, then the failure stands.
+    outcomes[:] = [{"ok": False, "error": oom, "rep": 0}] * 5
     calls.clear()
     rec = codec.job_cell_retried({}, "java", "linux-swap", 0, str(tmp_path))
-    assert len(calls) == 3 and not rec["ok"] and len(rec["oom_tries"]) == 2
+    assert len(calls) == 5 and not rec["ok"] and len(rec["oom_tries"]) == 4
     # gleaner's failures, and Linux failures of other kinds, are never run again.
     for system, err in (("gleaner", oom), ("linux-swap", "checksum mismatch")):
         outcomes[:] = [{"ok": False, "error": err, "rep": 0}]
@@ -337,7 +364,10 @@ def test_an_oom_killed_linux_job_runs_again_at_most_twice(monkeypatch, tmp_path)
 
 def test_a_failed_job_says_why(monkeypatch, tmp_path):
     def cell(ctx, system, rep, tmp, **kw):
-        assert kw["kind"] == "java" and kw["local_mem"] == "128M" and kw["cgroup_limit"] == 160 * MiB
+        # The same limit on both sides; the former pairing's cell (information) at 128M.
+        want = "128M" if kw["label"] == "gleaner-128m" else "160M"
+        assert kw["kind"] == "java" and kw["local_mem"] == want and kw["cgroup_limit"] == 160 * MiB
+        assert system == "gleaner"
         assert kw["job"] == ["java", "-Xshare:off", "-cp", "/tmp/cls", "FarHeap"]   # gleaner's
         return {"kind": "java", "system": kw["label"], "rep": rep, "ok": False, "run_ok": False,
                 "run_error": "exit status 86", "error": "exit status 86",
@@ -352,6 +382,8 @@ def test_a_failed_job_says_why(monkeypatch, tmp_path):
     assert rec["error"] == "exit status 86; gleaner: FATAL: vmsplice took 1 of 2 bytes"
     assert rec["run_error"] == rec["error"] and not rec["ok"]
     assert rec["command"] == "gleaner run -- java -cp JAVA_CLASSES FarHeap"
+    rec = codec.job_cell(ctx, "java", "gleaner-128m", 0, str(tmp_path))
+    assert rec["system"] == "gleaner-128m" and rec["error"].startswith("exit status 86; gleaner: FATAL")
     # A Java that could not be built fails its cells, saying so.
     rec = codec.job_cell({"java_error": "Java not built: javac failed"}, "java", "linux-swap", 1, str(tmp_path))
     assert not rec["ok"] and rec["error"] == "Java not built: javac failed" and rec["system"] == "linux-swap"
@@ -427,7 +459,7 @@ def test_render_text_and_section(tmp_path):
 def test_rotated_order():
     blks = codec.blocks(skip_harness=False)
     cells = [c for b in blks for c in b]
-    assert len(cells) == len(codec.DEMO_SYSTEMS) + 3 + 2 + 2 + 2
+    assert len(cells) == len(codec.DEMO_SYSTEMS) + len(codec.JAVA_SYSTEMS) + 2 + 2 + 2
     orders = [codec.cell_order(blks, r) for r in range(len(blks))]
     assert all(sorted(o, key=str) == sorted(cells, key=str) for o in orders)
     assert len({o[0] for o in orders}) == len(blks)   # every block goes first once
