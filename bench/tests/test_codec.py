@@ -42,7 +42,7 @@ def _job(kind, system, rep, wall=1.0, checksum="abc123", **extra):
 
 
 def _micro(path, codec_label, rep, p50, p99, encoded=1000, decoded=1000, blob=None, blob_dec=None,
-           times=(2000, 500, 4000, 300), checksum=77):
+           times=(2000, 500, 4000, 300), checksum=77, copy_ns=None):
     on = codec_label == "codec-on"
     blob = blob if blob is not None else encoded * (2048 if on else 4097)
     blob_dec = blob_dec if blob_dec is not None else decoded * (2048 if on else 4097)
@@ -53,6 +53,8 @@ def _micro(path, codec_label, rep, p50, p99, encoded=1000, decoded=1000, blob=No
           "decompress_ns_total": d * decoded, "compress_ns_total": c * encoded,
           "blobs_opened": decoded if on else 0, "open_ns_total": o * decoded if on else 0,
           "blobs_sealed": encoded if on else 0, "seal_ns_total": s * encoded if on else 0}
+    if copy_ns is not None:
+        cd["blob_copy_ns_total"] = copy_ns * decoded if on else 0
     result = {"system": "gleaner", "pattern": "random", "checksum": checksum, "checksum_ok": True,
               "ns_per_op": 5000.0,
               "remote_fault_app_visible": {"count": decoded, "p50_us": p50, "p99_us": p99, "mean_us": p50,
@@ -244,7 +246,10 @@ def test_codec_times_and_wire_from_totals():
     t = codec.codec_times(r)
     assert t == {"decompress_us": pytest.approx(1.5), "open_us": pytest.approx(0.4),
                  "compress_us": pytest.approx(3.0), "seal_us": pytest.approx(0.2),
-                 "raw_for_speed_share": 0.0}
+                 "raw_for_speed_share": 0.0, "copy_us": None}   # results from before it was timed
+    r2 = _micro("tcp", "codec-on", 0, 10, 20, encoded=500, decoded=2000, times=(1500, 400, 3000, 200),
+                copy_ns=800)
+    assert codec.codec_times(r2)["copy_us"] == pytest.approx(0.8)
     # Pages stored raw for decode speed, as a share of the pages written (a count read a page
     # ahead of `pages_encoded` while eviction ran is capped).
     r["result"]["region"]["store"]["codec"]["raw_for_speed"] = 125
@@ -415,7 +420,7 @@ def test_render_text_and_section(tmp_path):
             "**NOT MET** | 30000 (at exit) / 25600 | 4194 / 4096 |") in text
     assert "| memcached (harness) | 100M / 100M cgroup (50% of the footprint) | 90.0 | 100.0 | 0.90 (0.90, 0.90) |" in text
     assert "| TCP (--memnode embedded-tcp) | 30.0 | 20.0 | 1.50 (1.50, 1.50) | ≤ 1.2 | **NOT MET** | 100.0 | 50.0 | 2.00 |" in text
-    assert "| shared memory (embedded memnode) | 2.00 | 0.50 | 4.00 | 0.30 | 2.00× |" in text
+    assert "| shared memory (embedded memnode) | 2.00 | 0.50 | - | 4.00 | 0.30 | 2.00× |" in text
     assert "| wire reduction / compression ratio | 2.00× | 2.00× | 1.000 (1.000, 1.000) | ≥ 0.95 | **MET** |" in text
     assert "| codec on | 2000 | 7.8 | 3.9 | 2048 | 2.00× |" in text
     assert "12 bytes per entry" in text

@@ -213,6 +213,12 @@ pub struct CodecStats {
     pub blobs_opened: u64,
     /// See `blobs_opened`.
     pub open_ns_total: u64,
+    /// Nanoseconds spent copying the `blobs_opened` out of the store's buffer into the codec's
+    /// before opening them (the AEAD opens in place). Timed apart from `open_ns_total` because
+    /// the first read of a blob pays for bringing it into the cache: 0.8 µs for a 4 KiB blob in
+    /// shared memory here, 0.07 µs for one a socket read has just written, a cost any reader of
+    /// the blob pays (with the codec off, the install's copy does).
+    pub blob_copy_ns_total: u64,
     /// Mean nanoseconds to compress one page.
     pub compress_ns_per_page: f64,
     /// Mean nanoseconds to decompress one page.
@@ -221,6 +227,8 @@ pub struct CodecStats {
     pub seal_ns_per_blob: f64,
     /// Mean nanoseconds to open one blob.
     pub open_ns_per_blob: f64,
+    /// Mean nanoseconds to copy one blob out before opening it (`blob_copy_ns_total`).
+    pub blob_copy_ns_per_blob: f64,
     /// Blobs that failed authentication (each one stops the program).
     pub auth_failures: u64,
 }
@@ -254,6 +262,7 @@ struct Counters {
     seal_ns: AtomicU64,
     opened: AtomicU64,
     open_ns: AtomicU64,
+    copy_ns: AtomicU64,
     auth_failures: AtomicU64,
 }
 
@@ -441,10 +450,12 @@ impl Codec {
             seal_ns_total: ld(&c.seal_ns),
             blobs_opened: ld(&c.opened),
             open_ns_total: ld(&c.open_ns),
+            blob_copy_ns_total: ld(&c.copy_ns),
             compress_ns_per_page: mean(ld(&c.compress_ns), encoded.saturating_sub(skipped)),
             decompress_ns_per_page: mean(ld(&c.decompress_ns), ld(&c.decoded)),
             seal_ns_per_blob: mean(ld(&c.seal_ns), ld(&c.sealed)),
             open_ns_per_blob: mean(ld(&c.open_ns), ld(&c.opened)),
+            blob_copy_ns_per_blob: mean(ld(&c.copy_ns), ld(&c.opened)),
             auth_failures: ld(&c.auth_failures),
         }
     }
@@ -686,10 +697,13 @@ impl CodecCtx {
                 let t = Instant::now();
                 let buf = &mut self.scratch[..blob.len() - 1];
                 buf.copy_from_slice(&blob[1..]);
+                let copied = Instant::now();
                 let opened =
                     key.open_in_place(nonce(version), Aad::from(aad(page_no, blob[0])), buf);
+                c.copy_ns
+                    .fetch_add((copied - t).as_nanos() as u64, Ordering::Relaxed);
                 c.open_ns
-                    .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                    .fetch_add(copied.elapsed().as_nanos() as u64, Ordering::Relaxed);
                 c.opened.fetch_add(1, Ordering::Relaxed);
                 match opened {
                     Ok(plain) => plain,
@@ -845,6 +859,35 @@ mod tests {
                 assert_eq!(r, 1 + PAGE_SIZE + tag, "{c}: random pages are stored raw");
                 assert_eq!(round_trip(c, e.clone(), &vec![0u8; PAGE_SIZE]), 9 + tag);
                 assert_eq!(round_trip(c, e, &same), 9 + tag);
+            }
+        }
+    }
+
+    /// The copy out of the store's buffer and the open are timed apart, per blob opened; with
+    /// encryption off neither happens.
+    #[test]
+    fn opening_and_the_copy_before_it_are_counted_apart() {
+        for e in [Encryption::On, Encryption::Off] {
+            let codec = Codec::new(Compression::Lz4, e.clone()).unwrap();
+            let mut ctx = codec.ctx();
+            let mut out = vec![0u8; PAGE_SIZE];
+            for p in 0..50u64 {
+                let page = crate::noise_page(p);
+                let (blob, v) = ctx.encode(p, &page);
+                let blob = blob.to_vec();
+                ctx.decode(p, v, &blob, &mut out).unwrap();
+                assert_eq!(out, page);
+            }
+            let s = codec.stats();
+            if e == Encryption::On {
+                assert_eq!(s.blobs_opened, 50);
+                assert!(s.open_ns_total > 0 && s.blob_copy_ns_total > 0, "{s:?}");
+                assert!(s.blob_copy_ns_per_blob > 0.0 && s.open_ns_per_blob > 0.0);
+            } else {
+                assert_eq!(
+                    (s.blobs_opened, s.open_ns_total, s.blob_copy_ns_total),
+                    (0, 0, 0)
+                );
             }
         }
     }
