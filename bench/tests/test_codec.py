@@ -421,6 +421,7 @@ def test_render_text_and_section(tmp_path):
     assert "| memcached (harness) | 100M / 100M cgroup (50% of the footprint) | 90.0 | 100.0 | 0.90 (0.90, 0.90) |" in text
     assert "| TCP (--memnode embedded-tcp) | 30.0 | 20.0 | 1.50 (1.50, 1.50) | ≤ 1.2 | **NOT MET** | 100.0 | 50.0 | 2.00 |" in text
     assert "| shared memory (embedded memnode) | 2.00 | 0.50 | - | 4.00 | 0.30 | 2.00× |" in text
+    assert "| shared memory (embedded memnode), codec off | 2.00 | - | - | 4.00 | - | - | - |" in text
     assert "| wire reduction / compression ratio | 2.00× | 2.00× | 1.000 (1.000, 1.000) | ≥ 0.95 | **MET** |" in text
     assert "| codec on | 2000 | 7.8 | 3.9 | 2048 | 2.00× |" in text
     assert "12 bytes per entry" in text
