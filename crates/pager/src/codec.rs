@@ -215,10 +215,10 @@ pub struct CodecStats {
     pub open_ns_total: u64,
     /// Nanoseconds spent copying the `blobs_opened` out of the store's buffer into the codec's
     /// before opening them (the AEAD opens in place). Timed apart from `open_ns_total` because
-    /// the first read of a blob pays for bringing it into the cache: 0.8 µs for a 4 KiB blob in
-    /// shared memory here, 0.07 µs for one a socket read has just written, a cost any reader of
-    /// the blob pays (unsealed, the decode's own copy of a raw page out of shared memory takes
-    /// as long, and is counted as decompression).
+    /// the first read of a blob pays for bringing it into the cache: 0.8-0.95 µs for a 4 KiB
+    /// blob in shared memory here, 0.07-0.11 µs for one a socket read has just written, a cost
+    /// any reader of the blob pays (unsealed, the decode's own copy of a raw page out of shared
+    /// memory takes as long, and is counted as decompression).
     pub blob_copy_ns_total: u64,
     /// Mean nanoseconds to compress one page.
     pub compress_ns_per_page: f64,
