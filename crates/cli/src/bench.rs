@@ -108,7 +108,7 @@ pub struct MicroArgs {
     #[arg(long, default_value = "marker")]
     prefetch_install: PrefetchInstall,
     /// Eviction order: `rackmem` (default), `fifo`, `refault` or `clock`.
-    #[arg(long, default_value = "rackmem")]
+    #[arg(long, default_value_t = gleaner_pager::DEFAULT_EVICT)]
     evict: EvictKind,
     /// Write prediction: `on` installs a page that was rewritten after coming back from the
     /// memnode writable on its next 3 read fetches (saving the write-protect fault its next write

@@ -130,7 +130,7 @@ pub struct RunArgs {
     /// Prefetcher: `none`, `next:N`, `stride`, `readahead`, `leap` or `leap:PWMAX`. The default,
     /// Leap with windows of up to 32 pages, prefetches only where it finds a majority trend
     /// (sequential or strided access) and stays idle on random access.
-    #[arg(long, value_name = "NAME", default_value = "leap:32")]
+    #[arg(long, value_name = "NAME", default_value_t = gleaner_pager::DEFAULT_PREFETCH)]
     prefetch: gleaner_pager::PrefetcherKind,
     /// How prefetched pages reach the program: `marker` or `staged`.
     #[arg(long, value_name = "MODE", default_value = "marker")]
@@ -145,7 +145,7 @@ pub struct RunArgs {
     /// not yet seen in use leave first), `fifo` (in the order pages arrived), `refault` (FIFO,
     /// but pages that come back soon after leaving are protected) or `clock`. User space sees
     /// page-ins, not reads: each order works from what the pager sees.
-    #[arg(long, value_name = "NAME", default_value = "rackmem")]
+    #[arg(long, value_name = "NAME", default_value_t = gleaner_pager::DEFAULT_EVICT)]
     evict: gleaner_pager::EvictKind,
     /// Write prediction: `on` installs a page that was rewritten after coming back from the
     /// memnode writable on its next 3 read fetches (saving the write-protect fault its next write
