@@ -258,8 +258,7 @@ impl RackMem {
     fn settled(&mut self, page: u64) -> &mut Meta {
         let epoch = self.epoch;
         let m = self.meta.get_mut(&page).expect("page is resident");
-        (m.score, m.accessed) = current(m, epoch);
-        m.epoch = epoch;
+        settle(m, epoch);
         m
     }
 
@@ -434,6 +433,12 @@ fn current(m: &Meta, epoch: u64) -> (u8, bool) {
     }
 }
 
+/// Brings `m` to aging period `epoch`.
+fn settle(m: &mut Meta, epoch: u64) {
+    (m.score, m.accessed) = current(m, epoch);
+    m.epoch = epoch;
+}
+
 impl EvictPolicy for RackMem {
     /// `rackmem` with the published configuration, else `rackmem:N` with N the effective
     /// `min_free` in pages.
@@ -473,8 +478,7 @@ impl EvictPolicy for RackMem {
         let Some(m) = self.meta.get_mut(&page) else {
             return;
         };
-        (m.score, m.accessed) = current(m, epoch);
-        m.epoch = epoch;
+        settle(m, epoch);
         let before = (m.score, m.accessed);
         m.accessed = true;
         if m.list == List::Active {
