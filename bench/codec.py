@@ -502,6 +502,18 @@ def memory_pairs(res, scope):
     return g, lx, failed, bool(cells)
 
 
+def far_pair(g, lx):
+    """Far-memory numbers of gleaner runs `g` against Linux runs `lx`, by rep: (gleaner_far per
+    rep, zram_far per rep, gleaner's median peak, zram's median peak, their ratio, the ratio of
+    each rep both have)."""
+    gf = {r["rep"]: gleaner_far(r) for r in g}
+    zf = {r["rep"]: zram_far(r) for r in lx}
+    gv = _med([x["peak_bytes"] for x in gf.values()])
+    zv = _med([x["peak_bytes"] for x in zf.values()])
+    per_rep = [_div(gf[k]["peak_bytes"], zf[k]["peak_bytes"]) for k in sorted(gf) if k in zf]
+    return gf, zf, gv, zv, _div(gv, zv), [x for x in per_rep if x is not None]
+
+
 def memory_verdicts(res):
     out = []
     key, what, op, bound = MEMORY_TARGET
@@ -509,13 +521,7 @@ def memory_verdicts(res):
         g, lx, failed, present = memory_pairs(res, scope)
         if not present:
             continue
-        gf = {r["rep"]: gleaner_far(r) for r in g}
-        zf = {r["rep"]: zram_far(r) for r in lx}
-        gv = _med([x["peak_bytes"] for x in gf.values()])
-        zv = _med([x["peak_bytes"] for x in zf.values()])
-        ratio = _div(gv, zv)
-        per_rep = [_div(gf[k]["peak_bytes"], zf[k]["peak_bytes"]) for k in sorted(gf) if k in zf]
-        per_rep = [x for x in per_rep if x is not None]
+        gf, zf, gv, zv, ratio, per_rep = far_pair(g, lx)
         if failed or not g or not lx:
             verdict = "FAILED"
         elif ratio is None:
@@ -551,16 +557,13 @@ def java_former_pairing(res):
     g, lx = _ok(by.get("gleaner-128m", [])), _ok(by.get("linux-swap", []))
     if not g or not lx:
         return None
-    gf = {r["rep"]: gleaner_far(r) for r in g}
-    zf = {r["rep"]: zram_far(r) for r in lx}
-    gv, zv = _med([x["peak_bytes"] for x in gf.values()]), _med([x["peak_bytes"] for x in zf.values()])
-    per_rep = [_div(gf[k]["peak_bytes"], zf[k]["peak_bytes"]) for k in sorted(gf) if k in zf]
-    return {"gleaner": gv, "linux": zv, "ratio": _div(gv, zv), "per_rep": [x for x in per_rep if x is not None],
+    gf, zf, gv, zv, ratio, per_rep = far_pair(g, lx)
+    return {"gleaner": gv, "linux": zv, "ratio": ratio, "per_rep": per_rep,
             "gleaner_pages": _med([x["pages"] for x in gf.values()]),
             "gleaner_bytes_per_page": _med([x["bytes_per_page"] for x in gf.values()]),
             "zram_pages": _med([x["pages"] for x in zf.values()]),
             "zram_bytes_per_page": _med([x["bytes_per_page"] for x in zf.values()]),
-            "command": _first_command(g), "failed_runs": len(by.get("gleaner-128m", [])) - len(g)}
+            "command": _first_command(g)}
 
 
 def _lat(rec, key):

@@ -329,33 +329,33 @@ class Cgroup:
                 f.write(str(os.getpid()))
         return join
 
-    def charged(self):
-        """What the cgroup holds now: {"cgroup_anon_bytes", "cgroup_file_bytes"} (empty when
-        memory.stat cannot be read, as after the cgroup is gone)."""
+    def memory_stat(self):
+        """The cgroup's memory.stat as {name: int} (empty when it cannot be read, as after the
+        cgroup is gone)."""
         st = {}
         for line in _read(os.path.join(self.path, "memory.stat")).splitlines():
-            k, _, v = line.partition(" ")
-            st[k] = v
+            k, v = line.split()
+            st[k] = int(v)
+        return st
+
+    def charged(self):
+        """What the cgroup holds now: {"cgroup_anon_bytes", "cgroup_file_bytes"} (empty when
+        memory.stat cannot be read)."""
+        st = self.memory_stat()
         anon, file = ("anon", "file") if self.mode == "v2" else ("rss", "cache")
         if anon not in st or file not in st:
             return {}
-        return {"cgroup_anon_bytes": int(st[anon]), "cgroup_file_bytes": int(st[file])}
+        return {"cgroup_anon_bytes": st[anon], "cgroup_file_bytes": st[file]}
 
     def stats(self):
         if self.mode == "v2":
-            st = {}
-            for line in _read(os.path.join(self.path, "memory.stat")).splitlines():
-                k, v = line.split()
-                st[k] = int(v)
+            st = self.memory_stat()
             peak = _read(os.path.join(self.path, "memory.peak"), "0")
             ev = dict(line.split() for line in _read(os.path.join(self.path, "memory.events")).splitlines() if line)
             return {"limit_bytes": self.limit, "peak_bytes": int(peak or 0), "oom_kills": int(ev.get("oom_kill", 0)),
                     "pgmajfault": st.get("pgmajfault"), "swap_bytes": _read(os.path.join(self.path, "memory.swap.current")),
                     "stat": {k: st[k] for k in ("anon", "file", "pgmajfault", "pgfault", "pswpin", "pswpout") if k in st}}
-        st = {}
-        for line in _read(os.path.join(self.path, "memory.stat")).splitlines():
-            k, v = line.split()
-            st[k] = int(v)
+        st = self.memory_stat()
         oc = dict(line.split() for line in _read(os.path.join(self.path, "memory.oom_control")).splitlines() if line)
         return {"limit_bytes": self.limit, "oom_kills": int(oc.get("oom_kill", 0)),
                 "peak_bytes": int(_read(os.path.join(self.path, "memory.max_usage_in_bytes"), "0") or 0),
