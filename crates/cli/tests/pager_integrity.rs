@@ -528,6 +528,82 @@ fn writes_racing_with_eviction(mode: &str, tracking: &str, path: &str) {
     assert!(s.faults.remote > 1000);
 }
 
+/// A page the program drops behind the pager's back (a raw `madvise` system call, which the
+/// preload does not see) reads as zeros once it has been evicted, as after its own drop, and its
+/// eviction does not hang: a reclaim thread, which scans only victims with a far copy, faults
+/// on it when taking it into its pipe and a fault handler zero-fills it; a fault handler
+/// reclaiming directly scans every victim and zero-fills it itself.
+#[test]
+fn a_page_dropped_behind_the_pagers_back_is_evicted_as_zeros() {
+    // A batch waiting for itself would hang the test: fail it instead (the whole test binary,
+    // since a region whose threads are stuck cannot be dropped).
+    let (done, finished) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        if finished.recv_timeout(std::time::Duration::from_secs(60))
+            == Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+        {
+            eprintln!("a_page_dropped_behind_the_pagers_back: eviction hung for 60 s");
+            std::process::exit(101);
+        }
+    });
+    for mode in ["hermit", "direct"] {
+        gleaner_bin();
+        let pages = 2048;
+        let mut cfg = RegionConfig::new(pages * PAGE_SIZE, 0);
+        cfg.local_budget = cfg.min_budget_pages() * PAGE_SIZE;
+        cfg.reclaim = mode.parse().unwrap();
+        let region = Region::new(cfg).unwrap();
+        let base = Base(region.as_ptr() as usize);
+        for p in 0..pages {
+            base.write(p, 1);
+        }
+        // Page 5 is resident again (fetched for this write), then dropped behind the pager.
+        let dropped = 5;
+        base.write(dropped, 2);
+        // SAFETY: the raw system call on one page of the live region, which the test does not
+        // touch again until it has been evicted.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_madvise,
+                base.page(dropped),
+                PAGE_SIZE,
+                libc::MADV_DONTNEED,
+            )
+        };
+        assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+        // Every other page, twice over: far more than the budget, so page 5 is evicted.
+        for _ in 0..2 {
+            for p in (0..pages).filter(|&p| p != dropped) {
+                if let Some((i, got, want)) = base.check(p, 1) {
+                    panic!("{mode}: page {p} word {i}: got {got:#x}, want {want:#x}");
+                }
+            }
+        }
+        let s = region.stats();
+        assert_eq!(
+            s.evictions.dropped_behind_back,
+            1,
+            "{mode}: page {dropped} was not found dropped when evicted: {}",
+            region.stats_json()
+        );
+        for i in 0..WORDS {
+            // SAFETY: the dropped page, evicted by now (the stat above): fetched back.
+            let got = unsafe { base.page(dropped).add(i).read_volatile() };
+            assert_eq!(got, 0, "{mode}: word {i} of the dropped page");
+        }
+        if mode == "hermit" {
+            assert!(
+                s.evictions.scanned_runs < s.evictions.runs / 2,
+                "reclaim threads scanned runs without far copies: {}",
+                region.stats_json()
+            );
+        } else {
+            assert_eq!(s.evictions.scanned_runs, s.evictions.runs);
+        }
+    }
+    done.send(()).unwrap();
+}
+
 /// Several threads fault on the same remote pages at the same time; each must see the data.
 #[test]
 fn concurrent_faults_on_the_same_pages_all_see_the_data() {
@@ -1001,9 +1077,20 @@ fn read_modify_write_passes(
     predict: &str,
     passes: u32,
 ) -> gleaner_pager::RegionStats {
+    read_modify_write_passes_keeping(tracking, predict, passes, "all")
+}
+
+/// [`read_modify_write_passes`] with `drop_far_copies` set to `drop`.
+fn read_modify_write_passes_keeping(
+    tracking: &str,
+    predict: &str,
+    passes: u32,
+    drop: &str,
+) -> gleaner_pager::RegionStats {
     gleaner_bin();
     let pages = 4096;
     let mut cfg = RegionConfig::new(pages * PAGE_SIZE, pages * PAGE_SIZE / 4);
+    cfg.drop_far_copies = drop.parse().unwrap();
     cfg.predict_writes = predict.parse().unwrap();
     cfg.dirty_tracking = tracking.parse().unwrap();
     // Every page comes back by its own fault (no prefetching), so faults can be counted.
@@ -1073,14 +1160,22 @@ fn write_prediction_saves_the_write_protect_faults_of_rewritten_pages() {
 }
 
 /// Asynchronous tracking: the program's first write to a fetched page never reaches a handler
-/// (no write-protect fault at all), yet every rewritten page is found written at eviction and
-/// its new data kept: five read-modify-write passes verify every word. Eviction's scan is also
-/// write prediction's evidence, so the predictor still arms, in shadow: installing a page
-/// writable would save no fault here.
+/// (no write-protect fault at all), yet every rewritten page is written back at eviction and its
+/// new data kept: five read-modify-write passes verify every word, with far copies dropped at
+/// fetch (the default: no victim has one, so none is scanned and all are written back) and kept
+/// (each victim's run is scanned for writes). Eviction's scan is also write prediction's
+/// evidence, so where it runs the predictor arms, in shadow: installing a page writable would
+/// save no fault here.
 #[test]
 fn asynchronous_tracking_takes_no_write_faults_and_loses_no_write() {
-    for predict in ["on", "off"] {
-        let s = read_modify_write_passes("async", predict, 5);
+    for (predict, drop) in [
+        ("on", "all"),
+        ("off", "all"),
+        ("on", "none"),
+        ("off", "none"),
+    ] {
+        let s = read_modify_write_passes_keeping("async", predict, 5, drop);
+        let predict = format!("{predict}, drop {drop}");
         assert_eq!(s.dirty_tracking, "async");
         assert_eq!(s.faults.write_protect, 0, "predict {predict}");
         assert!(
@@ -1094,11 +1189,21 @@ fn asynchronous_tracking_takes_no_write_faults_and_loses_no_write() {
             s.evictions
         );
         assert!(!s.write_prediction.enabled, "{:?}", s.write_prediction);
-        assert!(
-            s.write_prediction.predicted > 2 * 3000,
-            "predict {predict}: {:?}",
-            s.write_prediction
-        );
+        if drop == "all" {
+            // (A fault handler reclaiming directly, the last resort, scans all.)
+            assert!(
+                s.evictions.scanned_runs * 10 < s.evictions.runs,
+                "predict {predict}: {:?}",
+                s.evictions
+            );
+        } else {
+            assert!(s.evictions.scanned_runs > 0, "predict {predict}");
+            assert!(
+                s.write_prediction.predicted > 2 * 3000,
+                "predict {predict}: {:?}",
+                s.write_prediction
+            );
+        }
     }
 }
 

@@ -198,7 +198,7 @@ impl Engine {
             }
             let need = self.reclaim.direct_need(self.budget.resident());
             if need > 0 {
-                let ev = evictor.get_or_insert_with(|| Evictor::new(self.evict_batch));
+                let ev = evictor.get_or_insert_with(|| Evictor::new(self.evict_batch, true));
                 if crate::reclaim::reclaim_directly(self, ev, store, need) > 0 {
                     self.budget.notify_progress();
                     continue;
@@ -244,6 +244,8 @@ impl Engine {
                 runs: get(&c.evict_runs),
                 aborted: get(&c.evict_aborted),
                 raced_writes: get(&c.evict_raced),
+                scanned_runs: get(&c.evict_scanned_runs),
+                dropped_behind_back: get(&c.dropped_behind_back),
                 protect_ns: get(&c.evict_protect_ns),
                 read_ns: get(&c.evict_read_ns),
                 send_ns: get(&c.evict_send_ns),

@@ -140,6 +140,19 @@ impl Handler {
                     engine.mem.wake(page);
                     return;
                 }
+                PageState::Evicting if engine.reclaim.is_pool_thread(tid) => {
+                    // The batch evicting this page is taking it into its pipe and found it
+                    // missing: the program dropped it behind the pager's back (a raw madvise
+                    // system call), so it reads as zeros, which the batch then writes back.
+                    // Waiting here would wait for that batch forever.
+                    log::warn!(
+                        "page {page} was resident but is gone from memory (dropped behind the \
+                         pager's back, e.g. by a raw madvise system call): it reads as zeros"
+                    );
+                    engine.mem.install_zero(page);
+                    Counters::add(&c.dropped_behind_back, 1);
+                    return;
+                }
                 PageState::Evicting | PageState::Discarding => {
                     Counters::add(&c.waited_on_eviction, 1);
                     engine.wait_while_busy(page);

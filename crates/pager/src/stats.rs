@@ -25,6 +25,10 @@ pub(crate) struct Counters {
     pub evict_aborted: AtomicU64,
     /// Victims seen unwritten by the scan but written before the drop (asynchronous tracking).
     pub evict_raced: AtomicU64,
+    /// Runs of victims scanned with `PAGEMAP_SCAN`.
+    pub evict_scanned_runs: AtomicU64,
+    /// Victims found dropped behind the pager's back when taken into the pipe.
+    pub dropped_behind_back: AtomicU64,
     pub bytes_in: AtomicU64,
     pub bytes_out: AtomicU64,
     pub evict_protect_ns: AtomicU64,
@@ -210,6 +214,12 @@ pub struct EvictionStats {
     /// Victims the scan saw unwritten but that the program wrote before the drop (asynchronous
     /// tracking): found by comparing with the far copy, and written back.
     pub raced_writes: u64,
+    /// Runs scanned with `PAGEMAP_SCAN` (which victims are mapped, which were written): only
+    /// runs holding a victim whose far copy the store can compare, except in direct reclaim.
+    pub scanned_runs: u64,
+    /// Victims the program had dropped behind the pager's back (a raw `madvise` system call),
+    /// found when their batch took them into its pipe: written back as zeros.
+    pub dropped_behind_back: u64,
     /// Nanoseconds spent preparing a batch: reserving room in the store and scanning the
     /// victims (`PAGEMAP_SCAN`: which are mapped, which were written).
     pub protect_ns: u64,

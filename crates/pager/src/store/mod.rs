@@ -221,6 +221,11 @@ pub(crate) trait StoreHandle: Send {
     /// decodes the page's blob and compares; `None` when there is no far copy to compare (none
     /// is kept, or a socket, which cannot tell).
     fn far_copy_matches(&mut self, page: u64, data: &[u8]) -> Option<bool>;
+    /// Whether [`StoreHandle::far_copy_matches`] could compare `page` (which the caller owns)
+    /// with a far copy: false when none is kept, or the store cannot tell (a socket).
+    fn has_far_copy(&self, _page: u64) -> bool {
+        false
+    }
     /// Stores `pages`: reserve, stage and commit at once. All or nothing on
     /// [`StoreError::Full`].
     #[cfg(test)]

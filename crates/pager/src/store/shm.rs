@@ -641,6 +641,13 @@ impl StoreHandle for ShmHandle {
             _ => Some(self.decode(page).is_ok() && self.page[..] == *data),
         }
     }
+
+    fn has_far_copy(&self, page: u64) -> bool {
+        self.inner
+            .loc
+            .get(page as usize)
+            .is_some_and(|e| e.load(Ordering::Relaxed) != 0)
+    }
 }
 
 /// Ways to play a dishonest memnode in tests: each changes the slab memory the memnode shares.
