@@ -890,13 +890,8 @@ mod tests {
         for e in [Encryption::On, Encryption::Off] {
             let codec = Codec::new(Compression::Lz4, e.clone()).unwrap();
             let mut ctx = codec.ctx();
-            let mut out = vec![0u8; PAGE_SIZE];
             for p in 0..50u64 {
-                let page = crate::noise_page(p);
-                let (blob, v) = ctx.encode(p, &page);
-                let blob = blob.to_vec();
-                ctx.decode(p, v, &blob, &mut out).unwrap();
-                assert_eq!(out, page);
+                encode_checked(&mut ctx, p, &crate::noise_page(p));
             }
             let s = codec.stats();
             if e == Encryption::On {
@@ -1039,6 +1034,27 @@ mod tests {
             .collect()
     }
 
+    /// An LZ4 and AES codec for a region of `pages` pages with a decode budget of `budget_us`.
+    fn lz4_region_codec(budget_us: f64, pages: u64) -> Arc<Codec> {
+        Codec::for_region(
+            Compression::Lz4,
+            Encryption::On,
+            DecodeBudget::Micros(budget_us),
+            pages,
+        )
+        .unwrap()
+    }
+
+    /// Encodes `page` as page `p`, checks that it decodes back, and returns the blob's length.
+    fn encode_checked(ctx: &mut CodecCtx, p: u64, page: &[u8]) -> usize {
+        let (blob, v) = ctx.encode(p, page);
+        let blob = blob.to_vec();
+        let mut out = vec![0u8; PAGE_SIZE];
+        ctx.decode(p, v, &blob, &mut out).unwrap();
+        assert_eq!(out, page, "page {p}");
+        blob.len()
+    }
+
     /// Like memcached's slab pages in the harness: four 1 KiB items, each a fixed 64-byte header
     /// and random letters. LZ4 saves a few percent of it (the repeated headers).
     fn items_page(seed: u64) -> Vec<u8> {
@@ -1060,22 +1076,9 @@ mod tests {
     fn pages_of_a_chunk_whose_pages_save_little_are_compressed_in_lz4s_fast_mode() {
         use crate::decode_budget::CHUNK_PAGES;
         // A budget every decode meets: only the compression's outcome steers the mode.
-        let codec = Codec::for_region(
-            Compression::Lz4,
-            Encryption::On,
-            DecodeBudget::Micros(1e6),
-            4 * CHUNK_PAGES,
-        )
-        .unwrap();
+        let codec = lz4_region_codec(1e6, 4 * CHUNK_PAGES);
         let mut ctx = codec.ctx();
-        let mut encode = |p: u64, page: &[u8]| {
-            let (blob, v) = ctx.encode(p, page);
-            let blob = blob.to_vec();
-            let mut out = vec![0u8; PAGE_SIZE];
-            ctx.decode(p, v, &blob, &mut out).unwrap();
-            assert_eq!(out, page, "page {p}");
-            blob.len()
-        };
+        let mut encode = |p: u64, page: &[u8]| encode_checked(&mut ctx, p, page);
         let n = encode(0, &items_page(0));
         assert!(
             n > PAGE_SIZE * 4 / 5,
@@ -1110,13 +1113,7 @@ mod tests {
         // A budget no decode can meet (1 ns), then one every decode meets (1 s): the decision
         // is the trial's, whatever this machine's speed.
         for (budget_us, expect_raw) in [(0.001, true), (1e6, false)] {
-            let codec = Codec::for_region(
-                Compression::Lz4,
-                Encryption::On,
-                DecodeBudget::Micros(budget_us),
-                4 * CHUNK_PAGES,
-            )
-            .unwrap();
+            let codec = lz4_region_codec(budget_us, 4 * CHUNK_PAGES);
             let mut ctx = codec.ctx();
             let mut sizes = vec![];
             for p in 0..2 * CHUNK_PAGES {
@@ -1125,12 +1122,7 @@ mod tests {
                 } else {
                     text_page(p)
                 };
-                let (blob, v) = ctx.encode(p, &page);
-                let blob = blob.to_vec();
-                sizes.push(blob.len());
-                let mut out = vec![0u8; PAGE_SIZE];
-                ctx.decode(p, v, &blob, &mut out).unwrap();
-                assert_eq!(out, page, "page {p}, budget {budget_us} us");
+                sizes.push(encode_checked(&mut ctx, p, &page));
             }
             let s = codec.stats();
             // One trial per chunk (each chunk's first page), then the decision holds.
@@ -1159,23 +1151,10 @@ mod tests {
         use crate::decode_budget::CHUNK_PAGES;
         // A budget every decode misses (1 ns): the chunk is learnt slow whatever this machine's
         // speed, and every decompression spends credit.
-        let codec = Codec::for_region(
-            Compression::Lz4,
-            Encryption::On,
-            DecodeBudget::Micros(0.001),
-            CHUNK_PAGES,
-        )
-        .unwrap();
+        let codec = lz4_region_codec(0.001, CHUNK_PAGES);
         let mut ctx = codec.ctx();
-        let encode_and_check = |ctx: &mut CodecCtx, p: u64| {
-            let page = counter_page(p);
-            let (blob, v) = ctx.encode(p, &page);
-            let blob = blob.to_vec();
-            let mut out = vec![0u8; PAGE_SIZE];
-            ctx.decode(p, v, &blob, &mut out).unwrap();
-            assert_eq!(out, page, "page {p}");
-            blob.len()
-        };
+        let encode_and_check =
+            |ctx: &mut CodecCtx, p: u64| encode_checked(ctx, p, &counter_page(p));
         // No credit: the trial page and the next are stored raw.
         assert_eq!(encode_and_check(&mut ctx, 0), MAX_BLOB_LEN);
         assert_eq!(encode_and_check(&mut ctx, 1), MAX_BLOB_LEN);
@@ -1201,22 +1180,13 @@ mod tests {
         use crate::decode_budget::CHUNK_PAGES;
         // A budget no decode misses, even on a loaded machine (the test suite runs tests side
         // by side): what is tested is the incompressible chunk, not the speed of a trial.
-        let codec = Codec::for_region(
-            Compression::Lz4,
-            Encryption::On,
-            DecodeBudget::Micros(1000.0),
-            2 * CHUNK_PAGES,
-        )
-        .unwrap();
+        let codec = lz4_region_codec(1000.0, 2 * CHUNK_PAGES);
         let mut ctx = codec.ctx();
         for p in 0..CHUNK_PAGES {
-            let page = crate::noise_page(p);
-            let (blob, v) = ctx.encode(p, &page);
-            let blob = blob.to_vec();
-            assert_eq!(blob.len(), MAX_BLOB_LEN);
-            let mut out = vec![0u8; PAGE_SIZE];
-            ctx.decode(p, v, &blob, &mut out).unwrap();
-            assert_eq!(out, page);
+            assert_eq!(
+                encode_checked(&mut ctx, p, &crate::noise_page(p)),
+                MAX_BLOB_LEN
+            );
         }
         let s = codec.stats();
         // The first page found out; the others were not tried.
