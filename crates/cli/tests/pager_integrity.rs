@@ -529,10 +529,12 @@ fn writes_racing_with_eviction(mode: &str, tracking: &str, path: &str) {
 }
 
 /// A page the program drops behind the pager's back (a raw `madvise` system call, which the
-/// preload does not see) reads as zeros once it has been evicted, as after its own drop, and its
-/// eviction does not hang: a reclaim thread, which scans only victims with a far copy, faults
-/// on it when taking it into its pipe and a fault handler zero-fills it; a fault handler
-/// reclaiming directly scans every victim and zero-fills it itself.
+/// preload does not see) reads as zeros, as after its own drop, whether it is evicted first or
+/// touched first, and its eviction does not hang: a reclaim thread, which scans only victims
+/// with a far copy, faults on it when taking it into its pipe and a fault handler zero-fills
+/// it; a fault handler reclaiming directly scans every victim and zero-fills it itself; a
+/// touch finds it missing though resident by the pager's count, and is zero-filled (before,
+/// it faulted forever).
 #[test]
 fn a_page_dropped_behind_the_pagers_back_is_evicted_as_zeros() {
     // A batch waiting for itself would hang the test: fail it instead (the whole test binary,
@@ -591,6 +593,45 @@ fn a_page_dropped_behind_the_pagers_back_is_evicted_as_zeros() {
             let got = unsafe { base.page(dropped).add(i).read_volatile() };
             assert_eq!(got, 0, "{mode}: word {i} of the dropped page");
         }
+        // A page dropped behind the pager's back and touched before any eviction: zeros too.
+        let touched = 7;
+        base.write(touched, 3);
+        // SAFETY: as above, one page of the live region.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_madvise,
+                base.page(touched),
+                PAGE_SIZE,
+                libc::MADV_DONTNEED,
+            )
+        };
+        assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+        for i in 0..WORDS {
+            // SAFETY: the page just dropped, still resident by the pager's count.
+            let got = unsafe { base.page(touched).add(i).read_volatile() };
+            assert_eq!(
+                got, 0,
+                "{mode}: word {i} of the page touched after its drop"
+            );
+        }
+        base.write(touched, 4);
+        assert!(
+            base.check(touched, 4).is_none(),
+            "{mode}: rewritten after the drop"
+        );
+        // The handler counts it after its install woke this thread: give it a moment.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while region.stats().evictions.dropped_behind_back < 2
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(
+            region.stats().evictions.dropped_behind_back,
+            2,
+            "{mode}: {}",
+            region.stats_json()
+        );
         if mode == "hermit" {
             assert!(
                 s.evictions.scanned_runs < s.evictions.runs / 2,

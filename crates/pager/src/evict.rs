@@ -433,6 +433,7 @@ impl Evictor {
             s.mem.table.release(v.page, PageState::Remote);
         }
         drop(policy);
+        self.wake_waiters(s);
         s.budget.release(clean + dirty);
         s.budget.notify_progress();
         Counters::add(&c.evicted_dirty, dirty as u64);
@@ -485,9 +486,21 @@ impl Evictor {
             policy.on_reject(v.page);
         }
         drop(policy);
+        self.wake_waiters(s);
         Counters::add(&s.counters.evict_aborted, 1);
         s.budget.note_memnode_full(why);
         s.budget.notify_progress();
+    }
+
+    /// Wakes the threads whose faults on the victims, released just now, were left to the batch
+    /// (`state.rs`).
+    fn wake_waiters(&self, s: &Engine) {
+        std::sync::atomic::fence(Ordering::SeqCst);
+        for v in &self.victims {
+            if s.mem.table.take_waited(v.page) {
+                s.mem.wake(v.page);
+            }
+        }
     }
 
     /// The store failed in a way that loses data: stop.

@@ -133,11 +133,26 @@ impl Handler {
                     Counters::add(&c.duplicate_faults, 1);
                     return;
                 }
-                PageState::Clean | PageState::Dirty => {
-                    // Installed since this message was queued; the installer's wake may have
-                    // raced with the thread going to sleep, so wake again (idempotent).
-                    Counters::add(&c.duplicate_faults, 1);
-                    engine.mem.wake(page);
+                st @ (PageState::Clean | PageState::Dirty) => {
+                    // Installed since this message was queued (the installer's wake may have
+                    // raced with the thread going to sleep: wake again), or dropped behind the
+                    // pager's back (a raw madvise system call): then nothing is mapped there and
+                    // it reads as zeros, as after the program's own drop.
+                    if !table.transition(page, st, PageState::Fetching) {
+                        continue;
+                    }
+                    if engine.mem.install_zero_if_missing(page) {
+                        log::warn!(
+                            "page {page} was resident but is gone from memory (dropped behind \
+                             the pager's back, e.g. by a raw madvise system call): it reads as \
+                             zeros"
+                        );
+                        Counters::add(&c.dropped_behind_back, 1);
+                        table.release(page, PageState::Dirty);
+                    } else {
+                        Counters::add(&c.duplicate_faults, 1);
+                        table.release(page, st);
+                    }
                     return;
                 }
                 PageState::Evicting if engine.reclaim.is_pool_thread(tid) => {
@@ -149,11 +164,18 @@ impl Handler {
                         "page {page} was resident but is gone from memory (dropped behind the \
                          pager's back, e.g. by a raw madvise system call): it reads as zeros"
                     );
-                    engine.mem.install_zero(page);
                     Counters::add(&c.dropped_behind_back, 1);
+                    engine.mem.install_zero(page);
                     return;
                 }
-                PageState::Evicting | PageState::Discarding => {
+                PageState::Evicting => {
+                    // Left asleep for the batch to wake (see `state.rs`), unless it just ended.
+                    if table.defer_to_eviction(page) {
+                        Counters::add(&c.waited_on_eviction, 1);
+                        return;
+                    }
+                }
+                PageState::Discarding => {
                     Counters::add(&c.waited_on_eviction, 1);
                     engine.wait_while_busy(page);
                 }
@@ -291,10 +313,17 @@ fn on_write_protect(engine: &Engine, page: usize) {
                 Counters::add(&c.wp_faults, 1);
                 return;
             }
-            PageState::Evicting | PageState::Discarding => {
-                // The page is being written back, dropped or discarded. Wait, then let the
-                // thread retry: it finds the page back (eviction undone) or missing (refetch or
-                // zero-fill).
+            PageState::Evicting => {
+                // Being written back or dropped: the batch wakes the thread when it is done
+                // (see `state.rs`); the retry finds the page kept or missing (refetched).
+                if mem.table.defer_to_eviction(page) {
+                    Counters::add(&c.waited_on_eviction, 1);
+                    return;
+                }
+            }
+            PageState::Discarding => {
+                // Being discarded. Wait, then let the thread retry: it finds the page missing
+                // (zero-fill).
                 Counters::add(&c.waited_on_eviction, 1);
                 engine.wait_while_busy(page);
                 mem.wake(page);

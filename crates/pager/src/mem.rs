@@ -73,6 +73,28 @@ impl Memory {
         self.install(page, &ZEROS[..PAGE_SIZE], true);
     }
 
+    /// Zero-fills `page` (owned by the caller) writable if nothing is mapped there, and wakes
+    /// the threads waiting on it either way; returns whether it did fill it.
+    pub(crate) fn install_zero_if_missing(&self, page: usize) -> bool {
+        // SAFETY: ZEROS is static memory outside every registered range, at least a page long;
+        // the destination is an aligned page of this region's registered range.
+        let r = unsafe {
+            self.uffd
+                .copy(self.addr_of(page), ZEROS.as_ptr(), PAGE_SIZE, false, true)
+        };
+        match r {
+            Ok(Installed::Done) => true,
+            Ok(Installed::AlreadyPresent) => {
+                self.wake(page);
+                false
+            }
+            r => {
+                self.outcome(page, r);
+                false
+            }
+        }
+    }
+
     /// Zero-fills `count` consecutive pages from `first` (owned by the caller) writable in one
     /// `UFFDIO_COPY`, and wakes the threads waiting on any of them.
     pub(crate) fn install_zero_run(&self, first: usize, count: usize) {

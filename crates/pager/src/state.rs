@@ -25,8 +25,15 @@
 //! page into them and only that thread moves it out. Everyone else either treats the fault as a
 //! duplicate or waits for the owner. The kernel's "one `UFFDIO_COPY` wins, the rest get `EEXIST`"
 //! backs this up for installs.
+//!
+//! A fault on an EVICTING page is not waited out by its handler: the handler marks the page
+//! *waited for* and returns, leaving the thread asleep in the kernel, and the batch wakes the
+//! marked pages' threads once it has released them (they retry, and find the page remote or
+//! kept). A handler that blocked for the batch (about a millisecond) could serve no other fault
+//! meanwhile, and a batch may itself need a handler: taking a page the program dropped behind
+//! the pager's back faults (`evict.rs`).
 
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{fence, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 /// The state of one page.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,6 +97,9 @@ pub(crate) struct PageTable {
     /// of remote pages, once a second; a fork) stop here: scanning all of it cost redis 1.2% of
     /// its CPU.
     touched_end: AtomicUsize,
+    /// A bit per page: a fault on it while it was EVICTING left its thread asleep, for the
+    /// batch to wake (see the module's doc).
+    waited: Box<[AtomicU64]>,
 }
 
 impl PageTable {
@@ -102,11 +112,35 @@ impl PageTable {
         let forked = Box::<[AtomicU8]>::new_zeroed_slice(pages);
         // SAFETY: as above; 0 means "not marked".
         let forked = unsafe { forked.assume_init() };
+        let waited = Box::<[AtomicU64]>::new_zeroed_slice(pages.div_ceil(64));
+        // SAFETY: an all-zero u64 is a valid AtomicU64 holding 0 ("nobody waits").
+        let waited = unsafe { waited.assume_init() };
         PageTable {
             states,
             forked,
             touched_end: AtomicUsize::new(0),
+            waited,
         }
+    }
+
+    /// A handler met a fault on `page` while it was EVICTING: marks it waited for and returns
+    /// whether it still is EVICTING, in which case the batch will wake the faulting thread when
+    /// it releases the page ([`PageTable::take_waited`]); otherwise the caller serves the fault
+    /// itself (the batch may wake the thread too, which is harmless).
+    pub(crate) fn defer_to_eviction(&self, page: usize) -> bool {
+        self.waited[page / 64].fetch_or(1 << (page % 64), Ordering::SeqCst);
+        // Either this load sees the batch's release, or the batch's `take_waited` (after its
+        // release and a fence) sees the mark: never neither.
+        fence(Ordering::SeqCst);
+        self.get(page) == PageState::Evicting
+    }
+
+    /// After releasing `page` from EVICTING (and a [`fence`] after all of a batch's releases):
+    /// whether a fault left a thread waiting on it, clearing the mark.
+    pub(crate) fn take_waited(&self, page: usize) -> bool {
+        let bit = 1u64 << (page % 64);
+        let word = &self.waited[page / 64];
+        word.load(Ordering::SeqCst) & bit != 0 && word.fetch_and(!bit, Ordering::SeqCst) & bit != 0
     }
 
     /// Marks every resident page as resident at a fork (the caller holds eviction paused).

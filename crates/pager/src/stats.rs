@@ -27,7 +27,7 @@ pub(crate) struct Counters {
     pub evict_raced: AtomicU64,
     /// Runs of victims scanned with `PAGEMAP_SCAN`.
     pub evict_scanned_runs: AtomicU64,
-    /// Victims found dropped behind the pager's back when taken into the pipe.
+    /// Resident pages found dropped behind the pager's back (evicted or touched).
     pub dropped_behind_back: AtomicU64,
     pub bytes_in: AtomicU64,
     pub bytes_out: AtomicU64,
@@ -217,8 +217,9 @@ pub struct EvictionStats {
     /// Runs scanned with `PAGEMAP_SCAN` (which victims are mapped, which were written): only
     /// runs holding a victim whose far copy the store can compare, except in direct reclaim.
     pub scanned_runs: u64,
-    /// Victims the program had dropped behind the pager's back (a raw `madvise` system call),
-    /// found when their batch took them into its pipe: written back as zeros.
+    /// Resident pages the program had dropped behind the pager's back (a raw `madvise` system
+    /// call), found when a batch took them into its pipe or the program touched them: they read
+    /// as zeros (and are written back as such).
     pub dropped_behind_back: u64,
     /// Nanoseconds spent preparing a batch: reserving room in the store and scanning the
     /// victims (`PAGEMAP_SCAN`: which are mapped, which were written).
