@@ -34,12 +34,14 @@
 //!   written back whatever the scan says, and so is every victim over a socket: a reclaim
 //!   thread scans only the runs that hold a victim whose far copy the store can compare. The
 //!   scan was one system call per run of consecutive victims (memcached: 1.2 pages per run), 1.3
-//!   µs of the reclaim thread per evicted page. What it also told, that a victim is still mapped,
-//!   is then learnt otherwise: a page the program dropped behind the pager's back (a raw `madvise` system call)
-//!   faults when the pipe takes it, and the fault handler, seeing the fault come from a reclaim
-//!   thread on a page being evicted, installs zeros there (what the program would read after
-//!   its own drop), which are written back. A fault handler reclaiming directly must scan every
-//!   run: a fault it raised itself might have no other handler to serve it.
+//!   µs of the reclaim thread per evicted page. What it also told, that a victim is still
+//!   mapped, is then learnt otherwise: a page the program dropped behind the pager's back (a raw
+//!   `madvise` system call) faults when the pipe takes it, and the fault handler, seeing the
+//!   fault come from a reclaim thread on a page being evicted, installs zeros there (what the
+//!   program would read after its own drop), which are written back. (Handlers never wait for a
+//!   batch: `state.rs`.) A fault handler reclaiming directly must scan every run: a fault it
+//!   raised itself might have no other handler to serve it. Left open: a page dropped between
+//!   that scan and the pipe (microseconds) still makes its pipe fault.
 //! * **Synchronous tracking**: a clean page is write-protected, so a write to a victim blocks in a
 //!   write-protect fault until the batch is over; only dirty victims go through the pipe and back.
 //!
