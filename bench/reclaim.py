@@ -304,7 +304,8 @@ def main():
         micro_size = "512M"
     res = {"schema": 2, "date": now_iso(), "git_commit": git_commit(), "machine": machine(),
            "command": "python3 bench/reclaim.py" + (" --quick" if a.quick else "")
-           + (f" --reps {a.reps}" if a.reps else ""),
+           + (f" --reps {a.reps}" if a.reps else "")
+           + "".join(f" --only {part}" for part in (a.only or [])),
            "p99_target_us": P99_TARGET_US, "memcached": {}, "predict": {}, "phases": {},
            "micro": []}
     if "memcached" in only:
