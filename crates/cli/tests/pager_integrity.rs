@@ -528,6 +528,30 @@ fn writes_racing_with_eviction(mode: &str, tracking: &str, path: &str) {
     assert!(s.faults.remote > 1000);
 }
 
+/// Drops page `p` with a raw `madvise(MADV_DONTNEED)` system call, which the preload does not
+/// see.
+fn drop_behind_the_pagers_back(base: Base, p: usize) {
+    // SAFETY: the raw system call on one page of the live region.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_madvise,
+            base.page(p),
+            PAGE_SIZE,
+            libc::MADV_DONTNEED,
+        )
+    };
+    assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+}
+
+/// Every word of page `p` reads 0.
+fn assert_zeros(base: Base, p: usize, what: &str) {
+    for i in 0..WORDS {
+        // SAFETY: page p is inside the live region.
+        let got = unsafe { base.page(p).add(i).read_volatile() };
+        assert_eq!(got, 0, "{what}: word {i} of page {p}");
+    }
+}
+
 /// A page the program drops behind the pager's back (a raw `madvise` system call, which the
 /// preload does not see) reads as zeros, as after its own drop, whether it is evicted first or
 /// touched first, and its eviction does not hang: a reclaim thread, which scans only victims
@@ -562,17 +586,8 @@ fn a_page_dropped_behind_the_pagers_back_is_evicted_as_zeros() {
         // Page 5 is resident again (fetched for this write), then dropped behind the pager.
         let dropped = 5;
         base.write(dropped, 2);
-        // SAFETY: the raw system call on one page of the live region, which the test does not
-        // touch again until it has been evicted.
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_madvise,
-                base.page(dropped),
-                PAGE_SIZE,
-                libc::MADV_DONTNEED,
-            )
-        };
-        assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+        // Not touched again until it has been evicted.
+        drop_behind_the_pagers_back(base, dropped);
         // Every other page, twice over: far more than the budget, so page 5 is evicted.
         for _ in 0..2 {
             for p in (0..pages).filter(|&p| p != dropped) {
@@ -588,32 +603,14 @@ fn a_page_dropped_behind_the_pagers_back_is_evicted_as_zeros() {
             "{mode}: page {dropped} was not found dropped when evicted: {}",
             region.stats_json()
         );
-        for i in 0..WORDS {
-            // SAFETY: the dropped page, evicted by now (the stat above): fetched back.
-            let got = unsafe { base.page(dropped).add(i).read_volatile() };
-            assert_eq!(got, 0, "{mode}: word {i} of the dropped page");
-        }
+        // Evicted by now (the stat above): fetched back.
+        assert_zeros(base, dropped, mode);
         // A page dropped behind the pager's back and touched before any eviction: zeros too.
         let touched = 7;
         base.write(touched, 3);
-        // SAFETY: as above, one page of the live region.
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_madvise,
-                base.page(touched),
-                PAGE_SIZE,
-                libc::MADV_DONTNEED,
-            )
-        };
-        assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
-        for i in 0..WORDS {
-            // SAFETY: the page just dropped, still resident by the pager's count.
-            let got = unsafe { base.page(touched).add(i).read_volatile() };
-            assert_eq!(
-                got, 0,
-                "{mode}: word {i} of the page touched after its drop"
-            );
-        }
+        drop_behind_the_pagers_back(base, touched);
+        // Still resident by the pager's count.
+        assert_zeros(base, touched, mode);
         base.write(touched, 4);
         assert!(
             base.check(touched, 4).is_none(),
