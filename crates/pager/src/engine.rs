@@ -181,6 +181,17 @@ impl Engine {
         }
     }
 
+    /// `page`, resident by the pager's count, has nothing mapped: the program dropped it behind
+    /// the pager's back (a raw madvise system call). Reports and counts it; the caller
+    /// zero-fills it, what the program's own drop left.
+    pub(crate) fn note_dropped_behind_back(&self, page: usize) {
+        log::warn!(
+            "page {page} was resident but is gone from memory (dropped behind the pager's back, \
+             e.g. by a raw madvise system call): it reads as zeros"
+        );
+        Counters::add(&self.counters.dropped_behind_back, 1);
+    }
+
     /// Charges one budget slot to a page about to be installed, reclaiming directly through
     /// `store` first when the scheduler says so (the budget is exhausted, or the mode is
     /// `direct`). While the memnode refuses writes the region may overflow the budget by the

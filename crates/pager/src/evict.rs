@@ -378,12 +378,8 @@ impl Evictor {
                 if !mapped {
                     // Dropped behind the pager's back (a raw madvise system call): it reads as
                     // zeros now, and zeros are what goes back (the batch owns the page).
-                    log::warn!(
-                        "page {page} was resident but is gone from memory (dropped behind the \
-                         pager's back, e.g. by a raw madvise system call): it reads as zeros"
-                    );
+                    s.note_dropped_behind_back(page);
                     s.mem.install_zero(page);
-                    Counters::add(&s.counters.dropped_behind_back, 1);
                     victim.written = true;
                     victim.stale = true;
                 }

@@ -142,12 +142,7 @@ impl Handler {
                         continue;
                     }
                     if engine.mem.install_zero_if_missing(page) {
-                        log::warn!(
-                            "page {page} was resident but is gone from memory (dropped behind \
-                             the pager's back, e.g. by a raw madvise system call): it reads as \
-                             zeros"
-                        );
-                        Counters::add(&c.dropped_behind_back, 1);
+                        engine.note_dropped_behind_back(page);
                         table.release(page, PageState::Dirty);
                     } else {
                         Counters::add(&c.duplicate_faults, 1);
@@ -160,11 +155,7 @@ impl Handler {
                     // missing: the program dropped it behind the pager's back (a raw madvise
                     // system call), so it reads as zeros, which the batch then writes back.
                     // Waiting here would wait for that batch forever.
-                    log::warn!(
-                        "page {page} was resident but is gone from memory (dropped behind the \
-                         pager's back, e.g. by a raw madvise system call): it reads as zeros"
-                    );
-                    Counters::add(&c.dropped_behind_back, 1);
+                    engine.note_dropped_behind_back(page);
                     engine.mem.install_zero(page);
                     return;
                 }

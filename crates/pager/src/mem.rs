@@ -50,11 +50,22 @@ impl Memory {
     /// Installs `data` (one page of memory outside every registered range) as `page`, which the
     /// caller owns, and wakes the threads waiting on it. Write-protected unless `writable`.
     pub(crate) fn install(&self, page: usize, data: &[u8], writable: bool) {
+        let r = self.copy_page(page, data, writable);
+        self.outcome(page, r);
+    }
+
+    /// The `UFFDIO_COPY` (waking) of one page of `data` as `page`.
+    fn copy_page(
+        &self,
+        page: usize,
+        data: &[u8],
+        writable: bool,
+    ) -> Result<Installed, gleaner_uffd::UffdError> {
         assert_eq!(data.len(), PAGE_SIZE, "a page install takes one page");
         // SAFETY: `data` is one page of handler-owned memory (a receive buffer, a slot of the
         // far arena, a staging buffer or the static zero page), never registered with any
         // userfaultfd; the destination is an aligned page of this region's registered range.
-        let r = unsafe {
+        unsafe {
             self.uffd.copy(
                 self.addr_of(page),
                 data.as_ptr(),
@@ -62,8 +73,7 @@ impl Memory {
                 !writable,
                 true,
             )
-        };
-        self.outcome(page, r);
+        }
     }
 
     /// Serves a page's first touch without the network: a private zeroed page, writable. (Not
@@ -76,13 +86,7 @@ impl Memory {
     /// Zero-fills `page` (owned by the caller) writable if nothing is mapped there, and wakes
     /// the threads waiting on it either way; returns whether it did fill it.
     pub(crate) fn install_zero_if_missing(&self, page: usize) -> bool {
-        // SAFETY: ZEROS is static memory outside every registered range, at least a page long;
-        // the destination is an aligned page of this region's registered range.
-        let r = unsafe {
-            self.uffd
-                .copy(self.addr_of(page), ZEROS.as_ptr(), PAGE_SIZE, false, true)
-        };
-        match r {
+        match self.copy_page(page, &ZEROS[..PAGE_SIZE], true) {
             Ok(Installed::Done) => true,
             Ok(Installed::AlreadyPresent) => {
                 self.wake(page);
