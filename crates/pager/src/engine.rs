@@ -58,6 +58,8 @@ pub(crate) struct Engine {
     pub(crate) hints: crate::hint::Hints,
     /// Closed around a fork: no handler starts on a fault meanwhile.
     pub(crate) gate: Gate,
+    /// The threads that evict (fault handlers and reclaim threads), told apart in fault messages.
+    pub(crate) evictors: crate::evictors::Evictors,
 }
 
 /// A gate the fault handlers (and the hint thread) pass to work on pages: a fork closes it and
@@ -126,7 +128,7 @@ impl Engine {
     /// (`prefetched`: installed ahead of demand).
     pub(crate) fn installed(&self, page: usize, state: PageState, prefetched: bool) {
         let mut policy = self.policy.lock().expect("policy lock");
-        self.mem.table.release(page, state);
+        self.mem.release(page, state);
         policy.on_install(page, prefetched);
     }
 
@@ -182,14 +184,20 @@ impl Engine {
     }
 
     /// `page`, resident by the pager's count, has nothing mapped: the program dropped it behind
-    /// the pager's back (a raw madvise system call). Reports and counts it; the caller
-    /// zero-fills it, what the program's own drop left.
+    /// the pager's back (a raw madvise system call). Reports it (the first time; the stats count
+    /// every one); the caller zero-fills it, what the program's own drop left.
     pub(crate) fn note_dropped_behind_back(&self, page: usize) {
-        log::warn!(
+        let level = if Counters::add_first(&self.counters.dropped_behind_back) {
+            log::Level::Warn
+        } else {
+            log::Level::Debug
+        };
+        log::log!(
+            level,
             "page {page} was resident but is gone from memory (dropped behind the pager's back, \
-             e.g. by a raw madvise system call): it reads as zeros"
+             e.g. by a raw madvise system call): it reads as zeros (`evictions.dropped_behind_back` \
+             in the stats counts such pages)"
         );
-        Counters::add(&self.counters.dropped_behind_back, 1);
     }
 
     /// Charges one budget slot to a page about to be installed, reclaiming directly through
@@ -209,7 +217,7 @@ impl Engine {
             }
             let need = self.reclaim.direct_need(self.budget.resident());
             if need > 0 {
-                let ev = evictor.get_or_insert_with(|| Evictor::new(self.evict_batch, true));
+                let ev = evictor.get_or_insert_with(|| Evictor::new(self, true));
                 if crate::reclaim::reclaim_directly(self, ev, store, need) > 0 {
                     self.budget.notify_progress();
                     continue;
@@ -257,6 +265,7 @@ impl Engine {
                 raced_writes: get(&c.evict_raced),
                 scanned_runs: get(&c.evict_scanned_runs),
                 dropped_behind_back: get(&c.dropped_behind_back),
+                dropped_served_by_watchdog: self.evictors.rescued(),
                 protect_ns: get(&c.evict_protect_ns),
                 read_ns: get(&c.evict_read_ns),
                 send_ns: get(&c.evict_send_ns),

@@ -39,9 +39,11 @@
 //!   `madvise` system call) faults when the pipe takes it, and the fault handler, seeing the
 //!   fault come from a reclaim thread on a page being evicted, installs zeros there (what the
 //!   program would read after its own drop), which are written back. (Handlers never wait for a
-//!   batch: `state.rs`.) A fault handler reclaiming directly must scan every run: a fault it
-//!   raised itself might have no other handler to serve it. Left open: a page dropped between
-//!   that scan and the pipe (microseconds) still makes its pipe fault.
+//!   batch: `state.rs`.) A fault handler reclaiming directly scans every run, so that a fault
+//!   of its own, which another handler must serve, stays rare: only a page dropped between that
+//!   scan and the pipe (microseconds) makes its pipe fault. Should every handler be stuck at
+//!   once, a watchdog thread zero-fills the victims of a batch stuck in its pipe
+//!   (`evictors.rs`).
 //! * **Synchronous tracking**: a clean page is write-protected, so a write to a victim blocks in a
 //!   write-protect fault until the batch is over; only dirty victims go through the pipe and back.
 //!
@@ -67,6 +69,8 @@ use crate::PAGE_SIZE;
 /// scratch lists. Reclaim threads own one each; a fault handler makes one when it first has to
 /// reclaim directly.
 pub(crate) struct Evictor {
+    /// This thread's slot among the region's evicting threads (`evictors.rs`).
+    slot: usize,
     /// Scan every run, not only those with a far copy to compare (an evictor running in a
     /// fault handler: see the module's doc).
     scan_all: bool,
@@ -105,14 +109,17 @@ struct Victim {
 
 impl Evictor {
     /// Opens what eviction needs (stopping the program if that fails: it cannot evict without).
-    /// `in_handler`: the evictor runs in a fault handler (direct reclaim), whose own faults no
-    /// other thread may be there to serve.
-    pub(crate) fn new(batch: usize, in_handler: bool) -> Evictor {
+    /// Called on the thread that will use it, which it registers as an evicting thread of
+    /// `s`. `in_handler`: the evictor runs in a fault handler (direct reclaim), whose own faults
+    /// no other handler may be free to serve.
+    pub(crate) fn new(s: &Engine, in_handler: bool) -> Evictor {
+        let batch = s.evict_batch;
         let pipe =
             Pipe::new(batch).unwrap_or_else(|e| fatal(&format!("making the eviction pipe: {e}")));
         let pagemap = Pagemap::open()
             .unwrap_or_else(|e| fatal(&format!("opening /proc/self/pagemap for eviction: {e}")));
         Evictor {
+            slot: s.evictors.register_current(),
             scan_all: in_handler,
             pipe,
             pagemap,
@@ -123,6 +130,11 @@ impl Evictor {
             scan: Vec::new(),
             scratch: Vec::new(),
         }
+    }
+
+    /// This thread's slot among the region's evicting threads.
+    pub(crate) fn slot(&self) -> usize {
+        self.slot
     }
 
     /// Evicts one batch through `store`. Returns the number of pages evicted (0 when nothing
@@ -176,10 +188,13 @@ impl Evictor {
                 .filter(|v| v.captured.is_some())
                 .map(|v| v.page),
         );
+        s.evictors.begin_capture(self.slot, &take);
         let refused = match self.pipe.capture(|p| mem.addr_of(p), &take) {
             Ok(refused) => refused,
             Err(e) => fatal(&format!("taking pages being evicted into the pipe: {e}")),
         };
+        // Before any victim is dropped: the watchdog zero-fills a page only while it is here.
+        s.evictors.end_capture(self.slot);
         if !refused.is_empty() {
             captured = self.skip(&refused);
         }

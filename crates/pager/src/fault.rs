@@ -6,7 +6,7 @@
 
 use std::time::Instant;
 
-use gleaner_uffd::FaultKind;
+use gleaner_uffd::{Event, FaultKind};
 
 use crate::engine::Engine;
 use crate::evict::Evictor;
@@ -47,6 +47,24 @@ impl Handler {
         }
     }
 
+    /// Serves `events` (read from the userfaultfd, drained here). The evicting threads' faults
+    /// go first: the batch of one of them may be what another fault of `events` would wait for
+    /// (its budget slot), and a handler holding that message while it waits would wait forever.
+    pub(crate) fn serve(&mut self, engine: &Engine, events: &mut Vec<Event>) {
+        if events.len() > 1 {
+            // Stable, and without allocating for a batch of this size.
+            events.sort_by_key(
+                |ev| !matches!(ev, Event::Fault { tid, .. } if engine.evictors.contains(*tid)),
+            );
+        }
+        for ev in events.drain(..) {
+            match ev {
+                Event::Fault { kind, addr, tid } => self.on_fault(engine, kind, addr, tid),
+                other => log::warn!("unexpected userfaultfd event {other:?}; ignored"),
+            }
+        }
+    }
+
     /// Resolves one fault message.
     pub(crate) fn on_fault(&mut self, engine: &Engine, kind: FaultKind, addr: usize, tid: u32) {
         let Some(page) = engine.mem.page_of(addr) else {
@@ -71,6 +89,18 @@ impl Handler {
 
     /// A missing page was touched.
     fn on_missing(&mut self, engine: &Engine, page: usize, tid: u32, write: bool) {
+        if let Some(zeroed) = engine.evictors.serve_fault(&engine.mem, tid, page) {
+            // An evicting thread (a reclaim thread, or a handler reclaiming directly) found
+            // nothing mapped on a page it was taking into its pipe: the program dropped it
+            // behind the pager's back (a raw madvise system call), so it reads as zeros, which
+            // the batch then writes back. Waiting for that batch would wait forever; fetching
+            // the page for it (the message already served: stale) would be wasted.
+            // (`evictors.rs` has the details.)
+            if zeroed {
+                engine.note_dropped_behind_back(page);
+            }
+            return;
+        }
         let started = Instant::now();
         let c = &engine.counters;
         let table = &engine.mem.table;
@@ -128,10 +158,13 @@ impl Handler {
                         return;
                     }
                 }
-                PageState::Fetching | PageState::Marking => {
-                    // Another handler owns this page; its install (or unprotect) wakes our thread.
-                    Counters::add(&c.duplicate_faults, 1);
-                    return;
+                st @ (PageState::Fetching | PageState::Marking) => {
+                    // Another handler owns this page; its install (or unprotect) wakes our
+                    // thread, or its release does (see `state.rs`), unless it just ended.
+                    if table.defer_to_owner(page, st) {
+                        Counters::add(&c.duplicate_faults, 1);
+                        return;
+                    }
                 }
                 st @ (PageState::Clean | PageState::Dirty) => {
                     // Installed since this message was queued (the installer's wake may have
@@ -143,25 +176,16 @@ impl Handler {
                     }
                     if engine.mem.install_zero_if_missing(page) {
                         engine.note_dropped_behind_back(page);
-                        table.release(page, PageState::Dirty);
+                        engine.mem.release(page, PageState::Dirty);
                     } else {
                         Counters::add(&c.duplicate_faults, 1);
-                        table.release(page, st);
+                        engine.mem.release(page, st);
                     }
-                    return;
-                }
-                PageState::Evicting if engine.reclaim.is_pool_thread(tid) => {
-                    // The batch evicting this page is taking it into its pipe and found it
-                    // missing: the program dropped it behind the pager's back (a raw madvise
-                    // system call), so it reads as zeros, which the batch then writes back.
-                    // Waiting here would wait for that batch forever.
-                    engine.note_dropped_behind_back(page);
-                    engine.mem.install_zero(page);
                     return;
                 }
                 PageState::Evicting => {
                     // Left asleep for the batch to wake (see `state.rs`), unless it just ended.
-                    if table.defer_to_eviction(page) {
+                    if table.defer_to_owner(page, PageState::Evicting) {
                         Counters::add(&c.waited_on_eviction, 1);
                         return;
                     }
@@ -206,7 +230,7 @@ impl Handler {
                 break;
             }
             if !engine.try_charge(None) {
-                engine.mem.table.release(q, PageState::Absent);
+                engine.mem.release(q, PageState::Absent);
                 break;
             }
             ahead += 1;
@@ -299,7 +323,7 @@ fn on_write_protect(engine: &Engine, page: usize) {
                     fatal(&format!("lifting write protection on page {page}: {e}"));
                 }
                 engine.writes.on_tracked_write(page);
-                mem.table.release(page, PageState::Dirty);
+                mem.release(page, PageState::Dirty);
                 engine.policy.lock().expect("policy lock").on_access(page);
                 Counters::add(&c.wp_faults, 1);
                 return;
@@ -307,7 +331,7 @@ fn on_write_protect(engine: &Engine, page: usize) {
             PageState::Evicting => {
                 // Being written back or dropped: the batch wakes the thread when it is done
                 // (see `state.rs`); the retry finds the page kept or missing (refetched).
-                if mem.table.defer_to_eviction(page) {
+                if mem.table.defer_to_owner(page, PageState::Evicting) {
                     Counters::add(&c.waited_on_eviction, 1);
                     return;
                 }
@@ -321,9 +345,12 @@ fn on_write_protect(engine: &Engine, page: usize) {
                 return;
             }
             PageState::Marking => {
-                // Another handler is lifting the protection; that ioctl wakes our thread.
-                Counters::add(&c.duplicate_faults, 1);
-                return;
+                // Another handler is lifting the protection; that ioctl wakes our thread, or
+                // its release does (see `state.rs`), unless it just ended.
+                if mem.table.defer_to_owner(page, PageState::Marking) {
+                    Counters::add(&c.duplicate_faults, 1);
+                    return;
+                }
             }
             PageState::Fetching => {
                 // A read fault's install maps the page write-protected and wakes the thread

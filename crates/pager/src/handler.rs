@@ -31,8 +31,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gleaner_uffd::Event;
-
 use crate::engine::Engine;
 use crate::fatal::fatal;
 use crate::fault::Handler;
@@ -111,12 +109,7 @@ pub(crate) fn run(
         }
         // A fork waits for the faults being served to finish, and holds the next ones back.
         let _inside = engine.gate.enter();
-        for ev in events.drain(..) {
-            match ev {
-                Event::Fault { kind, addr, tid } => h.on_fault(&engine, kind, addr, tid),
-                other => log::warn!("unexpected userfaultfd event {other:?}; ignored"),
-            }
-        }
+        h.serve(&engine, &mut events);
     }
 }
 
@@ -140,12 +133,11 @@ pub(crate) fn serve_until(engine: &Engine, store: Box<dyn StoreHandle>, done: im
             Ok(_) => {}
             Err(e) => fatal(&format!("reading userfaultfd events failed: {e}")),
         }
-        for ev in events.drain(..) {
-            match ev {
-                Event::Fault { kind, addr, tid } => h.on_fault(engine, kind, addr, tid),
-                other => log::warn!("unexpected userfaultfd event {other:?}; ignored"),
-            }
-        }
+        h.serve(engine, &mut events);
+    }
+    // This thread goes on as the program's: its faults are no evicting thread's any more.
+    if let Some(ev) = h.evictor.take() {
+        engine.evictors.unregister(ev.slot());
     }
 }
 

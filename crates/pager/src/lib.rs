@@ -23,6 +23,7 @@ pub mod decode_budget;
 mod embedded;
 mod engine;
 mod evict;
+mod evictors;
 mod fatal;
 mod fault;
 mod fetch;

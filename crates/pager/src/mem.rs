@@ -6,7 +6,7 @@ use gleaner_uffd::{Installed, Uffd};
 
 use crate::fatal::fatal;
 use crate::mapping::Mapping;
-use crate::state::PageTable;
+use crate::state::{PageState, PageTable};
 use crate::PAGE_SIZE;
 
 /// The most pages zero-filled in one go (a sequential fill's window).
@@ -44,6 +44,16 @@ impl Memory {
     pub(crate) fn wake(&self, page: usize) {
         if let Err(e) = self.uffd.wake(self.addr_of(page), PAGE_SIZE) {
             fatal(&format!("waking faulting threads on page {page}: {e}"));
+        }
+    }
+
+    /// Releases `page`, which the caller owns, into `state`, then wakes the threads whose faults
+    /// on it were left to the caller meanwhile ([`PageTable::defer_to_owner`]).
+    pub(crate) fn release(&self, page: usize, state: PageState) {
+        self.table.release(page, state);
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        if self.table.take_waited(page) {
+            self.wake(page);
         }
     }
 

@@ -62,9 +62,6 @@ pub(crate) struct Reclaim {
     wake_wanted: AtomicUsize,
     /// Wake-ups of sleeping pool threads that charges asked for.
     pool_wakeups: AtomicU64,
-    /// Each pool thread's kernel thread id, once it runs (0 before): a fault raised by one is the
-    /// eviction's own (see [`Reclaim::is_pool_thread`]).
-    pool_tids: Box<[AtomicU32]>,
 }
 
 /// Reclaim statistics: the scheduler's state plus what the pool and faulting threads did.
@@ -133,19 +130,7 @@ impl Reclaim {
             peak_awake: AtomicUsize::new(0),
             wake_wanted: AtomicUsize::new(0),
             pool_wakeups: AtomicU64::new(0),
-            pool_tids: (0..pool_size).map(|_| AtomicU32::new(0)).collect(),
         }
-    }
-
-    /// Whether `tid` (a faulting thread's id from a userfaultfd message; 0 when unknown) is a
-    /// reclaim thread of this region: it can only fault inside the region while taking the
-    /// pages of a batch into its pipe, on a page the program dropped behind the pager's back.
-    pub(crate) fn is_pool_thread(&self, tid: u32) -> bool {
-        tid != 0
-            && self
-                .pool_tids
-                .iter()
-                .any(|t| t.load(Ordering::Relaxed) == tid)
     }
 
     /// Reclaim threads to create.
@@ -343,10 +328,7 @@ pub(crate) fn reclaim_directly(
 /// sleep otherwise.
 pub(crate) fn run_pool_thread(shared: Arc<Engine>, id: usize, mut store: Box<dyn StoreHandle>) {
     let r = &shared.reclaim;
-    // SAFETY: gettid has no preconditions.
-    let tid = unsafe { libc::gettid() };
-    r.pool_tids[id].store(tid as u32, Ordering::Relaxed);
-    let mut ev = Evictor::new(shared.evict_batch, false);
+    let mut ev = Evictor::new(&shared, false);
     r.awake.fetch_add(1, Ordering::Relaxed);
     loop {
         if shared.stopping() {

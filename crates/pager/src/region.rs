@@ -288,6 +288,9 @@ impl Region {
             stop,
             hints: crate::hint::Hints::default(),
             gate: crate::engine::Gate::default(),
+            // The handlers, the reclaim threads and, in a fork child, the thread serving faults
+            // while the handlers start.
+            evictors: crate::evictors::Evictors::new(placement.len() + pool + 1),
         });
         let mut threads = Vec::new();
         let hook = cfg.thread_start_hook;
@@ -334,6 +337,12 @@ impl Region {
             let e = engine.clone();
             threads.push(spawn(&format!("gleaner-recl{id}"), hook, move || {
                 crate::reclaim::run_pool_thread(e, id, handle)
+            })?);
+        }
+        {
+            let e = engine.clone();
+            threads.push(spawn("gleaner-watch", hook, move || {
+                crate::evictors::run_watchdog(e)
             })?);
         }
         if let Some(out) = l.trace_out {

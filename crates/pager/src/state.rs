@@ -26,12 +26,16 @@
 //! duplicate or waits for the owner. The kernel's "one `UFFDIO_COPY` wins, the rest get `EEXIST`"
 //! backs this up for installs.
 //!
-//! A fault on an EVICTING page is not waited out by its handler: the handler marks the page
-//! *waited for* and returns, leaving the thread asleep in the kernel, and the batch wakes the
-//! marked pages' threads once it has released them (they retry, and find the page remote or
-//! kept). A handler that blocked for the batch (about a millisecond) could serve no other fault
-//! meanwhile, and a batch may itself need a handler: taking a page the program dropped behind
-//! the pager's back faults (`evict.rs`).
+//! A fault on a page another thread owns is not waited out by its handler: the handler marks
+//! the page *waited for* and returns, leaving the thread asleep in the kernel, and the owner
+//! wakes the marked page's threads once it has released it (they retry, and find the page
+//! mapped, or fault again). For an EVICTING page that is the batch: a handler that blocked for
+//! it (about a millisecond) could serve no other fault meanwhile, and a batch may itself need a
+//! handler (taking a page the program dropped behind the pager's back faults: `evict.rs`). For
+//! a FETCHING or MARKING page the owner's install or unprotect wakes the threads whose faults
+//! came before it; the mark covers a fault that came after it, before the release: possible
+//! only if the program dropped the page behind the pager's back in between, and then nothing
+//! else would ever wake that thread.
 
 use std::sync::atomic::{fence, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
@@ -97,8 +101,8 @@ pub(crate) struct PageTable {
     /// of remote pages, once a second; a fork) stop here: scanning all of it cost redis 1.2% of
     /// its CPU.
     touched_end: AtomicUsize,
-    /// A bit per page: a fault on it while it was EVICTING left its thread asleep, for the
-    /// batch to wake (see the module's doc).
+    /// A bit per page: a fault on it while another thread owned it left its thread asleep, for
+    /// the owner to wake (see the module's doc).
     waited: Box<[AtomicU64]>,
 }
 
@@ -123,20 +127,22 @@ impl PageTable {
         }
     }
 
-    /// A handler met a fault on `page` while it was EVICTING: marks it waited for and returns
-    /// whether it still is EVICTING, in which case the batch will wake the faulting thread when
-    /// it releases the page ([`PageTable::take_waited`]); otherwise the caller serves the fault
-    /// itself (the batch may wake the thread too, which is harmless).
-    pub(crate) fn defer_to_eviction(&self, page: usize) -> bool {
+    /// A handler met a fault on `page` while another thread owned it in state `owned`: marks it
+    /// waited for and returns whether it still is in that state, in which case its owner will
+    /// wake the faulting thread when it releases the page ([`PageTable::take_waited`]);
+    /// otherwise the caller serves the fault itself (the owner may wake the thread too, which
+    /// is harmless).
+    pub(crate) fn defer_to_owner(&self, page: usize, owned: PageState) -> bool {
         self.waited[page / 64].fetch_or(1 << (page % 64), Ordering::SeqCst);
-        // Either this load sees the batch's release, or the batch's `take_waited` (after its
+        // Either this load sees the owner's release, or the owner's `take_waited` (after its
         // release and a fence) sees the mark: never neither.
         fence(Ordering::SeqCst);
-        self.get(page) == PageState::Evicting
+        self.get(page) == owned
     }
 
-    /// After releasing `page` from EVICTING (and a [`fence`] after all of a batch's releases):
-    /// whether a fault left a thread waiting on it, clearing the mark.
+    /// After releasing `page` from an owned state (and a [`fence`] after the release, or after
+    /// all of a batch's releases): whether a fault left a thread waiting on it, clearing the
+    /// mark.
     pub(crate) fn take_waited(&self, page: usize) -> bool {
         let bit = 1u64 << (page % 64);
         let word = &self.waited[page / 64];

@@ -55,6 +55,11 @@ impl Counters {
         counter.fetch_add(v, Ordering::Relaxed);
     }
 
+    /// Adds one to `counter`; returns whether it was the first.
+    pub(crate) fn add_first(counter: &AtomicU64) -> bool {
+        counter.fetch_add(1, Ordering::Relaxed) == 0
+    }
+
     /// Where remote faults' time went, from the counters.
     pub(crate) fn breakdown(&self) -> FaultBreakdown {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -221,6 +226,9 @@ pub struct EvictionStats {
     /// call), found when a batch took them into its pipe or the program touched them: they read
     /// as zeros (and are written back as such).
     pub dropped_behind_back: u64,
+    /// Of those, pages zero-filled by the watchdog for a batch stuck taking them into its pipe
+    /// while no fault handler was free to serve its fault.
+    pub dropped_served_by_watchdog: u64,
     /// Nanoseconds spent preparing a batch: reserving room in the store and scanning the
     /// victims (`PAGEMAP_SCAN`: which are mapped, which were written).
     pub protect_ns: u64,

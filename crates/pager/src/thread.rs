@@ -14,6 +14,8 @@
 
 use std::ffi::{c_void, CString};
 use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use crate::fatal::fatal;
 
@@ -22,7 +24,7 @@ pub(crate) struct PagerThread {
     id: libc::pthread_t,
     stack: Stack,
     /// Set once the thread runs gleaner's code (the C library's thread start-up is done).
-    running: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    running: Arc<AtomicBool>,
 }
 
 /// Bytes of a pager thread's stack (address space; touched as used).
@@ -72,7 +74,7 @@ impl Drop for Stack {
 }
 
 struct Start {
-    running: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    running: Arc<AtomicBool>,
     hook: Option<fn()>,
     name: CString,
     body: Box<dyn FnOnce() + Send>,
@@ -84,9 +86,7 @@ extern "C" fn trampoline(arg: *mut c_void) -> *mut c_void {
     if let Some(hook) = start.hook {
         hook();
     }
-    start
-        .running
-        .store(true, std::sync::atomic::Ordering::Release);
+    start.running.store(true, Ordering::Release);
     // SAFETY: naming the calling thread with a NUL-terminated string of at most 15 bytes.
     unsafe { libc::pthread_setname_np(libc::pthread_self(), start.name.as_ptr()) };
     let body = start.body;
@@ -104,7 +104,7 @@ pub(crate) fn spawn(
 ) -> io::Result<PagerThread> {
     let name = CString::new(&name.as_bytes()[..name.len().min(15)])
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "thread name has a NUL"))?;
-    let running = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let running = Arc::new(AtomicBool::new(false));
     let start = Box::into_raw(Box::new(Start {
         running: running.clone(),
         hook,
@@ -145,7 +145,7 @@ pub(crate) fn spawn(
 impl PagerThread {
     /// Whether the thread has come through the C library's start-up and runs gleaner's code.
     pub(crate) fn is_running(&self) -> bool {
-        self.running.load(std::sync::atomic::Ordering::Acquire)
+        self.running.load(Ordering::Acquire)
     }
 
     /// Waits for the thread to finish.

@@ -1,0 +1,191 @@
+//! The pager threads that evict, what each is taking into its pipe, and the watchdog for the one
+//! way their batches can get stuck.
+//!
+//! Fault handlers (reclaiming directly) and reclaim threads take a batch's victims into a pipe
+//! with `vmsplice`, which faults, inside the kernel, on a victim with nothing mapped: one the
+//! program dropped behind the pager's back (a raw `madvise` system call) after the batch
+//! claimed it. That fault waits in the kernel until another thread installs the page. A fault
+//! handler reading its message installs zeros, what the program's drop left (`fault.rs`). But
+//! the handlers may all be stuck at once: each in its own batch's `vmsplice`, or one waiting for
+//! budget that only the stuck batch would free while it holds that batch's message unread. Then
+//! nobody would; the watchdog thread ([`run_watchdog`]) looks every [`WATCH_PERIOD`] for a batch
+//! that has been taking pages into its pipe for longer than [`STUCK_AFTER`] and zero-fills that
+//! batch's victims that have nothing mapped. A batch merely slow (its thread preempted) loses
+//! nothing by it: a victim with nothing mapped before the batch's pipe took it is one the
+//! program dropped, whoever installs its zeros.
+//!
+//! Each thread's capture sits behind a lock that the thread takes to end its capture, before it
+//! drops its victims: so a page is zero-filled only while its batch has not yet dropped it
+//! (zeros installed on a dropped victim would be read in place of its far data).
+
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::engine::Engine;
+use crate::fatal::fatal;
+use crate::mem::Memory;
+use crate::state::PageState;
+
+/// How often the watchdog looks for a stuck batch.
+pub(crate) const WATCH_PERIOD: Duration = Duration::from_millis(10);
+
+/// How long a batch may take its pages into its pipe before the watchdog steps in. A capture
+/// takes microseconds; a stuck one never ends.
+pub(crate) const STUCK_AFTER: Duration = Duration::from_millis(5);
+
+/// The evicting threads of a region, one slot each.
+pub(crate) struct Evictors {
+    slots: Box<[Slot]>,
+    next: AtomicUsize,
+    /// Pages the watchdog zero-filled.
+    rescued: AtomicU64,
+}
+
+struct Slot {
+    /// The thread's kernel id (0 until it registers).
+    tid: AtomicU32,
+    capture: Mutex<Capture>,
+}
+
+/// What one thread is taking into its pipe.
+#[derive(Default)]
+struct Capture {
+    /// Since when (`None`: not capturing).
+    since: Option<Instant>,
+    /// The victims, as runs of pages (first, count).
+    runs: Vec<(usize, usize)>,
+}
+
+impl Capture {
+    fn holds(&self, page: usize) -> bool {
+        self.since.is_some()
+            && self
+                .runs
+                .iter()
+                .any(|&(first, n)| (first..first + n).contains(&page))
+    }
+}
+
+impl Evictors {
+    /// Room for `capacity` evicting threads.
+    pub(crate) fn new(capacity: usize) -> Evictors {
+        Evictors {
+            slots: (0..capacity)
+                .map(|_| Slot {
+                    tid: AtomicU32::new(0),
+                    capture: Mutex::new(Capture::default()),
+                })
+                .collect(),
+            next: AtomicUsize::new(0),
+            rescued: AtomicU64::new(0),
+        }
+    }
+
+    /// Records the calling thread, before it evicts anything; returns its slot.
+    pub(crate) fn register_current(&self) -> usize {
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() } as u32;
+        let slot = self.next.fetch_add(1, Ordering::Relaxed);
+        match self.slots.get(slot) {
+            Some(s) => s.tid.store(tid, Ordering::Release),
+            // A bug, not a user error: the region sized this for every thread it starts.
+            None => fatal("more evicting pager threads than the region made room for"),
+        }
+        slot
+    }
+
+    /// Forgets slot `slot`'s thread: it evicts no more (a fork child's first thread, which
+    /// goes on as the program's).
+    pub(crate) fn unregister(&self, slot: usize) {
+        self.slots[slot].tid.store(0, Ordering::Release);
+    }
+
+    /// Whether `tid` (a faulting thread's id from a userfaultfd message; 0 when unknown) is an
+    /// evicting thread's.
+    pub(crate) fn contains(&self, tid: u32) -> bool {
+        self.slot_of(tid).is_some()
+    }
+
+    fn slot_of(&self, tid: u32) -> Option<&Slot> {
+        if tid == 0 {
+            return None;
+        }
+        self.slots
+            .iter()
+            .find(|s| s.tid.load(Ordering::Acquire) == tid)
+    }
+
+    fn lock(slot: &Slot) -> MutexGuard<'_, Capture> {
+        slot.capture.lock().expect("evictor capture lock")
+    }
+
+    /// Slot `slot`'s thread starts taking the pages of `runs` into its pipe.
+    pub(crate) fn begin_capture(&self, slot: usize, runs: &[(usize, usize)]) {
+        let mut c = Self::lock(&self.slots[slot]);
+        c.runs.clear();
+        c.runs.extend_from_slice(runs);
+        c.since = Some(Instant::now());
+    }
+
+    /// Slot `slot`'s thread has taken its pages; it may drop them once this returns.
+    pub(crate) fn end_capture(&self, slot: usize) {
+        Self::lock(&self.slots[slot]).since = None;
+    }
+
+    /// Serves a fault that thread `tid` raised on `page` if it is an evicting thread's: one
+    /// taking `page` into its pipe, which found nothing mapped there (an evicting thread touches
+    /// the region only through its pipe). Zero-fills the page then (what the program's drop
+    /// left) and returns `Some(true)`; `Some(false)` when the fault was already served (by the
+    /// watchdog); `None` when `tid` is not an evicting thread.
+    pub(crate) fn serve_fault(&self, mem: &Memory, tid: u32, page: usize) -> Option<bool> {
+        let slot = self.slot_of(tid)?;
+        let c = Self::lock(slot);
+        Some(c.holds(page) && mem.install_zero_if_missing(page))
+    }
+
+    /// The watchdog's pass: zero-fills the victims with nothing mapped of every batch that has
+    /// been taking pages into its pipe for `stuck_after` or more, calling `on_filled` for each.
+    fn rescue(&self, mem: &Memory, stuck_after: Duration, mut on_filled: impl FnMut(usize)) {
+        for slot in self.slots.iter() {
+            let c = Self::lock(slot);
+            if c.since.is_none_or(|t| t.elapsed() < stuck_after) {
+                continue;
+            }
+            for &(first, n) in &c.runs {
+                for page in first..first + n {
+                    if mem.table.get(page) == PageState::Evicting
+                        && mem.install_zero_if_missing(page)
+                    {
+                        self.rescued.fetch_add(1, Ordering::Relaxed);
+                        on_filled(page);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Pages the watchdog zero-filled so far.
+    pub(crate) fn rescued(&self) -> u64 {
+        self.rescued.load(Ordering::Relaxed)
+    }
+}
+
+/// The watchdog thread's loop, until the region stops.
+pub(crate) fn run_watchdog(engine: std::sync::Arc<Engine>) {
+    loop {
+        let mut fd = libc::pollfd {
+            fd: engine.stop.fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: poll on one valid descriptor that lives across the call.
+        unsafe { libc::poll(&mut fd, 1, WATCH_PERIOD.as_millis() as i32) };
+        if engine.stopping() {
+            return;
+        }
+        engine.evictors.rescue(&engine.mem, STUCK_AFTER, |page| {
+            engine.note_dropped_behind_back(page);
+        });
+    }
+}
