@@ -266,6 +266,7 @@ impl Engine {
                 scanned_runs: get(&c.evict_scanned_runs),
                 dropped_behind_back: get(&c.dropped_behind_back),
                 dropped_served_by_watchdog: self.evictors.rescued(),
+                watchdog_looks: self.evictors.looked_at(),
                 protect_ns: get(&c.evict_protect_ns),
                 read_ns: get(&c.evict_read_ns),
                 send_ns: get(&c.evict_send_ns),

@@ -47,6 +47,32 @@ impl Memory {
         }
     }
 
+    /// Which of the `count` pages from `first` have a page mapped, into `out` (one byte per
+    /// page, bit 0 set when mapped): `mincore`, one system call, no fault.
+    pub(crate) fn mapped(
+        &self,
+        first: usize,
+        count: usize,
+        out: &mut Vec<u8>,
+    ) -> std::io::Result<()> {
+        out.clear();
+        out.resize(count, 0);
+        // SAFETY: the range is `count` pages of this region's live mapping, and `out` holds a
+        // byte for each of them.
+        let rc = unsafe {
+            libc::mincore(
+                self.addr_of(first) as *mut libc::c_void,
+                count * PAGE_SIZE,
+                out.as_mut_ptr(),
+            )
+        };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
+    }
+
     /// Releases `page`, which the caller owns, into `state`, then wakes the threads whose faults
     /// on it were left to the caller meanwhile ([`PageTable::defer_to_owner`]).
     pub(crate) fn release(&self, page: usize, state: PageState) {

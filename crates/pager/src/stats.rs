@@ -229,6 +229,9 @@ pub struct EvictionStats {
     /// Of those, pages zero-filled by the watchdog for a batch stuck taking them into its pipe
     /// while no fault handler was free to serve its fault.
     pub dropped_served_by_watchdog: u64,
+    /// Batches the watchdog looked at because they had been taking pages into their pipe for
+    /// 50 ms (stuck, or preempted on a busy CPU).
+    pub watchdog_looks: u64,
     /// Nanoseconds spent preparing a batch: reserving room in the store and scanning the
     /// victims (`PAGEMAP_SCAN`: which are mapped, which were written).
     pub protect_ns: u64,
