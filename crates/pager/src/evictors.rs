@@ -10,9 +10,9 @@
 //! budget that only the stuck batch would free while it holds that batch's message unread. Then
 //! nobody would; the watchdog thread ([`run_watchdog`]) looks every [`WATCH_PERIOD`] for a batch
 //! that has been taking pages into its pipe for longer than [`STUCK_AFTER`] and zero-fills that
-//! batch's victims that have nothing mapped (a stuck batch's program waits that long). A batch merely slow (its thread preempted) loses
-//! nothing by it: a victim with nothing mapped before the batch's pipe took it is one the
-//! program dropped, whoever installs its zeros.
+//! batch's victims that have nothing mapped (a stuck batch's program waits that long). A batch
+//! merely slow (its thread preempted) loses nothing by it: a victim with nothing mapped before
+//! the batch's pipe took it is one the program dropped, whoever installs its zeros.
 //!
 //! Each thread's capture sits behind a lock that the thread takes to end its capture, before it
 //! drops its victims: so a page is zero-filled only while its batch has not yet dropped it
@@ -46,7 +46,7 @@ pub(crate) struct Evictors {
 }
 
 struct Slot {
-    /// The thread's kernel id (0 until it registers).
+    /// The thread's kernel id (0 until it registers, and once it unregisters).
     tid: AtomicU32,
     capture: Mutex<Capture>,
 }
@@ -189,7 +189,7 @@ impl Evictors {
 }
 
 /// The watchdog thread's loop, until the region stops. It runs at the idle scheduling class:
-/// woken every [`WATCH_PERIOD`] at the normal class, it preempted the thread it woke beside
+/// woken every 10 ms at the normal class, it preempted the thread it woke beside
 /// (memcached pinned to one CPU: its reclaim thread in a batch, whose pages memcached's threads
 /// then waited for), and memcached at 50% local lost 10-30% of its throughput to a watchdog that
 /// never had anything to do (`bench/results/evictors-ab/`). An idle-class thread never preempts
