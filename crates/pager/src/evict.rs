@@ -508,12 +508,7 @@ impl Evictor {
     /// Wakes the threads whose faults on the victims, released just now, were left to the batch
     /// (`state.rs`).
     fn wake_waiters(&self, s: &Engine) {
-        std::sync::atomic::fence(Ordering::SeqCst);
-        for v in &self.victims {
-            if s.mem.table.take_waited(v.page) {
-                s.mem.wake(v.page);
-            }
-        }
+        s.mem.wake_deferred(self.victims.iter().map(|v| v.page));
     }
 
     /// The store failed in a way that loses data: stop.

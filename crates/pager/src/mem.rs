@@ -77,9 +77,17 @@ impl Memory {
     /// on it were left to the caller meanwhile ([`PageTable::defer_to_owner`]).
     pub(crate) fn release(&self, page: usize, state: PageState) {
         self.table.release(page, state);
+        self.wake_deferred(std::iter::once(page));
+    }
+
+    /// After the caller released `pages` from a state it owned: wakes the threads whose faults
+    /// on them were left to it ([`PageTable::defer_to_owner`]). One fence for all of them.
+    pub(crate) fn wake_deferred(&self, pages: impl Iterator<Item = usize>) {
         std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
-        if self.table.take_waited(page) {
-            self.wake(page);
+        for page in pages {
+            if self.table.take_waited(page) {
+                self.wake(page);
+            }
         }
     }
 
