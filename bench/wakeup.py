@@ -136,6 +136,30 @@ def medians(configs, metric):
             for n, e in configs.items() if e["measured"]}
 
 
+def in_thread_lines(configs, by_mean):
+    """What serving a fault in the faulting thread saves against handler threads, and what the
+    kernel's own accesses to a missing page got under it (every run's probe)."""
+    e = configs.get("in-thread-sigbus")
+    if not e or not e["measured"] or "in-thread-sigbus" not in by_mean:
+        return []
+    own = by_mean["in-thread-sigbus"]
+    saved = [f"{by_mean[n] - own:.1f} µs against {n} ({own / by_mean[n]:.2f}×)"
+             for n in ("block-same", "per-cpu") if n in by_mean]
+    probes = {}
+    for c in e["measured"]:
+        k = c.get("kernel_accesses") or {}
+        for key, label in (("read_into_missing_page", "`read(2)` into the page"),
+                           ("futex_wait_on_missing_page", "`futex(FUTEX_WAIT)` on its first word")):
+            probes.setdefault(label, set()).add(k.get(key, "not probed"))
+    out = ["", f"In-thread service saves {', '.join(saved) or 'nothing measurable'} by mean "
+               "(medians of the runs). Its price: under `UFFD_FEATURE_SIGBUS` the kernel's own "
+               "accesses to a missing page do not wait for anyone, they fail. After each "
+               "in-thread-sigbus run, two system calls touched a page of the region that no "
+               "thread had touched: " + "; ".join(f"{label}: {' / '.join(sorted(v))}"
+                                                  for label, v in probes.items()) + "."]
+    return out
+
+
 def render_text(res):
     configs = collect(res)
     ok_runs = [r for r in res["runs"] if r.get("ok")]
@@ -154,7 +178,9 @@ def render_text(res):
              "pages); the app thread (two in two-apps-per-cpu), pinned to CPU "
              f"{first.get('app_cpu', 0)}, reads every page once in a pseudo-random order and "
              "times each access; bare handler threads install each faulting page with "
-             "`UFFDIO_COPY` from a local 4 KiB buffer. A fault is an access slower than 1 µs; "
+             "`UFFDIO_COPY` from a local 4 KiB buffer (in in-thread-sigbus there is no handler "
+             "thread: the app thread installs its page itself, in its SIGBUS handler). A fault "
+             "is an access slower than 1 µs; "
              "its time is as the app saw it. *Served* is how many faults each handler installed; "
              "*empty wake-ups* is how often a handler woke from poll and found no message left "
              "(every fault wakes every handler waiting on the shared userfaultfd).", "",
@@ -192,6 +218,7 @@ def render_text(res):
                      f"{by_mean[sm] / by_mean[fm]:.1f}× the fastest).")
     else:
         lines.append("No configuration was measured.")
+    lines += in_thread_lines(configs, by_mean)
     skipped = [f"{n} ({e['skipped'][0]})" for n, e in configs.items() if e["skipped"]]
     fails = [f"run {i + 1}: {r.get('error', '')[-200:].strip()}"
              for i, r in enumerate(res["runs"]) if not r.get("ok")]

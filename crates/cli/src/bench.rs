@@ -3,6 +3,7 @@
 
 mod dirty;
 mod floor;
+mod in_thread;
 mod pattern;
 mod pin;
 mod plain;

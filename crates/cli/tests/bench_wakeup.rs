@@ -82,3 +82,42 @@ fn wakeup_rejects_an_unknown_configuration() {
     assert_ne!(code, Some(0));
     assert!(err.contains("nonesuch"), "{err}");
 }
+
+#[test]
+fn in_thread_sigbus_serves_every_fault_itself_and_system_calls_on_missing_pages_fail() {
+    let (code, out, err) = run_gleaner(
+        &[
+            "bench",
+            "wakeup",
+            "--pages",
+            "500",
+            "--json",
+            "--configs",
+            "in-thread-sigbus",
+        ],
+        LIMIT,
+    );
+    assert_eq!(code, Some(0), "stderr: {err}");
+    let r: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let c = &r["configs"][0];
+    assert_eq!(c["name"], "in-thread-sigbus");
+    assert!(c["skipped"].is_null(), "skipped: {}", c["skipped"]);
+    // Every page read back the installed data (the bench fails otherwise), and the app thread
+    // itself installed every faulting page: there is no handler thread.
+    assert_eq!(c["accesses"], PAGES);
+    let handlers = c["handlers"].as_array().unwrap();
+    assert_eq!(handlers.len(), 1, "{c}");
+    assert_eq!(handlers[0]["wait"], "in-thread (SIGBUS)");
+    assert_eq!(handlers[0]["cpu"], 0);
+    assert_eq!(handlers[0]["served"], PAGES, "{c}");
+    assert_eq!(handlers[0]["wakeups"], 0);
+    // The kernel's own accesses to a missing page fail instead of waiting: why this mode is
+    // not one gleaner offers (docs/compatibility.md).
+    let k = &c["kernel_accesses"];
+    for probe in ["read_into_missing_page", "futex_wait_on_missing_page"] {
+        let got = k[probe]
+            .as_str()
+            .unwrap_or_else(|| panic!("{probe} missing: {c}"));
+        assert!(got.starts_with("EFAULT"), "{probe}: {got}");
+    }
+}

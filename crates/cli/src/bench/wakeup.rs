@@ -15,10 +15,11 @@ use std::sync::{mpsc, Barrier};
 use std::time::{Duration, Instant};
 
 use gleaner_pager::{LatencySummary, PAGE_SIZE};
-use gleaner_uffd::{Event, Installed, Uffd, UffdOptions};
+use gleaner_uffd::{features, Event, Installed, Uffd, UffdOptions};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
+use super::in_thread::{probe_kernel_accesses, KernelAccesses, SigbusServer};
 use super::new_hist;
 
 /// The byte every installed page is filled with; the app checks it on every access.
@@ -77,9 +78,12 @@ pub enum Config {
     /// Two app threads, one pinned to each of two CPUs, and per-CPU handlers.
     #[value(name = "two-apps-per-cpu")]
     TwoAppsPerCpu,
+    /// No handler thread: faults raise SIGBUS and the faulting thread installs its page itself.
+    #[value(name = "in-thread-sigbus")]
+    InThreadSigbus,
 }
 
-const ALL: [Config; 8] = [
+const ALL: [Config; 9] = [
     Config::BlockSame,
     Config::BlockOther,
     Config::BlockUnpinned,
@@ -88,6 +92,7 @@ const ALL: [Config; 8] = [
     Config::SpinBlock20us,
     Config::FifoPerCpu,
     Config::TwoAppsPerCpu,
+    Config::InThreadSigbus,
 ];
 
 impl Config {
@@ -101,6 +106,7 @@ impl Config {
             Config::SpinBlock20us => "spin-block-20us",
             Config::FifoPerCpu => "fifo-per-cpu",
             Config::TwoAppsPerCpu => "two-apps-per-cpu",
+            Config::InThreadSigbus => "in-thread-sigbus",
         }
     }
 
@@ -121,6 +127,7 @@ impl Config {
             Config::TwoAppsPerCpu => {
                 "Two app threads on two CPUs; one handler per allowed CPU, each pinned, blocking."
             }
+            Config::InThreadSigbus => IN_THREAD_DESCRIPTION,
         }
     }
 }
@@ -159,7 +166,13 @@ struct Plan {
     description: String,
     app_cpus: Vec<usize>,
     handlers: Vec<HandlerSpec>,
+    /// No handler threads: the app thread serves its own faults (see [`in_thread`]).
+    in_thread: bool,
 }
+
+const IN_THREAD_DESCRIPTION: &str = "No handler thread: the userfaultfd raises SIGBUS \
+     (UFFD_FEATURE_SIGBUS) and the faulting thread installs its page itself, with UFFDIO_COPY in \
+     its signal handler.";
 
 /// The plan for `config`, or why it cannot run with these CPUs.
 fn plan(config: Config, app_cpu: usize, cpus: &[usize]) -> Result<Plan, String> {
@@ -198,6 +211,7 @@ fn plan(config: Config, app_cpu: usize, cpus: &[usize]) -> Result<Plan, String> 
             ),
             app_cpus: app,
             handlers: one(Some(app_cpu), Wait::Block),
+            in_thread: false,
         },
         Config::BlockOther => {
             let o = need_other()?;
@@ -208,6 +222,7 @@ fn plan(config: Config, app_cpu: usize, cpus: &[usize]) -> Result<Plan, String> 
                 ),
                 app_cpus: app,
                 handlers: one(Some(o), Wait::Block),
+                in_thread: false,
             }
         }
         Config::BlockUnpinned => Plan {
@@ -215,6 +230,7 @@ fn plan(config: Config, app_cpu: usize, cpus: &[usize]) -> Result<Plan, String> 
                 .into(),
             app_cpus: app,
             handlers: one(None, Wait::Block),
+            in_thread: false,
         },
         Config::PerCpu => Plan {
             description: format!(
@@ -223,6 +239,7 @@ fn plan(config: Config, app_cpu: usize, cpus: &[usize]) -> Result<Plan, String> 
             ),
             app_cpus: app,
             handlers: per_cpu(Wait::Block, false),
+            in_thread: false,
         },
         Config::SpinOther => {
             let o = need_other()?;
@@ -233,6 +250,7 @@ fn plan(config: Config, app_cpu: usize, cpus: &[usize]) -> Result<Plan, String> 
                 ),
                 app_cpus: app,
                 handlers: one(Some(o), Wait::Spin),
+                in_thread: false,
             }
         }
         Config::SpinBlock20us => Plan {
@@ -243,6 +261,7 @@ fn plan(config: Config, app_cpu: usize, cpus: &[usize]) -> Result<Plan, String> 
             ),
             app_cpus: app,
             handlers: per_cpu(Wait::SpinThenBlock(SPIN_BEFORE_BLOCK), false),
+            in_thread: false,
         },
         Config::FifoPerCpu => Plan {
             description: format!(
@@ -251,6 +270,7 @@ fn plan(config: Config, app_cpu: usize, cpus: &[usize]) -> Result<Plan, String> 
             ),
             app_cpus: app,
             handlers: per_cpu(Wait::Block, true),
+            in_thread: false,
         },
         Config::TwoAppsPerCpu => {
             let o = need_other()?;
@@ -261,8 +281,15 @@ fn plan(config: Config, app_cpu: usize, cpus: &[usize]) -> Result<Plan, String> 
                 ),
                 app_cpus: vec![app_cpu, o],
                 handlers: per_cpu(Wait::Block, false),
+                in_thread: false,
             }
         }
+        Config::InThreadSigbus => Plan {
+            description: IN_THREAD_DESCRIPTION.into(),
+            app_cpus: app,
+            handlers: Vec::new(),
+            in_thread: true,
+        },
     })
 }
 
@@ -303,6 +330,9 @@ struct Measured {
     wall_s: f64,
     faults_per_s: f64,
     handlers: Vec<HandlerReport>,
+    /// In-thread only: what system calls touching a missing page got.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kernel_accesses: Option<KernelAccesses>,
 }
 
 /// What one handler did.
@@ -535,14 +565,40 @@ struct AppResult {
 
 /// Runs one configuration on a fresh region of `pages` pages.
 fn measure(plan: &Plan, pages: usize) -> Result<Outcome, String> {
-    let len = pages
+    // In-thread, one more page that only the kernel touches (see `in_thread`).
+    let region_pages = pages + usize::from(plan.in_thread);
+    let len = region_pages
         .checked_mul(PAGE_SIZE)
         .ok_or_else(|| format!("--pages {pages} is too large"))?;
     // Unmapped (on every path) only after the scope below has joined every thread that uses it.
     let mapping = Mapping::new(len)?;
-    let uffd = Uffd::open(UffdOptions::default()).map_err(|e| e.to_string())?;
+    let options = UffdOptions {
+        features: if plan.in_thread { features::SIGBUS } else { 0 },
+        ..UffdOptions::default()
+    };
+    let uffd = match Uffd::open(options) {
+        Ok(u) => u,
+        Err(e) if plan.in_thread => {
+            return Ok(Outcome::Skipped(format!(
+                "a userfaultfd with UFFD_FEATURE_SIGBUS: {e}"
+            )))
+        }
+        Err(e) => return Err(e.to_string()),
+    };
     uffd.register(mapping.base, len, false)
         .map_err(|e| e.to_string())?;
+    let src = vec![FILL; PAGE_SIZE];
+    // Uninstalled when dropped, after every app thread has been joined.
+    let sigbus = if plan.in_thread {
+        Some(SigbusServer::install(
+            uffd.as_raw_fd(),
+            mapping.base,
+            len,
+            &src,
+        )?)
+    } else {
+        None
+    };
     let shared = Shared {
         uffd,
         base: mapping.base,
@@ -618,11 +674,26 @@ fn measure(plan: &Plan, pages: usize) -> Result<Outcome, String> {
             .collect();
         (handler_results, apps)
     });
+    // In-thread: the kernel's own accesses to the page no app touched, then the handler's
+    // count, before the handler goes and the region is unmapped.
+    let mut kernel_accesses = None;
+    let mut reports = Vec::new();
+    if let Some(server) = &sigbus {
+        if apps.is_ok() {
+            kernel_accesses = Some(probe_kernel_accesses(shared.base + pages * PAGE_SIZE)?);
+        }
+        reports.push(HandlerReport {
+            cpu: plan.app_cpus.first().copied(),
+            wait: "in-thread (SIGBUS)".into(),
+            served: server.served(),
+            ..Default::default()
+        });
+    }
+    drop(sigbus);
     drop(shared);
     drop(mapping);
 
     // A handler's error explains an app's failure better than the app's own, so it comes first.
-    let mut reports = Vec::new();
     for r in handler_results {
         reports.push(r.map_err(|e| format!("fault handler {e}"))?);
     }
@@ -667,6 +738,7 @@ fn measure(plan: &Plan, pages: usize) -> Result<Outcome, String> {
             0.0
         },
         handlers: reports,
+        kernel_accesses,
     }))
 }
 
@@ -975,6 +1047,12 @@ fn print_table(r: &WakeupReport) {
             m.faults_per_s,
             handlers.join(", ")
         );
+        if let Some(k) = &m.kernel_accesses {
+            println!(
+                "{:<17} a system call touching a missing page: read(2) {}; futex(2) {}",
+                "", k.read_into_missing_page, k.futex_wait_on_missing_page
+            );
+        }
     }
 }
 
@@ -1006,5 +1084,9 @@ mod tests {
         assert_eq!(p.handlers.len(), 3);
         let p = plan(Config::BlockOther, 1, &[0, 1]).unwrap();
         assert_eq!(p.handlers[0].cpu, Some(0));
+        // In-thread needs no other CPU and no handler thread.
+        let p = plan(Config::InThreadSigbus, 0, &[0]).unwrap();
+        assert!(p.in_thread && p.handlers.is_empty());
+        assert_eq!(p.app_cpus, vec![0]);
     }
 }
