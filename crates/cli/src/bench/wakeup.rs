@@ -166,7 +166,7 @@ struct Plan {
     description: String,
     app_cpus: Vec<usize>,
     handlers: Vec<HandlerSpec>,
-    /// No handler threads: the app thread serves its own faults (see [`in_thread`]).
+    /// No handler threads: the app thread serves its own faults (the `in_thread` module).
     in_thread: bool,
 }
 
