@@ -91,7 +91,8 @@ pub struct MicroArgs {
     /// scans) or `sync` (a write-protect fault per first write).
     #[arg(long, default_value = "auto")]
     dirty_tracking: DirtyTracking,
-    /// Pages per eviction batch.
+    /// Pages per eviction batch (default: a sixteenth of the local memory, 16 to 128, and fewer,
+    /// down to 16, while batches take over about 1 ms).
     #[arg(long)]
     evict_batch: Option<usize>,
     /// Who reclaims: `hermit` (feedback-directed thread pool), `static:N` (N threads once fewer

@@ -94,3 +94,61 @@ fn prefetches_dropped_as_late_never_lose_data() {
         "{q}"
     );
 }
+
+/// Eviction over a slow link (a memnode whose link carries 32 MB/s): a fault on a page being
+/// evicted waits for its whole batch's write-back, so the pager sizes batches to take about a
+/// millisecond, which there is the floor of 16 pages instead of the 128 its budget allows; every
+/// page still reads back what was written.
+#[test]
+fn eviction_batches_shrink_over_a_slow_link_and_lose_nothing() {
+    gleaner_bin();
+    let (_dir, token) = token_file("slowlink");
+    let node = MemnodeProc::start_with_args(
+        "127.0.0.1:0",
+        "1G",
+        TempDir::new("slowlink-node"),
+        token.clone(),
+        &["--bandwidth", "32M"],
+    );
+    // 24 MiB through an 8 MiB budget, whose largest batch is 128 pages.
+    let (pages, budget) = (6144, 2048);
+    let cfg = RegionConfig::new(pages * PAGE_SIZE, budget * PAGE_SIZE)
+        .with_memnode(node.endpoint.clone(), Some(token.clone()));
+    assert_eq!(cfg.batch_pages(), 128);
+    let region = Region::new(cfg).unwrap();
+    let base = region.as_ptr() as usize;
+    // Incompressible pages, so that every page written back takes its 4 KiB of the link.
+    let word = |p: usize, i: usize| {
+        let mut x = ((p * 512 + i) as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^ (x << 17)
+    };
+    for p in 0..pages {
+        for i in 0..PAGE_SIZE / 8 {
+            // SAFETY: word i of page p is inside the live region.
+            unsafe { ((base + p * PAGE_SIZE + i * 8) as *mut u64).write_volatile(word(p, i)) };
+        }
+    }
+    for p in 0..pages {
+        for i in 0..PAGE_SIZE / 8 {
+            // SAFETY: as above.
+            let got = unsafe { ((base + p * PAGE_SIZE + i * 8) as *const u64).read_volatile() };
+            assert_eq!(got, word(p, i), "page {p}, word {i}");
+        }
+    }
+    let e = region.stats().evictions;
+    let evicted = e.clean + e.dirty;
+    eprintln!(
+        "{evicted} pages evicted in {} batches; next batch {} pages, {:.1} µs per page",
+        e.batches, e.batch_pages_next, e.batch_us_per_page
+    );
+    assert!(evicted >= (pages - budget) as u64, "{e:?}");
+    assert!(e.batch_us_per_page > 60.0, "a 32 MB/s link: {e:?}");
+    assert_eq!(e.batch_pages_next, 16, "{e:?}");
+    assert!(
+        evicted < 40 * e.batches,
+        "batches averaged {} pages: {e:?}",
+        evicted / e.batches.max(1)
+    );
+}

@@ -263,9 +263,11 @@ pub struct RegionConfig {
     /// evicts unwritten) or `none`. A page without a far copy is encoded and written again at its
     /// next eviction.
     pub drop_far_copies: FarCopies,
-    /// Pages per eviction batch. 0 (default): a sixteenth of the budget, between
+    /// Pages per eviction batch. 0 (default): at most a sixteenth of the budget, between
     /// [`MIN_AUTO_EVICT_BATCH`] and [`DEFAULT_EVICT_BATCH`] pages (large batches measured fastest,
-    /// but four of them must fit in the budget).
+    /// but four of them must fit in the budget), and fewer (down to 16) while batches take more
+    /// than about 1 ms, as over a slow link, where a fault on a page being evicted waits for
+    /// its whole batch's write-back. A size set here is used as it is.
     pub evict_batch: usize,
     /// Accept a user-mode-only userfaultfd (kernel-mode accesses such as `read(2)` into the region
     /// then fail with `EFAULT`). Default false: such a setup is refused with an error naming the fixes.
@@ -483,7 +485,8 @@ impl RegionConfig {
     }
 
     /// Pages per eviction batch: `evict_batch`, or with 0 a sixteenth of the budget between
-    /// [`MIN_AUTO_EVICT_BATCH`] and [`DEFAULT_EVICT_BATCH`].
+    /// [`MIN_AUTO_EVICT_BATCH`] and [`DEFAULT_EVICT_BATCH`] (the largest batch: with 0, slow
+    /// batches take fewer pages, see [`RegionConfig::evict_batch`]).
     pub fn batch_pages(&self) -> usize {
         if self.evict_batch > 0 {
             self.evict_batch

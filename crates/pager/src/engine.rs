@@ -47,7 +47,8 @@ pub(crate) struct Engine {
     /// Service time of remote faults, from reading the message to waking the thread.
     pub(crate) remote_latency: LatencyHistogram,
     pub(crate) trace: Option<FaultTrace>,
-    pub(crate) evict_batch: usize,
+    /// How many pages each eviction batch takes.
+    pub(crate) batch: crate::batch_size::BatchSize,
     /// How writes to resident pages are tracked.
     pub(crate) tracking: Tracking,
     /// Which pages drop their far copy when fetched and installed (asynchronous tracking only:
@@ -272,6 +273,8 @@ impl Engine {
                 send_ns: get(&c.evict_send_ns),
                 drop_ns: get(&c.evict_drop_ns),
                 vectored_drop: crate::mapping::vectored_drops(),
+                batch_pages_next: self.batch.next(),
+                batch_us_per_page: self.batch.us_per_page(),
             },
             discarded_pages: get(&c.discarded),
             surrendered_pages: get(&c.surrendered),

@@ -113,7 +113,7 @@ impl Evictor {
     /// `s`. `in_handler`: the evictor runs in a fault handler (direct reclaim), whose own faults
     /// no other handler may be free to serve.
     pub(crate) fn new(s: &Engine, in_handler: bool) -> Evictor {
-        let batch = s.evict_batch;
+        let batch = s.batch.max();
         let pipe =
             Pipe::new(batch).unwrap_or_else(|e| fatal(&format!("making the eviction pipe: {e}")));
         let pagemap = Pagemap::open()
@@ -142,6 +142,7 @@ impl Evictor {
     pub(crate) fn evict_batch(&mut self, s: &Engine, store: &mut dyn StoreHandle) -> usize {
         let c = &s.counters;
         let mem = &s.mem;
+        let started = Instant::now();
         self.claim(s);
         if self.victims.is_empty() {
             return 0;
@@ -246,6 +247,7 @@ impl Evictor {
                 .map(|v| v.page as u64),
         );
         let mut refused = None;
+        let written = self.ids.len();
         if !self.ids.is_empty() {
             let scratch: &[u8] = &self.scratch;
             let victims = &self.victims;
@@ -282,6 +284,8 @@ impl Evictor {
             Vec::new()
         };
         let evicted = self.publish(s, &kept);
+        // How long a fault on one of these pages may have waited: what sizes the next batch.
+        s.batch.observed(written, started.elapsed());
         Counters::add(&c.evict_raced, raced);
         Counters::add(&c.evict_protect_ns, (t1 - t0).as_nanos() as u64);
         Counters::add(&c.evict_drop_ns, (t2 - t1).as_nanos() as u64);
@@ -463,7 +467,7 @@ impl Evictor {
         self.victims.clear();
         let table = &s.mem.table;
         let mut policy = s.policy.lock().expect("policy lock");
-        policy.pick(s.evict_batch, &mut self.candidates);
+        policy.pick(s.batch.next(), &mut self.candidates);
         for &page in &self.candidates {
             match table.get(page) {
                 was @ (PageState::Clean | PageState::Dirty)

@@ -16,6 +16,7 @@
 //! ```
 #![deny(missing_docs)]
 
+mod batch_size;
 mod budget;
 pub mod codec;
 mod config;

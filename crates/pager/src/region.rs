@@ -278,7 +278,7 @@ impl Region {
             counters: Counters::default(),
             remote_latency: LatencyHistogram::default(),
             trace: l.trace,
-            evict_batch: cfg.batch_pages(),
+            batch: crate::batch_size::BatchSize::new(cfg.batch_pages(), cfg.evict_batch == 0),
             tracking,
             drop_far_copies: if tracking == Tracking::Async {
                 cfg.drop_far_copies
