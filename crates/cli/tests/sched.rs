@@ -146,6 +146,9 @@ fn eviction_batches_shrink_over_a_slow_link_and_lose_nothing() {
     assert!(evicted >= (pages - budget) as u64, "{e:?}");
     assert!(e.batch_us_per_page > 60.0, "a 32 MB/s link: {e:?}");
     assert_eq!(e.batch_pages_next, 16, "{e:?}");
+    // Every batch is timed (what a fault on one of its pages may wait).
+    assert_eq!(e.batch_time.count, e.batches, "{e:?}");
+    assert!(e.batch_time.max_us >= e.batch_time.p50_us, "{e:?}");
     assert!(
         evicted < 40 * e.batches,
         "batches averaged {} pages: {e:?}",

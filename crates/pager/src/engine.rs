@@ -49,6 +49,9 @@ pub(crate) struct Engine {
     pub(crate) trace: Option<FaultTrace>,
     /// How many pages each eviction batch takes.
     pub(crate) batch: crate::batch_size::BatchSize,
+    /// Each batch's time from claiming its victims to publishing them: the longest a fault on
+    /// one of its pages waits.
+    pub(crate) batch_time: LatencyHistogram,
     /// How writes to resident pages are tracked.
     pub(crate) tracking: Tracking,
     /// Which pages drop their far copy when fetched and installed (asynchronous tracking only:
@@ -275,6 +278,7 @@ impl Engine {
                 vectored_drop: crate::mapping::vectored_drops(),
                 batch_pages_next: self.batch.next(),
                 batch_us_per_page: self.batch.us_per_page(),
+                batch_time: self.batch_time.summary(),
             },
             discarded_pages: get(&c.discarded),
             surrendered_pages: get(&c.surrendered),

@@ -285,7 +285,9 @@ impl Evictor {
         };
         let evicted = self.publish(s, &kept);
         // How long a fault on one of these pages may have waited: what sizes the next batch.
-        s.batch.observed(written, started.elapsed());
+        let took = started.elapsed();
+        s.batch.observed(written, took);
+        s.batch_time.record(took);
         Counters::add(&c.evict_raced, raced);
         Counters::add(&c.evict_protect_ns, (t1 - t0).as_nanos() as u64);
         Counters::add(&c.evict_drop_ns, (t2 - t1).as_nanos() as u64);

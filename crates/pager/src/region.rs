@@ -279,6 +279,7 @@ impl Region {
             remote_latency: LatencyHistogram::default(),
             trace: l.trace,
             batch: crate::batch_size::BatchSize::new(cfg.batch_pages(), cfg.evict_batch == 0),
+            batch_time: LatencyHistogram::default(),
             tracking,
             drop_far_copies: if tracking == Tracking::Async {
                 cfg.drop_far_copies

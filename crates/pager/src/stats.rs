@@ -253,6 +253,10 @@ pub struct EvictionStats {
     /// Moving average of a batch's time per page written back, claim to acknowledgement, in
     /// microseconds (batches that wrote nothing are not counted).
     pub batch_us_per_page: f64,
+    /// Each batch's time from claiming its victims to publishing them: the longest a fault on
+    /// one of its pages waits (such faults are counted in `faults.waited_on_eviction`, and not
+    /// timed among the remote faults).
+    pub batch_time: LatencySummary,
 }
 
 /// What the runtime prefetch hints did.
