@@ -830,17 +830,24 @@ impl PagerCounts {
     }
 }
 
-/// Sums the counters of every process (numbers at the top level and one level down; latency
-/// percentiles are not summable and are taken from the process with the most remote faults).
+/// Fields of a process's stats that are not counters, left out of the sum: latency summaries
+/// (the remote faults' is taken from the process with the most remote faults) and gauges.
+const NOT_SUMMED: [&str; 3] = ["remote_fault_latency", "batch_time", "batch_pages_next"];
+
+/// Sums the counters of every process (numbers at the top level and below; latency percentiles
+/// are not summable, see [`NOT_SUMMED`]).
 fn sum_stats(processes: &[Value]) -> Value {
     fn add(into: &mut Map<String, Value>, from: &Map<String, Value>) {
         for (k, v) in from {
+            if NOT_SUMMED.contains(&k.as_str()) {
+                continue;
+            }
             match v {
                 Value::Number(n) if n.is_u64() => {
                     let cur = into.get(k).and_then(Value::as_u64).unwrap_or(0);
                     into.insert(k.clone(), json!(cur + n.as_u64().unwrap_or(0)));
                 }
-                Value::Object(inner) if k != "remote_fault_latency" => {
+                Value::Object(inner) => {
                     let slot = into
                         .entry(k.clone())
                         .or_insert_with(|| Value::Object(Map::new()));
@@ -1154,11 +1161,17 @@ mod tests {
                 "faults": {"zero_fill": zero, "remote": remote},
                 "bytes_in": remote * 4096,
                 "remote_fault_latency": {"p50_us": p50},
+                "evictions": {"batches": remote, "batch_pages_next": 16,
+                              "batch_time": {"count": remote, "p99_us": p50}},
                 "policy": "fifo"
             }})
         };
         let total = sum_stats(&[p(1, 10, 5, 20.0), p(2, 1, 50, 30.0)]);
         assert_eq!(total["faults"]["zero_fill"], 11);
+        // Counters add up; a gauge and a latency summary are no sums.
+        assert_eq!(total["evictions"]["batches"], 55);
+        assert!(total["evictions"].get("batch_pages_next").is_none());
+        assert!(total["evictions"].get("batch_time").is_none());
         assert_eq!(total["faults"]["remote"], 55);
         assert_eq!(total["bytes_in"], 55 * 4096);
         assert_eq!(total["remote_fault_latency"]["p50_us"], 30.0);
