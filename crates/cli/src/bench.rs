@@ -92,7 +92,7 @@ pub struct MicroArgs {
     #[arg(long, default_value = "auto")]
     dirty_tracking: DirtyTracking,
     /// Pages per eviction batch (default: a sixteenth of the local memory, 16 to 128, and fewer,
-    /// down to 16, while batches take over about 1 ms).
+    /// down to 16, while writing a batch back takes over about 1 ms).
     #[arg(long)]
     evict_batch: Option<usize>,
     /// Who reclaims: `hermit` (feedback-directed thread pool), `static:N` (N threads once fewer

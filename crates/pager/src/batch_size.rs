@@ -8,14 +8,20 @@
 //! holds them for 11-14 ms, and memcached's open-loop p99 was 13.5-15 ms with such batches against
 //! 4.8-6.1 ms with batches of 16 (`bench/results/evict-batch-link/`).
 //!
-//! So, unless the size is set (`RegionConfig::evict_batch`), each batch is sized from the time
-//! recent batches took per page they wrote back (a moving average over the batches that wrote
-//! any), to take about [`TARGET`] were all its pages to be written: between [`MIN_PAGES`] and
-//! the size chosen from the budget, which is also where it starts. Batches that write nothing
-//! (clean pages, dropped) are quick whatever the link and teach nothing; counting them would
-//! let a phase of clean evictions grow the batches back just before the next writes. Smaller
-//! batches than [`MIN_PAGES`] did worse on that link (4 pages: p99 10.4 ms), each request's own
-//! cost adding up.
+//! So, unless the size is set (`RegionConfig::evict_batch`), each batch is sized from the
+//! store's time to take the pages recent batches wrote back (the commit: through a socket, the
+//! write and the memnode's acknowledgement), per page, as a moving average over the batches that
+//! wrote any: to spend about [`TARGET`] committing were all its pages to be written, between
+//! [`MIN_PAGES`] and the size chosen from the budget, which is also where it starts. Only the
+//! commit is timed, not the whole batch: the rest (taking the pages, encoding them) is CPU work
+//! that smaller batches would not shorten in total, and timing it made batches shrink whenever
+//! the reclaim thread was preempted (memcached pinned to one CPU with every pager thread: 6.4 µs
+//! per page, batches of 90 pages on average instead of 128, each with its own TLB flush). Through
+//! shared memory a commit takes about a microsecond per page; at 32 MB/s, 110-130. Batches that
+//! write nothing (clean pages, dropped) teach nothing; counting them would let a phase of clean
+//! evictions grow the batches back just before the next writes. Smaller batches than
+//! [`MIN_PAGES`] did worse on that link (4 pages: p99 10.4 ms), each request's own cost adding
+//! up.
 //!
 //! The average is kept in one relaxed atomic that every evicting thread updates: a lost update
 //! only delays the adaptation by a batch.
@@ -23,7 +29,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-/// How long a batch should take, claim to acknowledgement.
+/// How long a batch's commit (write-back and acknowledgement) should take.
 pub(crate) const TARGET: Duration = Duration::from_millis(1);
 /// The fewest pages an adapted batch takes (unless the largest size is smaller).
 pub(crate) const MIN_PAGES: usize = 16;
@@ -34,7 +40,8 @@ const NEW_SHARE: u64 = 4;
 pub(crate) struct BatchSize {
     max: usize,
     adaptive: bool,
-    /// Moving average of a batch's nanoseconds per page written back (0: none yet).
+    /// Moving average of a batch's commit time per page written back, in nanoseconds (0: none
+    /// yet).
     ns_per_page: AtomicU64,
 }
 
@@ -64,7 +71,7 @@ impl BatchSize {
         fits.clamp(MIN_PAGES.min(self.max), self.max)
     }
 
-    /// A batch that wrote back `written` pages took `took`, claim to acknowledgement.
+    /// A batch that wrote back `written` pages took `took` to commit them.
     pub(crate) fn observed(&self, written: usize, took: Duration) {
         if written == 0 {
             return;
@@ -79,8 +86,8 @@ impl BatchSize {
         self.ns_per_page.store(new.max(1), Ordering::Relaxed);
     }
 
-    /// The moving average of a batch's time per page written back, in microseconds (0 before
-    /// any batch wrote).
+    /// The moving average of a batch's commit time per page written back, in microseconds (0
+    /// before any batch wrote).
     pub(crate) fn us_per_page(&self) -> f64 {
         self.ns_per_page.load(Ordering::Relaxed) as f64 / 1000.0
     }

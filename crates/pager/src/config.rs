@@ -265,9 +265,10 @@ pub struct RegionConfig {
     pub drop_far_copies: FarCopies,
     /// Pages per eviction batch. 0 (default): at most a sixteenth of the budget, between
     /// [`MIN_AUTO_EVICT_BATCH`] and [`DEFAULT_EVICT_BATCH`] pages (large batches measured fastest,
-    /// but four of them must fit in the budget), and fewer (down to 16) while batches take more
-    /// than about 1 ms, as over a slow link, where a fault on a page being evicted waits for
-    /// its whole batch's write-back. A size set here is used as it is.
+    /// but four of them must fit in the budget), and fewer (down to 16) while committing them
+    /// (writing back, acknowledged) would take more than about 1 ms, as over a slow link, where
+    /// a fault on a page being evicted waits for its whole batch's write-back. A size set here
+    /// is used as it is.
     pub evict_batch: usize,
     /// Accept a user-mode-only userfaultfd (kernel-mode accesses such as `read(2)` into the region
     /// then fail with `EFAULT`). Default false: such a setup is refused with an error naming the fixes.

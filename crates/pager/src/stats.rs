@@ -246,12 +246,13 @@ pub struct EvictionStats {
     /// Whether drops go through one vectored `process_madvise` per batch (false: one `madvise`
     /// per contiguous run, because the kernel refused the vectored call).
     pub vectored_drop: bool,
-    /// Pages the next batch takes: the size set, or, by default, what fits in about 1 ms at
-    /// the recent batches' time per page (16 up to the size chosen from the budget), so that a
-    /// fault on a page being evicted over a slow link does not wait for a long write-back.
+    /// Pages the next batch takes: the size set, or, by default, what the store commits in about
+    /// 1 ms at the recent batches' commit time per page (16 up to the size chosen from the
+    /// budget), so that a fault on a page being evicted over a slow link does not wait for a
+    /// long write-back.
     pub batch_pages_next: usize,
-    /// Moving average of a batch's time per page written back, claim to acknowledgement, in
-    /// microseconds (batches that wrote nothing are not counted).
+    /// Moving average of a batch's commit time (write-back and acknowledgement) per page written
+    /// back, in microseconds (batches that wrote nothing are not counted).
     pub batch_us_per_page: f64,
     /// Each batch's time from claiming its victims to publishing them: the longest a fault on
     /// one of its pages waits (such faults are counted in `faults.waited_on_eviction`, and not

@@ -19,7 +19,7 @@
 //! | `GLEANER_HANDLERS` | fault-handler threads (0: one per CPU, each pinned to its CPU) | `0` |
 //! | `GLEANER_PIN_HANDLERS` | pin each fault handler to one CPU (`1`) or not (`0`) | `1` |
 //! | `GLEANER_HANDLER_SPIN_US` | how long a handler polls without blocking after a message | `0` |
-//! | `GLEANER_EVICT_BATCH` | pages per eviction batch | a sixteenth of the budget, 16 to 128, and fewer (down to 16) while a batch takes over about 1 ms (a slow link) |
+//! | `GLEANER_EVICT_BATCH` | pages per eviction batch | a sixteenth of the budget, 16 to 128, and fewer (down to 16) while writing a batch back takes over about 1 ms (a slow link) |
 //! | `GLEANER_DIRTY_TRACKING` | `auto` (asynchronous where the kernel offers it and there is no swap), `async` or `sync` | `auto` |
 //! | `GLEANER_DATA_PATH` | `auto` (shared memory for a memnode on this host), `shm` or `socket` | `auto` |
 //! | `GLEANER_COMPRESS` | far-page compression: `lz4`, `zstd` or `off` | `lz4` |
