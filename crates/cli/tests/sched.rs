@@ -96,9 +96,9 @@ fn prefetches_dropped_as_late_never_lose_data() {
 }
 
 /// Eviction over a slow link (a memnode whose link carries 32 MB/s): a fault on a page being
-/// evicted waits for its whole batch's write-back, so the pager sizes batches to take about a
-/// millisecond, which there is the floor of 16 pages instead of the 128 its budget allows; every
-/// page still reads back what was written.
+/// evicted waits for its whole batch's write-back, so the pager sizes batches to be written back
+/// in about a millisecond, which there is the floor of 16 pages instead of the 128 its budget
+/// allows; every page still reads back what was written.
 #[test]
 fn eviction_batches_shrink_over_a_slow_link_and_lose_nothing() {
     gleaner_bin();
