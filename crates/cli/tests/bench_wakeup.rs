@@ -11,22 +11,28 @@ use serde_json::Value;
 const LIMIT: Duration = Duration::from_secs(60);
 const PAGES: u64 = 500;
 
-#[test]
-fn wakeup_json_is_complete_and_sane() {
+/// `gleaner bench wakeup --pages PAGES --json --configs CONFIGS`, which must succeed: its report.
+fn wakeup_json(configs: &str) -> Value {
+    let pages = PAGES.to_string();
     let (code, out, err) = run_gleaner(
         &[
             "bench",
             "wakeup",
             "--pages",
-            "500",
+            &pages,
             "--json",
             "--configs",
-            "block-same,per-cpu",
+            configs,
         ],
         LIMIT,
     );
     assert_eq!(code, Some(0), "stderr: {err}");
-    let r: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+#[test]
+fn wakeup_json_is_complete_and_sane() {
+    let r = wakeup_json("block-same,per-cpu");
     assert_eq!(r["pages"], PAGES);
     let cpus = r["allowed_cpus"].as_array().expect("allowed_cpus").len();
     assert!(cpus >= 1);
@@ -85,20 +91,7 @@ fn wakeup_rejects_an_unknown_configuration() {
 
 #[test]
 fn in_thread_sigbus_serves_every_fault_itself_and_system_calls_on_missing_pages_fail() {
-    let (code, out, err) = run_gleaner(
-        &[
-            "bench",
-            "wakeup",
-            "--pages",
-            "500",
-            "--json",
-            "--configs",
-            "in-thread-sigbus",
-        ],
-        LIMIT,
-    );
-    assert_eq!(code, Some(0), "stderr: {err}");
-    let r: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let r = wakeup_json("in-thread-sigbus");
     let c = &r["configs"][0];
     assert_eq!(c["name"], "in-thread-sigbus");
     assert!(c["skipped"].is_null(), "skipped: {}", c["skipped"]);
