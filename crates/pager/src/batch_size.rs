@@ -2,9 +2,9 @@
 //!
 //! A fault on a page of a batch in flight waits until the batch's far copies are committed
 //! (`faults.waited_on_eviction`), so a batch's whole time, from claiming its victims to the
-//! store's acknowledgement, is the longest such a fault waits. Through shared memory or a fast
-//! link a batch of 128 pages takes well under a millisecond, but over a slow link the write-back
-//! dominates: at 32 MB/s (`gleaner memnode --bandwidth 32M`) a batch of 128 of memcached's pages
+//! store's acknowledgement, is the longest such a fault waits. Through shared memory a batch of
+//! 128 pages takes about a millisecond, nearly all of it CPU work, but over a slow link the
+//! write-back dominates: at 32 MB/s (`gleaner memnode --bandwidth 32M`) a batch of 128 of memcached's pages
 //! holds them for 11-14 ms, and memcached's open-loop p99 was 13.5-15 ms with such batches against
 //! 4.8-6.1 ms with batches of 16 (`bench/results/evict-batch-link/`).
 //!
