@@ -270,6 +270,8 @@ impl Evictor {
             commit_took = committing.elapsed();
         }
         let t3 = Instant::now();
+        // A refused write-back says nothing about how long one takes.
+        let committed = if refused.is_none() { written } else { 0 };
         let kept = if let Some(why) = refused {
             // Nothing reached the store: put the stale pages back (writable, dirty) from what the
             // pipe gave; the others' far copies are exact, so they may stay remote.
@@ -289,7 +291,7 @@ impl Evictor {
         let evicted = self.publish(s, &kept);
         // The store's time per page written sizes the next batch; the whole batch's time is how
         // long a fault on one of its pages may have waited.
-        s.batch.observed(written, commit_took);
+        s.batch.observed(committed, commit_took);
         s.batch_time.record(started.elapsed());
         Counters::add(&c.evict_raced, raced);
         Counters::add(&c.evict_protect_ns, (t1 - t0).as_nanos() as u64);
