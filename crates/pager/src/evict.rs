@@ -52,7 +52,7 @@
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use gleaner_uffd::pagemap::{
     PageRegion, Pagemap, PAGE_IS_PRESENT, PAGE_IS_SWAPPED, PAGE_IS_WRITTEN,
@@ -248,7 +248,7 @@ impl Evictor {
         );
         let mut refused = None;
         let written = self.ids.len();
-        let mut commit_took = std::time::Duration::ZERO;
+        let mut committing = None;
         if !self.ids.is_empty() {
             let scratch: &[u8] = &self.scratch;
             let victims = &self.victims;
@@ -261,13 +261,12 @@ impl Evictor {
             if let Err(e) = r {
                 self.lost(s, &e.to_string());
             }
-            let committing = Instant::now();
+            committing = Some(Instant::now());
             match store.commit() {
                 Ok(()) => s.budget.memnode_full.store(false, Ordering::Relaxed),
                 Err(StoreError::Full(why)) => refused = Some(why),
                 Err(StoreError::Lost(why) | StoreError::Late(why)) => self.lost(s, &why),
             }
-            commit_took = committing.elapsed();
         }
         let t3 = Instant::now();
         // A refused write-back says nothing about how long one takes.
@@ -291,7 +290,8 @@ impl Evictor {
         let evicted = self.publish(s, &kept);
         // The store's time per page written sizes the next batch; the whole batch's time is how
         // long a fault on one of its pages may have waited.
-        s.batch.observed(committed, commit_took);
+        s.batch
+            .observed(committed, committing.map_or(Duration::ZERO, |c| t3 - c));
         s.batch_time.record(started.elapsed());
         Counters::add(&c.evict_raced, raced);
         Counters::add(&c.evict_protect_ns, (t1 - t0).as_nanos() as u64);

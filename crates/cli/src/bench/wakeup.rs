@@ -166,8 +166,13 @@ struct Plan {
     description: String,
     app_cpus: Vec<usize>,
     handlers: Vec<HandlerSpec>,
+}
+
+impl Plan {
     /// No handler threads: the app thread serves its own faults (the `in_thread` module).
-    in_thread: bool,
+    fn in_thread(&self) -> bool {
+        self.handlers.is_empty()
+    }
 }
 
 const IN_THREAD_DESCRIPTION: &str = "No handler thread: the userfaultfd raises SIGBUS \
@@ -211,7 +216,6 @@ fn plan(config: Config, app_cpu: usize, cpus: &[usize]) -> Result<Plan, String> 
             ),
             app_cpus: app,
             handlers: one(Some(app_cpu), Wait::Block),
-            in_thread: false,
         },
         Config::BlockOther => {
             let o = need_other()?;
@@ -222,7 +226,6 @@ fn plan(config: Config, app_cpu: usize, cpus: &[usize]) -> Result<Plan, String> 
                 ),
                 app_cpus: app,
                 handlers: one(Some(o), Wait::Block),
-                in_thread: false,
             }
         }
         Config::BlockUnpinned => Plan {
@@ -230,7 +233,6 @@ fn plan(config: Config, app_cpu: usize, cpus: &[usize]) -> Result<Plan, String> 
                 .into(),
             app_cpus: app,
             handlers: one(None, Wait::Block),
-            in_thread: false,
         },
         Config::PerCpu => Plan {
             description: format!(
@@ -239,7 +241,6 @@ fn plan(config: Config, app_cpu: usize, cpus: &[usize]) -> Result<Plan, String> 
             ),
             app_cpus: app,
             handlers: per_cpu(Wait::Block, false),
-            in_thread: false,
         },
         Config::SpinOther => {
             let o = need_other()?;
@@ -250,7 +251,6 @@ fn plan(config: Config, app_cpu: usize, cpus: &[usize]) -> Result<Plan, String> 
                 ),
                 app_cpus: app,
                 handlers: one(Some(o), Wait::Spin),
-                in_thread: false,
             }
         }
         Config::SpinBlock20us => Plan {
@@ -261,7 +261,6 @@ fn plan(config: Config, app_cpu: usize, cpus: &[usize]) -> Result<Plan, String> 
             ),
             app_cpus: app,
             handlers: per_cpu(Wait::SpinThenBlock(SPIN_BEFORE_BLOCK), false),
-            in_thread: false,
         },
         Config::FifoPerCpu => Plan {
             description: format!(
@@ -270,7 +269,6 @@ fn plan(config: Config, app_cpu: usize, cpus: &[usize]) -> Result<Plan, String> 
             ),
             app_cpus: app,
             handlers: per_cpu(Wait::Block, true),
-            in_thread: false,
         },
         Config::TwoAppsPerCpu => {
             let o = need_other()?;
@@ -281,14 +279,12 @@ fn plan(config: Config, app_cpu: usize, cpus: &[usize]) -> Result<Plan, String> 
                 ),
                 app_cpus: vec![app_cpu, o],
                 handlers: per_cpu(Wait::Block, false),
-                in_thread: false,
             }
         }
         Config::InThreadSigbus => Plan {
             description: IN_THREAD_DESCRIPTION.into(),
             app_cpus: app,
             handlers: Vec::new(),
-            in_thread: true,
         },
     })
 }
@@ -566,19 +562,23 @@ struct AppResult {
 /// Runs one configuration on a fresh region of `pages` pages.
 fn measure(plan: &Plan, pages: usize) -> Result<Outcome, String> {
     // In-thread, one more page that only the kernel touches (see `in_thread`).
-    let region_pages = pages + usize::from(plan.in_thread);
+    let region_pages = pages + usize::from(plan.in_thread());
     let len = region_pages
         .checked_mul(PAGE_SIZE)
         .ok_or_else(|| format!("--pages {pages} is too large"))?;
     // Unmapped (on every path) only after the scope below has joined every thread that uses it.
     let mapping = Mapping::new(len)?;
     let options = UffdOptions {
-        features: if plan.in_thread { features::SIGBUS } else { 0 },
+        features: if plan.in_thread() {
+            features::SIGBUS
+        } else {
+            0
+        },
         ..UffdOptions::default()
     };
     let uffd = match Uffd::open(options) {
         Ok(u) => u,
-        Err(e) if plan.in_thread => {
+        Err(e) if plan.in_thread() => {
             return Ok(Outcome::Skipped(format!(
                 "a userfaultfd with UFFD_FEATURE_SIGBUS: {e}"
             )))
@@ -589,7 +589,7 @@ fn measure(plan: &Plan, pages: usize) -> Result<Outcome, String> {
         .map_err(|e| e.to_string())?;
     let src = vec![FILL; PAGE_SIZE];
     // Uninstalled when dropped, after every app thread has been joined.
-    let sigbus = if plan.in_thread {
+    let sigbus = if plan.in_thread() {
         Some(SigbusServer::install(
             uffd.as_raw_fd(),
             mapping.base,
@@ -1086,7 +1086,7 @@ mod tests {
         assert_eq!(p.handlers[0].cpu, Some(0));
         // In-thread needs no other CPU and no handler thread.
         let p = plan(Config::InThreadSigbus, 0, &[0]).unwrap();
-        assert!(p.in_thread && p.handlers.is_empty());
+        assert!(p.in_thread(), "no handler threads");
         assert_eq!(p.app_cpus, vec![0]);
     }
 }
