@@ -267,6 +267,7 @@ impl Engine {
                 runs: get(&c.evict_runs),
                 aborted: get(&c.evict_aborted),
                 raced_writes: get(&c.evict_raced),
+                handed_back: get(&c.evict_handed_back),
                 scanned_runs: get(&c.evict_scanned_runs),
                 dropped_behind_back: get(&c.dropped_behind_back),
                 dropped_served_by_watchdog: self.evictors.rescued(),

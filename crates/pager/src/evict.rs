@@ -47,6 +47,19 @@
 //! * **Synchronous tracking**: a clean page is write-protected, so a write to a victim blocks in a
 //!   write-protect fault until the batch is over; only dirty victims go through the pipe and back.
 //!
+//! # A fault on a victim: handed back, not kept waiting
+//!
+//! A fault on a victim is left waiting for the batch (`state.rs`), but not necessarily for all
+//! of it. Once the pipe is read, the batch holds each captured victim's latest contents, as
+//! Linux's swap cache holds a page whose write-out is in flight: the handler that leaves the
+//! fault waiting tells the evicting threads (`evictors.rs`: a flag, and a bell for a thread
+//! waiting on its memnode), and the batch installs the page again from its copy, writable, at
+//! once: after reading the pipe, whenever the bell rings while its write-back is in flight, and
+//! before publishing ([`hand_back_waited`]). The page stays resident and dirty. Clean victims
+//! that synchronous tracking did not capture have exact far copies, stored long before: they
+//! are published as soon as they are dropped ([`Evictor::publish_clean_early`]), and a fault
+//! waiting on one fetches it without waiting for the others' write-back.
+//!
 //! If the memnode refuses the write (full), the dropped pages whose far copy is stale are put
 //! back from the copies read out of the pipe, and the region keeps them locally while it can.
 
@@ -58,11 +71,12 @@ use gleaner_uffd::pagemap::{
     PageRegion, Pagemap, PAGE_IS_PRESENT, PAGE_IS_SWAPPED, PAGE_IS_WRITTEN,
 };
 
+use crate::config::FarCopies;
 use crate::engine::{Engine, Tracking};
 use crate::fatal::fatal;
 use crate::state::PageState;
 use crate::stats::Counters;
-use crate::store::{StoreError, StoreHandle};
+use crate::store::{Bell, StoreError, StoreHandle};
 use crate::PAGE_SIZE;
 
 /// One evicting thread's tools: the capture pipe, its views of the region's memory and its
@@ -105,6 +119,11 @@ struct Victim {
     /// The pipe could not take it (the program made it inaccessible, e.g. `PROT_NONE`): it
     /// stays resident, as it was.
     skipped: bool,
+    /// A fault waited for it and the batch installed it again from its captured contents
+    /// ([`hand_back_waited`]): it stays resident, dirty.
+    handed_back: bool,
+    /// Already published REMOTE, ahead of the batch ([`Evictor::publish_clean_early`]).
+    published: bool,
 }
 
 impl Evictor {
@@ -219,6 +238,12 @@ impl Evictor {
         if let Err(e) = self.pipe.read(&mut self.scratch[..need]) {
             fatal(&format!("reading evicted pages back from the pipe: {e}"));
         }
+        if s.evictors.take_wanted(self.slot) {
+            hand_back_waited(s, &mut self.victims, &self.scratch);
+        }
+        if !async_wp {
+            self.publish_clean_early(s);
+        }
         let t2 = Instant::now();
         // Decide what goes back, then store it.
         let mut raced = 0;
@@ -262,11 +287,33 @@ impl Evictor {
                 self.lost(s, &e.to_string());
             }
             committing = Some(Instant::now());
-            match store.commit() {
+            // While the memnode has the write (long over a slow link), a fault that waits for a
+            // page of the batch rings the bell, and the page is handed back at once.
+            let slot = self.slot;
+            let bell = s.evictors.begin_commit(slot);
+            let (victims, scratch) = (&mut self.victims, &self.scratch);
+            if s.evictors.take_wanted(slot) {
+                hand_back_waited(s, victims, scratch);
+            }
+            let mut on_ring = || {
+                s.evictors.reset_bell(slot);
+                if s.evictors.take_wanted(slot) {
+                    hand_back_waited(s, victims, scratch);
+                }
+            };
+            let r = store.commit_watching(Some(Bell {
+                fd: bell,
+                on_ring: &mut on_ring,
+            }));
+            s.evictors.end_commit(slot);
+            match r {
                 Ok(()) => s.budget.memnode_full.store(false, Ordering::Relaxed),
                 Err(StoreError::Full(why)) => refused = Some(why),
                 Err(StoreError::Lost(why) | StoreError::Late(why)) => self.lost(s, &why),
             }
+        }
+        if s.evictors.take_wanted(self.slot) {
+            hand_back_waited(s, &mut self.victims, &self.scratch);
         }
         let t3 = Instant::now();
         // A refused write-back says nothing about how long one takes.
@@ -275,7 +322,7 @@ impl Evictor {
             // Nothing reached the store: put the stale pages back (writable, dirty) from what the
             // pipe gave; the others' far copies are exact, so they may stay remote.
             let mut kept = Vec::new();
-            for v in self.victims.iter().filter(|v| v.stale) {
+            for v in self.victims.iter().filter(|v| v.stale && !v.handed_back) {
                 if let Some(i) = v.captured {
                     mem.install(v.page, &self.scratch[i * PAGE_SIZE..][..PAGE_SIZE], true);
                     kept.push(v.page);
@@ -414,12 +461,40 @@ impl Evictor {
         }
     }
 
+    /// Publishes the clean victims that were dropped without being captured (synchronous
+    /// tracking): their far copies are exact and already stored, so they go REMOTE now, and a
+    /// fault waiting for one fetches it at once instead of waiting for the other victims'
+    /// write-back. Returns how many.
+    fn publish_clean_early(&mut self, s: &Engine) -> usize {
+        let now = s.reclaim.clock_ns();
+        let mut n = 0;
+        for v in self.victims.iter_mut() {
+            if v.captured.is_some() || v.skipped || v.stale {
+                continue;
+            }
+            s.mem.table.clear_forked(v.page);
+            s.reclaim.stamp_eviction(v.page, now);
+            s.mem.table.release(v.page, PageState::Remote);
+            v.published = true;
+            n += 1;
+        }
+        if n == 0 {
+            return 0;
+        }
+        s.mem
+            .wake_deferred(self.victims.iter().filter(|v| v.published).map(|v| v.page));
+        s.budget.release(n);
+        s.budget.notify_progress();
+        Counters::add(&s.counters.evicted_clean, n as u64);
+        n
+    }
+
     /// Publishes the batch: dropped victims go REMOTE, `kept` ones (put back) resident and
     /// dirty. Returns the pages evicted.
     fn publish(&mut self, s: &Engine, kept: &[usize]) -> usize {
         let c = &s.counters;
         let now = s.reclaim.clock_ns();
-        let (mut clean, mut dirty) = (0, 0);
+        let (mut clean, mut dirty, mut handed_back) = (0, 0, 0);
         if s.tracking == Tracking::Async {
             // A page that came back clean and was written meanwhile is likely to be rewritten
             // on its next residency too (write prediction's evidence).
@@ -432,7 +507,12 @@ impl Evictor {
             }
         }
         let mut policy = None;
+        let mut early = 0;
         for v in &self.victims {
+            if v.published {
+                early += 1;
+                continue;
+            }
             if v.skipped {
                 s.mem.table.release(v.page, v.was);
                 policy
@@ -445,6 +525,21 @@ impl Evictor {
                 policy
                     .get_or_insert_with(|| s.policy.lock().expect("policy lock"))
                     .on_reject(v.page);
+                continue;
+            }
+            if v.handed_back {
+                // Installed afresh (the program's own page now, writable): resident and dirty,
+                // its budget slot still held; just used, as a demand fault's page is. Its far
+                // copy goes where a fetched page's would (it is rewritten at its next eviction).
+                if s.drop_far_copies != FarCopies::None {
+                    s.store.forget(v.page as u64);
+                }
+                s.mem.table.clear_forked(v.page);
+                s.mem.table.release(v.page, PageState::Dirty);
+                policy
+                    .get_or_insert_with(|| s.policy.lock().expect("policy lock"))
+                    .on_install(v.page, false);
+                handed_back += 1;
                 continue;
             }
             if v.stale {
@@ -462,10 +557,11 @@ impl Evictor {
         s.budget.notify_progress();
         Counters::add(&c.evicted_dirty, dirty as u64);
         Counters::add(&c.evicted_clean, clean as u64);
+        Counters::add(&c.evict_handed_back, handed_back);
         Counters::add(&c.evict_batches, 1);
         Counters::add(&c.evict_runs, self.runs.len() as u64);
         Counters::add(&c.bytes_out, (dirty * PAGE_SIZE) as u64);
-        clean + dirty
+        clean + dirty + early
     }
 
     /// Takes candidates from the policy and claims those that are resident and idle.
@@ -488,6 +584,8 @@ impl Evictor {
                         stale: false,
                         forked: table.is_forked(page),
                         skipped: false,
+                        handed_back: false,
+                        published: false,
                     })
                 }
                 // Resident but busy (a write is being let through, or the state just changed):
@@ -529,6 +627,23 @@ impl Evictor {
             self.victims.len(),
             s.mem.table.census()[PageState::Remote as usize]
         ))
+    }
+}
+
+/// Hands back the captured victims that a fault waits for: installs each again (writable, which
+/// wakes its waiting threads) from its captured contents, the page's latest, so the fault needs
+/// neither the write-back's acknowledgement nor a fetch. Called by the batch's thread, which
+/// owns every victim (EVICTING), after the drop: such a victim has nothing mapped. The page is
+/// published dirty ([`Evictor::publish`]), so it is written back again at its next eviction.
+fn hand_back_waited(s: &Engine, victims: &mut [Victim], scratch: &[u8]) {
+    for v in victims.iter_mut() {
+        let Some(i) = v.captured else { continue };
+        if v.handed_back || !s.mem.table.take_waited(v.page) {
+            continue;
+        }
+        s.mem
+            .install(v.page, &scratch[i * PAGE_SIZE..][..PAGE_SIZE], true);
+        v.handed_back = true;
     }
 }
 

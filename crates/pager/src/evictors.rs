@@ -18,9 +18,12 @@
 //! drops its victims: so a page is zero-filled only while its batch has not yet dropped it
 //! (zeros installed on a dropped victim would be read in place of its far data).
 
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+
+use rustix::event::{eventfd, EventfdFlags};
 
 use crate::engine::Engine;
 use crate::fatal::fatal;
@@ -49,6 +52,13 @@ struct Slot {
     /// The thread's kernel id (0 until it registers, and once it unregisters).
     tid: AtomicU32,
     capture: Mutex<Capture>,
+    /// A fault waited for an evicting page since the thread last asked
+    /// ([`Evictors::take_wanted`]): perhaps one of its batch's.
+    wanted: AtomicBool,
+    /// The thread waits for its memnode to acknowledge a write-back and watches `bell`.
+    committing: AtomicBool,
+    /// An eventfd, written when a fault waits while the thread is committing.
+    bell: OwnedFd,
 }
 
 /// What one thread is taking into its pipe.
@@ -72,18 +82,24 @@ impl Capture {
 
 impl Evictors {
     /// Room for `capacity` evicting threads.
-    pub(crate) fn new(capacity: usize) -> Evictors {
-        Evictors {
-            slots: (0..capacity)
-                .map(|_| Slot {
+    pub(crate) fn new(capacity: usize) -> std::io::Result<Evictors> {
+        let slots = (0..capacity)
+            .map(|_| {
+                Ok(Slot {
                     tid: AtomicU32::new(0),
                     capture: Mutex::new(Capture::default()),
+                    wanted: AtomicBool::new(false),
+                    committing: AtomicBool::new(false),
+                    bell: eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?,
                 })
-                .collect(),
+            })
+            .collect::<std::io::Result<_>>()?;
+        Ok(Evictors {
+            slots,
             next: AtomicUsize::new(0),
             rescued: AtomicU64::new(0),
             looked_at: AtomicU64::new(0),
-        }
+        })
     }
 
     /// Records the calling thread, before it evicts anything; returns its slot.
@@ -175,6 +191,54 @@ impl Evictors {
                 }
             }
         }
+    }
+
+    /// A fault waits for an evicting page (its thread is left asleep for the batch: `state.rs`):
+    /// tells every evicting thread, and rings the bell of those waiting for their memnode,
+    /// which can hand the page back from what their batch captured (`evict.rs`).
+    pub(crate) fn page_wanted(&self) {
+        for slot in self.slots.iter() {
+            if slot.tid.load(Ordering::Relaxed) == 0 {
+                continue;
+            }
+            // Dekker-style with `begin_commit`: either this load sees the thread committing
+            // (and rings), or the thread's `take_wanted` after it began sees the flag.
+            slot.wanted.store(true, Ordering::SeqCst);
+            if slot.committing.load(Ordering::SeqCst) {
+                // An eventfd write fails only when its counter would overflow: it is readable
+                // then anyway.
+                let _ = rustix::io::write(&slot.bell, &1u64.to_ne_bytes());
+            }
+        }
+    }
+
+    /// Slot `slot`'s thread: whether a fault waited for an evicting page since it last asked
+    /// (clearing the flag).
+    pub(crate) fn take_wanted(&self, slot: usize) -> bool {
+        let s = &self.slots[slot];
+        s.wanted.load(Ordering::Relaxed) && s.wanted.swap(false, Ordering::SeqCst)
+    }
+
+    /// Slot `slot`'s thread starts waiting for its memnode to acknowledge a write-back: from
+    /// now on a fault that waits rings its bell, which this returns. The caller asks
+    /// [`Evictors::take_wanted`] after this, for faults that came just before.
+    pub(crate) fn begin_commit(&self, slot: usize) -> BorrowedFd<'_> {
+        let s = &self.slots[slot];
+        s.committing.store(true, Ordering::SeqCst);
+        s.bell.as_fd()
+    }
+
+    /// Silences slot `slot`'s bell after it rang.
+    pub(crate) fn reset_bell(&self, slot: usize) {
+        let mut count = [0u8; 8];
+        // Non-blocking: an unrung bell reads EAGAIN, which is as good as reset.
+        let _ = rustix::io::read(&self.slots[slot].bell, &mut count);
+    }
+
+    /// Slot `slot`'s thread has its acknowledgement: its bell rings no more.
+    pub(crate) fn end_commit(&self, slot: usize) {
+        self.slots[slot].committing.store(false, Ordering::SeqCst);
+        self.reset_bell(slot);
     }
 
     /// Pages the watchdog zero-filled so far.

@@ -184,9 +184,11 @@ impl Handler {
                     return;
                 }
                 PageState::Evicting => {
-                    // Left asleep for the batch to wake (see `state.rs`), unless it just ended.
+                    // Left asleep for the batch to wake (see `state.rs`), unless it just ended;
+                    // the batch hands the page back early if it can (`evict.rs`).
                     if table.defer_to_owner(page, PageState::Evicting) {
                         Counters::add(&c.waited_on_eviction, 1);
+                        engine.evictors.page_wanted();
                         return;
                     }
                 }
@@ -333,6 +335,7 @@ fn on_write_protect(engine: &Engine, page: usize) {
                 // (see `state.rs`); the retry finds the page kept or missing (refetched).
                 if mem.table.defer_to_owner(page, PageState::Evicting) {
                     Counters::add(&c.waited_on_eviction, 1);
+                    engine.evictors.page_wanted();
                     return;
                 }
             }

@@ -244,6 +244,15 @@ impl Region {
             op: "eventfd",
             source,
         })?;
+        // The handlers, the reclaim threads and, in a fork child, the thread serving faults
+        // while the handlers start.
+        let evictors =
+            crate::evictors::Evictors::new(placement.len() + pool + 1).map_err(|source| {
+                PagerError::Os {
+                    op: "eventfd (the eviction bells)",
+                    source,
+                }
+            })?;
         let mut policy = crate::policy::build(cfg.evict, budget).map_err(PagerError::Config)?;
         for &page in &l.resident {
             policy.on_install(page, false);
@@ -289,9 +298,7 @@ impl Region {
             stop,
             hints: crate::hint::Hints::default(),
             gate: crate::engine::Gate::default(),
-            // The handlers, the reclaim threads and, in a fork child, the thread serving faults
-            // while the handlers start.
-            evictors: crate::evictors::Evictors::new(placement.len() + pool + 1),
+            evictors,
         });
         let mut threads = Vec::new();
         let hook = cfg.thread_start_hook;

@@ -25,6 +25,8 @@ pub(crate) struct Counters {
     pub evict_aborted: AtomicU64,
     /// Victims seen unwritten by the scan but written before the drop (asynchronous tracking).
     pub evict_raced: AtomicU64,
+    /// Victims a fault waited for, handed back by their batch from what it captured.
+    pub evict_handed_back: AtomicU64,
     /// Runs of victims scanned with `PAGEMAP_SCAN`.
     pub evict_scanned_runs: AtomicU64,
     /// Resident pages found dropped behind the pager's back (evicted or touched).
@@ -219,6 +221,11 @@ pub struct EvictionStats {
     /// Victims the scan saw unwritten but that the program wrote before the drop (asynchronous
     /// tracking): found by comparing with the far copy, and written back.
     pub raced_writes: u64,
+    /// Victims a fault waited for that their batch handed back (installed again at once from
+    /// the contents it had captured, instead of the fault waiting for the write-back to be
+    /// acknowledged and then fetching the page back): they stay resident, dirty, and are not
+    /// counted as evicted.
+    pub handed_back: u64,
     /// Runs scanned with `PAGEMAP_SCAN` (which victims are mapped, which were written): only
     /// runs holding a victim whose far copy the store can compare, except in direct reclaim.
     pub scanned_runs: u64,
@@ -255,8 +262,8 @@ pub struct EvictionStats {
     /// back, in microseconds (batches that wrote nothing are not counted).
     pub batch_us_per_page: f64,
     /// Each batch's time from claiming its victims to publishing them: the longest a fault on
-    /// one of its pages waits (such faults are counted in `faults.waited_on_eviction`, and not
-    /// timed among the remote faults).
+    /// one of its pages waits unless the batch hands the page back sooner (such faults are
+    /// counted in `faults.waited_on_eviction`, and not timed among the remote faults).
     pub batch_time: LatencySummary,
 }
 

@@ -6,6 +6,7 @@
 use std::fmt;
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
+use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -286,6 +287,14 @@ pub struct SlabGrant {
 #[derive(Debug)]
 #[must_use = "a started read must be finished before the connection is used again"]
 pub struct PendingRead {
+    req_id: u32,
+}
+
+/// A write batch sent with [`Connection::start_built_batch`] whose answer has not been received
+/// yet.
+#[derive(Debug)]
+#[must_use = "a started write must be finished before the connection is used again"]
+pub struct PendingWrite {
     req_id: u32,
 }
 
@@ -587,6 +596,56 @@ impl Connection {
     pub fn write_built_batch(&mut self) -> Result<(), ClientError> {
         let kind = self.round_trip(MessageKind::Write)?;
         self.expect_ack(kind)
+    }
+
+    /// Sends the batch built in [`Connection::write_buffer`] without waiting for the memnode's
+    /// answer, so the caller can do other work (or watch other files, see
+    /// [`Connection::wait_readable`]) meanwhile. Finish it with
+    /// [`Connection::finish_built_batch`] before any other request on this connection. The
+    /// batch stays in the send buffer, to be sent again on another connection if this one
+    /// breaks.
+    pub fn start_built_batch(&mut self) -> Result<PendingWrite, ClientError> {
+        Ok(PendingWrite {
+            req_id: self.send_request(MessageKind::Write)?,
+        })
+    }
+
+    /// Waits for the answer to a batch sent with [`Connection::start_built_batch`]: stored,
+    /// or an error as from [`Connection::write_built_batch`].
+    pub fn finish_built_batch(&mut self, pending: PendingWrite) -> Result<(), ClientError> {
+        let kind = self.receive_reply(pending.req_id)?;
+        self.expect_ack(kind)
+    }
+
+    /// Waits up to `timeout` until the memnode's answer has bytes to read or `other` is
+    /// readable, whichever comes first: `(answer readable, other readable)`, both false when
+    /// the time ran out. A broken connection counts as readable (its read reports the error).
+    pub fn wait_readable(
+        &self,
+        other: std::os::fd::BorrowedFd<'_>,
+        timeout: Duration,
+    ) -> io::Result<(bool, bool)> {
+        use rustix::event::{poll, PollFd, PollFlags, Timespec};
+        let stream: std::os::fd::BorrowedFd<'_> = match &self.stream {
+            Stream::Tcp(s) => s.as_fd(),
+            Stream::Unix(s) => s.as_fd(),
+        };
+        let mut fds = [
+            PollFd::from_borrowed_fd(stream, PollFlags::IN),
+            PollFd::from_borrowed_fd(other, PollFlags::IN),
+        ];
+        let timeout = Timespec::try_from(timeout).unwrap_or(Timespec {
+            tv_sec: i64::MAX,
+            tv_nsec: 0,
+        });
+        loop {
+            match poll(&mut fds, Some(&timeout)) {
+                Ok(_) => break,
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok((!fds[0].revents().is_empty(), !fds[1].revents().is_empty()))
     }
 
     /// Stores `pages` (`(id, blob)` pairs, at most [`crate::MAX_BATCH_PAGES`], each blob 1 to

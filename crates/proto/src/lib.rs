@@ -27,7 +27,8 @@ pub use auth::{
     server_proof, write_token_file, Nonce, Proof, Token, NONCE_LEN, PROOF_LEN, TOKEN_LEN,
 };
 pub use client::{
-    ClientError, ConnectOptions, Connection, Endpoint, PendingRead, SessionInfo, SlabGrant, Stream,
+    ClientError, ConnectOptions, Connection, Endpoint, PendingRead, PendingWrite, SessionInfo,
+    SlabGrant, Stream,
 };
 pub use frame::{read_frame, write_frame, FrameHeader, HEADER_LEN, MAGIC};
 pub use message::{

@@ -177,6 +177,17 @@ pub(crate) trait PageStore: Send + Sync {
     fn stats(&self) -> StoreStats;
 }
 
+/// What a commit watches while the memnode has its write ([`StoreHandle::commit_watching`]):
+/// a file that becomes readable when the caller has something to do meanwhile (a fault waits
+/// for a page of the batch being written back), and what to do then.
+pub(crate) struct Bell<'a> {
+    /// Readable when `on_ring` should be called (an eventfd; `on_ring` resets it).
+    pub(crate) fd: std::os::fd::BorrowedFd<'a>,
+    /// Called on the committing thread while the write is in flight; it must not use the
+    /// store handle.
+    pub(crate) on_ring: &'a mut dyn FnMut(),
+}
+
 /// One thread's access to the store.
 pub(crate) trait StoreHandle: Send {
     /// Starts fetching `pages` (at most [`gleaner_proto::MAX_BATCH_PAGES`]): over a socket the
@@ -217,6 +228,14 @@ pub(crate) trait StoreHandle: Send {
     /// Makes the staged pages durable on the far side. On [`StoreError::Full`] (a socket only)
     /// nothing was stored.
     fn commit(&mut self) -> Result<(), StoreError>;
+    /// Like [`StoreHandle::commit`], answering `bell` while it waits for the far side: a socket
+    /// (and a pool, for each member in turn) calls its `on_ring` whenever its file becomes
+    /// readable until the memnode acknowledges the write. By default (a store that does not wait long: shared memory) the bell is not
+    /// watched.
+    fn commit_watching(&mut self, bell: Option<Bell<'_>>) -> Result<(), StoreError> {
+        let _ = bell;
+        self.commit()
+    }
     /// Whether the far copy of `page` (which the caller owns) equals `data`: shared memory
     /// decodes the page's blob and compares; `None` when there is no far copy to compare (none
     /// is kept, or a socket, which cannot tell).

@@ -10,7 +10,7 @@
 //! blobs, versions included). The program only waits. Past the lease, or when the memnode no
 //! longer knows the session, the data is lost and the error says so.
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -21,7 +21,9 @@ use gleaner_proto::{
     SessionKey, Token,
 };
 
-use super::{page_buf, zeroed_atomics, PageBuf, PageStore, StoreError, StoreHandle, StoreStats};
+use super::{
+    page_buf, zeroed_atomics, Bell, PageBuf, PageStore, StoreError, StoreHandle, StoreStats,
+};
 use crate::codec::{Codec, CodecCtx};
 use crate::PagerError;
 
@@ -487,16 +489,73 @@ impl Link {
         loop {
             match self.conn.write_built_batch() {
                 Ok(()) => return Ok(()),
-                Err(e) if e.is_transient() => {
-                    let batch = std::mem::take(self.conn.write_buffer());
-                    self.reconnect(&e, &mut tries)?;
-                    *self.conn.write_buffer() = batch;
-                }
+                Err(e) if e.is_transient() => self.move_batch_to_new_connection(&e, &mut tries)?,
                 Err(e) => return Err(store_error(e)),
             }
         }
     }
+
+    /// Like [`Link::write_batch`], calling `on_bell` each time `bell` becomes readable while the
+    /// memnode's answer is awaited (`on_bell` resets the bell).
+    pub(crate) fn write_batch_watching(
+        &mut self,
+        bell: BorrowedFd<'_>,
+        on_bell: &mut dyn FnMut(),
+    ) -> Result<(), StoreError> {
+        let mut tries = 0;
+        loop {
+            let pending = match self.conn.start_built_batch() {
+                Ok(pending) => pending,
+                Err(e) if e.is_transient() => {
+                    self.move_batch_to_new_connection(&e, &mut tries)?;
+                    continue;
+                }
+                Err(e) => return Err(store_error(e)),
+            };
+            self.watch_until_answered(bell, on_bell);
+            match self.conn.finish_built_batch(pending) {
+                Ok(()) => return Ok(()),
+                Err(e) if e.is_transient() => self.move_batch_to_new_connection(&e, &mut tries)?,
+                Err(e) => return Err(store_error(e)),
+            }
+        }
+    }
+
+    /// Calls `on_bell` whenever `bell` rings until the memnode's answer has arrived, or for
+    /// [`BELL_WATCH`] at most: after that the answer is awaited alone, under the connection's
+    /// own timeout (which a memnode that never answers must still meet).
+    fn watch_until_answered(&self, bell: BorrowedFd<'_>, on_bell: &mut dyn FnMut()) {
+        let since = Instant::now();
+        while let Some(left) = BELL_WATCH.checked_sub(since.elapsed()) {
+            match self.conn.wait_readable(bell, left) {
+                Ok((false, true)) => on_bell(),
+                // Answered, or out of time.
+                Ok(_) => return,
+                Err(e) => {
+                    log::debug!("watching the eviction bell failed ({e}); waiting without");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// After a transient failure `cause` of a write batch: a new connection, with the batch
+    /// moved into its send buffer, to be sent again.
+    fn move_batch_to_new_connection(
+        &mut self,
+        cause: &ClientError,
+        tries: &mut u32,
+    ) -> Result<(), StoreError> {
+        let batch = std::mem::take(self.conn.write_buffer());
+        self.reconnect(cause, tries)?;
+        *self.conn.write_buffer() = batch;
+        Ok(())
+    }
 }
+
+/// How long a write batch's wait for the memnode's answer also watches the eviction bell
+/// ([`Link::write_batch_watching`]) before waiting for the answer alone.
+const BELL_WATCH: Duration = Duration::from_secs(5);
 
 /// One thread's connection.
 struct SocketHandle {
@@ -567,7 +626,14 @@ impl StoreHandle for SocketHandle {
     }
 
     fn commit(&mut self) -> Result<(), StoreError> {
-        self.link.write_batch()?;
+        self.commit_watching(None)
+    }
+
+    fn commit_watching(&mut self, bell: Option<Bell<'_>>) -> Result<(), StoreError> {
+        match bell {
+            Some(Bell { fd, on_ring }) => self.link.write_batch_watching(fd, on_ring)?,
+            None => self.link.write_batch()?,
+        }
         // Stored: the memnode now holds these versions (a refused batch stored nothing, and
         // its pages stay local until written back again).
         for &(page, version) in &self.staged {

@@ -40,7 +40,9 @@ use gleaner_proto::{ConnectOptions, Endpoint, PageBatch, PendingRead, SessionKey
 use serde::Serialize;
 
 use super::socket::{Link, Session};
-use super::{page_buf, zeroed_atomics, PageBuf, PageStore, StoreError, StoreHandle, StoreStats};
+use super::{
+    page_buf, zeroed_atomics, Bell, PageBuf, PageStore, StoreError, StoreHandle, StoreStats,
+};
 use crate::codec::{Codec, CodecCtx};
 use crate::PagerError;
 
@@ -857,13 +859,18 @@ impl StoreHandle for PoolHandle {
     }
 
     fn commit(&mut self) -> Result<(), StoreError> {
+        self.commit_watching(None)
+    }
+
+    fn commit_watching(&mut self, mut bell: Option<Bell<'_>>) -> Result<(), StoreError> {
         let mut copies = vec![0u32; self.staged.len()];
         let mut full: Option<String> = None;
         let batches = std::mem::take(&mut self.batches);
         for (m, indices) in &batches {
-            let sent = match self.link(*m) {
-                Some(link) => link.write_batch(),
-                None => continue,
+            let sent = match (self.link(*m), bell.as_mut()) {
+                (Some(link), Some(bell)) => link.write_batch_watching(bell.fd, &mut *bell.on_ring),
+                (Some(link), None) => link.write_batch(),
+                (None, _) => continue,
             };
             match sent {
                 Ok(()) => {
