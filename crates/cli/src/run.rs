@@ -832,7 +832,12 @@ impl PagerCounts {
 
 /// Fields of a process's stats that are not counters, left out of the sum: latency summaries
 /// (the remote faults' is taken from the process with the most remote faults) and gauges.
-const NOT_SUMMED: [&str; 3] = ["remote_fault_latency", "batch_time", "batch_pages_next"];
+const NOT_SUMMED: [&str; 4] = [
+    "remote_fault_latency",
+    "batch_time",
+    "batch_pages_next",
+    "window_cap",
+];
 
 /// Sums the counters of every process (numbers at the top level and below; latency percentiles
 /// are not summable, see [`NOT_SUMMED`]).

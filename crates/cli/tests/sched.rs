@@ -100,7 +100,8 @@ fn prefetches_dropped_as_late_never_lose_data() {
 /// Eviction over a slow link (a memnode whose link carries 32 MB/s): a fault on a page being
 /// evicted waits for its whole batch's write-back, so the pager sizes batches to be written back
 /// in about a millisecond, which there is the floor of 16 pages instead of the 128 its budget
-/// allows; every page still reads back what was written.
+/// allows, and keeps prefetch windows to what the link moves in half a millisecond; every page
+/// still reads back what was written.
 #[test]
 fn eviction_batches_shrink_over_a_slow_link_and_lose_nothing() {
     gleaner_bin();
@@ -155,6 +156,20 @@ fn eviction_batches_shrink_over_a_slow_link_and_lose_nothing() {
         evicted < 40 * e.batches,
         "batches averaged {} pages: {e:?}",
         evicted / e.batches.max(1)
+    );
+    // Prefetch windows (Leap, up to 32 pages by default) are kept to what the link moves in
+    // half a millisecond at the write-backs' pace: a handful of pages here.
+    let p = region.stats().prefetch;
+    eprintln!(
+        "prefetch: {} windows, {} pages, at most {} a window now",
+        p.windows, p.issued, p.window_cap
+    );
+    assert!(p.window_cap <= 8, "{p:?}");
+    assert!(p.windows > 0, "the sequential read pass prefetched: {p:?}");
+    assert!(
+        p.issued <= 8 * p.windows,
+        "windows averaged {} pages: {p:?}",
+        p.issued / p.windows
     );
 }
 

@@ -1,4 +1,4 @@
-//! How many pages the next eviction batch takes.
+//! How many pages the next eviction batch takes, and the next prefetch window at most.
 //!
 //! A fault on a page of a batch in flight waits until the batch's far copies are committed
 //! (`faults.waited_on_eviction`), so a batch's whole time, from claiming its victims to the
@@ -23,12 +23,24 @@
 //! [`MIN_PAGES`] did worse on that link (4 pages: p99 10.4 ms), each request's own cost adding
 //! up.
 //!
+//! The same pace caps prefetch windows ([`BatchSize::prefetch_window_cap`]): reads and
+//! write-backs cross the same link, one direction each, and a window holds the link's read
+//! side, and the handler that sent it, until its last page is through. Over a 32 MB/s link
+//! Leap's 32 pages took 4 ms, in which every demand read behind them waited: memcached's
+//! open-loop p99 there was 3.8-7.7 ms with them, 1.6-1.7 ms with windows of at most 8 pages and
+//! 1.2 ms without prefetching (`bench/results/prefetch-link/`). So a window takes what the link
+//! moves in [`PREFETCH_LINK_TIME`], 4 pages there; through shared memory or a fast network that
+//! is hundreds of pages and nothing is cut. Before any write-back has been timed nothing is cut
+//! either.
+//!
 //! The average is kept in one relaxed atomic that every evicting thread updates: a lost update
 //! only delays the adaptation by a batch.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+/// How long a prefetch window may hold the link to the store, at most.
+pub(crate) const PREFETCH_LINK_TIME: Duration = Duration::from_micros(500);
 /// How long a batch's commit (write-back and acknowledgement) should take.
 pub(crate) const TARGET: Duration = Duration::from_millis(1);
 /// The fewest pages an adapted batch takes (unless the largest size is smaller).
@@ -86,6 +98,24 @@ impl BatchSize {
         self.ns_per_page.store(new.max(1), Ordering::Relaxed);
     }
 
+    /// How many pages the link to the store moves in `d` at the recent batches' commit time per
+    /// page (at least 1): `None` before any batch wrote.
+    pub(crate) fn pages_within(&self, d: Duration) -> Option<usize> {
+        match self.ns_per_page.load(Ordering::Relaxed) {
+            0 => None,
+            per_page => Some(((d.as_nanos() as u64 / per_page) as usize).max(1)),
+        }
+    }
+
+    /// The most pages a prefetch window takes: what the link moves in [`PREFETCH_LINK_TIME`],
+    /// at most a request's worth (see the module's doc).
+    pub(crate) fn prefetch_window_cap(&self) -> usize {
+        self.pages_within(PREFETCH_LINK_TIME)
+            .map_or(gleaner_proto::MAX_BATCH_PAGES, |n| {
+                n.min(gleaner_proto::MAX_BATCH_PAGES)
+            })
+    }
+
     /// The moving average of a batch's commit time per page written back, in microseconds (0
     /// before any batch wrote).
     pub(crate) fn us_per_page(&self) -> f64 {
@@ -101,11 +131,18 @@ mod tests {
     fn batches_start_at_the_largest_size_and_shrink_while_they_are_slow() {
         let b = BatchSize::new(128, true);
         assert_eq!(b.next(), 128, "no batch yet");
+        assert_eq!(b.pages_within(Duration::from_micros(500)), None);
+        assert_eq!(
+            b.prefetch_window_cap(),
+            gleaner_proto::MAX_BATCH_PAGES,
+            "nothing cut before the link's pace is known"
+        );
         // Shared memory: a few microseconds a page, 128 pages well within the target.
         for _ in 0..10 {
             b.observed(128, Duration::from_micros(128 * 6));
         }
         assert_eq!(b.next(), 128);
+        assert_eq!(b.prefetch_window_cap(), 83, "500 µs at 6 µs a page");
         // A 32 MB/s link: ~110 µs a page. The average follows within a few batches, and the
         // size stops at the floor (1 ms / 110 µs is 9 pages).
         for _ in 0..20 {
@@ -117,6 +154,10 @@ mod tests {
             "{}",
             b.us_per_page()
         );
+        // What the link moves in half a millisecond at that pace: 4 pages, a prefetch window's
+        // most.
+        assert_eq!(b.pages_within(Duration::from_micros(500)), Some(4));
+        assert_eq!(b.prefetch_window_cap(), 4);
         // 25 µs a page: 40 pages fit in the target.
         for _ in 0..40 {
             b.observed(b.next(), Duration::from_micros(b.next() as u64 * 25));

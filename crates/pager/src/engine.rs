@@ -287,7 +287,9 @@ impl Engine {
             bytes_out: get(&c.bytes_out),
             remote_fault_latency: self.remote_latency.summary(),
             policy: self.policy.lock().expect("policy lock").name(),
-            prefetch: self.prefetch.stats(remote),
+            prefetch: self
+                .prefetch
+                .stats(remote, self.batch.prefetch_window_cap()),
             write_prediction: self.writes.stats(),
             hints: crate::stats::HintStats {
                 pages_hinted: self.hints.pages_hinted.load(Ordering::Relaxed),

@@ -51,9 +51,10 @@ pub(crate) fn prefetch(engine: &Engine, h: &mut Handler) -> usize {
     }
     let table = &engine.mem.table;
     let pages = engine.mem.pages();
+    let most = engine.batch.prefetch_window_cap();
     h.claimed.clear();
     for &q in &h.candidates {
-        if h.claimed.len() >= gleaner_proto::MAX_BATCH_PAGES {
+        if h.claimed.len() >= most {
             break;
         }
         let Ok(q) = usize::try_from(q) else { continue };

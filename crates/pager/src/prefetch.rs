@@ -141,6 +141,9 @@ pub struct PrefetchStats {
     pub timeliness_p50_us: Option<f64>,
     /// The same, 95th percentile (the percentile Leap quotes).
     pub timeliness_p95_us: Option<f64>,
+    /// The most pages a window takes now: what the link to the memnode moves in half a
+    /// millisecond at the recent write-backs' pace, at most a request's worth (256).
+    pub window_cap: usize,
     /// used / issued.
     pub accuracy: f64,
     /// used / (used + demand remote faults).
@@ -358,7 +361,7 @@ impl Prefetch {
     }
 
     /// A snapshot for the stats JSON; `demand_misses` is the count of remote demand faults.
-    pub(crate) fn stats(&self, demand_misses: u64) -> PrefetchStats {
+    pub(crate) fn stats(&self, demand_misses: u64, window_cap: usize) -> PrefetchStats {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let (issued, used) = (get(&self.issued), get(&self.used));
         let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
@@ -375,6 +378,7 @@ impl Prefetch {
             staged_now: self.staging.lock().expect("staging lock").pages.len(),
             timeliness_p50_us: self.timeliness.quantile_us(0.50),
             timeliness_p95_us: self.timeliness.quantile_us(0.95),
+            window_cap,
             accuracy: ratio(used, issued),
             coverage: ratio(used, used + demand_misses),
             late_ratio: ratio(get(&self.late), issued),
