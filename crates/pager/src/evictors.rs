@@ -215,8 +215,10 @@ impl Evictors {
     /// Slot `slot`'s thread: whether a fault waited for an evicting page since it last asked
     /// (clearing the flag).
     pub(crate) fn take_wanted(&self, slot: usize) -> bool {
-        let s = &self.slots[slot];
-        s.wanted.load(Ordering::Relaxed) && s.wanted.swap(false, Ordering::SeqCst)
+        // Sequentially consistent, to pair with `page_wanted` after `begin_commit` (a few times
+        // a batch). Were a flag missed, its fault would only wait for the next look or the
+        // batch's end, as before hand-backs.
+        self.slots[slot].wanted.swap(false, Ordering::SeqCst)
     }
 
     /// Slot `slot`'s thread starts waiting for its memnode to acknowledge a write-back: from
