@@ -129,7 +129,9 @@ pub struct RunArgs {
     stats_trace: Option<PathBuf>,
     /// Prefetcher: `none`, `next:N`, `stride`, `readahead`, `leap` or `leap:PWMAX`. The default,
     /// Leap with windows of up to 32 pages, prefetches only where it finds a majority trend
-    /// (sequential or strided access) and stays idle on random access.
+    /// (sequential or strided access) and stays idle on random access. Over a slow memnode link
+    /// a window takes at most what the link moves in half a millisecond (its pace measured from
+    /// the write-backs), so that demand reads queued behind a window wait no longer than that.
     #[arg(long, value_name = "NAME", default_value_t = gleaner_pager::DEFAULT_PREFETCH)]
     prefetch: gleaner_pager::PrefetcherKind,
     /// How prefetched pages reach the program: `marker` or `staged`.
