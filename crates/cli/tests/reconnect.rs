@@ -3,7 +3,8 @@
 //! between them a proxy that cuts every connection over and over, or stalls them. A cut or a
 //! stall shorter than the session's lease only makes the program wait: it completes with its
 //! data intact and the stats count the reconnections. A stall past the lease stops it with exit
-//! 86 and a message saying the memnode could not be reached again.
+//! 86 and a message saying the memnode could not be reached again. Over a slow link the cuts
+//! also land while write-backs are awaited (the eviction bell watched beside them).
 
 mod common;
 
@@ -109,6 +110,39 @@ fn connections_cut_again_and_again_are_replaced_and_nothing_is_lost() {
     assert!(
         stats["total"]["faults"]["remote"].as_u64().unwrap() > (32 << 20) / 4096,
         "{stats}"
+    );
+}
+
+/// The same over a slow link (32 MB/s each way): there a batch's write-back is awaited for
+/// milliseconds, watching the eviction bell meanwhile (`Link::write_batch_watching`), and cuts
+/// land in that wait; the batch is sent again on a new connection and nothing is lost.
+#[test]
+fn connections_cut_while_write_backs_are_awaited_on_a_slow_link_lose_nothing() {
+    let (dir, token) = common::token_file("reconnect-slow");
+    let node =
+        MemnodeProc::start_with_args("127.0.0.1:0", "512M", dir, token, &["--bandwidth", "32M"]);
+    let proxy = Arc::new(FaultyProxy::start(memnode_addr(&node)));
+    let (code, out, err, stats) = run_through(&node, &proxy, "24", &[], |p, done| {
+        while !done.load(Ordering::SeqCst) {
+            p.cut_all();
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    });
+    let (_, cut) = proxy.counts();
+    let evictions = &stats["total"]["evictions"];
+    eprintln!(
+        "{cut} connections cut, {} reconnections; {} pages written back in {} batches",
+        reconnects(&stats),
+        evictions["dirty"],
+        evictions["batches"]
+    );
+    assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
+    assert!(out.contains("mixed ok"), "{out}");
+    assert!(cut >= 3, "the proxy cut only {cut} connections: {err}");
+    assert!(reconnects(&stats) >= 2, "{stats}");
+    assert!(
+        evictions["dirty"].as_u64().unwrap() > (8 << 20) / 4096,
+        "most of 24 MiB was written back through the slow link: {stats}"
     );
 }
 
