@@ -80,6 +80,15 @@ fn run_through(
     (code, out, err, json)
 }
 
+/// Cuts every connection of the program (fault handlers', reclaimers', the session's control
+/// connection) every 100 ms, for as long as it runs.
+fn cut_all_every_100ms(p: &FaultyProxy, done: &AtomicBool) {
+    while !done.load(Ordering::SeqCst) {
+        p.cut_all();
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 fn reconnects(stats: &serde_json::Value) -> u64 {
     stats["total"]["store"]["reconnects"].as_u64().unwrap_or(0)
 }
@@ -88,14 +97,7 @@ fn reconnects(stats: &serde_json::Value) -> u64 {
 fn connections_cut_again_and_again_are_replaced_and_nothing_is_lost() {
     let node = MemnodeProc::start("127.0.0.1:0", "512M");
     let proxy = Arc::new(FaultyProxy::start(memnode_addr(&node)));
-    // Every 100 ms, every connection of the program (fault handlers', reclaimers', the
-    // session's control connection) is cut, for as long as the program runs.
-    let (code, out, err, stats) = run_through(&node, &proxy, "64", &[], |p, done| {
-        while !done.load(Ordering::SeqCst) {
-            p.cut_all();
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    });
+    let (code, out, err, stats) = run_through(&node, &proxy, "64", &[], cut_all_every_100ms);
     let (accepted, cut) = proxy.counts();
     assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
     assert!(out.contains("mixed ok"), "{out}");
@@ -122,12 +124,7 @@ fn connections_cut_while_write_backs_are_awaited_on_a_slow_link_lose_nothing() {
     let node =
         MemnodeProc::start_with_args("127.0.0.1:0", "512M", dir, token, &["--bandwidth", "32M"]);
     let proxy = Arc::new(FaultyProxy::start(memnode_addr(&node)));
-    let (code, out, err, stats) = run_through(&node, &proxy, "24", &[], |p, done| {
-        while !done.load(Ordering::SeqCst) {
-            p.cut_all();
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    });
+    let (code, out, err, stats) = run_through(&node, &proxy, "24", &[], cut_all_every_100ms);
     let (_, cut) = proxy.counts();
     let evictions = &stats["total"]["evictions"];
     eprintln!(
