@@ -116,7 +116,7 @@ fn connections_cut_again_and_again_are_replaced_and_nothing_is_lost() {
 }
 
 /// The same over a slow link (32 MB/s each way): there a batch's write-back is awaited for
-/// milliseconds, watching the eviction bell meanwhile (`Link::write_batch_watching`), and cuts
+/// milliseconds, watching the eviction bell meanwhile (`Link::write_batch`), and cuts
 /// land in that wait; the batch is sent again on a new connection and nothing is lost.
 #[test]
 fn connections_cut_while_write_backs_are_awaited_on_a_slow_link_lose_nothing() {

@@ -55,7 +55,7 @@
 //! fault waiting tells the evicting threads (`evictors.rs`: a flag, and a bell for a thread
 //! waiting on its memnode), and the batch installs the page again from its copy, writable, at
 //! once: after reading the pipe, whenever the bell rings while its write-back is in flight, and
-//! before publishing ([`hand_back_waited`]). The page stays resident and dirty. Clean victims
+//! before publishing ([`hand_back_if_wanted`]). The page stays resident and dirty. Clean victims
 //! that synchronous tracking did not capture have exact far copies, stored long before: they
 //! are published as soon as they are dropped ([`Evictor::publish_clean_early`]), and a fault
 //! waiting on one fetches it without waiting for the others' write-back.
@@ -120,7 +120,7 @@ struct Victim {
     /// stays resident, as it was.
     skipped: bool,
     /// A fault waited for it and the batch installed it again from its captured contents
-    /// ([`hand_back_waited`]): it stays resident, dirty.
+    /// ([`hand_back_if_wanted`]): it stays resident, dirty.
     handed_back: bool,
     /// Already published REMOTE, ahead of the batch ([`Evictor::publish_clean_early`]).
     published: bool,
@@ -238,9 +238,7 @@ impl Evictor {
         if let Err(e) = self.pipe.read(&mut self.scratch[..need]) {
             fatal(&format!("reading evicted pages back from the pipe: {e}"));
         }
-        if s.evictors.take_wanted(self.slot) {
-            hand_back_waited(s, &mut self.victims, &self.scratch);
-        }
+        hand_back_if_wanted(s, self.slot, &mut self.victims, &self.scratch);
         if !async_wp {
             self.publish_clean_early(s);
         }
@@ -292,14 +290,10 @@ impl Evictor {
             let slot = self.slot;
             let bell = s.evictors.begin_commit(slot);
             let (victims, scratch) = (&mut self.victims, &self.scratch);
-            if s.evictors.take_wanted(slot) {
-                hand_back_waited(s, victims, scratch);
-            }
+            hand_back_if_wanted(s, slot, victims, scratch);
             let mut on_ring = || {
                 s.evictors.reset_bell(slot);
-                if s.evictors.take_wanted(slot) {
-                    hand_back_waited(s, victims, scratch);
-                }
+                hand_back_if_wanted(s, slot, victims, scratch);
             };
             let r = store.commit_watching(Some(Bell {
                 fd: bell,
@@ -312,9 +306,7 @@ impl Evictor {
                 Err(StoreError::Lost(why) | StoreError::Late(why)) => self.lost(s, &why),
             }
         }
-        if s.evictors.take_wanted(self.slot) {
-            hand_back_waited(s, &mut self.victims, &self.scratch);
-        }
+        hand_back_if_wanted(s, self.slot, &mut self.victims, &self.scratch);
         let t3 = Instant::now();
         // A refused write-back says nothing about how long one takes.
         let committed = if refused.is_none() { written } else { 0 };
@@ -630,12 +622,16 @@ impl Evictor {
     }
 }
 
-/// Hands back the captured victims that a fault waits for: installs each again (writable, which
-/// wakes its waiting threads) from its captured contents, the page's latest, so the fault needs
-/// neither the write-back's acknowledgement nor a fetch. Called by the batch's thread, which
-/// owns every victim (EVICTING), after the drop: such a victim has nothing mapped. The page is
-/// published dirty ([`Evictor::publish`]), so it is written back again at its next eviction.
-fn hand_back_waited(s: &Engine, victims: &mut [Victim], scratch: &[u8]) {
+/// If a fault waited for an evicting page since evicting thread `slot` last looked, hands back
+/// the captured victims that a fault waits for: installs each again (writable, which wakes its
+/// waiting threads) from its captured contents, the page's latest, so the fault needs neither
+/// the write-back's acknowledgement nor a fetch. Called by the batch's thread, which owns every
+/// victim (EVICTING), after the drop: such a victim has nothing mapped. The page is published
+/// dirty ([`Evictor::publish`]), so it is written back again at its next eviction.
+fn hand_back_if_wanted(s: &Engine, slot: usize, victims: &mut [Victim], scratch: &[u8]) {
+    if !s.evictors.take_wanted(slot) {
+        return;
+    }
     for v in victims.iter_mut() {
         let Some(i) = v.captured else { continue };
         if v.handed_back || !s.mem.table.take_waited(v.page) {

@@ -594,8 +594,8 @@ impl Connection {
     /// Sends the write batch built in [`Connection::write_buffer`]. All or nothing: on
     /// [`ErrorCode::Full`] the memnode stored none of it.
     pub fn write_built_batch(&mut self) -> Result<(), ClientError> {
-        let kind = self.round_trip(MessageKind::Write)?;
-        self.expect_ack(kind)
+        let pending = self.start_built_batch()?;
+        self.finish_built_batch(pending)
     }
 
     /// Sends the batch built in [`Connection::write_buffer`] without waiting for the memnode's

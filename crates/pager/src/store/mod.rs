@@ -188,6 +188,16 @@ pub(crate) struct Bell<'a> {
     pub(crate) on_ring: &'a mut dyn FnMut(),
 }
 
+impl Bell<'_> {
+    /// The same bell, borrowed for one more commit (a pool's, member after member).
+    pub(crate) fn reborrow(&mut self) -> Bell<'_> {
+        Bell {
+            fd: self.fd,
+            on_ring: &mut *self.on_ring,
+        }
+    }
+}
+
 /// One thread's access to the store.
 pub(crate) trait StoreHandle: Send {
     /// Starts fetching `pages` (at most [`gleaner_proto::MAX_BATCH_PAGES`]): over a socket the
@@ -230,8 +240,8 @@ pub(crate) trait StoreHandle: Send {
     fn commit(&mut self) -> Result<(), StoreError>;
     /// Like [`StoreHandle::commit`], answering `bell` while it waits for the far side: a socket
     /// (and a pool, for each member in turn) calls its `on_ring` whenever its file becomes
-    /// readable until the memnode acknowledges the write. By default (a store that does not wait long: shared memory) the bell is not
-    /// watched.
+    /// readable until the memnode acknowledges the write. By default (a store that does not wait
+    /// long: shared memory) the bell is not watched.
     fn commit_watching(&mut self, bell: Option<Bell<'_>>) -> Result<(), StoreError> {
         let _ = bell;
         self.commit()

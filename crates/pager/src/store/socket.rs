@@ -484,24 +484,9 @@ impl Link {
     /// Sends the batch built in [`Link::batch`], again on a new connection if this one breaks:
     /// whether or not the memnode stored it before the connection broke, storing the same
     /// blobs again leaves it in the same state (and an older copy never replaces a newer one).
-    pub(crate) fn write_batch(&mut self) -> Result<(), StoreError> {
-        let mut tries = 0;
-        loop {
-            match self.conn.write_built_batch() {
-                Ok(()) => return Ok(()),
-                Err(e) if e.is_transient() => self.move_batch_to_new_connection(&e, &mut tries)?,
-                Err(e) => return Err(store_error(e)),
-            }
-        }
-    }
-
-    /// Like [`Link::write_batch`], calling `on_bell` each time `bell` becomes readable while the
-    /// memnode's answer is awaited (`on_bell` resets the bell).
-    pub(crate) fn write_batch_watching(
-        &mut self,
-        bell: BorrowedFd<'_>,
-        on_bell: &mut dyn FnMut(),
-    ) -> Result<(), StoreError> {
+    /// With a `bell`, its `on_ring` is called each time its file becomes readable while the
+    /// memnode's answer is awaited (`on_ring` resets it).
+    pub(crate) fn write_batch(&mut self, mut bell: Option<Bell<'_>>) -> Result<(), StoreError> {
         let mut tries = 0;
         loop {
             let pending = match self.conn.start_built_batch() {
@@ -512,7 +497,9 @@ impl Link {
                 }
                 Err(e) => return Err(store_error(e)),
             };
-            self.watch_until_answered(bell, on_bell);
+            if let Some(bell) = bell.as_mut() {
+                self.watch_until_answered(bell.fd, &mut *bell.on_ring);
+            }
             match self.conn.finish_built_batch(pending) {
                 Ok(()) => return Ok(()),
                 Err(e) if e.is_transient() => self.move_batch_to_new_connection(&e, &mut tries)?,
@@ -554,7 +541,7 @@ impl Link {
 }
 
 /// How long a write batch's wait for the memnode's answer also watches the eviction bell
-/// ([`Link::write_batch_watching`]) before waiting for the answer alone.
+/// ([`Link::write_batch`]) before waiting for the answer alone.
 const BELL_WATCH: Duration = Duration::from_secs(5);
 
 /// One thread's connection.
@@ -630,10 +617,7 @@ impl StoreHandle for SocketHandle {
     }
 
     fn commit_watching(&mut self, bell: Option<Bell<'_>>) -> Result<(), StoreError> {
-        match bell {
-            Some(Bell { fd, on_ring }) => self.link.write_batch_watching(fd, on_ring)?,
-            None => self.link.write_batch()?,
-        }
+        self.link.write_batch(bell)?;
         // Stored: the memnode now holds these versions (a refused batch stored nothing, and
         // its pages stay local until written back again).
         for &(page, version) in &self.staged {

@@ -867,10 +867,9 @@ impl StoreHandle for PoolHandle {
         let mut full: Option<String> = None;
         let batches = std::mem::take(&mut self.batches);
         for (m, indices) in &batches {
-            let sent = match (self.link(*m), bell.as_mut()) {
-                (Some(link), Some(bell)) => link.write_batch_watching(bell.fd, &mut *bell.on_ring),
-                (Some(link), None) => link.write_batch(),
-                (None, _) => continue,
+            let sent = match self.link(*m) {
+                Some(link) => link.write_batch(bell.as_mut().map(Bell::reborrow)),
+                None => continue,
             };
             match sent {
                 Ok(()) => {

@@ -323,7 +323,7 @@ fn copy_pages(
         for (page, version, blob) in &blobs {
             PageBatch::push(link.batch(), *page, *version, blob);
         }
-        match link.write_batch() {
+        match link.write_batch(None) {
             Ok(()) => {
                 pool.members[t]
                     .pages_written
