@@ -2,7 +2,9 @@
 //! because they waited past their deadline never lose data (the pages are fetched on demand);
 //! over a slow link eviction batches shrink, and a page wanted while its batch is written back
 //! is handed back by the batch, losing nothing (a write batch awaited beside another file, the
-//! way the batch waits, is tested at the protocol level too).
+//! way the batch waits, is tested at the protocol level too); a memnode that fills up meanwhile
+//! loses nothing either, is not flooded with retries, and once it has room again the region
+//! gets back within its budget.
 
 mod common;
 
@@ -210,66 +212,236 @@ fn a_pool_hands_back_pages_wanted_while_their_batch_is_written_back() {
     hand_back_under_cyclic_passes(cfg, pages, 4);
 }
 
-/// Writes `pages` pages of `cfg`'s region, then runs the cyclic passes described above until
-/// `want` pages were handed back and clean ones were evicted (4 passes at least, 40 at most),
-/// checking every word.
+/// Runs the cyclic passes described above over `pages` pages of `cfg`'s region until `want`
+/// pages were handed back and clean ones were evicted (4 passes at least, 40 at most).
 fn hand_back_under_cyclic_passes(cfg: RegionConfig, pages: usize, want: u64) {
-    let region = Region::new(cfg).unwrap();
-    let base = region.as_ptr() as usize;
-    // Incompressible: every page written back takes its 4 KiB of the link.
-    let word = |p: usize, i: usize, version: u64| {
+    let mut passes = CyclicPasses::new(cfg, pages);
+    passes.run_until(|s| s.evictions.handed_back >= want && s.evictions.clean > 0);
+    passes.check_all();
+    let s = passes.region.stats();
+    let (e, f) = (&s.evictions, &s.faults);
+    eprintln!(
+        "{} passes: {} faults waited for an eviction, {} pages handed back; {} evicted clean, \
+         {} dirty, in {} batches",
+        passes.pass, f.waited_on_eviction, e.handed_back, e.clean, e.dirty, e.batches
+    );
+    assert!(e.handed_back >= want, "{} passes: {e:?} {f:?}", passes.pass);
+    assert!(e.handed_back <= f.waited_on_eviction, "{e:?} {f:?}");
+    assert!(e.clean > 0 && e.dirty > 0, "{e:?}");
+}
+
+/// A memnode that fills while a region evicts over the same slow link: another session holds
+/// all but about 100 pages' room, so the region's write-backs are refused (the memnode full);
+/// the region keeps the refused pages locally (its overflow allowance), and its reclaim thread
+/// retries less and less often (each refused batch crossed the link for nothing). Passes go
+/// on meanwhile, so the pages of a retried batch are wanted while the memnode holds it, and
+/// are handed back: a refused batch must neither put back a page it handed back nor drop a
+/// stale one. Then the other session frees its pages, the region gets back within its
+/// budget, and every word reads back right.
+#[test]
+fn write_backs_refused_by_a_full_memnode_while_pages_are_handed_back_lose_nothing() {
+    gleaner_bin();
+    let (_dir, token) = token_file("handback-full");
+    let node = MemnodeProc::start_with_args(
+        "127.0.0.1:0",
+        "8M",
+        TempDir::new("handback-full-node"),
+        token.clone(),
+        &["--bandwidth", "32M"],
+    );
+    let tok = gleaner_proto::read_token_file(&token).unwrap();
+    let mut other = Connection::connect(&node.endpoint, &tok, None, &Default::default()).unwrap();
+    let held = 1948u64;
+    let junk = vec![0xa5u8; PAGE_SIZE];
+    for first in (0..held).step_by(64) {
+        other
+            .write_pages((first..(first + 64).min(held)).map(|i| (i, &junk[..])))
+            .unwrap();
+    }
+    let (pages, budget) = (1280, 1024);
+    let cfg = RegionConfig::new(pages * PAGE_SIZE, budget * PAGE_SIZE)
+        .with_memnode(node.endpoint.clone(), Some(token.clone()));
+    let mut passes = CyclicPasses::new(cfg, pages);
+    passes.run_until(|s| s.evictions.aborted >= 2);
+    let before = passes.region.stats();
+    assert!(before.evictions.aborted >= 2, "{before:?}");
+    assert!(
+        before.resident_pages > budget as u64,
+        "kept locally: {before:?}"
+    );
+    // A second of passes with the memnode still full: a few retries, not one every few
+    // milliseconds, and their pages handed back.
+    let started = std::time::Instant::now();
+    while started.elapsed() < Duration::from_secs(1) {
+        passes.run(1);
+    }
+    let after = passes.region.stats();
+    let retried = after.evictions.aborted - before.evictions.aborted;
+    let handed_back = after.evictions.handed_back - before.evictions.handed_back;
+    assert!(retried <= 12, "{retried} refused batches in a second");
+    assert!(
+        retried >= 1 && handed_back >= 1,
+        "{retried} retries, {handed_back} handed back"
+    );
+    other.free(&[(0, held as u32)]).unwrap();
+    let waited = std::time::Instant::now();
+    while passes.region.stats().resident_pages > budget as u64 {
+        assert!(
+            waited.elapsed() < Duration::from_secs(10),
+            "the region stays over its budget with room on the memnode: {:?}",
+            passes.region.stats()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    passes.check_all();
+    let e = passes.region.stats().evictions;
+    eprintln!(
+        "{} passes, {} refused batches ({retried} in the second of passes on a full memnode, \
+         {handed_back} pages handed back then); {} evicted clean, {} dirty, in {} batches",
+        passes.pass, e.aborted, e.clean, e.dirty, e.batches
+    );
+}
+
+/// A region that reached its overflow allowance while the memnode was full, after the memnode
+/// got room again but before anything told the region so (reclaim `direct`: no reclaim thread
+/// retries in the background): the next page it needs makes it try the memnode once more,
+/// which takes the batch, and the program goes on instead of being stopped. Every word checks.
+#[test]
+fn a_region_at_its_overflow_limit_tries_the_memnode_again_before_stopping() {
+    gleaner_bin();
+    let node = MemnodeProc::start("127.0.0.1:0", "8M");
+    let tok = gleaner_proto::read_token_file(&node.token_file).unwrap();
+    let mut other = Connection::connect(&node.endpoint, &tok, None, &Default::default()).unwrap();
+    let held = 1948u64;
+    let junk = vec![0xa5u8; PAGE_SIZE];
+    for first in (0..held).step_by(64) {
+        other
+            .write_pages((first..(first + 64).min(held)).map(|i| (i, &junk[..])))
+            .unwrap();
+    }
+    let (pages, budget, overflow) = (1280, 1024, 64);
+    let mut cfg = RegionConfig::new(pages * PAGE_SIZE, budget * PAGE_SIZE)
+        .with_memnode(node.endpoint.clone(), Some(node.token_file.clone()));
+    cfg.full_overflow = Some(overflow * PAGE_SIZE);
+    cfg.reclaim = gleaner_pager::ReclaimMode::Direct;
+    let passes = CyclicPasses::new(cfg, 0);
+    let mut written = 0;
+    while (passes.region.stats().resident_pages as usize) < budget + overflow {
+        assert!(
+            written < pages,
+            "the memnode never filled: {:?}",
+            passes.region.stats()
+        );
+        passes.write(written, 0);
+        written += 1;
+    }
+    let s = passes.region.stats();
+    assert!(s.evictions.aborted > 0, "{s:?}");
+    other.free(&[(0, held as u32)]).unwrap();
+    for p in written..pages {
+        passes.write(p, 0);
+    }
+    let mut passes = CyclicPasses { pages, ..passes };
+    passes.check_all();
+    let s = passes.region.stats();
+    assert!(
+        s.resident_pages <= budget as u64,
+        "back within its budget: {s:?}"
+    );
+    eprintln!(
+        "the limit reached after {written} pages ({} refused batches); then {} batches",
+        s.evictions.aborted, s.evictions.batches
+    );
+}
+
+/// A region of incompressible words (every page written back takes its 4 KiB of the link),
+/// each page holding a version of its contents, and cyclic passes over it that check every
+/// word: one pass in three rewrites every page with the next version, the others only read.
+struct CyclicPasses {
+    region: Region,
+    pages: usize,
+    version: u64,
+    pass: u64,
+}
+
+impl CyclicPasses {
+    /// The region of `cfg`, its first `pages` pages written.
+    fn new(cfg: RegionConfig, pages: usize) -> CyclicPasses {
+        let passes = CyclicPasses {
+            region: Region::new(cfg).unwrap(),
+            pages,
+            version: 0,
+            pass: 0,
+        };
+        for p in 0..pages {
+            passes.write(p, 0);
+        }
+        passes
+    }
+
+    fn word(p: usize, i: usize, version: u64) -> u64 {
         let mut x = ((p * 512 + i) as u64 ^ version << 40).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
         x ^= x << 13;
         x ^= x >> 7;
         x ^ (x << 17)
-    };
-    let write = |p: usize, version: u64| {
+    }
+
+    fn word_at(&self, p: usize, i: usize) -> *mut u64 {
+        (self.region.as_ptr() as usize + p * PAGE_SIZE + i * 8) as *mut u64
+    }
+
+    fn write(&self, p: usize, version: u64) {
         for i in 0..PAGE_SIZE / 8 {
             // SAFETY: word i of page p is inside the live region.
-            unsafe {
-                ((base + p * PAGE_SIZE + i * 8) as *mut u64).write_volatile(word(p, i, version))
-            };
+            unsafe { self.word_at(p, i).write_volatile(Self::word(p, i, version)) };
         }
-    };
-    let check = |p: usize, version: u64, pass: u64| {
+    }
+
+    fn check(&self, p: usize) {
         for i in 0..PAGE_SIZE / 8 {
             // SAFETY: as above.
-            let got = unsafe { ((base + p * PAGE_SIZE + i * 8) as *const u64).read_volatile() };
-            assert_eq!(got, word(p, i, version), "pass {pass}, page {p}, word {i}");
+            let got = unsafe { self.word_at(p, i).read_volatile() };
+            let pass = self.pass;
+            assert_eq!(
+                got,
+                Self::word(p, i, self.version),
+                "pass {pass}, page {p}, word {i}"
+            );
         }
-    };
-    for p in 0..pages {
-        write(p, 0);
     }
-    let mut version = 0;
-    let mut pass = 0;
-    let shown = |e: &gleaner_pager::EvictionStats| e.handed_back >= want && e.clean > 0;
-    while pass < 40 && (pass < 4 || !shown(&region.stats().evictions)) {
-        pass += 1;
-        let rewrite = pass % 3 == 1;
-        for p in 0..pages {
-            check(p, version, pass);
+
+    /// Runs passes until `done` holds for the region's stats (4 passes at least, 40 at most).
+    fn run_until(&mut self, done: impl Fn(&gleaner_pager::RegionStats) -> bool) {
+        let first = self.pass;
+        while self.pass < first + 40 && (self.pass < first + 4 || !done(&self.region.stats())) {
+            self.run(1);
+        }
+    }
+
+    /// Runs `n` passes.
+    fn run(&mut self, n: u64) {
+        for _ in 0..n {
+            self.pass += 1;
+            let rewrite = self.pass % 3 == 1;
+            for p in 0..self.pages {
+                self.check(p);
+                if rewrite {
+                    self.write(p, self.version + 1);
+                }
+            }
             if rewrite {
-                write(p, version + 1);
+                self.version += 1;
             }
         }
-        if rewrite {
-            version += 1;
+    }
+
+    /// Checks every page once more.
+    fn check_all(&mut self) {
+        self.pass += 1;
+        for p in 0..self.pages {
+            self.check(p);
         }
     }
-    for p in 0..pages {
-        check(p, version, pass + 1);
-    }
-    let s = region.stats();
-    let (e, f) = (&s.evictions, &s.faults);
-    eprintln!(
-        "{pass} passes: {} faults waited for an eviction, {} pages handed back; {} evicted clean, \
-         {} dirty, in {} batches",
-        f.waited_on_eviction, e.handed_back, e.clean, e.dirty, e.batches
-    );
-    assert!(e.handed_back >= want, "{pass} passes: {e:?} {f:?}");
-    assert!(e.handed_back <= f.waited_on_eviction, "{e:?} {f:?}");
-    assert!(e.clean > 0 && e.dirty > 0, "{e:?}");
 }
 
 /// A memnode of 1 GiB on TCP loopback whose link carries 32 MB/s each way, using `token`.

@@ -167,14 +167,9 @@ impl Engine {
                 return false;
             }
             if r >= b.limit() {
-                if full {
-                    fatal(&format!(
-                        "the memnode is full and the region has used its local budget ({} \
-                         pages) plus the overflow allowance ({} pages); there is nowhere left \
-                         to keep the program's data",
-                        b.pages, b.overflow
-                    ));
-                }
+                // Past the overflow allowance too (the memnode full): only a demand fault's
+                // charge decides whether the program must stop, after trying the memnode once
+                // more ([`Engine::charge`]); a prefetch or a zero-fill ahead just does without.
                 return false;
             }
             if b.resident
@@ -207,24 +202,42 @@ impl Engine {
     /// Charges one budget slot to a page about to be installed, reclaiming directly through
     /// `store` first when the scheduler says so (the budget is exhausted, or the mode is
     /// `direct`). While the memnode refuses writes the region may overflow the budget by the
-    /// configured allowance; past that the program is stopped rather than lose data.
+    /// configured allowance; past that it tries the memnode once more with a batch of its own
+    /// (room may have come back: another session freed pages, or the batch only rewrites pages
+    /// the memnode already holds), and stops the program if that batch is refused too, rather
+    /// than lose data.
     pub(crate) fn charge(
         &self,
         store: &mut dyn StoreHandle,
         evictor: &mut Option<Evictor>,
         refault: Option<usize>,
     ) {
+        let b = &self.budget;
         let mut waited = false;
         loop {
             if self.try_charge(refault) || self.stopping() {
                 return;
             }
-            let need = self.reclaim.direct_need(self.budget.resident());
-            if need > 0 {
+            let resident = b.resident();
+            let past_overflow = b.memnode_full.load(Ordering::Relaxed) && resident >= b.limit();
+            let need = self.reclaim.direct_need(resident);
+            if need > 0 || past_overflow {
+                let refusals = self.counters.evict_aborted.load(Ordering::Relaxed);
                 let ev = evictor.get_or_insert_with(|| Evictor::new(self, true));
-                if crate::reclaim::reclaim_directly(self, ev, store, need) > 0 {
-                    self.budget.notify_progress();
+                if crate::reclaim::reclaim_directly(self, ev, store, need.max(1)) > 0 {
+                    b.notify_progress();
                     continue;
+                }
+                if past_overflow
+                    && b.memnode_full.load(Ordering::Relaxed)
+                    && self.counters.evict_aborted.load(Ordering::Relaxed) > refusals
+                {
+                    fatal(&format!(
+                        "the memnode is full and the region has used its local budget ({} \
+                         pages) plus the overflow allowance ({} pages); there is nowhere left \
+                         to keep the program's data",
+                        b.pages, b.overflow
+                    ));
                 }
             }
             // Nothing could be reclaimed right now (every resident page is busy, or the memnode

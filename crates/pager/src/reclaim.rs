@@ -30,6 +30,18 @@ const EVICT_TICK_NS: u64 = 64_000;
 /// wake-up was missed (the resident count can also fall without a charge, e.g. on discard).
 const POOL_IDLE_RECHECK: Duration = Duration::from_millis(20);
 
+/// How long a reclaim thread waits before its first retry after the memnode refused its batch
+/// (full); each refusal in a row doubles the wait, up to [`REFUSED_RETRY_MAX`].
+const REFUSED_RETRY_FIRST: Duration = Duration::from_millis(2);
+
+/// The longest wait between retries while the memnode keeps refusing: a region over its budget
+/// gets back to it at most this long after the memnode has room again. Retrying every 2 ms
+/// instead sent a whole batch across the link to be refused every 4.5 ms (over a 32 MB/s
+/// link, about 45% of it), taking it from the memnode's other tenants; the region needs no
+/// retry meanwhile, as it keeps pages locally up to its overflow allowance, and a fault that
+/// reaches the allowance tries the memnode itself (`Engine::charge`).
+const REFUSED_RETRY_MAX: Duration = Duration::from_millis(256);
+
 /// The reclaim side of a region: the scheduler, the pool's wake-up, and its accounting.
 pub(crate) struct Reclaim {
     sched: Mutex<ReclaimScheduler>,
@@ -330,6 +342,7 @@ pub(crate) fn run_pool_thread(shared: Arc<Engine>, id: usize, mut store: Box<dyn
     let r = &shared.reclaim;
     let mut ev = Evictor::new(&shared, false);
     r.awake.fetch_add(1, Ordering::Relaxed);
+    let mut refused_pause = Duration::ZERO;
     loop {
         if shared.stopping() {
             break;
@@ -359,13 +372,23 @@ pub(crate) fn run_pool_thread(shared: Arc<Engine>, id: usize, mut store: Box<dyn
         }
         let cpu0 = thread_cpu_ns();
         let t0 = Instant::now();
+        let refusals = shared.counters.evict_aborted.load(Ordering::Relaxed);
         let n = ev.evict_batch(&shared, &mut *store);
         let busy = t0.elapsed().as_nanos() as u64;
         leave_batch(&shared);
         Counters::add(&r.pool_cpu_ns, thread_cpu_ns().saturating_sub(cpu0));
+        if shared.counters.evict_aborted.load(Ordering::Relaxed) > refusals {
+            // The memnode refused the batch (full): retry less and less often.
+            refused_pause = (refused_pause * 2).clamp(REFUSED_RETRY_FIRST, REFUSED_RETRY_MAX);
+            shared
+                .budget
+                .sleep_unless(refused_pause, || shared.stopping());
+            continue;
+        }
+        refused_pause = Duration::ZERO;
         if n == 0 {
-            // Nothing could be claimed (all candidates busy, or the memnode is full): let the
-            // other threads move, then look again.
+            // Nothing could be claimed (all candidates busy, or every victim was handed back):
+            // let the other threads move, then look again.
             shared.budget.wait_progress(Duration::from_millis(2));
             continue;
         }
