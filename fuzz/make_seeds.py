@@ -49,6 +49,7 @@ seeds = {
     "fork": frame(18, b""),
     "forked": frame(19, struct.pack("<Q", 7) + bytes(range(16))),
     "prefetch": frame(20, struct.pack("<I", 1500) + struct.pack("<I", 2) + struct.pack("<QQ", 5, 6)),
+    "forget": frame(21, struct.pack("<I", 2) + struct.pack("<QQ", 5, 50) + struct.pack("<QQ", 6, 61)),
     "two_frames": frame(9, b"") + frame(4, struct.pack("<I", 1) + struct.pack("<Q", 9), req=2),
 }
 os.makedirs(OUT, exist_ok=True)

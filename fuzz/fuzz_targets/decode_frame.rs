@@ -23,6 +23,7 @@ fuzz_target!(|data: &[u8]| {
                     }
                 }
                 Message::Free { ranges } => assert_eq!(ranges.iter().count(), ranges.len()),
+                Message::Forget { copies } => assert_eq!(copies.iter().count(), copies.len()),
                 _ => {}
             }
             let mut re = Vec::new();

@@ -81,7 +81,8 @@ pub struct MicroArgs {
     /// raw: `auto` (1.5 with lz4, no bound with zstd), `off` or a number.
     #[arg(long, value_name = "US|auto|off", default_value = "auto")]
     max_decode_us: gleaner_pager::DecodeBudget,
-    /// Which fetched pages drop their far copy: `all` (default), `demand` or `none`.
+    /// Which resident pages drop their far copy: `all` (default), `demand` or `none` (see
+    /// `gleaner run --help`).
     #[arg(long, default_value = "all")]
     drop_far_copies: gleaner_pager::FarCopies,
     /// Seal far pages with AES-256-GCM: `on` (default) or `off`.

@@ -102,11 +102,13 @@ pub struct RunArgs {
     /// `openssl rand -hex 32 > key && chmod 600 key`) instead of a random one.
     #[arg(long, value_name = "FILE")]
     key_file: Option<PathBuf>,
-    /// Which pages give up their far copy when they come back (asynchronous dirty tracking, a
-    /// memnode on this host): `all` (default: far memory then holds only evicted pages, as zram
-    /// does; memcached's and redis's far memory measured 1.4x and 1.8x smaller than with
-    /// `demand`), `demand` (prefetched pages keep theirs, so a scan's pages leave again without
-    /// being encoded and written: sequential scans 1.25x faster), or `none`.
+    /// Which pages give up their far copy while they are resident. A page written since it
+    /// came back always does (its copy is stale) unless `none`. Under asynchronous dirty
+    /// tracking (a memnode on this host) also: `all` (default: far memory then holds only
+    /// evicted pages, as zram does; memcached's and redis's far memory measured 1.4x and 1.8x
+    /// smaller than with `demand`), `demand` (prefetched pages keep theirs, so a scan's pages
+    /// leave again without being encoded and written: sequential scans 1.25x faster). `none`
+    /// keeps every copy.
     #[arg(long, value_name = "WHICH", default_value = "all")]
     drop_far_copies: gleaner_pager::FarCopies,
     /// How writes to resident pages are tracked: `auto` (asynchronous where the kernel offers

@@ -309,6 +309,7 @@ impl Conn<'_> {
             | K::Prefetch
             | K::Write
             | K::Free
+            | K::Forget
             | K::Ping
             | K::StatsRequest
             | K::Goodbye
@@ -414,6 +415,24 @@ impl Conn<'_> {
                     None => ended(session),
                     Some(r) => {
                         bump(&counters.pages_freed, r.pages);
+                        Reply::Ack(u32::try_from(r.pages).unwrap_or(u32::MAX))
+                    }
+                }
+            }
+            Message::Forget { copies } => {
+                bump(&counters.req_forget, 1);
+                let removed = {
+                    let mut store = session.store_mut();
+                    if store.is_ended() {
+                        None
+                    } else {
+                        Some(store.forget(&copies, session.capacity()))
+                    }
+                };
+                match removed {
+                    None => ended(session),
+                    Some(r) => {
+                        bump(&counters.copies_forgotten, r.pages);
                         Reply::Ack(u32::try_from(r.pages).unwrap_or(u32::MAX))
                     }
                 }

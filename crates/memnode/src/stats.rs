@@ -23,6 +23,7 @@ pub(crate) struct Counters {
     pub req_read: AtomicU64,
     pub req_write: AtomicU64,
     pub req_free: AtomicU64,
+    pub req_forget: AtomicU64,
     pub req_ping: AtomicU64,
     pub req_stats: AtomicU64,
     pub req_goodbye: AtomicU64,
@@ -33,6 +34,7 @@ pub(crate) struct Counters {
     pub pages_written: AtomicU64,
     pub stale_writes: AtomicU64,
     pub pages_freed: AtomicU64,
+    pub copies_forgotten: AtomicU64,
     pub errors_not_found: AtomicU64,
     pub errors_full: AtomicU64,
     pub connections_accepted: AtomicU64,
@@ -139,6 +141,9 @@ pub struct Totals {
     pub stale_writes: u64,
     /// Pages removed by `Free` requests.
     pub pages_freed: u64,
+    /// Copies dropped by `Forget` requests (pages the client fetched and no longer needed).
+    #[serde(default)]
+    pub copies_forgotten: u64,
     /// Reads refused because a page was not stored.
     pub errors_not_found: u64,
     /// Writes refused because they did not fit.
@@ -176,6 +181,9 @@ pub struct RequestCounts {
     pub write: u64,
     /// `Free`.
     pub free: u64,
+    /// `Forget`.
+    #[serde(default)]
+    pub forget: u64,
     /// `Ping`.
     pub ping: u64,
     /// `StatsRequest`.
@@ -233,6 +241,7 @@ impl Counters {
                 read: get(&self.req_read),
                 write: get(&self.req_write),
                 free: get(&self.req_free),
+                forget: get(&self.req_forget),
                 ping: get(&self.req_ping),
                 stats: get(&self.req_stats),
                 goodbye: get(&self.req_goodbye),
@@ -242,6 +251,7 @@ impl Counters {
             pages_written: get(&self.pages_written),
             stale_writes: get(&self.stale_writes),
             pages_freed: get(&self.pages_freed),
+            copies_forgotten: get(&self.copies_forgotten),
             errors_not_found: get(&self.errors_not_found),
             errors_full: get(&self.errors_full),
             connections_accepted: get(&self.connections_accepted),

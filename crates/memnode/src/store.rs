@@ -47,7 +47,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use gleaner_proto::units::format_size;
-use gleaner_proto::{PageBatch, PageIds, PageRanges};
+use gleaner_proto::{PageBatch, PageIds, PageRanges, PageVersions};
 
 /// One stored page: its blob, exactly as the client sent it (1 to `MAX_BLOB_SIZE` bytes),
 /// reference-counted so that a forked session shares it with its parent until either replaces
@@ -429,6 +429,22 @@ impl PageStore {
         self.pages.remove(&id).map(|p| p.blob.len() as u64)
     }
 
+    /// Removes the stored copy of each `(id, version)` whose stored version is the one given
+    /// (a copy the client fetched and no longer needs) and releases their bytes to `capacity`;
+    /// a newer copy stays, so a forget delivered late never drops what the client wrote since.
+    pub(crate) fn forget(&mut self, copies: &PageVersions<'_>, capacity: &Capacity) -> Released {
+        let (mut pages, mut bytes) = (0u64, 0u64);
+        for (id, version) in copies.iter() {
+            if self.pages.get(&id).is_some_and(|p| p.version == version) {
+                bytes += self.remove(id).unwrap_or(0);
+                pages += 1;
+            }
+        }
+        self.stored_bytes -= bytes;
+        capacity.release(bytes);
+        Released { pages, bytes }
+    }
+
     /// Removes every stored page in `ranges` and releases their bytes to `capacity`; returns
     /// how many pages and bytes were removed. Work is bounded by the pages held, not by the
     /// ranges' nominal size (a range may cover up to `u32::MAX` pages).
@@ -749,6 +765,31 @@ mod tests {
         assert_eq!(versions, vec![3, 5]);
         assert_eq!(s.stored_bytes(), 200 + 50 + 20);
         assert_eq!(cap.used(), 200 + 50 + 20);
+    }
+
+    #[test]
+    fn a_forgotten_copy_is_dropped_only_at_the_version_named() {
+        let cap = Capacity::new(100 * P);
+        let mut s = PageStore::new(9);
+        write_versions(&mut s, &cap, &[(1, 5, 100, 0xA5), (2, 2, 300, 0xB2)]);
+        let forget = |s: &mut PageStore, copies: &[(u64, u64)]| {
+            let mut raw = Vec::new();
+            PageVersions::encode_into(&mut raw, copies);
+            s.forget(&PageVersions::from_encoded(&raw), &cap)
+        };
+        // Page 1's copy is at version 5, not 4 (written again since): it stays. Page 2's goes,
+        // and page 3 was never stored.
+        let r = forget(&mut s, &[(1, 4), (2, 2), (3, 0)]);
+        assert_eq!((r.pages, r.bytes), (1, 300));
+        assert_eq!(read(&s, 1), vec![0xA5; 100]);
+        assert_eq!(s.stored_bytes(), 100);
+        assert_eq!(cap.used(), 100);
+        // The same forget again drops nothing more.
+        let r = forget(&mut s, &[(2, 2)]);
+        assert_eq!((r.pages, r.bytes), (0, 0));
+        let r = forget(&mut s, &[(1, 5)]);
+        assert_eq!((r.pages, r.bytes), (1, 100));
+        assert_eq!((s.stored_bytes(), cap.used()), (0, 0));
     }
 
     #[test]

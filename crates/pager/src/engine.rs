@@ -14,6 +14,7 @@
 //! Threads get an `Arc<Engine>` but each activity lives in its own module (`fault.rs`,
 //! `evict.rs`, `reclaim.rs`, `prefetch.rs`) and touches only the parts above it needs.
 
+use crate::config::FarCopies;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
@@ -197,6 +198,24 @@ impl Engine {
              e.g. by a raw madvise system call): it reads as zeros (`evictions.dropped_behind_back` \
              in the stats counts such pages)"
         );
+    }
+
+    /// Drops the far copy of `page`, resident now and owned by the caller (FETCHING, MARKING or
+    /// EVICTING), where it is of no further use, as `drop_far_copies` allows (`none` keeps
+    /// every copy): a `dirty` page's copy is stale (the page is written back at its next
+    /// eviction, whatever the tracking); under asynchronous tracking a fetched page's copy goes
+    /// too (`all`, or `demand` for pages not prefetched), since eviction then compares or
+    /// rewrites the page anyway. The store drops it: shared memory at once, a socket in batches.
+    pub(crate) fn drop_far_copy(&self, page: usize, dirty: bool, prefetched: bool) {
+        let drop = match (self.drop_far_copies, self.tracking) {
+            (FarCopies::None, _) => false,
+            (_, Tracking::Sync) => dirty,
+            (FarCopies::All, Tracking::Async) => true,
+            (FarCopies::Demand, Tracking::Async) => !prefetched,
+        };
+        if drop {
+            self.store.forget(page as u64);
+        }
     }
 
     /// Charges one budget slot to a page about to be installed, reclaiming directly through

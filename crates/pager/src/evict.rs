@@ -71,7 +71,6 @@ use gleaner_uffd::pagemap::{
     PageRegion, Pagemap, PAGE_IS_PRESENT, PAGE_IS_SWAPPED, PAGE_IS_WRITTEN,
 };
 
-use crate::config::FarCopies;
 use crate::engine::{Engine, Tracking};
 use crate::fatal::fatal;
 use crate::state::PageState;
@@ -522,10 +521,8 @@ impl Evictor {
             if v.handed_back {
                 // Installed afresh (the program's own page now, writable): resident and dirty,
                 // its budget slot still held; just used, as a demand fault's page is. Its far
-                // copy goes where a fetched page's would (it is rewritten at its next eviction).
-                if s.drop_far_copies != FarCopies::None {
-                    s.store.forget(v.page as u64);
-                }
+                // copy goes as a dirty page's does (it is rewritten at its next eviction).
+                s.drop_far_copy(v.page, true, false);
                 s.mem.table.clear_forked(v.page);
                 s.mem.table.release(v.page, PageState::Dirty);
                 policy

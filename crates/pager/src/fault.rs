@@ -325,6 +325,8 @@ fn on_write_protect(engine: &Engine, page: usize) {
                     fatal(&format!("lifting write protection on page {page}: {e}"));
                 }
                 engine.writes.on_tracked_write(page);
+                // Still ours (MARKING): its far copy is stale now.
+                engine.drop_far_copy(page, true, false);
                 mem.release(page, PageState::Dirty);
                 engine.policy.lock().expect("policy lock").on_access(page);
                 Counters::add(&c.wp_faults, 1);

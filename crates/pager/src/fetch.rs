@@ -1,7 +1,6 @@
 //! Bringing pages in from the store: installing a fetched page, prefetching the prefetcher's
 //! candidates after a demand fault, and bringing every page home before `fork`.
 
-use crate::config::FarCopies;
 use crate::engine::Engine;
 use crate::fatal::fatal;
 use crate::fault::{lost, Handler};
@@ -15,8 +14,8 @@ use crate::PAGE_SIZE;
 /// publishes it. A read installs the page write-protected (clean: where its far copy is kept, it
 /// can later be dropped with no write); a write, or a read of a page write prediction expects to
 /// be written, installs it writable and dirty, saving the write-protect fault that would follow.
-/// Under asynchronous tracking the far copy is dropped here, as `drop_far_copies` says, before
-/// the page is published.
+/// The far copy is dropped here where it is of no further use ([`Engine::drop_far_copy`]),
+/// before the page is published.
 pub(crate) fn install_fetched(
     engine: &Engine,
     page: usize,
@@ -25,15 +24,8 @@ pub(crate) fn install_fetched(
     prefetched: bool,
 ) {
     engine.mem.install(page, data, writable);
-    // Still ours (FETCHING) until published below: its far copy can go.
-    let drop = match engine.drop_far_copies {
-        FarCopies::All => true,
-        FarCopies::Demand => !prefetched,
-        FarCopies::None => false,
-    };
-    if drop {
-        engine.store.forget(page as u64);
-    }
+    // Still ours (FETCHING) until published below.
+    engine.drop_far_copy(page, writable, prefetched);
     let state = if writable {
         PageState::Dirty
     } else {

@@ -290,11 +290,7 @@ impl Region {
             batch: crate::batch_size::BatchSize::new(cfg.batch_pages(), cfg.evict_batch == 0),
             batch_time: LatencyHistogram::default(),
             tracking,
-            drop_far_copies: if tracking == Tracking::Async {
-                cfg.drop_far_copies
-            } else {
-                crate::config::FarCopies::None
-            },
+            drop_far_copies: cfg.drop_far_copies,
             stop,
             hints: crate::hint::Hints::default(),
             gate: crate::engine::Gate::default(),

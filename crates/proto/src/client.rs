@@ -14,7 +14,9 @@ use std::time::Duration;
 
 use crate::auth::{client_proof, proofs_equal, random_bytes, server_proof, Token};
 use crate::frame::read_frame;
-use crate::message::{ErrorCode, Message, MessageKind, PageBatch, PageIds, PageRanges, SessionKey};
+use crate::message::{
+    ErrorCode, Message, MessageKind, PageBatch, PageIds, PageRanges, PageVersions, SessionKey,
+};
 use crate::ProtoError;
 
 /// Where a memnode listens: `HOST:PORT` / `tcp:HOST:PORT`, or `unix:PATH` / an absolute path.
@@ -669,6 +671,18 @@ impl Connection {
         PageRanges::encode_into(&mut self.tx, ranges);
         let kind = self.round_trip(MessageKind::Free)?;
         self.expect_ack(kind)
+    }
+
+    /// Drops the memnode's copies of pages `(id, version)` whose stored version is the one
+    /// given (a newer copy stays); returns how many were dropped.
+    pub fn forget(&mut self, copies: &[(u64, u64)]) -> Result<u32, ClientError> {
+        self.tx.clear();
+        PageVersions::encode_into(&mut self.tx, copies);
+        let kind = self.round_trip(MessageKind::Forget)?;
+        match Message::decode(kind, &self.rx) {
+            Ok(Message::Ack { count }) => Ok(count),
+            _ => Err(self.unexpected(kind)),
+        }
     }
 
     /// A liveness round trip.

@@ -32,8 +32,8 @@ pub use client::{
 };
 pub use frame::{read_frame, write_frame, FrameHeader, HEADER_LEN, MAGIC};
 pub use message::{
-    BatchIter, ErrorCode, Message, MessageKind, PageBatch, PageIds, PageRanges, SessionKey,
-    SESSION_KEY_LEN,
+    BatchIter, ErrorCode, Message, MessageKind, PageBatch, PageIds, PageRanges, PageVersions,
+    SessionKey, SESSION_KEY_LEN,
 };
 
 /// Size of one page of client memory (the unit of page ids, of shared-memory slabs, and of the

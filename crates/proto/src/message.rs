@@ -65,6 +65,10 @@ pub enum MessageKind {
     /// session's demand reads, and dropped (`Error{Late}`, nothing read) if it waited longer
     /// than its deadline for the memnode's link. Answered like `Read` otherwise.
     Prefetch = 20,
+    /// Client → server: drop the stored copies of these pages whose version is the one given
+    /// (copies the client fetched and no longer needs); a newer copy stays. Answered with
+    /// `Ack{count = copies dropped}`.
+    Forget = 21,
 }
 
 impl MessageKind {
@@ -92,6 +96,7 @@ impl MessageKind {
             18 => Fork,
             19 => Forked,
             20 => Prefetch,
+            21 => Forget,
             _ => return None,
         })
     }
@@ -211,6 +216,11 @@ pub enum Message<'a> {
         /// The page ids to read.
         pages: PageIds<'a>,
     },
+    /// See [`MessageKind::Forget`].
+    Forget {
+        /// The copies to drop.
+        copies: PageVersions<'a>,
+    },
     /// See [`MessageKind::Forked`].
     Forked {
         /// The new session.
@@ -266,6 +276,7 @@ impl<'a> Message<'a> {
             Message::Drain => MessageKind::Drain,
             Message::Fork => MessageKind::Fork,
             Message::Prefetch { .. } => MessageKind::Prefetch,
+            Message::Forget { .. } => MessageKind::Forget,
             Message::Forked { .. } => MessageKind::Forked,
             Message::Pong => MessageKind::Pong,
             Message::StatsRequest => MessageKind::StatsRequest,
@@ -315,6 +326,7 @@ impl<'a> Message<'a> {
             Message::Pages { batch } | Message::Write { batch } => out.extend_from_slice(batch.raw),
             Message::Ack { count } => out.extend_from_slice(&count.to_le_bytes()),
             Message::Free { ranges } => out.extend_from_slice(ranges.raw),
+            Message::Forget { copies } => out.extend_from_slice(copies.raw),
             Message::Forked {
                 session_id,
                 session_key,
@@ -386,6 +398,11 @@ impl<'a> Message<'a> {
                 deadline_us: c.u32()?,
                 pages: PageIds {
                     raw: c.counted(8, MAX_BATCH_PAGES)?,
+                },
+            },
+            MessageKind::Forget => Message::Forget {
+                copies: PageVersions {
+                    raw: c.counted(16, MAX_BATCH_PAGES)?,
                 },
             },
             MessageKind::Forked => Message::Forked {
@@ -475,6 +492,51 @@ impl<'a> PageIds<'a> {
         self.raw[4..]
             .chunks_exact(8)
             .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+    }
+}
+
+/// Page copies as they lie in a payload: `u32 count` then `count` × (`u64` page id, `u64`
+/// version), with `count <= MAX_BATCH_PAGES`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PageVersions<'a> {
+    raw: &'a [u8],
+}
+
+impl<'a> PageVersions<'a> {
+    /// Appends the encoding of `copies` to `out`. Panics if there are more than
+    /// [`MAX_BATCH_PAGES`].
+    pub fn encode_into(out: &mut Vec<u8>, copies: &[(u64, u64)]) {
+        assert!(copies.len() <= MAX_BATCH_PAGES, "too many page copies");
+        out.extend_from_slice(&(copies.len() as u32).to_le_bytes());
+        for (id, version) in copies {
+            out.extend_from_slice(&id.to_le_bytes());
+            out.extend_from_slice(&version.to_le_bytes());
+        }
+    }
+
+    /// Wraps an encoding produced by [`PageVersions::encode_into`].
+    pub fn from_encoded(raw: &'a [u8]) -> Self {
+        PageVersions { raw }
+    }
+
+    /// Number of copies.
+    pub fn len(&self) -> usize {
+        (self.raw.len() - 4) / 16
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The `(page id, version)` pairs in order.
+    pub fn iter(&self) -> impl Iterator<Item = (u64, u64)> + 'a {
+        self.raw[4..].chunks_exact(16).map(|c| {
+            (
+                u64::from_le_bytes(c[..8].try_into().expect("8 bytes")),
+                u64::from_le_bytes(c[8..].try_into().expect("8 bytes")),
+            )
+        })
     }
 }
 
@@ -811,6 +873,8 @@ mod tests {
         PageBatch::push(&mut batch, 8, 1, &[2u8; MAX_BLOB_SIZE]);
         let mut ranges = Vec::new();
         PageRanges::encode_into(&mut ranges, &[(0, 10), (100, 1)]);
+        let mut copies = Vec::new();
+        PageVersions::encode_into(&mut copies, &[(3, 30), (u64::MAX, 0)]);
         for msg in [
             Message::Challenge { nonce: [3; 32] },
             Message::Auth {
@@ -846,6 +910,9 @@ mod tests {
             Message::Prefetch {
                 deadline_us: 1500,
                 pages: PageIds::from_encoded(&ids),
+            },
+            Message::Forget {
+                copies: PageVersions::from_encoded(&copies),
             },
             Message::Forked {
                 session_id: 7,

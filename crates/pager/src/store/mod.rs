@@ -96,7 +96,8 @@ pub struct StoreStats {
     pub slab_pages: u64,
     /// Pages with a far copy (shm; same-filled pages are kept in the index, without a blob).
     pub pages_stored: u64,
-    /// Far copies dropped when their pages were fetched (shm, asynchronous tracking).
+    /// Far copies dropped while their pages were resident (`PageStore::forget`; over a socket,
+    /// those the memnode confirmed).
     pub copies_dropped: u64,
     /// Bytes of slab memory holding blobs now: what the host spends on this region's far pages
     /// (shm).
@@ -136,11 +137,12 @@ pub(crate) trait PageStore: Send + Sync {
     /// Forgets `(first page, count)` ranges the program discarded. Only space is at stake: a
     /// failure is logged, not fatal.
     fn release(&self, ranges: &[(u64, u32)]);
-    /// Drops the far copy of `page`, which the caller owns (FETCHING) and has just installed, to
-    /// save the memory it takes while the page is resident. Only for a region that tracks writes
-    /// asynchronously: eviction then finds the far copy missing
-    /// ([`StoreHandle::far_copy_matches`] says so) and writes the page back. Shared memory drops it; a socket keeps it (a free request
-    /// per fault would cost more than the memory).
+    /// Drops the far copy of `page`, which the caller owns (FETCHING, MARKING or EVICTING) and
+    /// which is resident, to save the memory it takes while the page is: the page is dirty (its
+    /// copy stale), or the region tracks writes asynchronously (eviction then finds the far
+    /// copy missing, [`StoreHandle::far_copy_matches`] says so, and writes the page back). See
+    /// `Engine::drop_far_copy`. Shared memory drops it at once; a socket notes the page and the
+    /// version fetched, and drops them on the memnode in batches. By default (a pool) it is kept.
     fn forget(&self, _page: u64) {}
     /// Ends the session (the region is going away).
     fn close(&self);

@@ -248,6 +248,35 @@ impl Session {
         });
     }
 
+    /// Drops the memnode's copies `(page, version)` that are still at that version, over the
+    /// control connection (replaced if it broke); returns how many it dropped.
+    pub(crate) fn forget(&self, copies: &[(u64, u64)]) -> Result<u32, ClientError> {
+        self.with_control(|conn| {
+            let mut tries = 0;
+            loop {
+                match conn.forget(copies) {
+                    Err(e) if e.is_transient() && tries < MAX_RECONNECTS_PER_REQUEST => {
+                        tries += 1;
+                        match self.reattach(&e) {
+                            Ok(fresh) => *conn = fresh,
+                            Err(_) => return Err(e),
+                        }
+                    }
+                    Err(e) if e.server_code() == Some(ErrorCode::BadRequest) => {
+                        // An older memnode does not know the request and closed the
+                        // connection: give the session a new one for what follows.
+                        if let Ok(fresh) = self.reattach(&e) {
+                            *conn = fresh;
+                        }
+                        return Err(e);
+                    }
+                    r => return r,
+                }
+            }
+        })
+        .unwrap_or(Ok(0))
+    }
+
     /// Ends the session: the memnode releases everything it holds for it.
     pub(crate) fn close(&self) {
         let conn = self.control.lock().map(|mut c| c.take());
@@ -283,6 +312,79 @@ pub(crate) fn store_error(e: ClientError) -> StoreError {
     }
 }
 
+/// Far copies of fetched pages, waiting to be dropped on the memnode ([`PageStore::forget`]).
+/// Over a socket a far copy is never compared with the page (eviction writes every victim
+/// back), so the copy of a resident page only takes the memnode's room, as much again as the
+/// program's far pages. A fault only notes the page and the version it fetched; the threads
+/// that write back send the notes in batches of [`FORGET_BATCH`] (off the fault path), and all
+/// of them at once when the memnode refused a
+/// write for lack of room. The memnode drops a copy only if it is still at the version noted,
+/// so a note that arrives after the page was written back again drops nothing.
+#[derive(Default)]
+struct Forgets {
+    pending: Mutex<Vec<(u64, u64)>>,
+    /// The memnode does not know `Forget` (an older build): copies are kept, as before.
+    unsupported: AtomicBool,
+    /// Copies the memnode dropped.
+    dropped: AtomicU64,
+}
+
+/// Notes of copies to drop sent in one request: one round trip per 64 fetched pages, on an
+/// evicting thread (about 1 µs per page on loopback), keeps the copies not dropped yet to a
+/// quarter of a megabyte.
+const FORGET_BATCH: usize = 64;
+
+impl Forgets {
+    fn note(&self, page: u64, version: u64) {
+        if !self.unsupported.load(Ordering::Relaxed) {
+            self.pending
+                .lock()
+                .expect("forget list lock")
+                .push((page, version));
+        }
+    }
+
+    /// Sends the notes waiting, a batch at a time, while at least `at_least` (and at least
+    /// one) wait. Only the memnode's room is at stake: a failure is logged, and the notes it
+    /// carried are dropped (their copies stay until the session ends or the page is written
+    /// again).
+    fn send(&self, session: &Session, at_least: usize) {
+        loop {
+            let batch: Vec<(u64, u64)> = {
+                let mut pending = self.pending.lock().expect("forget list lock");
+                if pending.len() < at_least.max(1) {
+                    return;
+                }
+                let n = pending.len().min(FORGET_BATCH);
+                pending.drain(..n).collect()
+            };
+            match session.forget(&batch) {
+                Ok(n) => {
+                    self.dropped.fetch_add(u64::from(n), Ordering::Relaxed);
+                }
+                Err(e) if e.server_code() == Some(ErrorCode::BadRequest) => {
+                    if !self.unsupported.swap(true, Ordering::Relaxed) {
+                        log::warn!(
+                            "the memnode at {} cannot drop the far copies of fetched pages ({e}; \
+                             an older build?): they keep its room until the session ends",
+                            session.endpoint()
+                        );
+                    }
+                    self.pending.lock().expect("forget list lock").clear();
+                    return;
+                }
+                Err(e) => {
+                    log::warn!(
+                        "dropping the far copies of fetched pages on {}: {e}",
+                        session.endpoint()
+                    );
+                    return;
+                }
+            }
+        }
+    }
+}
+
 /// The store over the socket.
 pub(crate) struct SocketStore {
     session: Arc<Session>,
@@ -292,6 +394,8 @@ pub(crate) struct SocketStore {
     /// The copy of the session the memnode made for the fork being prepared (`Fork`), which
     /// the child attaches to.
     child_session: Mutex<Option<(u64, SessionKey)>>,
+    /// Far copies of fetched pages to drop.
+    forgets: Arc<Forgets>,
 }
 
 impl SocketStore {
@@ -303,6 +407,7 @@ impl SocketStore {
             codec,
             versions,
             child_session: Mutex::new(None),
+            forgets: Arc::default(),
         }
     }
 }
@@ -316,7 +421,20 @@ impl PageStore for SocketStore {
             versions: self.versions.clone(),
             staged: Vec::new(),
             page: page_buf(),
+            forgets: self.forgets.clone(),
         }))
+    }
+
+    fn forget(&self, page: u64) {
+        // Version 0: never written back (a zero-filled page), so nothing to drop.
+        match self
+            .versions
+            .get(page as usize)
+            .map(|v| v.load(Ordering::Relaxed))
+        {
+            None | Some(0) => {}
+            Some(version) => self.forgets.note(page, version),
+        }
     }
 
     fn release(&self, ranges: &[(u64, u32)]) {
@@ -356,6 +474,7 @@ impl PageStore for SocketStore {
             // This process's copy of the parent's versions: those of the copied session.
             versions: self.versions.clone(),
             child_session: Mutex::new(None),
+            forgets: Arc::default(),
         }))
     }
 
@@ -371,6 +490,7 @@ impl PageStore for SocketStore {
         StoreStats {
             data_path: "socket",
             reconnects: self.session.reconnects(),
+            copies_dropped: self.forgets.dropped.load(Ordering::Relaxed),
             codec: self.codec.stats(),
             ..StoreStats::default()
         }
@@ -555,6 +675,8 @@ struct SocketHandle {
     staged: Vec<(u64, u64)>,
     /// Where a page is decoded into.
     page: PageBuf,
+    /// The store's far copies to drop, sent from here after a write-back.
+    forgets: Arc<Forgets>,
 }
 
 impl StoreHandle for SocketHandle {
@@ -617,7 +739,13 @@ impl StoreHandle for SocketHandle {
     }
 
     fn commit_watching(&mut self, bell: Option<Bell<'_>>) -> Result<(), StoreError> {
-        self.link.write_batch(bell)?;
+        if let Err(e) = self.link.write_batch(bell) {
+            if matches!(e, StoreError::Full(_)) {
+                // Room the copies of resident pages take, for the batch's next try.
+                self.forgets.send(&self.link.session, 1);
+            }
+            return Err(e);
+        }
         // Stored: the memnode now holds these versions (a refused batch stored nothing, and
         // its pages stay local until written back again).
         for &(page, version) in &self.staged {
@@ -626,6 +754,7 @@ impl StoreHandle for SocketHandle {
             }
         }
         self.staged.clear();
+        self.forgets.send(&self.link.session, FORGET_BATCH);
         Ok(())
     }
 
