@@ -142,7 +142,8 @@ pub(crate) trait PageStore: Send + Sync {
     /// copy stale), or the region tracks writes asynchronously (eviction then finds the far
     /// copy missing, [`StoreHandle::far_copy_matches`] says so, and writes the page back). See
     /// `Engine::drop_far_copy`. Shared memory drops it at once; a socket notes the page and the
-    /// version fetched, and drops them on the memnode in batches. By default (a pool) it is kept.
+    /// version fetched, and drops them on the memnode (a pool: on every member holding it) in
+    /// batches.
     fn forget(&self, _page: u64) {}
     /// Ends the session (the region is going away).
     fn close(&self);

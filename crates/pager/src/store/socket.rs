@@ -312,31 +312,36 @@ pub(crate) fn store_error(e: ClientError) -> StoreError {
     }
 }
 
-/// Far copies of fetched pages, waiting to be dropped on the memnode ([`PageStore::forget`]).
-/// Over a socket a far copy is never compared with the page (eviction writes every victim
-/// back), so the copy of a resident page only takes the memnode's room, as much again as the
-/// program's far pages. A fault only notes the page and the version it fetched; the threads
-/// that write back send the notes in batches of [`FORGET_BATCH`] (off the fault path), and all
-/// of them at once when the memnode refused a
-/// write for lack of room. The memnode drops a copy only if it is still at the version noted,
-/// so a note that arrives after the page was written back again drops nothing.
+/// Far copies of resident pages, waiting to be dropped on the memnode ([`PageStore::forget`]):
+/// the page was written since it came back (its copy is stale), or the region tracks writes
+/// asynchronously, and over a socket a far copy is never compared with the page. Kept, such
+/// copies take the memnode's room for nothing. A fault only notes the page and the version it
+/// fetched; the threads that write back send the notes in batches of [`FORGET_BATCH`] (off the
+/// fault path), and all of them at once when the memnode refused a write for lack of room. The
+/// memnode drops a copy only if it is still at the version noted, so a note that arrives after
+/// the page was written back again drops nothing. Shared by the socket store and the pool.
 #[derive(Default)]
-struct Forgets {
+pub(crate) struct Forgets {
     pending: Mutex<Vec<(u64, u64)>>,
-    /// The memnode does not know `Forget` (an older build): copies are kept, as before.
+    /// A memnode does not know `Forget` (an older build): copies are kept, as before.
     unsupported: AtomicBool,
-    /// Copies the memnode dropped.
+    /// Copies the memnodes dropped.
     dropped: AtomicU64,
 }
 
 /// Notes of copies to drop sent in one request: one round trip per 64 fetched pages, on an
 /// evicting thread (about 1 µs per page on loopback), keeps the copies not dropped yet to a
 /// quarter of a megabyte.
-const FORGET_BATCH: usize = 64;
+pub(crate) const FORGET_BATCH: usize = 64;
+
+/// Sends one batch of `(page, version)` notes to the memnodes; returns the copies dropped.
+pub(crate) type SendForgets<'a> = dyn FnMut(&[(u64, u64)]) -> Result<u32, ClientError> + 'a;
 
 impl Forgets {
-    fn note(&self, page: u64, version: u64) {
-        if !self.unsupported.load(Ordering::Relaxed) {
+    /// Notes that `page`'s copy at `version` can go (version 0: never written, nothing to
+    /// drop).
+    pub(crate) fn note(&self, page: u64, version: u64) {
+        if version != 0 && !self.unsupported.load(Ordering::Relaxed) {
             self.pending
                 .lock()
                 .expect("forget list lock")
@@ -344,11 +349,16 @@ impl Forgets {
         }
     }
 
-    /// Sends the notes waiting, a batch at a time, while at least `at_least` (and at least
-    /// one) wait. Only the memnode's room is at stake: a failure is logged, and the notes it
-    /// carried are dropped (their copies stay until the session ends or the page is written
-    /// again).
-    fn send(&self, session: &Session, at_least: usize) {
+    /// Copies the memnodes dropped so far.
+    pub(crate) fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Sends the notes waiting through `send` (which returns the copies dropped), a batch at a
+    /// time, while at least `at_least` (and at least one) wait. Only the memnodes' room is at
+    /// stake: a failure is logged, and the notes it carried are dropped (their copies stay
+    /// until the session ends or the page is written again).
+    pub(crate) fn send(&self, at_least: usize, send: &mut SendForgets<'_>) {
         loop {
             let batch: Vec<(u64, u64)> = {
                 let mut pending = self.pending.lock().expect("forget list lock");
@@ -358,26 +368,22 @@ impl Forgets {
                 let n = pending.len().min(FORGET_BATCH);
                 pending.drain(..n).collect()
             };
-            match session.forget(&batch) {
+            match send(&batch) {
                 Ok(n) => {
                     self.dropped.fetch_add(u64::from(n), Ordering::Relaxed);
                 }
                 Err(e) if e.server_code() == Some(ErrorCode::BadRequest) => {
                     if !self.unsupported.swap(true, Ordering::Relaxed) {
                         log::warn!(
-                            "the memnode at {} cannot drop the far copies of fetched pages ({e}; \
-                             an older build?): they keep its room until the session ends",
-                            session.endpoint()
+                            "a memnode cannot drop the far copies of resident pages ({e}; an \
+                             older build?): they keep its room until the session ends"
                         );
                     }
                     self.pending.lock().expect("forget list lock").clear();
                     return;
                 }
                 Err(e) => {
-                    log::warn!(
-                        "dropping the far copies of fetched pages on {}: {e}",
-                        session.endpoint()
-                    );
+                    log::warn!("dropping the far copies of resident pages: {e}");
                     return;
                 }
             }
@@ -426,14 +432,8 @@ impl PageStore for SocketStore {
     }
 
     fn forget(&self, page: u64) {
-        // Version 0: never written back (a zero-filled page), so nothing to drop.
-        match self
-            .versions
-            .get(page as usize)
-            .map(|v| v.load(Ordering::Relaxed))
-        {
-            None | Some(0) => {}
-            Some(version) => self.forgets.note(page, version),
+        if let Some(v) = self.versions.get(page as usize) {
+            self.forgets.note(page, v.load(Ordering::Relaxed));
         }
     }
 
@@ -490,7 +490,7 @@ impl PageStore for SocketStore {
         StoreStats {
             data_path: "socket",
             reconnects: self.session.reconnects(),
-            copies_dropped: self.forgets.dropped.load(Ordering::Relaxed),
+            copies_dropped: self.forgets.dropped(),
             codec: self.codec.stats(),
             ..StoreStats::default()
         }
@@ -742,7 +742,8 @@ impl StoreHandle for SocketHandle {
         if let Err(e) = self.link.write_batch(bell) {
             if matches!(e, StoreError::Full(_)) {
                 // Room the copies of resident pages take, for the batch's next try.
-                self.forgets.send(&self.link.session, 1);
+                let session = &self.link.session;
+                self.forgets.send(1, &mut |copies| session.forget(copies));
             }
             return Err(e);
         }
@@ -754,7 +755,9 @@ impl StoreHandle for SocketHandle {
             }
         }
         self.staged.clear();
-        self.forgets.send(&self.link.session, FORGET_BATCH);
+        let session = &self.link.session;
+        self.forgets
+            .send(FORGET_BATCH, &mut |copies| session.forget(copies));
         Ok(())
     }
 

@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 use gleaner_proto::{ConnectOptions, Endpoint, PageBatch, PendingRead, SessionKey, Token};
 use serde::Serialize;
 
-use super::socket::{Link, Session};
+use super::socket::{Forgets, Link, Session, FORGET_BATCH};
 use super::{
     page_buf, zeroed_atomics, Bell, PageBuf, PageStore, StoreError, StoreHandle, StoreStats,
 };
@@ -123,6 +123,8 @@ struct Pool {
     extents_repaired: AtomicU64,
     /// Time spent copying pages to new replicas, ns.
     repair_ns: AtomicU64,
+    /// Far copies of resident pages to drop, on every member holding them.
+    forgets: Forgets,
 }
 
 /// Unpacks a placement word into member indices.
@@ -167,7 +169,34 @@ impl Pool {
             pages_repaired: AtomicU64::new(0),
             extents_repaired: AtomicU64::new(0),
             repair_ns: AtomicU64::new(0),
+            forgets: Forgets::default(),
         }
+    }
+
+    /// Sends the notes of copies to drop while at least `at_least` wait, each to the members
+    /// its page's extent is placed on (those being filled too: a copy made there since is at
+    /// the same version).
+    fn send_forgets(&self, at_least: usize) {
+        self.forgets.send(at_least, &mut |copies| {
+            let mut per_member = vec![Vec::new(); self.members.len()];
+            for &(page, version) in copies {
+                let extent = (page / EXTENT_PAGES) as usize;
+                let word = self
+                    .placement
+                    .get(extent)
+                    .map_or(0, |w| w.load(Ordering::Relaxed));
+                for m in members_of(word) {
+                    per_member[m].push((page, version));
+                }
+            }
+            let mut dropped = 0;
+            for (m, list) in per_member.iter().enumerate() {
+                if !list.is_empty() && self.alive(m) {
+                    dropped += self.members[m].session.forget(list)?;
+                }
+            }
+            Ok(dropped)
+        });
     }
 
     fn alive(&self, m: usize) -> bool {
@@ -473,6 +502,10 @@ impl PageStore for PoolStore {
         }))
     }
 
+    fn forget(&self, page: u64) {
+        self.pool.forgets.note(page, self.pool.version(page));
+    }
+
     fn release(&self, ranges: &[(u64, u32)]) {
         let held = self.pool.versions.len() as u64;
         for &(first, count) in ranges {
@@ -573,6 +606,7 @@ impl PageStore for PoolStore {
         StoreStats {
             data_path: "socket",
             reconnects: pool.members.iter().map(|m| m.session.reconnects()).sum(),
+            copies_dropped: pool.forgets.dropped(),
             codec: pool.codec.stats(),
             pool: Some(PoolStats {
                 replicas: pool.replicas,
@@ -887,7 +921,8 @@ impl StoreHandle for PoolHandle {
         self.release_held();
         if let Some(why) = full {
             // Pages stay local until written back again; copies stored elsewhere meanwhile are
-            // replaced then (or never read).
+            // replaced then (or never read). Room the copies of resident pages take goes first.
+            self.pool.send_forgets(1);
             return Err(StoreError::Full(why));
         }
         if let Some(i) = copies.iter().position(|&c| c == 0) {
@@ -903,6 +938,7 @@ impl StoreHandle for PoolHandle {
             }
         }
         self.staged.clear();
+        self.pool.send_forgets(FORGET_BATCH);
         Ok(())
     }
 
