@@ -249,15 +249,8 @@ fn write_backs_refused_by_a_full_memnode_while_pages_are_handed_back_lose_nothin
         token.clone(),
         &["--bandwidth", "32M"],
     );
-    let tok = gleaner_proto::read_token_file(&token).unwrap();
-    let mut other = Connection::connect(&node.endpoint, &tok, None, &Default::default()).unwrap();
-    let held = 1948u64;
-    let junk = vec![0xa5u8; PAGE_SIZE];
-    for first in (0..held).step_by(64) {
-        other
-            .write_pages((first..(first + 64).min(held)).map(|i| (i, &junk[..])))
-            .unwrap();
-    }
+    let held = 1948;
+    let mut other = another_session_holding(&node.endpoint, &token, held);
     let (pages, budget) = (1280, 1024);
     let cfg = RegionConfig::new(pages * PAGE_SIZE, budget * PAGE_SIZE)
         .with_memnode(node.endpoint.clone(), Some(token.clone()));
@@ -288,7 +281,7 @@ fn write_backs_refused_by_a_full_memnode_while_pages_are_handed_back_lose_nothin
         busy_retries >= 1 && handed_back >= 1,
         "{busy_retries} retries, {handed_back} handed back"
     );
-    other.free(&[(0, held as u32)]).unwrap();
+    other.free(&[(0, held)]).unwrap();
     let waited = std::time::Instant::now();
     while passes.region.stats().resident_pages > budget as u64 {
         assert!(
@@ -316,15 +309,8 @@ fn write_backs_refused_by_a_full_memnode_while_pages_are_handed_back_lose_nothin
 fn a_region_at_its_overflow_limit_tries_the_memnode_again_before_stopping() {
     gleaner_bin();
     let node = MemnodeProc::start("127.0.0.1:0", "8M");
-    let tok = gleaner_proto::read_token_file(&node.token_file).unwrap();
-    let mut other = Connection::connect(&node.endpoint, &tok, None, &Default::default()).unwrap();
-    let held = 1948u64;
-    let junk = vec![0xa5u8; PAGE_SIZE];
-    for first in (0..held).step_by(64) {
-        other
-            .write_pages((first..(first + 64).min(held)).map(|i| (i, &junk[..])))
-            .unwrap();
-    }
+    let held = 1948;
+    let mut other = another_session_holding(&node.endpoint, &node.token_file, held);
     let (pages, budget, overflow) = (1280, 1024, 64);
     let mut cfg = RegionConfig::new(pages * PAGE_SIZE, budget * PAGE_SIZE)
         .with_memnode(node.endpoint.clone(), Some(node.token_file.clone()));
@@ -343,7 +329,7 @@ fn a_region_at_its_overflow_limit_tries_the_memnode_again_before_stopping() {
     }
     let s = passes.region.stats();
     assert!(s.evictions.aborted > 0, "{s:?}");
-    other.free(&[(0, held as u32)]).unwrap();
+    other.free(&[(0, held)]).unwrap();
     for p in written..pages {
         passes.write(p, 0);
     }
@@ -517,6 +503,23 @@ impl CyclicPasses {
             self.check(p);
         }
     }
+}
+
+/// A session of its own on the memnode at `endpoint` (token file `token`), holding pages
+/// `0..pages` of 4 KiB each.
+fn another_session_holding(
+    endpoint: &gleaner_proto::Endpoint,
+    token: &std::path::Path,
+    pages: u32,
+) -> Connection {
+    let tok = gleaner_proto::read_token_file(token).unwrap();
+    let mut c = Connection::connect(endpoint, &tok, None, &Default::default()).unwrap();
+    let junk = vec![0xa5u8; PAGE_SIZE];
+    for first in (0..u64::from(pages)).step_by(64) {
+        c.write_pages((first..(first + 64).min(u64::from(pages))).map(|i| (i, &junk[..])))
+            .unwrap();
+    }
+    c
 }
 
 /// A memnode of 1 GiB on TCP loopback whose link carries 32 MB/s each way, using `token`.

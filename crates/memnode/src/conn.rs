@@ -14,6 +14,7 @@
 //! `Error{BadRequest}`, and the socket is shut down. Other connections are unaffected.
 
 use std::io::{self, Read};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -33,7 +34,7 @@ use crate::server::Shared;
 use crate::session::{AttachError, Session};
 use crate::slabs::GrantError;
 use crate::stats::bump;
-use crate::store::{stage, Blob, Staged};
+use crate::store::{stage, Blob, Capacity, PageStore, Released, Staged};
 
 /// Longest `Auth` payload accepted: its fixed fields plus a client name of up to 4 KiB. Before
 /// authentication nothing larger is legitimate, so nothing larger is allocated.
@@ -403,39 +404,15 @@ impl Conn<'_> {
             }
             Message::Free { ranges } => {
                 bump(&counters.req_free, 1);
-                let removed = {
-                    let mut store = session.store_mut();
-                    if store.is_ended() {
-                        None
-                    } else {
-                        Some(store.free(&ranges, session.capacity()))
-                    }
-                };
-                match removed {
-                    None => ended(session),
-                    Some(r) => {
-                        bump(&counters.pages_freed, r.pages);
-                        Reply::Ack(u32::try_from(r.pages).unwrap_or(u32::MAX))
-                    }
-                }
+                remove_pages(session, &counters.pages_freed, |store, capacity| {
+                    store.free(&ranges, capacity)
+                })
             }
             Message::Forget { copies } => {
                 bump(&counters.req_forget, 1);
-                let removed = {
-                    let mut store = session.store_mut();
-                    if store.is_ended() {
-                        None
-                    } else {
-                        Some(store.forget(&copies, session.capacity()))
-                    }
-                };
-                match removed {
-                    None => ended(session),
-                    Some(r) => {
-                        bump(&counters.copies_forgotten, r.pages);
-                        Reply::Ack(u32::try_from(r.pages).unwrap_or(u32::MAX))
-                    }
-                }
+                remove_pages(session, &counters.copies_forgotten, |store, capacity| {
+                    store.forget(&copies, capacity)
+                })
             }
             Message::Ping => {
                 bump(&counters.req_ping, 1);
@@ -725,6 +702,24 @@ fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
 }
 
 /// The reply to any page request on a session that another connection ended with `Goodbye`.
+/// Removes pages from `session`'s store with `remove` (a free or a forget), adds how many to
+/// `removed` and acknowledges that many; a session already ended gets the error saying so.
+fn remove_pages(
+    session: &Session,
+    removed: &AtomicU64,
+    remove: impl FnOnce(&mut PageStore, &Capacity) -> Released,
+) -> Reply {
+    let r = {
+        let mut store = session.store_mut();
+        if store.is_ended() {
+            return ended(session);
+        }
+        remove(&mut store, session.capacity())
+    };
+    bump(removed, r.pages);
+    Reply::Ack(u32::try_from(r.pages).unwrap_or(u32::MAX))
+}
+
 fn ended(session: &Session) -> Reply {
     Reply::Error(
         ErrorCode::BadRequest,

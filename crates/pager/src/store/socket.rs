@@ -262,9 +262,10 @@ impl Session {
                             Err(_) => return Err(e),
                         }
                     }
-                    Err(e) if e.server_code() == Some(ErrorCode::BadRequest) => {
+                    Err(e) if e.server_code().is_none() || unknown_request(&e) => {
                         // An older memnode does not know the request and closed the
-                        // connection: give the session a new one for what follows.
+                        // connection (its answer names no request, or says so): give the
+                        // session a new one for what follows.
                         if let Ok(fresh) = self.reattach(&e) {
                             *conn = fresh;
                         }
@@ -286,6 +287,12 @@ impl Session {
             }
         }
     }
+}
+
+/// Whether the memnode refused a request as a kind it does not know (an older build: it then
+/// closes the connection).
+fn unknown_request(e: &ClientError) -> bool {
+    e.server_code() == Some(ErrorCode::BadRequest) && e.to_string().contains("unknown message kind")
 }
 
 /// Reads a token file, turning I/O errors into a message that names the file.
@@ -356,8 +363,8 @@ impl Forgets {
 
     /// Sends the notes waiting through `send` (which returns the copies dropped), a batch at a
     /// time, while at least `at_least` (and at least one) wait. Only the memnodes' room is at
-    /// stake: a failure is logged, and the notes it carried are dropped (their copies stay
-    /// until the session ends or the page is written again).
+    /// stake: after a failure (logged once) no more notes are taken or sent, and the copies
+    /// stay until the session ends or their pages are written again.
     pub(crate) fn send(&self, at_least: usize, send: &mut SendForgets<'_>) {
         loop {
             let batch: Vec<(u64, u64)> = {
@@ -372,18 +379,16 @@ impl Forgets {
                 Ok(n) => {
                     self.dropped.fetch_add(u64::from(n), Ordering::Relaxed);
                 }
-                Err(e) if e.server_code() == Some(ErrorCode::BadRequest) => {
+                Err(e) => {
+                    // An older memnode (it does not know the request), or one that no longer
+                    // answers (its retries are spent): only room is at stake, so stop asking.
                     if !self.unsupported.swap(true, Ordering::Relaxed) {
                         log::warn!(
-                            "a memnode cannot drop the far copies of resident pages ({e}; an \
-                             older build?): they keep its room until the session ends"
+                            "the memnode could not drop the far copies of resident pages ({e}; \
+                             an older build?): they keep its room from now on"
                         );
                     }
                     self.pending.lock().expect("forget list lock").clear();
-                    return;
-                }
-                Err(e) => {
-                    log::warn!("dropping the far copies of resident pages: {e}");
                     return;
                 }
             }
