@@ -14,7 +14,6 @@
 //! Threads get an `Arc<Engine>` but each activity lives in its own module (`fault.rs`,
 //! `evict.rs`, `reclaim.rs`, `prefetch.rs`) and touches only the parts above it needs.
 
-use crate::config::FarCopies;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
@@ -23,6 +22,7 @@ use std::time::Duration;
 use gleaner_uffd::{FaultKind, Mode};
 
 use crate::budget::Budget;
+use crate::config::FarCopies;
 use crate::evict::Evictor;
 use crate::fatal::fatal;
 use crate::mem::Memory;
