@@ -701,7 +701,6 @@ fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
     Ok(filled)
 }
 
-/// The reply to any page request on a session that another connection ended with `Goodbye`.
 /// Removes pages from `session`'s store with `remove` (a free or a forget), adds how many to
 /// `removed` and acknowledges that many; a session already ended gets the error saying so.
 fn remove_pages(
@@ -720,6 +719,7 @@ fn remove_pages(
     Reply::Ack(u32::try_from(r.pages).unwrap_or(u32::MAX))
 }
 
+/// The reply to any page request on a session that another connection ended with `Goodbye`.
 fn ended(session: &Session) -> Reply {
     Reply::Error(
         ErrorCode::BadRequest,
