@@ -24,13 +24,7 @@ use gleaner_proto::Connection;
 fn prefetches_dropped_as_late_never_lose_data() {
     gleaner_bin();
     let (_dir, token) = token_file("sched");
-    let node = MemnodeProc::start_with_args(
-        "127.0.0.1:0",
-        "1G",
-        TempDir::new("sched-node"),
-        token.clone(),
-        &["--bandwidth", "64M"],
-    );
+    let node = memnode_with_link("sched-node", &token, "1G", "64M");
     // The competitor: 16 pages of its own, read over and over.
     let opts = gleaner_proto::ConnectOptions {
         client_name: "competitor".into(),
@@ -244,13 +238,7 @@ fn hand_back_under_cyclic_passes(cfg: RegionConfig, pages: usize, want: u64) {
 fn write_backs_refused_by_a_full_memnode_while_pages_are_handed_back_lose_nothing() {
     gleaner_bin();
     let (_dir, token) = token_file("handback-full");
-    let node = MemnodeProc::start_with_args(
-        "127.0.0.1:0",
-        "8M",
-        TempDir::new("handback-full-node"),
-        token.clone(),
-        &["--bandwidth", "32M"],
-    );
+    let node = memnode_with_link("handback-full-node", &token, "8M", "32M");
     let held = 1948;
     let mut other = another_session_holding(&node.endpoint, &token, held);
     let (pages, budget) = (1280, 1024);
@@ -526,12 +514,22 @@ fn another_session_holding(
 
 /// A memnode of 1 GiB on TCP loopback whose link carries 32 MB/s each way, using `token`.
 fn memnode_on_a_slow_link(name: &str, token: &std::path::Path) -> MemnodeProc {
+    memnode_with_link(name, token, "1G", "32M")
+}
+
+/// A memnode of `capacity` on TCP loopback whose link carries `rate` each way, using `token`.
+fn memnode_with_link(
+    name: &str,
+    token: &std::path::Path,
+    capacity: &str,
+    rate: &str,
+) -> MemnodeProc {
     MemnodeProc::start_with_args(
         "127.0.0.1:0",
-        "1G",
+        capacity,
         TempDir::new(name),
         token.to_path_buf(),
-        &["--bandwidth", "32M"],
+        &["--bandwidth", rate],
     )
 }
 
