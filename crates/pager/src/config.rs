@@ -295,6 +295,12 @@ pub struct RegionConfig {
     /// LD_PRELOAD library uses it to mark those threads as runtime threads, so that allocations
     /// the C library makes on their behalf never land in managed memory.
     pub thread_start_hook: Option<fn()>,
+    /// Called by a reclaim thread before it evicts a batch of `pages` pages: asks the
+    /// program's allocator to discard memory it holds without needing it (freed blocks kept
+    /// for reuse) and returns how many pages it discarded, 0 if none. Such pages go without a
+    /// write-back; the thread evicts only if the budget still asks for it. Never called by a
+    /// fault handler. The LD_PRELOAD library sets it; default none.
+    pub release_hook: Option<fn(usize) -> usize>,
     /// The region is a reservation of address space of which only a part will ever be used
     /// (the LD_PRELOAD arena): no warning when the memnode could not hold all of it. Default
     /// false.
@@ -358,6 +364,7 @@ impl RegionConfig {
             fork: ForkMode::Far,
             fork_local_budget: None,
             thread_start_hook: None,
+            release_hook: None,
             sparse: false,
             reclaim: ReclaimMode::default(),
             max_reclaim_threads: default_max_reclaim_threads(),

@@ -65,6 +65,9 @@ pub(crate) struct Engine {
     pub(crate) gate: Gate,
     /// The threads that evict (fault handlers and reclaim threads), told apart in fault messages.
     pub(crate) evictors: crate::evictors::Evictors,
+    /// The program's allocator's memory it can give up without a write-back
+    /// ([`crate::RegionConfig::release_hook`]).
+    pub(crate) release_hook: Option<fn(usize) -> usize>,
 }
 
 /// A gate the fault handlers (and the hint thread) pass to work on pages: a fork closes it and
@@ -314,6 +317,8 @@ impl Engine {
                 batch_time: self.batch_time.summary(),
             },
             discarded_pages: get(&c.discarded),
+            reused_pages: get(&c.reused),
+            reused_far_pages: get(&c.reused_far),
             surrendered_pages: get(&c.surrendered),
             bytes_in: get(&c.bytes_in),
             bytes_out: get(&c.bytes_out),

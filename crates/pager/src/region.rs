@@ -295,6 +295,7 @@ impl Region {
             hints: crate::hint::Hints::default(),
             gate: crate::engine::Gate::default(),
             evictors,
+            release_hook: cfg.release_hook,
         });
         let mut threads = Vec::new();
         let hook = cfg.thread_start_hook;
@@ -471,6 +472,25 @@ impl Region {
     /// this runs.
     pub fn discard(&self, offset: usize, len: usize) {
         self.forget(offset, len, PageState::Absent);
+    }
+
+    /// Takes `len` bytes at `offset` (both page-aligned), a block the program freed and its
+    /// allocator kept, back for a new block whose contents do not matter (not `calloc`'s):
+    /// resident pages stay as they are, so the new block's first touches do not fault; pages
+    /// held only far are discarded, so that they read as zeros instead of being fetched. The
+    /// caller must not touch the range while this runs.
+    pub fn reuse(&self, offset: usize, len: usize) {
+        let e = &*self.engine;
+        let (first, count) = (offset / PAGE_SIZE, len.div_ceil(PAGE_SIZE));
+        let far = (first..first + count).filter(|&p| e.mem.table.get(p) == PageState::Remote);
+        let mut far_pages = 0;
+        for (f, n) in crate::evict::runs(far) {
+            // A page that came back meanwhile is discarded too: its contents do not matter.
+            self.forget(f * PAGE_SIZE, n * PAGE_SIZE, PageState::Absent);
+            far_pages += n;
+        }
+        Counters::add(&e.counters.reused, count as u64);
+        Counters::add(&e.counters.reused_far, far_pages as u64);
     }
 
     /// Gives up `len` bytes at `offset` (both page-aligned) to a mapping the program is about to

@@ -38,6 +38,10 @@ pub(crate) struct Counters {
     pub evict_send_ns: AtomicU64,
     pub evict_drop_ns: AtomicU64,
     pub discarded: AtomicU64,
+    /// Pages of freed blocks the allocator took back for new ones ([`crate::Region::reuse`]).
+    pub reused: AtomicU64,
+    /// Of those, pages held only far, discarded rather than fetched.
+    pub reused_far: AtomicU64,
     pub surrendered: AtomicU64,
     pub prefetch_hit_faults: AtomicU64,
     /// Remote faults whose steps were timed, and the time each step took in all.
@@ -301,8 +305,14 @@ pub struct RegionStats {
     pub reclaim: crate::reclaim::ReclaimStats,
     /// Evictions.
     pub evictions: EvictionStats,
-    /// Pages the program discarded (`munmap`, `MADV_DONTNEED`, large `free`).
+    /// Pages the program discarded (`munmap`, `MADV_DONTNEED`, a freed big block the
+    /// allocator does not keep for reuse).
     pub discarded_pages: u64,
+    /// Pages of freed big blocks that the allocator gave to new blocks without a discard and a
+    /// zero-fill (`--heap-retain`).
+    pub reused_pages: u64,
+    /// Of those, pages held only far, discarded rather than fetched (their contents were free).
+    pub reused_far_pages: u64,
     /// Pages the program mapped a file or shared memory over with `MAP_FIXED` (the JVM's
     /// class-data archive): given up by the pager until the program unmapped them.
     pub surrendered_pages: u64,
