@@ -19,6 +19,11 @@
  *                                   after verifying the data
  *   preload_program crash MB        fill MB (pushing most to the memnode), then SIGSEGV
  *   preload_program hog MB          allocate and fill MB, expecting to be stopped
+ *   preload_program big MB          big blocks (256 KiB to 4 MiB) freed and allocated again over
+ *                                   and over with malloc, calloc, realloc and posix_memalign, as
+ *                                   numpy does with its arrays: every calloc'd block must read
+ *                                   as zeros and every block keep its data; then half of them
+ *                                   freed, a pause, and as much allocated again in larger blocks
  * Exit status 0 means every check passed; a failed check prints what and exits 1.
  */
 #define _GNU_SOURCE
@@ -466,6 +471,95 @@ static int run_hog(size_t mb) {
     return 0;
 }
 
+/* ---- big: freed big blocks come back for new ones ------------------------------------------- */
+
+static uint64_t rng_state = 88172645463325252ULL;
+static uint64_t rnd(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+/* A new big block of `len` bytes filled with `seed`, made one of four ways. */
+static void *big_block(size_t len, uint64_t seed, void *old, size_t old_len, uint64_t old_seed) {
+    void *p = NULL;
+    int how = rnd() % 4;
+    if (how != 3 && (rnd() & 1)) {
+        /* Freed first: the new block may take the old one's pages. */
+        free(old);
+        old = NULL;
+    }
+    switch (how) {
+    case 0:
+        p = malloc(len);
+        break;
+    case 1:
+        p = calloc(1, len);
+        if (p && !all_zero(p, len)) fail("a calloc'd big block does not read as zeros");
+        break;
+    case 2:
+        if (posix_memalign(&p, 1UL << 16, len)) p = NULL;
+        if (p && ((uintptr_t)p & 0xffff)) fail("posix_memalign ignored its alignment");
+        break;
+    default:
+        /* Grow or shrink the old block: its first bytes move with it. */
+        p = realloc(old, len);
+        if (!p) fail("realloc");
+        if (!check(p, (old_len < len ? old_len : len) & ~7UL, old_seed))
+            fail("realloc lost a big block's data");
+        fill(p, len, seed);
+        return p;
+    }
+    if (!p) fail("allocating a big block");
+    free(old);
+    fill(p, len, seed);
+    return p;
+}
+
+static int run_big(size_t mb) {
+    enum { N = 16 };
+    void *blk[N];
+    size_t len[N];
+    uint64_t seed[N];
+    size_t each = (mb << 20) / N;
+    uint64_t next_seed = 500;
+    for (int i = 0; i < N; i++) {
+        len[i] = each;
+        seed[i] = next_seed++;
+        blk[i] = malloc(each);
+        if (!blk[i]) fail("malloc");
+        fill(blk[i], each, seed[i]);
+    }
+    /* Free one block and make another of a similar size, over and over. */
+    for (int round = 0; round < 12 * N; round++) {
+        int i = rnd() % N;
+        size_t n = (each / 2 + rnd() % (each / 2)) & ~7UL;
+        uint64_t s = next_seed++;
+        blk[i] = big_block(n, s, blk[i], len[i], seed[i]);
+        len[i] = n;
+        seed[i] = s;
+        int j = rnd() % N;
+        if (!check(blk[j], len[j], seed[j])) fail("a big block lost its data");
+    }
+    /* Half of them freed and left alone a while, then as much again in larger blocks. */
+    for (int i = 0; i < N / 2; i++) free(blk[i]);
+    usleep(300 * 1000);
+    for (int i = 0; i < N / 2; i++) {
+        len[i] = (each + each / 2) & ~7UL;
+        seed[i] = next_seed++;
+        blk[i] = malloc(len[i]);
+        if (!blk[i]) fail("malloc after the pause");
+        fill(blk[i], len[i], seed[i]);
+    }
+    for (int i = 0; i < N; i++) {
+        if (!check(blk[i], len[i], seed[i])) fail("a big block lost its data at the end");
+        free(blk[i]);
+    }
+    printf("big ok\n");
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: %s mixed|small|fork|exec|hint|thread-exit|sigterm|crash|hog MB\n",
@@ -482,6 +576,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "sigterm")) return run_sigterm(mb);
     if (!strcmp(argv[1], "crash")) return run_crash(mb);
     if (!strcmp(argv[1], "hog")) return run_hog(mb);
+    if (!strcmp(argv[1], "big")) return run_big(mb);
     fprintf(stderr, "unknown mode %s\n", argv[1]);
     return 64;
 }

@@ -8,6 +8,7 @@ use std::sync::OnceLock;
 use gleaner_pager::{Region, PAGE_SIZE};
 
 use crate::lock::SpinLock;
+use crate::retain::Retained;
 
 /// First-fit allocator of page ranges inside the arena (free ranges keyed by first page).
 struct PageRanges {
@@ -64,6 +65,8 @@ pub(crate) struct Arena {
     /// snapshot, the child's (leaked, like the first: neither is ever dropped).
     region: AtomicPtr<Region>,
     ranges: SpinLock<PageRanges>,
+    /// Freed big blocks kept for reuse (`retain.rs`), in pages from the arena's start.
+    retained: SpinLock<Retained>,
 }
 
 static ARENA: OnceLock<Arena> = OnceLock::new();
@@ -73,8 +76,9 @@ static SURRENDERED_ANY: AtomicBool = AtomicBool::new(false);
 static BASE: AtomicUsize = AtomicUsize::new(0);
 static END: AtomicUsize = AtomicUsize::new(0);
 
-/// Installs the arena (once, from the constructor).
-pub(crate) fn install(region: Region) {
+/// Installs the arena (once, from the constructor); freed big blocks of up to `retain` bytes
+/// in all are kept for reuse, each for at most `retain_ms` milliseconds.
+pub(crate) fn install(region: Region, retain: usize, retain_ms: u64) {
     let pages = region.len() / PAGE_SIZE;
     let (base, len) = (region.as_ptr() as usize, region.len());
     let mut free = BTreeMap::new();
@@ -83,6 +87,7 @@ pub(crate) fn install(region: Region) {
         .set(Arena {
             region: AtomicPtr::new(Box::into_raw(Box::new(region))),
             ranges: SpinLock::new(PageRanges { free }),
+            retained: SpinLock::new(Retained::new(retain / PAGE_SIZE, retain_ms)),
         })
         .is_ok()
     {
@@ -147,6 +152,47 @@ impl Arena {
         self.ranges.with(|r| r.give(first, pages));
     }
 
+    /// Keeps the freed big block `[addr, addr+len)` (page-aligned) for reuse by [`Arena::reuse`]
+    /// as it is, without a discard; the kept blocks that no longer fit the bounds (`retain.rs`)
+    /// are released.
+    pub(crate) fn retire(&self, addr: usize, len: usize) {
+        let first = (addr - self.base()) / PAGE_SIZE;
+        let gone = self
+            .retained
+            .with(|r| r.keep(first, len.div_ceil(PAGE_SIZE), now_ms()));
+        self.release_kept(gone);
+    }
+
+    /// `len` bytes (rounded up to pages) from the freed big blocks kept, if one is large
+    /// enough: their contents are whatever the program left there, not zeros.
+    pub(crate) fn reuse(&self, len: usize) -> Option<usize> {
+        let pages = len.div_ceil(PAGE_SIZE).max(1);
+        let (first, gone) = self.retained.with(|r| r.take(pages, now_ms()));
+        self.release_kept(gone);
+        let offset = first? * PAGE_SIZE;
+        if crate::has_pager() {
+            self.region().reuse(offset, pages * PAGE_SIZE);
+        }
+        Some(self.base() + offset)
+    }
+
+    /// Releases the freed big blocks kept longest, idle `min_age_ms` or more, until `pages`
+    /// pages or none is left (reclaim asks: the budget is short). Returns the pages released.
+    pub(crate) fn release_idle(&self, pages: usize, min_age_ms: u64) -> usize {
+        let gone = self
+            .retained
+            .with(|r| r.give_up(pages, min_age_ms, now_ms()));
+        let released = gone.iter().map(|&(_, n)| n).sum();
+        self.release_kept(gone);
+        released
+    }
+
+    fn release_kept(&self, ranges: Vec<(usize, usize)>) {
+        for (first, pages) in ranges {
+            self.release(self.base() + first * PAGE_SIZE, pages * PAGE_SIZE);
+        }
+    }
+
     /// Forgets the contents of `[addr, addr+len)` (page-aligned) without releasing the range;
     /// pages the program had mapped a file or shared memory over are managed memory again.
     pub(crate) fn discard(&self, addr: usize, len: usize) {
@@ -203,6 +249,7 @@ impl Arena {
 
     /// Locks the page-range allocator (fork prepare hook).
     pub(crate) fn lock_for_fork(&self) {
+        self.retained.lock();
         self.ranges.lock();
     }
 
@@ -211,9 +258,23 @@ impl Arena {
     /// # Safety
     /// Only after [`Arena::lock_for_fork`].
     pub(crate) unsafe fn unlock_after_fork(&self) {
-        // SAFETY: forwarded contract.
-        unsafe { self.ranges.unlock() };
+        // SAFETY: forwarded contract (both were taken by `lock_for_fork`).
+        unsafe {
+            self.ranges.unlock();
+            self.retained.unlock();
+        }
     }
+}
+
+/// Milliseconds on the monotonic clock (the ages of kept blocks).
+fn now_ms() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into the live `ts`.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
 }
 
 #[cfg(test)]

@@ -3,8 +3,9 @@
 //! Blocks of up to [`slab::MAX_SMALL`] bytes (with at most 16-byte alignment) come from size
 //! classes on pages of their own (`slab.rs`: hot small objects pack together, away from large
 //! values). Other small blocks come from a TLSF allocator whose pools are 64 MiB chunks carved
-//! from the arena; blocks of [`BIG`] bytes or more take whole pages from the arena, so freeing
-//! them releases their memory locally and on the memnode. Every TLSF or big block carries a
+//! from the arena; blocks of [`BIG`] bytes or more take whole pages from the arena. A freed one
+//! is kept for the next big block of its size or smaller, within bounds (`retain.rs`), beyond
+//! which its memory is released locally and on the memnode. Every TLSF or big block carries a
 //! 16-byte header just before the pointer handed out: `[start, n]`. For a TLSF block `start` is
 //! the TLSF block and `n` the size asked for; for a big block `start` is its first page tagged
 //! with bit 0 and `n` the bytes carved. That is what lets `free` and `malloc_usable_size` work
@@ -25,7 +26,7 @@ use crate::lock::SpinLock;
 use crate::slab;
 
 /// Blocks at least this large bypass TLSF and take whole pages.
-pub(crate) const BIG: usize = 256 * 1024;
+const BIG: usize = 256 * 1024;
 /// Size of each TLSF pool carved from the arena.
 const POOL: usize = 64 << 20;
 const HEADER: usize = 16;
@@ -41,27 +42,49 @@ fn align_up(x: usize, a: usize) -> usize {
 /// Allocates `size` bytes aligned to `align` (a power of two) in managed memory.
 /// Returns NULL when the arena is exhausted.
 pub(crate) fn alloc(size: usize, align: usize) -> *mut c_void {
+    alloc_block(size, align).0
+}
+
+/// [`alloc`] of `size` bytes that read as zeros (`calloc`).
+pub(crate) fn alloc_zeroed(size: usize) -> *mut c_void {
+    let (p, fresh) = alloc_block(size, 16);
+    if !p.is_null() && !fresh {
+        // SAFETY: p points to at least `size` bytes just allocated.
+        unsafe { std::ptr::write_bytes(p as *mut u8, 0, size) };
+    }
+    p
+}
+
+/// [`alloc`], and whether the block is fresh pages (which read as zeros).
+fn alloc_block(size: usize, align: usize) -> (*mut c_void, bool) {
+    let null = (std::ptr::null_mut(), false);
     if size <= slab::MAX_SMALL && align <= slab::ALIGN {
         if let Some(p) = slab::alloc(size) {
-            return p as *mut c_void;
+            return (p as *mut c_void, false);
         }
     }
     let align = align.max(HEADER);
     let Some(total) = size.checked_add(align + HEADER) else {
-        return std::ptr::null_mut();
+        return null;
     };
     let Some(a) = arena::get() else {
-        return std::ptr::null_mut();
+        return null;
     };
-    let (start, tag, n) = if total >= BIG {
-        match a.carve(total) {
-            Some(s) => (s, 1, total.div_ceil(PAGE_SIZE) * PAGE_SIZE),
-            None => return std::ptr::null_mut(),
+    let (start, tag, n, fresh) = if total >= BIG {
+        // A freed big block kept for reuse first: its resident pages take no fault at first
+        // touch (`retain.rs`).
+        let pages = total.div_ceil(PAGE_SIZE) * PAGE_SIZE;
+        match a.reuse(total) {
+            Some(s) => (s, 1, pages, false),
+            None => match a.carve(total) {
+                Some(s) => (s, 1, pages, true),
+                None => return null,
+            },
         }
     } else {
         match small(total) {
-            Some(s) => (s, 0, size),
-            None => return std::ptr::null_mut(),
+            Some(s) => (s, 0, size, false),
+            None => return null,
         }
     };
     let user = align_up(start + HEADER, align);
@@ -72,7 +95,7 @@ pub(crate) fn alloc(size: usize, align: usize) -> *mut c_void {
         h.write(start | tag);
         h.add(1).write(n);
     }
-    user as *mut c_void
+    (user as *mut c_void, fresh)
 }
 
 fn small(total: usize) -> Option<usize> {
@@ -119,11 +142,29 @@ unsafe fn header(p: *mut c_void) -> (usize, usize) {
     }
 }
 
-/// Frees a managed block.
+/// Frees a managed block; a big one is kept for reuse (`retain.rs`).
 ///
 /// # Safety
 /// `p` was returned by [`alloc`] and not freed.
 pub(crate) unsafe fn free(p: *mut c_void) {
+    // SAFETY: forwarded contract.
+    unsafe { free_block(p, true) }
+}
+
+/// Frees a block that `realloc` outgrew: a big one is released at once, not kept. The blocks a
+/// growing buffer leaves behind are each smaller than its next size (Python's lists grow by an
+/// eighth), so no later allocation of that buffer fits them; kept, they would only hold budget.
+///
+/// # Safety
+/// `p` was returned by [`alloc`] and not freed.
+pub(crate) unsafe fn free_outgrown(p: *mut c_void) {
+    // SAFETY: forwarded contract.
+    unsafe { free_block(p, false) }
+}
+
+/// # Safety
+/// `p` was returned by [`alloc`] and not freed.
+unsafe fn free_block(p: *mut c_void, keep: bool) {
     if slab::block_size(p as usize).is_some() {
         // SAFETY: a live block of a size class (the caller's contract).
         unsafe { slab::free(p as usize) };
@@ -133,7 +174,11 @@ pub(crate) unsafe fn free(p: *mut c_void) {
     let (start, n) = unsafe { header(p) };
     if start & 1 == 1 {
         if let Some(a) = arena::get() {
-            a.release(start & !1, n);
+            if keep {
+                a.retire(start & !1, n);
+            } else {
+                a.release(start & !1, n);
+            }
         }
     } else {
         TLSF.with(|t| {

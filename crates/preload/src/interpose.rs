@@ -64,13 +64,9 @@ pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
         return real::boot_alloc(total, true);
     }
     if managed_allocations() {
-        let p = heap::alloc(total, 16);
+        let p = heap::alloc_zeroed(total);
         if p.is_null() {
             set_errno(libc::ENOMEM);
-        } else if total < heap::BIG {
-            // Big blocks are fresh (discarded) pages, which read as zeros already.
-            // SAFETY: p points to at least `total` bytes just allocated.
-            unsafe { std::ptr::write_bytes(p as *mut u8, 0, total) };
         }
         return p;
     }
@@ -112,7 +108,11 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
     // SAFETY: both blocks are live and at least min(old, size) long; then the old one is freed.
     unsafe {
         std::ptr::copy_nonoverlapping(p as *const u8, n as *mut u8, old.min(size));
-        heap::free(p);
+        if size > old {
+            heap::free_outgrown(p);
+        } else {
+            heap::free(p);
+        }
     }
     n
 }

@@ -16,6 +16,7 @@
 //! | `GLEANER_TOKEN_FILE` | the memnode's token file | `~/.gleaner/token` |
 //! | `GLEANER_MEMNODE_TIMEOUT` | seconds to wait for a memnode's reply before reconnecting (a TCP memnode: a broken connection is replaced within the session's lease, the program only waits) | `30` |
 //! | `GLEANER_ARENA_SIZE` | address space reserved for managed memory | `64G` |
+//! | `GLEANER_HEAP_RETAIN` | freed blocks of 256 KiB or more kept for reuse, in all (`0`: none), each for at most a second | a quarter of the budget, at most 1G |
 //! | `GLEANER_HANDLERS` | fault-handler threads (0: one per CPU, each pinned to its CPU) | `0` |
 //! | `GLEANER_PIN_HANDLERS` | pin each fault handler to one CPU (`1`) or not (`0`) | `1` |
 //! | `GLEANER_HANDLER_SPIN_US` | how long a handler polls without blocking after a message | `0` |
@@ -62,6 +63,7 @@ mod interpose;
 mod lock;
 mod logger;
 mod real;
+mod retain;
 mod slab;
 
 use std::cell::Cell;
@@ -113,6 +115,7 @@ struct Config {
     token_file: Option<PathBuf>,
     reply_timeout: Option<std::time::Duration>,
     arena: u64,
+    heap_retain: Option<u64>,
     handlers: usize,
     handler_spin_us: u64,
     pin_handlers: bool,
@@ -171,6 +174,9 @@ fn config_from_env() -> Result<Option<Config>, String> {
             "GLEANER_ARENA_SIZE",
             &var("GLEANER_ARENA_SIZE").unwrap_or("64G".into()),
         )?,
+        heap_retain: var("GLEANER_HEAP_RETAIN")
+            .map(|v| size("GLEANER_HEAP_RETAIN", &v))
+            .transpose()?,
         handlers: parsed("GLEANER_HANDLERS")?.unwrap_or(0),
         handler_spin_us: parsed("GLEANER_HANDLER_SPIN_US")?.unwrap_or(0),
         pin_handlers: parsed::<u8>("GLEANER_PIN_HANDLERS")?.unwrap_or(1) != 0,
@@ -202,6 +208,24 @@ fn config_from_env() -> Result<Option<Config>, String> {
     }))
 }
 
+/// How long a freed big block is kept for reuse at most (`retain.rs`), in milliseconds.
+const HEAP_RETAIN_MS: u64 = 1000;
+/// A freed big block kept this long (ms) without reuse is discarded as soon as reclaim needs
+/// room, before any page is evicted.
+const HEAP_RETAIN_IDLE_MS: u64 = 200;
+
+/// The region's release hook: freed big blocks idle a while go before anything is evicted.
+fn release_kept_blocks(pages: usize) -> usize {
+    arena::get().map_or(0, |a| a.release_idle(pages, HEAP_RETAIN_IDLE_MS))
+}
+
+/// Bytes of freed big blocks kept for reuse: `GLEANER_HEAP_RETAIN`, or a quarter of the budget
+/// and at most 1 GiB (what they hold counts against the budget like any resident page, until
+/// reclaim or their age sends them: `retain.rs`).
+fn heap_retain(cfg: &Config) -> u64 {
+    cfg.heap_retain.unwrap_or((cfg.local / 4).min(1 << 30))
+}
+
 /// The variable `name` parsed as a `T`, if set and not empty; an error names the variable.
 fn parsed<T: std::str::FromStr>(name: &str) -> Result<Option<T>, String>
 where
@@ -224,7 +248,7 @@ fn start() -> Result<bool, String> {
     logger::install();
     if std::env::var_os("GLEANER_PRINT_CONFIG").is_some() {
         eprintln!(
-            "gleaner: local {} | memnode {}{} | token {} | arena {} | handlers {} (spin {} us) | \
+            "gleaner: local {} | memnode {}{} | token {} | arena {} (freed blocks kept {}) | handlers {} (spin {} us) | \
              data path {} | compress {} (max decode {} us) | encrypt {} | dirty tracking {} | stats {} | reclaim {} (at most {} threads) | stats trace {} | \
              prefetch {} ({}) | evict {} | predict writes {} | fault trace {} | fork {} (child \
              local {})",
@@ -235,6 +259,7 @@ fn start() -> Result<bool, String> {
                 .as_ref()
                 .map_or("default".into(), |p| p.display().to_string()),
             format_size(cfg.arena),
+            format_size(heap_retain(&cfg)),
             if cfg.handlers == 0 {
                 "one per CPU".to_string()
             } else {
@@ -266,6 +291,7 @@ fn start() -> Result<bool, String> {
                 .map_or("a quarter".into(), format_size),
         );
     }
+    let retain = heap_retain(&cfg) as usize;
     let mut rc = RegionConfig::new(cfg.arena as usize, cfg.local as usize);
     if let Some(addrs) = &cfg.memnode {
         rc.memnode = MemnodeTarget::from_addresses(addrs, cfg.token_file.clone(), cfg.replicas)
@@ -303,8 +329,9 @@ fn start() -> Result<bool, String> {
     rc.publish_status = true;
     rc.sparse = true;
     rc.thread_start_hook = Some(mark_runtime_thread);
+    rc.release_hook = Some(release_kept_blocks);
     let region = Region::new(rc).map_err(|e| e.to_string())?;
-    arena::install(region);
+    arena::install(region, retain, HEAP_RETAIN_MS);
     let _ = STATS_PATH.set(cfg.stats);
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() };
