@@ -480,8 +480,14 @@ impl Region {
     /// held only far are discarded, so that they read as zeros instead of being fetched. The
     /// caller must not touch the range while this runs.
     pub fn reuse(&self, offset: usize, len: usize) {
+        assert!(
+            offset.is_multiple_of(PAGE_SIZE)
+                && len.is_multiple_of(PAGE_SIZE)
+                && offset + len <= self.len(),
+            "reuse of [{offset:#x}, +{len:#x}) is not page-aligned inside the region"
+        );
         let e = &*self.engine;
-        let (first, count) = (offset / PAGE_SIZE, len.div_ceil(PAGE_SIZE));
+        let (first, count) = (offset / PAGE_SIZE, len / PAGE_SIZE);
         let far = (first..first + count).filter(|&p| e.mem.table.get(p) == PageState::Remote);
         let mut far_pages = 0;
         for (f, n) in crate::evict::runs(far) {

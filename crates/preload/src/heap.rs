@@ -73,11 +73,11 @@ fn alloc_block(size: usize, align: usize) -> (*mut c_void, bool) {
     let (start, tag, n, fresh) = if total >= BIG {
         // A freed big block kept for reuse first: its resident pages take no fault at first
         // touch (`retain.rs`).
-        let pages = total.div_ceil(PAGE_SIZE) * PAGE_SIZE;
+        let bytes = total.div_ceil(PAGE_SIZE) * PAGE_SIZE;
         match a.reuse(total) {
-            Some(s) => (s, 1, pages, false),
+            Some(s) => (s, 1, bytes, false),
             None => match a.carve(total) {
-                Some(s) => (s, 1, pages, true),
+                Some(s) => (s, 1, bytes, true),
                 None => return null,
             },
         }
