@@ -180,8 +180,8 @@ pub struct RunArgs {
     /// A program that allocates and frees large arrays over and over (numpy) then reuses their
     /// pages without a fault; without it every new array is zero-filled through userfaultfd
     /// page by page (pagerank ran at half its all-local speed with all of its memory local). The
-    /// blocks count against the budget; reclaim discards those unused for 200 ms before it
-    /// evicts anything, and none is kept over a second.
+    /// blocks count against the budget: before it evicts anything, reclaim discards those idle
+    /// longer than this program's reuses are seen to wait, and none is kept over a second.
     #[arg(long, value_name = "SIZE")]
     heap_retain: Option<String>,
     /// Let a process whose far memory cannot start (a token it cannot read, a memnode it cannot

@@ -299,7 +299,9 @@ pub struct RegionConfig {
     /// program's allocator to discard memory it holds without needing it (freed blocks kept
     /// for reuse) and returns how many pages it discarded, 0 if none. Such pages go without a
     /// write-back; the thread evicts only if the budget still asks for it. Never called by a
-    /// fault handler. The LD_PRELOAD library sets it; default none.
+    /// fault handler. Like every runtime thread's code it must never touch managed memory (not
+    /// even `getenv`: the program's environment may live there): a reclaim thread that faults
+    /// waits for room that only it can make. The LD_PRELOAD library sets it; default none.
     pub release_hook: Option<fn(usize) -> usize>,
     /// The region is a reservation of address space of which only a part will ever be used
     /// (the LD_PRELOAD arena): no warning when the memnode could not hold all of it. Default

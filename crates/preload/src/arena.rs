@@ -176,12 +176,11 @@ impl Arena {
         Some(self.base() + offset)
     }
 
-    /// Releases the freed big blocks kept longest, idle `min_age_ms` or more, until `pages`
-    /// pages or none is left (reclaim asks: the budget is short). Returns the pages released.
-    pub(crate) fn release_idle(&self, pages: usize, min_age_ms: u64) -> usize {
-        let gone = self
-            .retained
-            .with(|r| r.give_up(pages, min_age_ms, now_ms()));
+    /// Releases the freed big blocks kept longest, idle longer than their reuses are seen to
+    /// wait (`Retained::give_up`), until `pages` pages or none is left (reclaim asks: the budget
+    /// is short). Returns the pages released.
+    pub(crate) fn release_idle(&self, pages: usize) -> usize {
+        let gone = self.retained.with(|r| r.give_up(pages, now_ms()));
         let released = gone.iter().map(|&(_, n)| n).sum();
         self.release_kept(gone);
         released

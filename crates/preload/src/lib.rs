@@ -210,13 +210,10 @@ fn config_from_env() -> Result<Option<Config>, String> {
 
 /// How long a freed big block is kept for reuse at most (`retain.rs`), in milliseconds.
 const HEAP_RETAIN_MS: u64 = 1000;
-/// A freed big block kept this long (ms) without reuse is discarded as soon as reclaim needs
-/// room, before any page is evicted.
-const HEAP_RETAIN_IDLE_MS: u64 = 200;
-
-/// The region's release hook: freed big blocks idle a while go before anything is evicted.
+/// The region's release hook: freed big blocks idle longer than their reuses wait go before
+/// anything is evicted (`retain.rs`).
 fn release_kept_blocks(pages: usize) -> usize {
-    arena::get().map_or(0, |a| a.release_idle(pages, HEAP_RETAIN_IDLE_MS))
+    arena::get().map_or(0, |a| a.release_idle(pages))
 }
 
 /// Bytes of freed big blocks kept for reuse: `GLEANER_HEAP_RETAIN`, or a quarter of the budget

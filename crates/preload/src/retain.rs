@@ -14,8 +14,64 @@
 //! stops allocating big blocks gets its budget back on its next big `free` or allocation). The
 //! ranges that go are handed back to the caller to discard. This module only does the
 //! bookkeeping (pure, unit-tested); `arena.rs` discards and reuses the pages.
+//!
+//! Reclaim asks first ([`Retained::give_up`]): kept blocks hold budget that live pages could
+//! use, so when reclaim needs room, blocks idle longer than nearly every reuse waited go before
+//! anything is evicted. How long reuses wait is learnt ([`ReuseWaits`]): numpy's temporaries
+//! come back within a fraction of a second, a growing buffer's old blocks never. A block reclaim
+//! gave up that a later allocation would have fitted counts as a reuse that waited that long
+//! (a *ghost*, as in ARC), so that a threshold too short for the program corrects itself.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+/// Reclaim gives up blocks idle this long (ms) while no reuse has been seen.
+const MIN_IDLE_MS: u64 = 10;
+/// The share of reuse waits a block must have outwaited to be given up to reclaim.
+const QUANTILE: f64 = 0.9;
+/// Blocks given up to reclaim remembered as ghosts.
+const GHOSTS: usize = 32;
+
+/// How long kept blocks waited for their reuse, in doubling buckets of milliseconds (bucket
+/// `i` holds waits below `2^i` ms and at least half that), halved every [`ReuseWaits::DECAY`]
+/// samples so that it follows the program's phases.
+struct ReuseWaits {
+    buckets: [u32; 16],
+    samples: u32,
+}
+
+impl ReuseWaits {
+    const DECAY: u32 = 256;
+
+    fn record(&mut self, wait_ms: u64) {
+        let i = ((64 - wait_ms.leading_zeros()) as usize).min(self.buckets.len() - 1);
+        self.buckets[i] += 1;
+        self.samples += 1;
+        if self.samples >= Self::DECAY {
+            self.samples = 0;
+            for b in &mut self.buckets {
+                *b /= 2;
+            }
+        }
+    }
+
+    /// The wait (the upper end of its bucket, ms) that [`QUANTILE`] of the recorded waits did
+    /// not exceed; None before any.
+    fn quantile_ms(&self) -> Option<u64> {
+        let total: u32 = self.buckets.iter().sum();
+        if total == 0 {
+            return None;
+        }
+        let want = (total as f64 * QUANTILE).ceil() as u32;
+        let mut seen = 0;
+        for (i, &n) in self.buckets.iter().enumerate() {
+            seen += n;
+            if seen >= want {
+                return Some(1 << i);
+            }
+        }
+        Some(1 << (self.buckets.len() - 1))
+    }
+}
 
 /// Page ranges of freed big blocks, by size (best fit) and by age (oldest dropped first).
 pub(crate) struct Retained {
@@ -32,6 +88,10 @@ pub(crate) struct Retained {
     cap: usize,
     /// The longest a range is kept, in the caller's clock (milliseconds).
     max_age: u64,
+    /// How long reused ranges had waited.
+    waits: ReuseWaits,
+    /// `(pages, kept_at)` of the latest ranges given up to reclaim, newest last.
+    ghosts: VecDeque<(usize, u64)>,
 }
 
 impl Retained {
@@ -45,6 +105,11 @@ impl Retained {
             pages: 0,
             cap,
             max_age,
+            waits: ReuseWaits {
+                buckets: [0; 16],
+                samples: 0,
+            },
+            ghosts: VecDeque::new(),
         }
     }
 
@@ -78,9 +143,15 @@ impl Retained {
     pub(crate) fn take(&mut self, pages: usize, now: u64) -> (Option<usize>, Vec<(usize, usize)>) {
         let gone = self.expire(now);
         let Some(&(n, first)) = self.by_size.range((pages, 0)..).next() else {
+            // A block given up to reclaim would have served this one: it gave up too early.
+            if let Some(i) = self.ghosts.iter().position(|&(n, _)| n >= pages) {
+                let (_, at) = self.ghosts.remove(i).expect("an index found just now");
+                self.waits.record(now.saturating_sub(at));
+            }
             return (None, gone);
         };
         let at = self.kept_at[&first];
+        self.waits.record(now.saturating_sub(at));
         self.remove(first, n, at);
         if n > pages {
             self.insert(first + pages, n - pages, at);
@@ -88,9 +159,10 @@ impl Retained {
         (Some(first), gone)
     }
 
-    /// Gives up the oldest ranges kept at `now - min_age` or before, until at least `pages`
-    /// pages or no such range is left (reclaim asks: the budget is short).
-    pub(crate) fn give_up(&mut self, pages: usize, min_age: u64, now: u64) -> Vec<(usize, usize)> {
+    /// Gives up the oldest ranges idle at least [`Retained::idle_limit`] at `now`, until at
+    /// least `pages` pages or no such range is left (reclaim asks: the budget is short).
+    pub(crate) fn give_up(&mut self, pages: usize, now: u64) -> Vec<(usize, usize)> {
+        let min_age = self.idle_limit();
         let mut gone = Vec::new();
         let mut freed = 0;
         while freed < pages {
@@ -103,8 +175,20 @@ impl Retained {
             self.remove(f, n, at);
             gone.push((f, n));
             freed += n;
+            if self.ghosts.len() == GHOSTS {
+                self.ghosts.pop_front();
+            }
+            self.ghosts.push_back((n, at));
         }
         gone
+    }
+
+    /// How long a range must have been idle for reclaim to take it: a little longer than
+    /// [`QUANTILE`] of reuses waited (ghosts included), at least [`MIN_IDLE_MS`].
+    pub(crate) fn idle_limit(&self) -> u64 {
+        self.waits
+            .quantile_ms()
+            .map_or(MIN_IDLE_MS, |q| q.clamp(MIN_IDLE_MS, self.max_age))
     }
 
     /// Drops every range kept before `now - max_age`.
@@ -191,15 +275,68 @@ mod tests {
     #[test]
     fn reclaim_takes_the_oldest_ranges_idle_long_enough() {
         let mut r = Retained::new(1000, 1000);
+        // No reuse seen yet: ranges idle 10 ms or more go.
+        assert_eq!(r.idle_limit(), MIN_IDLE_MS);
         assert!(r.keep(0, 10, 0).is_empty());
         assert!(r.keep(100, 10, 5).is_empty());
         assert!(r.keep(200, 10, 50).is_empty());
-        // 15 pages asked at 60, ranges idle 20 ms or more: the two oldest.
-        assert_eq!(r.give_up(15, 20, 60), vec![(0, 10), (100, 10)]);
-        // The third is only 10 ms idle.
-        assert!(r.give_up(15, 20, 60).is_empty());
-        assert_eq!(r.give_up(1, 20, 70), vec![(200, 10)]);
+        // 15 pages asked at 56: the two oldest (idle 56 and 51 ms).
+        assert_eq!(r.give_up(15, 56), vec![(0, 10), (100, 10)]);
+        // The third is only 6 ms idle.
+        assert!(r.give_up(15, 56).is_empty());
+        assert_eq!(r.give_up(1, 60), vec![(200, 10)]);
         assert_eq!(r.pages(), 0);
+    }
+
+    #[test]
+    fn reclaim_waits_as_long_as_reuses_did() {
+        let mut r = Retained::new(1000, 1000);
+        // Ten reuses, each 150 ms after the free: the limit becomes 256 ms (150's bucket).
+        for i in 0..10 {
+            let t = i * 1000;
+            assert!(r.keep(0, 10, t).is_empty());
+            assert_eq!(r.take(10, t + 150), (Some(0), vec![]));
+        }
+        assert_eq!(r.idle_limit(), 256);
+        assert!(r.keep(0, 10, 20_000).is_empty());
+        assert!(r.give_up(10, 20_100).is_empty());
+        assert_eq!(r.give_up(10, 20_300), vec![(0, 10)]);
+    }
+
+    #[test]
+    fn a_block_given_up_too_early_that_an_allocation_would_have_fitted_raises_the_limit() {
+        let mut r = Retained::new(1000, 1000);
+        assert!(r.keep(0, 10, 0).is_empty());
+        // Reclaim takes it at 20 ms, 10 ms being the limit with nothing learnt.
+        assert_eq!(r.give_up(10, 20), vec![(0, 10)]);
+        // An allocation at 300 ms that it would have served: nothing kept, but a wait of 300
+        // ms is learnt from the ghost (once: the ghost is used up).
+        assert_eq!(r.take(8, 300), (None, vec![]));
+        assert_eq!(r.idle_limit(), 512);
+        assert_eq!(r.take(8, 400), (None, vec![]));
+        assert_eq!(r.waits.buckets.iter().sum::<u32>(), 1);
+        // A larger allocation than any ghost learns nothing.
+        assert!(r.keep(0, 10, 1000).is_empty());
+        assert_eq!(r.give_up(10, 2000), vec![(0, 10)]);
+        assert_eq!(r.take(11, 2100), (None, vec![]));
+        assert_eq!(r.waits.buckets.iter().sum::<u32>(), 1);
+    }
+
+    #[test]
+    fn reuse_waits_follow_the_program_as_old_ones_decay() {
+        let mut w = ReuseWaits {
+            buckets: [0; 16],
+            samples: 0,
+        };
+        for _ in 0..100 {
+            w.record(300);
+        }
+        assert_eq!(w.quantile_ms(), Some(512));
+        // Many quick reuses later, the old long ones have been halved away below the 10%.
+        for _ in 0..2000 {
+            w.record(0);
+        }
+        assert_eq!(w.quantile_ms(), Some(1));
     }
 
     #[test]
