@@ -480,12 +480,7 @@ impl Region {
     /// held only far are discarded, so that they read as zeros instead of being fetched. The
     /// caller must not touch the range while this runs.
     pub fn reuse(&self, offset: usize, len: usize) {
-        assert!(
-            offset.is_multiple_of(PAGE_SIZE)
-                && len.is_multiple_of(PAGE_SIZE)
-                && offset + len <= self.len(),
-            "reuse of [{offset:#x}, +{len:#x}) is not page-aligned inside the region"
-        );
+        self.assert_page_range("reuse", offset, len);
         let e = &*self.engine;
         let (first, count) = (offset / PAGE_SIZE, len / PAGE_SIZE);
         let far = (first..first + count).filter(|&p| e.mem.table.get(p) == PageState::Remote);
@@ -514,14 +509,20 @@ impl Region {
         self.engine.mem.table.get(offset / PAGE_SIZE) == PageState::Foreign
     }
 
-    /// [`Region::discard`] or [`Region::surrender`]: the pages end in `to`.
-    fn forget(&self, offset: usize, len: usize, to: PageState) {
+    /// Stops the program if `[offset, +len)` is not whole pages inside the region (`what`: the
+    /// operation, for the message).
+    fn assert_page_range(&self, what: &str, offset: usize, len: usize) {
         assert!(
             offset.is_multiple_of(PAGE_SIZE)
                 && len.is_multiple_of(PAGE_SIZE)
                 && offset + len <= self.len(),
-            "discard of [{offset:#x}, +{len:#x}) is not page-aligned inside the region"
+            "{what} of [{offset:#x}, +{len:#x}) is not page-aligned inside the region"
         );
+    }
+
+    /// [`Region::discard`] or [`Region::surrender`]: the pages end in `to`.
+    fn forget(&self, offset: usize, len: usize, to: PageState) {
+        self.assert_page_range("discard", offset, len);
         let e = &*self.engine;
         let table = &e.mem.table;
         let (first, count) = (offset / PAGE_SIZE, len / PAGE_SIZE);
