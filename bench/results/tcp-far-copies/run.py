@@ -98,12 +98,13 @@ def cell(gleaner, program):
             wall = time.monotonic() - t0
             poll.stop.set()
             poll.join()
-            total = json.load(open(f"{tmp}/stats.json")).get("total", {})
+            stats = json.load(open(f"{tmp}/stats.json"))
+            total = stats.get("total", {})
             return {"program": program, "wall_s": round(wall, 2), "check": check,
                     "memnode_peak_bytes": poll.peak, "memnode_end_bytes": poll.last,
                     "far_pages_at_end": total.get("remote_pages"),
                     "copies_dropped": (total.get("store") or {}).get("copies_dropped"),
-                    "dirty_tracking": json.load(open(f"{tmp}/stats.json")).get("dirty_tracking")}
+                    "dirty_tracking": stats.get("dirty_tracking")}
         finally:
             poll.stop.set()
             node.kill()

@@ -115,7 +115,8 @@ struct Config {
     token_file: Option<PathBuf>,
     reply_timeout: Option<std::time::Duration>,
     arena: u64,
-    heap_retain: Option<u64>,
+    /// Bytes of freed big blocks kept for reuse (`retain.rs`).
+    heap_retain: u64,
     handlers: usize,
     handler_spin_us: u64,
     pin_handlers: bool,
@@ -155,8 +156,9 @@ fn config_from_env() -> Result<Option<Config>, String> {
     // under the same environment) writes its own file.
     let per_process_path =
         |k: &str| var(k).map(|p| PathBuf::from(p.replace("%p", &std::process::id().to_string())));
+    let local = size("GLEANER_LOCAL_MEM", &local)?;
     Ok(Some(Config {
-        local: size("GLEANER_LOCAL_MEM", &local)?,
+        local,
         memnode: var("GLEANER_MEMNODE"),
         replicas: parsed("GLEANER_REPLICAS")?,
         token_file: var("GLEANER_TOKEN_FILE").map(PathBuf::from),
@@ -174,9 +176,12 @@ fn config_from_env() -> Result<Option<Config>, String> {
             "GLEANER_ARENA_SIZE",
             &var("GLEANER_ARENA_SIZE").unwrap_or("64G".into()),
         )?,
+        // A quarter of the budget and at most 1 GiB by default: what kept blocks hold counts
+        // against the budget like any resident page, until reclaim or their age sends them.
         heap_retain: var("GLEANER_HEAP_RETAIN")
             .map(|v| size("GLEANER_HEAP_RETAIN", &v))
-            .transpose()?,
+            .transpose()?
+            .unwrap_or((local / 4).min(1 << 30)),
         handlers: parsed("GLEANER_HANDLERS")?.unwrap_or(0),
         handler_spin_us: parsed("GLEANER_HANDLER_SPIN_US")?.unwrap_or(0),
         pin_handlers: parsed::<u8>("GLEANER_PIN_HANDLERS")?.unwrap_or(1) != 0,
@@ -216,13 +221,6 @@ fn release_kept_blocks(pages: usize) -> usize {
     arena::get().map_or(0, |a| a.release_idle(pages))
 }
 
-/// Bytes of freed big blocks kept for reuse: `GLEANER_HEAP_RETAIN`, or a quarter of the budget
-/// and at most 1 GiB (what they hold counts against the budget like any resident page, until
-/// reclaim or their age sends them: `retain.rs`).
-fn heap_retain(cfg: &Config) -> u64 {
-    cfg.heap_retain.unwrap_or((cfg.local / 4).min(1 << 30))
-}
-
 /// The variable `name` parsed as a `T`, if set and not empty; an error names the variable.
 fn parsed<T: std::str::FromStr>(name: &str) -> Result<Option<T>, String>
 where
@@ -256,7 +254,7 @@ fn start() -> Result<bool, String> {
                 .as_ref()
                 .map_or("default".into(), |p| p.display().to_string()),
             format_size(cfg.arena),
-            format_size(heap_retain(&cfg)),
+            format_size(cfg.heap_retain),
             if cfg.handlers == 0 {
                 "one per CPU".to_string()
             } else {
@@ -288,7 +286,6 @@ fn start() -> Result<bool, String> {
                 .map_or("a quarter".into(), format_size),
         );
     }
-    let retain = heap_retain(&cfg) as usize;
     let mut rc = RegionConfig::new(cfg.arena as usize, cfg.local as usize);
     if let Some(addrs) = &cfg.memnode {
         rc.memnode = MemnodeTarget::from_addresses(addrs, cfg.token_file.clone(), cfg.replicas)
@@ -328,7 +325,7 @@ fn start() -> Result<bool, String> {
     rc.thread_start_hook = Some(mark_runtime_thread);
     rc.release_hook = Some(release_kept_blocks);
     let region = Region::new(rc).map_err(|e| e.to_string())?;
-    arena::install(region, retain, HEAP_RETAIN_MS);
+    arena::install(region, cfg.heap_retain as usize, HEAP_RETAIN_MS);
     let _ = STATS_PATH.set(cfg.stats);
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() };
