@@ -375,16 +375,34 @@ fn rewriting_passes_fit_small_memnodes(cfg: RegionConfig, nodes: &[MemnodeProc])
     passes.rewrite_every = 1;
     passes.run(8);
     passes.check_all();
-    let s = passes.region.stats();
-    let mut forgotten = 0;
-    let mut held = Vec::new();
-    for node in nodes {
-        let tok = gleaner_proto::read_token_file(&node.token_file).unwrap();
-        let mut c = Connection::connect(&node.endpoint, &tok, None, &Default::default()).unwrap();
-        let memnode: serde_json::Value = serde_json::from_str(&c.stats().unwrap()).unwrap();
-        forgotten += memnode["totals"]["copies_forgotten"].as_u64().unwrap();
-        held.push(memnode["pages_held"].as_u64().unwrap());
-    }
+    // The region's reclaim may still be finishing a batch, whose `Forget` the memnodes count
+    // when they drop the copies and the region only once they have answered: read them until
+    // the region's count stood still around the memnodes' and they agree, at most 5 s (after
+    // which the assertion below shows the difference).
+    let memnodes_forgotten = || {
+        let mut forgotten = 0;
+        let mut held = Vec::new();
+        for node in nodes {
+            let tok = gleaner_proto::read_token_file(&node.token_file).unwrap();
+            let mut c =
+                Connection::connect(&node.endpoint, &tok, None, &Default::default()).unwrap();
+            let memnode: serde_json::Value = serde_json::from_str(&c.stats().unwrap()).unwrap();
+            forgotten += memnode["totals"]["copies_forgotten"].as_u64().unwrap();
+            held.push(memnode["pages_held"].as_u64().unwrap());
+        }
+        (forgotten, held)
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let (s, forgotten, held) = loop {
+        let before = passes.region.stats().store.copies_dropped;
+        let (forgotten, held) = memnodes_forgotten();
+        let s = passes.region.stats();
+        let settled = s.store.copies_dropped == before && forgotten == before;
+        if settled || std::time::Instant::now() > deadline {
+            break (s, forgotten, held);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
     eprintln!(
         "{} pages evicted in {} batches ({} refused); {} copies dropped, the memnodes holding \
          {held:?} pages at the end",
