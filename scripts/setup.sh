@@ -11,6 +11,9 @@ command -v python3 >/dev/null || need_apt+=(python3)
 command -v memcached >/dev/null || need_apt+=(memcached)
 command -v redis-server >/dev/null || need_apt+=(redis-server)
 command -v redis-cli >/dev/null || need_apt+=(redis-tools)
+# numpy for the test of big arrays freed and reallocated: python3's own, else Debian's.
+python3 -c 'import numpy' 2>/dev/null || /usr/bin/python3 -c 'import numpy' 2>/dev/null ||
+    need_apt+=(python3-numpy)
 if [ ${#need_apt[@]} -gt 0 ]; then
     echo "setup: installing ${need_apt[*]} with apt-get" >&2
     SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo

@@ -4,7 +4,8 @@
 //! this exercises fork) and python3, each over both data paths: the embedded memnode (shared
 //! memory) and a memnode process on TCP loopback (the socket); and a Java program (the JVM
 //! protects parts of its heap `PROT_NONE`, which eviction must step around). The programs come
-//! from `scripts/setup.sh` (apt); a missing one fails the test with a message saying so.
+//! from `scripts/setup.sh` (apt); a missing one fails the test with a message saying so. A numpy
+//! job frees and allocates big arrays, which the preload's allocator keeps for reuse.
 
 mod common;
 
@@ -664,6 +665,85 @@ fn python_multiprocessing_over_far_memory_matches_all_local() {
     assert!(
         s["total"]["evictions"]["dirty"].as_u64().unwrap() > (24 << 20) / 4096,
         "the parent's blocks went to the memnode: {s}"
+    );
+}
+
+/// numpy arrays freed and allocated every iteration (as pagerank-style jobs do), beside a
+/// 64 MiB array that is mostly far: 4 MiB arrays fit the kept-block allowance (a quarter of the
+/// 32 MiB budget), so `np.zeros` (calloc) and the arithmetic's results (malloc) get freed blocks
+/// back. A kept block handed to calloc must read as zeros: the checksum covers every array,
+/// zeros included, and must equal the all-local run's.
+const NUMPY_JOB: &str = r#"
+import hashlib, sys
+import numpy as np
+n = int(sys.argv[1])
+rng = np.random.default_rng(7)
+base = rng.random(16 * n)
+x = rng.random(n)
+idx = rng.permutation(n)
+h = hashlib.sha256()
+for it in range(16):
+    y = np.zeros(n)
+    y[idx[: n // 2]] = x[: n // 2]
+    z = y * 0.5 + x + base[it * n:(it + 1) * n]
+    x = z / (1.0 + z.max())
+    h.update(y.tobytes())
+    h.update(x.tobytes())
+    del y, z
+print("numpy", np.__version__, h.hexdigest())
+"#;
+
+/// A Python interpreter that has numpy: `python3`'s own, else the system's (`scripts/setup.sh`
+/// installs Debian's `python3-numpy` when neither has it).
+fn python_with_numpy() -> String {
+    let has_numpy = |python: &str| {
+        Command::new(python)
+            .args(["-c", "import numpy"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    let candidates = [real_python(), "/usr/bin/python3"];
+    candidates
+        .iter()
+        .find(|p| has_numpy(p))
+        .unwrap_or_else(|| {
+            panic!(
+                "numpy is not installed for {candidates:?}: run scripts/setup.sh (it installs \
+                 python3-numpy)"
+            )
+        })
+        .to_string()
+}
+
+#[test]
+fn numpy_arrays_freed_and_reallocated_match_all_local() {
+    let python = python_with_numpy();
+    let dir = TempDir::new("numpy");
+    let script = write_script(&dir, "arrays.py", NUMPY_JOB);
+    // 4 MiB arrays, 64 MiB of `base`: about 90 MiB in all at a 32 MiB budget.
+    let n = "500000";
+    let local = Command::new(&python).args([&script, n]).output().unwrap();
+    assert!(local.status.success(), "{local:?}");
+    let want = String::from_utf8_lossy(&local.stdout).trim().to_string();
+    assert!(want.starts_with("numpy "), "{want}");
+    let mut run = spawn_under_gleaner(dir.path(), "32M", None, &[&python, &script, n]);
+    assert_eq!(wait_exit(&mut run, Duration::from_secs(300)), Some(0));
+    let far = std::fs::read_to_string(dir.path().join("out.log")).unwrap();
+    assert_eq!(
+        far.trim(),
+        want,
+        "numpy's result under far memory differs from the all-local one; stderr: {}",
+        std::fs::read_to_string(dir.path().join("err.log")).unwrap_or_default()
+    );
+    let s = stats(dir.path());
+    let p = &s["processes"][0]["stats"];
+    assert!(
+        p["reused_pages"].as_u64().unwrap() > (16 << 20) / 4096,
+        "freed arrays came back for new ones: {s}"
+    );
+    assert!(
+        p["faults"]["remote"].as_u64().unwrap() > 0,
+        "the big array was read back from the memnode: {s}"
     );
 }
 
