@@ -809,6 +809,41 @@ fn embedded_memnode_is_started_and_stopped_with_the_region() {
     );
 }
 
+/// Two ranges filled in order but interleaved, page by page (a program filling two buffers at
+/// once, or two threads each filling its own): no fault continues the one before it, yet each
+/// finds the pages before it touched already and gets the next ones zero-filled with it, so the
+/// fills take far fewer faults than pages. Every page reads back what was written.
+#[test]
+fn interleaved_fills_in_order_are_zero_filled_ahead() {
+    gleaner_bin();
+    let pages = 2048;
+    let half = pages / 2;
+    // Room for everything: no eviction, so every first touch is a zero-fill.
+    let region = Region::new(RegionConfig::new(pages * PAGE_SIZE, 16 << 20)).unwrap();
+    let base = Base(region.as_ptr() as usize);
+    for p in 0..half {
+        base.write(p, 1);
+        base.write(half + p, 2);
+    }
+    // The handler counts a fill just after it wakes the faulting thread: wait for the last.
+    let t0 = std::time::Instant::now();
+    let mut f = region.stats().faults;
+    while f.zero_fill + f.zero_filled_ahead < pages as u64 && t0.elapsed().as_secs() < 5 {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        f = region.stats().faults;
+    }
+    assert_eq!(f.zero_fill + f.zero_filled_ahead, pages as u64, "{f:?}");
+    assert!(
+        f.zero_fill < pages as u64 / 8,
+        "{} zero-fill faults for {pages} pages filled in order: {f:?}",
+        f.zero_fill
+    );
+    for p in 0..half {
+        assert!(base.check(p, 1).is_none(), "page {p}");
+        assert!(base.check(half + p, 2).is_none(), "page {}", half + p);
+    }
+}
+
 /// Asked for, the region writes its statistics as JSON when it is dropped.
 #[test]
 fn stats_are_written_at_drop_when_asked() {

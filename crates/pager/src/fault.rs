@@ -208,17 +208,30 @@ impl Handler {
     }
 
     /// How many pages after `page` (a first touch being served) to zero-fill with it: none
-    /// unless the first touches come in order (this one continues the last fill, or the page
-    /// before it was the last one touched), then a window doubling from 8 to
-    /// [`MAX_ZERO_RUN`]` - 1` while the fill goes on, like readahead. Claims the pages (ABSENT →
+    /// unless the first touches come in order. Where this one continues the fill this handler
+    /// served last, a window doubling from 8 to [`MAX_ZERO_RUN`]` - 1` while the fill goes on,
+    /// like readahead; else, where the pages just before `page` are touched already (the fill
+    /// went on through another handler, or another fill came between), as many as that run of
+    /// touched pages is long, rounded up to a power of two, from 8. Claims the pages (ABSENT →
     /// FETCHING) and their budget slots, stopping at the first page already touched or the
     /// first slot only direct reclaim could free.
     fn zero_ahead(&mut self, engine: &Engine, page: usize) -> usize {
-        let sequential = page == self.zero_next;
-        self.zero_window = if sequential {
+        self.zero_window = if page == self.zero_next {
             (self.zero_window * 2).clamp(8, MAX_ZERO_RUN - 1)
         } else {
-            0
+            // This handler did not serve the fill's last fault (another handler did, or
+            // another thread's fill came between), but the pages just before this one are
+            // touched already: the program fills memory in order here. As far ahead as that
+            // run is long, from 8.
+            let table = &engine.mem.table;
+            let behind = (1..MAX_ZERO_RUN)
+                .take_while(|&d| d <= page && table.get(page - d) != PageState::Absent)
+                .count();
+            if behind == 0 {
+                0
+            } else {
+                behind.next_power_of_two().clamp(8, MAX_ZERO_RUN - 1)
+            }
         };
         let mut ahead = 0;
         let pages = engine.mem.pages();
