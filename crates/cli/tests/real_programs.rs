@@ -627,6 +627,27 @@ fn python_checksums_match(via: Via) {
     assert_data_path(via, &s);
 }
 
+/// Runs `cmd` under `gleaner run --local-mem budget` (embedded memnode), requires exit 0 and
+/// its output to be `want` (the all-local run's, trimmed); returns the run's stats.
+fn output_matches_all_local(
+    dir: &TempDir,
+    budget: &str,
+    cmd: &[&str],
+    want: &str,
+    whose: &str,
+) -> serde_json::Value {
+    let mut run = spawn_under_gleaner(dir.path(), budget, None, cmd);
+    assert_eq!(wait_exit(&mut run, Duration::from_secs(300)), Some(0));
+    let far = std::fs::read_to_string(dir.path().join("out.log")).unwrap();
+    assert_eq!(
+        far.trim(),
+        want,
+        "{whose} result under far memory differs from the all-local one; stderr: {}",
+        std::fs::read_to_string(dir.path().join("err.log")).unwrap_or_default()
+    );
+    stats(dir.path())
+}
+
 /// A `multiprocessing` pool (fork start method) over data the parent built: 48 MiB of
 /// bytearrays at a 16 MiB budget, most of them on the memnode when the workers are forked; each
 /// worker hashes its share of the parent's blocks. The result must equal the all-local run's.
@@ -652,16 +673,7 @@ fn python_multiprocessing_over_far_memory_matches_all_local() {
     assert!(local.status.success(), "{local:?}");
     let want = String::from_utf8_lossy(&local.stdout).trim().to_string();
     assert!(want.starts_with("pool "), "{want}");
-    let mut run = spawn_under_gleaner(dir.path(), "16M", None, &[python, &script, "48"]);
-    assert_eq!(wait_exit(&mut run, Duration::from_secs(300)), Some(0));
-    let far = std::fs::read_to_string(dir.path().join("out.log")).unwrap();
-    assert_eq!(
-        far.trim(),
-        want,
-        "the pool's result under far memory differs from the all-local one; stderr: {}",
-        std::fs::read_to_string(dir.path().join("err.log")).unwrap_or_default()
-    );
-    let s = stats(dir.path());
+    let s = output_matches_all_local(&dir, "16M", &[python, &script, "48"], &want, "the pool's");
     assert!(
         s["total"]["evictions"]["dirty"].as_u64().unwrap() > (24 << 20) / 4096,
         "the parent's blocks went to the memnode: {s}"
@@ -726,16 +738,7 @@ fn numpy_arrays_freed_and_reallocated_match_all_local() {
     assert!(local.status.success(), "{local:?}");
     let want = String::from_utf8_lossy(&local.stdout).trim().to_string();
     assert!(want.starts_with("numpy "), "{want}");
-    let mut run = spawn_under_gleaner(dir.path(), "32M", None, &[&python, &script, n]);
-    assert_eq!(wait_exit(&mut run, Duration::from_secs(300)), Some(0));
-    let far = std::fs::read_to_string(dir.path().join("out.log")).unwrap();
-    assert_eq!(
-        far.trim(),
-        want,
-        "numpy's result under far memory differs from the all-local one; stderr: {}",
-        std::fs::read_to_string(dir.path().join("err.log")).unwrap_or_default()
-    );
-    let s = stats(dir.path());
+    let s = output_matches_all_local(&dir, "32M", &[&python, &script, n], &want, "numpy's");
     let p = &s["processes"][0]["stats"];
     assert!(
         p["reused_pages"].as_u64().unwrap() > (16 << 20) / 4096,
