@@ -533,6 +533,53 @@ fn policy_flags_reach_the_program() {
     assert!(err.contains("expected `on` or `off`"), "{err}");
 }
 
+/// `gleaner run --trace` writes a fault trace that `gleaner trace replay` reads, holding every
+/// fault the program took: the region of a program is never dropped, so the trace is written
+/// out at exit (it was left empty before).
+#[test]
+fn a_fault_trace_under_gleaner_run_is_complete_and_replays() {
+    let dir = TempDir::new("fault-trace");
+    let trace = dir.path().join("faults-%p.trace");
+    let trace_s = trace.to_string_lossy().into_owned();
+    let (code, out, err, stats) = run_program("8M", "mixed", "32", &["--trace", &trace_s]);
+    assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
+    let p = &stats["processes"][0];
+    let path = dir.path().join(format!("faults-{}.trace", p["pid"]));
+    let bytes = std::fs::metadata(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .len();
+    // A 32-byte header, then 24 bytes per fault (docs: gleaner_policy::trace).
+    let records = bytes.saturating_sub(32) / 24;
+    let f = &p["stats"]["faults"];
+    let faults = f["zero_fill"].as_u64().unwrap() + f["remote"].as_u64().unwrap();
+    assert!(
+        records >= faults,
+        "{records} records for {faults} zero-fill and remote faults: {stats}"
+    );
+    let (code, out, err) = run_gleaner(
+        &[
+            "trace",
+            "replay",
+            &path.to_string_lossy(),
+            "--local",
+            "50%",
+            "--prefetch",
+            "none",
+            "--evict",
+            "fifo",
+            "--json",
+        ],
+        LIMIT,
+    );
+    assert_eq!(code, Some(0), "replay: {err}");
+    let replay: serde_json::Value = serde_json::from_str(&out).expect("replay prints JSON");
+    assert_eq!(replay["records"], records, "{replay}");
+    assert!(
+        replay["results"][0]["misses"].as_u64().unwrap() > 0,
+        "{replay}"
+    );
+}
+
 /// A script's helper that changes directory still finds the token file given relatively (issue
 /// 14 item 5: through a pyenv shim, 5 of 15 processes could not read `tok` and ran all-local),
 /// and so do the per-process paths (`--stats-trace`): the launcher makes them absolute.

@@ -432,6 +432,15 @@ impl Region {
         }
     }
 
+    /// Writes out the fault trace's buffered records (`RegionConfig::trace`): for a process
+    /// about to exit without dropping the region (the preload library's, at exit). Faults served
+    /// after this are recorded but may not reach the file.
+    pub fn flush_trace(&self) {
+        if let Some(trace) = &self.engine.trace {
+            trace.flush();
+        }
+    }
+
     /// Asks for `len` bytes at `offset` to be fetched ahead of use (a runtime prefetch hint):
     /// the far pages of the range are fetched in the background at prefetch priority (only
     /// while the budget has room, never evicting for them). Returns at once; pages already
