@@ -5,6 +5,8 @@ touches it changes: the quick-start demo job at 64M, the harness's xgboost and p
 against all-local, fault counts) and prints a line per run.
 
     BASE=/tmp/base-bin/gleaner NEW=/tmp/new-bin/gleaner python3 bench/results/zero-ahead/ab.py [REPS]
+
+`OUT=name.json` writes that file here instead of ab.json.
 """
 
 import json
@@ -70,7 +72,7 @@ def main():
                           f"{r['remote_faults']}, evicted {r['evicted']}", flush=True)
     out = {"script": "bench/results/zero-ahead/ab.py", "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
            "builds": builds, "all_local_results": local, "runs": runs}
-    json.dump(out, open(os.path.join(HERE, "ab.json"), "w"), indent=1)
+    json.dump(out, open(os.path.join(HERE, os.environ.get("OUT", "ab.json")), "w"), indent=1)
     return 0 if all(r["result_ok"] and r["exit"] == 0 for r in runs) else 1
 
 

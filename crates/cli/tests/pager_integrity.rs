@@ -825,14 +825,7 @@ fn interleaved_fills_in_order_are_zero_filled_ahead() {
         base.write(p, 1);
         base.write(half + p, 2);
     }
-    // The handler counts a fill just after it wakes the faulting thread: wait for the last.
-    let t0 = std::time::Instant::now();
-    let mut f = region.stats().faults;
-    while f.zero_fill + f.zero_filled_ahead < pages as u64 && t0.elapsed().as_secs() < 5 {
-        std::thread::sleep(std::time::Duration::from_millis(10));
-        f = region.stats().faults;
-    }
-    assert_eq!(f.zero_fill + f.zero_filled_ahead, pages as u64, "{f:?}");
+    let f = settled_fill_counts(&region, pages as u64);
     assert!(
         f.zero_fill < pages as u64 / 8,
         "{} zero-fill faults for {pages} pages filled in order: {f:?}",
@@ -842,6 +835,44 @@ fn interleaved_fills_in_order_are_zero_filled_ahead() {
         assert!(base.check(p, 1).is_none(), "page {p}");
         assert!(base.check(half + p, 2).is_none(), "page {}", half + p);
     }
+}
+
+/// A range filled from its end down, page by page (glibc's `memmove` of a large block copied
+/// so here): each fault finds the pages after it touched already and gets the ones before it
+/// zero-filled with it, so the fill takes far fewer faults than pages. Every page reads back
+/// what was written.
+#[test]
+fn fills_from_the_end_down_are_zero_filled_too() {
+    gleaner_bin();
+    let pages = 2048;
+    let region = Region::new(RegionConfig::new(pages * PAGE_SIZE, 16 << 20)).unwrap();
+    let base = Base(region.as_ptr() as usize);
+    for p in (0..pages).rev() {
+        base.write(p, 3);
+    }
+    let f = settled_fill_counts(&region, pages as u64);
+    assert!(
+        f.zero_fill < pages as u64 / 8,
+        "{} zero-fill faults for {pages} pages filled downward: {f:?}",
+        f.zero_fill
+    );
+    for p in 0..pages {
+        assert!(base.check(p, 3).is_none(), "page {p}");
+    }
+}
+
+/// The region's fault counts once every one of `pages` first touches is counted (the handler
+/// counts a fill just after it wakes the faulting thread), at most 5 s later; asserts that the
+/// fills' faults and the pages filled with them add up to `pages`.
+fn settled_fill_counts(region: &Region, pages: u64) -> gleaner_pager::FaultStats {
+    let t0 = std::time::Instant::now();
+    let mut f = region.stats().faults;
+    while f.zero_fill + f.zero_filled_ahead < pages && t0.elapsed().as_secs() < 5 {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        f = region.stats().faults;
+    }
+    assert_eq!(f.zero_fill + f.zero_filled_ahead, pages, "{f:?}");
+    f
 }
 
 /// Asked for, the region writes its statistics as JSON when it is dropped.

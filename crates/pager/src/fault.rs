@@ -113,17 +113,17 @@ impl Handler {
                     engine.charge(&mut *self.store, &mut self.evictor, None);
                     // First touch never goes to the network. A program filling memory in order
                     // gets the next pages zero-filled with this one.
-                    let ahead = self.zero_ahead(engine, page);
-                    if ahead == 0 {
+                    let (first, count) = self.zero_run(engine, page);
+                    if count == 1 {
                         engine.mem.install_zero(page);
                     } else {
-                        engine.mem.install_zero_run(page, 1 + ahead);
+                        engine.mem.install_zero_run(first, count);
                     }
-                    for q in page..=page + ahead {
+                    for q in first..first + count {
                         engine.installed(q, PageState::Dirty, false);
                     }
                     Counters::add(&c.zero_fills, 1);
-                    Counters::add(&c.zero_filled_ahead, ahead as u64);
+                    Counters::add(&c.zero_filled_ahead, count as u64 - 1);
                     return;
                 }
                 PageState::Remote => {
@@ -207,51 +207,44 @@ impl Handler {
         }
     }
 
-    /// How many pages after `page` (a first touch being served) to zero-fill with it: none
-    /// unless the first touches come in order. Where this one continues the fill this handler
-    /// served last, a window doubling from 8 to [`MAX_ZERO_RUN`]` - 1` while the fill goes on,
-    /// like readahead; else, where the pages just before `page` are touched already (the fill
-    /// went on through another handler, or another fill came between), as many as that run of
-    /// touched pages is long, rounded up to a power of two, from 8. Claims the pages (ABSENT →
-    /// FETCHING) and their budget slots, stopping at the first page already touched or the
-    /// first slot only direct reclaim could free.
-    fn zero_ahead(&mut self, engine: &Engine, page: usize) -> usize {
+    /// The run of pages to zero-fill with `page` (a first touch being served), as its first page
+    /// and length, `page` in it: `page` alone unless the first touches come in order. Upward:
+    /// where this one continues the fill this handler served last, a window doubling from 8 to
+    /// [`MAX_ZERO_RUN`]` - 1` pages after `page` while the fill goes on, like readahead; else,
+    /// where the pages just before `page` are touched already (the fill went on through another
+    /// handler, or another fill came between), as many pages after it as that run of touched
+    /// pages is long, rounded up to a power of two, from 8. Downward, the same by the pages just
+    /// after `page`: memory is filled from its end too (glibc's `memmove` of a large block into
+    /// fresh memory copied so here). Claims the pages (ABSENT → FETCHING) and their budget slots, stopping at the
+    /// first page already touched or the first slot only direct reclaim could free.
+    fn zero_run(&mut self, engine: &Engine, page: usize) -> (usize, usize) {
+        let table = &engine.mem.table;
+        let pages = engine.mem.pages();
+        let below = |d: usize| page.checked_sub(d);
+        let above = |d: usize| Some(page + d).filter(|&q| q < pages);
+        // How many pages in a row, going one way from `page`, are touched already.
+        let touched = |at: &dyn Fn(usize) -> Option<usize>| {
+            (1..MAX_ZERO_RUN)
+                .take_while(|&d| at(d).is_some_and(|q| table.get(q) != PageState::Absent))
+                .count()
+        };
+        let window = |run: usize| match run {
+            0 => 0,
+            run => run.next_power_of_two().clamp(8, MAX_ZERO_RUN - 1),
+        };
         self.zero_window = if page == self.zero_next {
             (self.zero_window * 2).clamp(8, MAX_ZERO_RUN - 1)
         } else {
-            // This handler did not serve the fill's last fault (another handler did, or
-            // another thread's fill came between), but the pages just before this one are
-            // touched already: the program fills memory in order here. As far ahead as that
-            // run is long, from 8.
-            let table = &engine.mem.table;
-            let behind = (1..MAX_ZERO_RUN)
-                .take_while(|&d| d <= page && table.get(page - d) != PageState::Absent)
-                .count();
-            if behind == 0 {
-                0
-            } else {
-                behind.next_power_of_two().clamp(8, MAX_ZERO_RUN - 1)
-            }
+            window(touched(&below))
         };
-        let mut ahead = 0;
-        let pages = engine.mem.pages();
-        while ahead < self.zero_window && page + ahead + 1 < pages {
-            let q = page + ahead + 1;
-            if !engine
-                .mem
-                .table
-                .transition(q, PageState::Absent, PageState::Fetching)
-            {
-                break;
-            }
-            if !engine.try_charge(None) {
-                engine.mem.release(q, PageState::Absent);
-                break;
-            }
-            ahead += 1;
+        if self.zero_window > 0 {
+            let ahead = claim_zero_fill(engine, self.zero_window, &above);
+            self.zero_next = page + ahead + 1;
+            return (page, 1 + ahead);
         }
-        self.zero_next = page + ahead + 1;
-        ahead
+        let behind = claim_zero_fill(engine, window(touched(&above)), &below);
+        self.zero_next = page + 1;
+        (page - behind, 1 + behind)
     }
 
     /// Fetches `page` (owned in FETCHING) from the store and installs it.
@@ -402,4 +395,27 @@ pub(crate) fn lost(engine: &Engine, page: usize, e: &StoreError) -> ! {
         engine.mem.mapping.addr(),
         engine.mem.table.census()[PageState::Remote as usize] + 1
     ))
+}
+
+/// Claims up to `window` pages for a zero-fill run, the `d`-th at `at(d)` (`None`: beyond the
+/// region): each ABSENT → FETCHING with its budget slot, stopping at the first page already
+/// touched or the first slot only direct reclaim could free. Returns how many it claimed.
+fn claim_zero_fill(engine: &Engine, window: usize, at: &dyn Fn(usize) -> Option<usize>) -> usize {
+    let mut claimed = 0;
+    while claimed < window {
+        let Some(q) = at(claimed + 1) else { break };
+        if !engine
+            .mem
+            .table
+            .transition(q, PageState::Absent, PageState::Fetching)
+        {
+            break;
+        }
+        if !engine.try_charge(None) {
+            engine.mem.release(q, PageState::Absent);
+            break;
+        }
+        claimed += 1;
+    }
+    claimed
 }
