@@ -1374,10 +1374,17 @@ fn asynchronous_tracking_takes_no_write_faults_and_loses_no_write() {
         );
         assert!(!s.write_prediction.enabled, "{:?}", s.write_prediction);
         if drop == "all" {
-            // (A fault handler reclaiming directly, the last resort, scans all.)
+            // Only a fault handler reclaiming directly (the last resort) scans, and it scans
+            // all its runs: at most about its share of the runs (twice it, for the slack of
+            // runs of unequal length). How often handlers must reclaim directly depends on how
+            // much CPU the reclaim thread gets (beside the suite's other tests: 10% of the runs
+            // or more); a pool that scanned would scan nearly all.
+            let evicted = s.evictions.dirty + s.evictions.clean;
+            let direct_runs = s.reclaim.direct_pages * s.evictions.runs / evicted.max(1);
             assert!(
-                s.evictions.scanned_runs * 10 < s.evictions.runs,
-                "predict {predict}: {:?}",
+                s.evictions.scanned_runs <= 2 * direct_runs + 5,
+                "predict {predict}: {} pages reclaimed directly, {:?}",
+                s.reclaim.direct_pages,
                 s.evictions
             );
         } else {
