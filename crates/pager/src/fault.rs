@@ -112,7 +112,7 @@ impl Handler {
                     }
                     engine.charge(&mut *self.store, &mut self.evictor, None);
                     // First touch never goes to the network. A program filling memory in order
-                    // gets the next pages zero-filled with this one.
+                    // (upward or downward) gets the neighbouring pages zero-filled with this one.
                     let (first, count) = self.zero_run(engine, page);
                     if count == 1 {
                         engine.mem.install_zero(page);
@@ -215,8 +215,9 @@ impl Handler {
     /// handler, or another fill came between), as many pages after it as that run of touched
     /// pages is long, rounded up to a power of two, from 8. Downward, the same by the pages just
     /// after `page`: memory is filled from its end too (glibc's `memmove` of a large block into
-    /// fresh memory copied so here). Claims the pages (ABSENT → FETCHING) and their budget slots, stopping at the
-    /// first page already touched or the first slot only direct reclaim could free.
+    /// fresh memory copied so here). Claims the pages (ABSENT → FETCHING) and their budget
+    /// slots, stopping at the first page already touched or the first slot only direct reclaim
+    /// could free.
     fn zero_run(&mut self, engine: &Engine, page: usize) -> (usize, usize) {
         let table = &engine.mem.table;
         let pages = engine.mem.pages();

@@ -459,7 +459,7 @@ extern "C" fn at_exit() {
     IN_RUNTIME.with(|c| c.set(true));
     if let Some(a) = arena::get() {
         // The region is never dropped: its live status file goes now, not with the process,
-        // and its fault trace is written out (every process has its own).
+        // and its fault trace (`--trace`) is written out.
         a.region().withdraw_status();
         a.region().flush_trace();
         // The stats file is the process's that started the pager (a fork child's would
