@@ -825,12 +825,7 @@ fn interleaved_fills_in_order_are_zero_filled_ahead() {
         base.write(p, 1);
         base.write(half + p, 2);
     }
-    let f = settled_fill_counts(&region, pages as u64);
-    assert!(
-        f.zero_fill < pages as u64 / 8,
-        "{} zero-fill faults for {pages} pages filled in order: {f:?}",
-        f.zero_fill
-    );
+    assert_filled_with_few_faults(&region, pages as u64, "in order, interleaved");
     for p in 0..half {
         assert!(base.check(p, 1).is_none(), "page {p}");
         assert!(base.check(half + p, 2).is_none(), "page {}", half + p);
@@ -850,21 +845,16 @@ fn fills_from_the_end_down_are_zero_filled_too() {
     for p in (0..pages).rev() {
         base.write(p, 3);
     }
-    let f = settled_fill_counts(&region, pages as u64);
-    assert!(
-        f.zero_fill < pages as u64 / 8,
-        "{} zero-fill faults for {pages} pages filled downward: {f:?}",
-        f.zero_fill
-    );
+    assert_filled_with_few_faults(&region, pages as u64, "downward");
     for p in 0..pages {
         assert!(base.check(p, 3).is_none(), "page {p}");
     }
 }
 
-/// The region's fault counts once every one of `pages` first touches is counted (the handler
-/// counts a fill just after it wakes the faulting thread), at most 5 s later; asserts that the
-/// fills' faults and the pages filled with them add up to `pages`.
-fn settled_fill_counts(region: &Region, pages: u64) -> gleaner_pager::FaultStats {
+/// Asserts that `pages` first touches, filled `how`, took fewer than one zero-fill fault per
+/// 8 pages, the rest zero-filled with them: once every fill is counted (the handler counts one
+/// just after it wakes the faulting thread), at most 5 s later.
+fn assert_filled_with_few_faults(region: &Region, pages: u64, how: &str) {
     let t0 = std::time::Instant::now();
     let mut f = region.stats().faults;
     while f.zero_fill + f.zero_filled_ahead < pages && t0.elapsed().as_secs() < 5 {
@@ -872,7 +862,11 @@ fn settled_fill_counts(region: &Region, pages: u64) -> gleaner_pager::FaultStats
         f = region.stats().faults;
     }
     assert_eq!(f.zero_fill + f.zero_filled_ahead, pages, "{f:?}");
-    f
+    assert!(
+        f.zero_fill < pages / 8,
+        "{} zero-fill faults for {pages} pages filled {how}: {f:?}",
+        f.zero_fill
+    );
 }
 
 /// Asked for, the region writes its statistics as JSON when it is dropped.
