@@ -548,8 +548,9 @@ fn a_fault_trace_under_gleaner_run_is_complete_and_replays() {
     let bytes = std::fs::metadata(&path)
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
         .len();
-    // A 32-byte header, then 24 bytes per fault (docs: gleaner_policy::trace).
-    let records = bytes.saturating_sub(32) / 24;
+    // A header, then one fixed-size record per fault.
+    use gleaner_policy::trace::{HEADER_LEN, RECORD_LEN};
+    let records = bytes.saturating_sub(HEADER_LEN as u64) / RECORD_LEN as u64;
     let f = &p["stats"]["faults"];
     let faults = f["zero_fill"].as_u64().unwrap() + f["remote"].as_u64().unwrap();
     assert!(

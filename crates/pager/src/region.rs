@@ -973,9 +973,7 @@ impl Drop for Region {
         if let Some(t) = self.hint_thread.lock().expect("hint thread lock").take() {
             t.join();
         }
-        if let Some(trace) = &e.trace {
-            trace.flush();
-        }
+        self.flush_trace();
         // After the join, so every fault the program saw is counted.
         if let Some(path) = &self.stats_path {
             if let Err(err) = std::fs::write(path, self.stats_json()) {

@@ -41,6 +41,11 @@ struct ReuseWaits {
 
 impl ReuseWaits {
     const DECAY: u32 = 256;
+    /// None recorded yet.
+    const EMPTY: ReuseWaits = ReuseWaits {
+        buckets: [0; 16],
+        samples: 0,
+    };
 
     fn record(&mut self, wait_ms: u64) {
         let i = ((64 - wait_ms.leading_zeros()) as usize).min(self.buckets.len() - 1);
@@ -105,10 +110,7 @@ impl Retained {
             pages: 0,
             cap,
             max_age,
-            waits: ReuseWaits {
-                buckets: [0; 16],
-                samples: 0,
-            },
+            waits: ReuseWaits::EMPTY,
             ghosts: VecDeque::new(),
         }
     }
@@ -324,10 +326,7 @@ mod tests {
 
     #[test]
     fn reuse_waits_follow_the_program_as_old_ones_decay() {
-        let mut w = ReuseWaits {
-            buckets: [0; 16],
-            samples: 0,
-        };
+        let mut w = ReuseWaits::EMPTY;
         for _ in 0..100 {
             w.record(300);
         }
