@@ -44,7 +44,7 @@ use std::time::Instant;
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
 use serde::Serialize;
 
-use crate::decode_budget::{Choice, DecodeBudget, SpeedMap};
+use crate::decode_budget::{Choice, DecodeBudget, SpeedMap, DEFAULT_MAX_DECODE_NS};
 use crate::{PagerError, PAGE_SIZE};
 
 /// Bytes the AEAD tag adds to a sealed blob.
@@ -70,6 +70,18 @@ pub enum Compression {
     Lz4,
     /// zstd at level 1: smaller, slower to decompress.
     Zstd,
+}
+
+impl Compression {
+    /// The decode budget `--max-decode-us auto` stands for with this compressor, in ns (`None`:
+    /// no bound): LZ4, chosen for speed on the fault path, keeps its mean per page within
+    /// [`DEFAULT_MAX_DECODE_NS`]; zstd, chosen for memory, is not bounded.
+    pub fn auto_decode_budget_ns(self) -> Option<u64> {
+        match self {
+            Compression::Lz4 => Some(DEFAULT_MAX_DECODE_NS),
+            Compression::Zstd | Compression::Off => None,
+        }
+    }
 }
 
 impl std::str::FromStr for Compression {
@@ -342,9 +354,11 @@ impl Codec {
             inherited_key: None,
             next_version: AtomicU64::new(1),
             counters: Counters::default(),
-            speed: max_decode
-                .nanos(compression)
-                .map(|ns| SpeedMap::new(pages, ns)),
+            speed: match compression {
+                Compression::Off => None,
+                c => max_decode.nanos(c.auto_decode_budget_ns()),
+            }
+            .map(|ns| SpeedMap::new(pages, ns)),
         }))
     }
 
@@ -881,6 +895,25 @@ mod tests {
                 assert_eq!(round_trip(c, e, &same), 9 + tag);
             }
         }
+    }
+
+    /// `--max-decode-us auto` bounds LZ4's decodes at 1.5 µs and leaves zstd's unbounded; a
+    /// number bounds either; with compression off there is nothing to bound.
+    #[test]
+    fn the_decode_budget_applies_per_compressor() {
+        let bound = |c: Compression, b: DecodeBudget| {
+            let codec = Codec::for_region(c, Encryption::Off, b, 64).unwrap();
+            codec.speed.as_ref().map(|_| ())
+        };
+        assert_eq!(Compression::Lz4.auto_decode_budget_ns(), Some(1500));
+        assert_eq!(bound(Compression::Lz4, DecodeBudget::Auto), Some(()));
+        assert_eq!(bound(Compression::Zstd, DecodeBudget::Auto), None);
+        assert_eq!(
+            bound(Compression::Zstd, DecodeBudget::Micros(2.5)),
+            Some(())
+        );
+        assert_eq!(bound(Compression::Off, DecodeBudget::Micros(2.5)), None);
+        assert_eq!(bound(Compression::Lz4, DecodeBudget::Off), None);
     }
 
     /// The copy out of the store's buffer and the open are timed apart, per blob opened; with

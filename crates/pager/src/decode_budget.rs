@@ -51,7 +51,6 @@
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, Ordering};
 
-use crate::codec::Compression;
 use crate::PAGE_SIZE;
 
 /// Pages per chunk that share one learned decision (256 KiB).
@@ -90,13 +89,13 @@ pub enum DecodeBudget {
 }
 
 impl DecodeBudget {
-    /// The budget in nanoseconds for `compression`, or `None` for no bound.
-    pub fn nanos(&self, compression: Compression) -> Option<u64> {
-        match (self, compression) {
-            (_, Compression::Off) | (DecodeBudget::Off, _) => None,
-            (DecodeBudget::Auto, Compression::Lz4) => Some(DEFAULT_MAX_DECODE_NS),
-            (DecodeBudget::Auto, Compression::Zstd) => None,
-            (DecodeBudget::Micros(us), _) => Some((us * 1000.0).round() as u64),
+    /// The budget in nanoseconds, `auto` standing for `auto_ns` (the compressor's own default:
+    /// `codec.rs`), or `None` for no bound.
+    pub fn nanos(&self, auto_ns: Option<u64>) -> Option<u64> {
+        match self {
+            DecodeBudget::Off => None,
+            DecodeBudget::Auto => auto_ns,
+            DecodeBudget::Micros(us) => Some((us * 1000.0).round() as u64),
         }
     }
 }
@@ -309,14 +308,10 @@ mod tests {
         assert!("0".parse::<DecodeBudget>().is_err());
         assert!("-1".parse::<DecodeBudget>().is_err());
         assert!("fast".parse::<DecodeBudget>().is_err());
-        assert_eq!(DecodeBudget::Auto.nanos(Compression::Lz4), Some(1500));
-        assert_eq!(DecodeBudget::Auto.nanos(Compression::Zstd), None);
-        assert_eq!(
-            DecodeBudget::Micros(2.5).nanos(Compression::Zstd),
-            Some(2500)
-        );
-        assert_eq!(DecodeBudget::Micros(2.5).nanos(Compression::Off), None);
-        assert_eq!(DecodeBudget::Off.nanos(Compression::Lz4), None);
+        assert_eq!(DecodeBudget::Auto.nanos(Some(1500)), Some(1500));
+        assert_eq!(DecodeBudget::Auto.nanos(None), None);
+        assert_eq!(DecodeBudget::Micros(2.5).nanos(None), Some(2500));
+        assert_eq!(DecodeBudget::Off.nanos(Some(1500)), None);
     }
 
     #[test]

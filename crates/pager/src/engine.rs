@@ -23,6 +23,7 @@ use gleaner_uffd::{FaultKind, Mode};
 
 use crate::budget::Budget;
 use crate::config::FarCopies;
+use crate::counters::{Counters, LatencyHistogram};
 use crate::evict::Evictor;
 use crate::fatal::fatal;
 use crate::mem::Memory;
@@ -31,7 +32,7 @@ use crate::predict::WritePredictor;
 use crate::prefetch::Prefetch;
 use crate::reclaim::Reclaim;
 use crate::state::PageState;
-use crate::stats::{Counters, EvictionStats, FaultStats, LatencyHistogram, RegionStats};
+use crate::stats::{EvictionStats, FaultStats, RegionStats};
 use crate::store::{PageStore, StoreHandle};
 use crate::trace::FaultTrace;
 

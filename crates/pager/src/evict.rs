@@ -71,10 +71,11 @@ use gleaner_uffd::pagemap::{
     PageRegion, Pagemap, PAGE_IS_PRESENT, PAGE_IS_SWAPPED, PAGE_IS_WRITTEN,
 };
 
+use crate::counters::Counters;
 use crate::engine::{Engine, Tracking};
 use crate::fatal::fatal;
+use crate::runs::runs;
 use crate::state::PageState;
-use crate::stats::Counters;
 use crate::store::{Bell, StoreError, StoreHandle};
 use crate::PAGE_SIZE;
 
@@ -770,18 +771,6 @@ impl Pipe {
     }
 }
 
-/// Groups ascending page numbers into `(first, count)` runs of consecutive pages.
-pub(crate) fn runs(pages: impl Iterator<Item = usize>) -> Vec<(usize, usize)> {
-    let mut out: Vec<(usize, usize)> = Vec::new();
-    for p in pages {
-        match out.last_mut() {
-            Some((start, len)) if *start + *len == p => *len += 1,
-            _ => out.push((p, 1)),
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -888,14 +877,5 @@ mod tests {
         let mut status = 0;
         // SAFETY: waits for our own child.
         assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
-    }
-
-    #[test]
-    fn runs_group_consecutive_pages() {
-        assert_eq!(
-            super::runs([1, 2, 3, 7, 9, 10].into_iter()),
-            vec![(1, 3), (7, 1), (9, 2)]
-        );
-        assert!(super::runs(std::iter::empty()).is_empty());
     }
 }

@@ -8,14 +8,14 @@ use std::time::Instant;
 
 use gleaner_uffd::{Event, FaultKind};
 
+use crate::counters::Counters;
 use crate::engine::Engine;
 use crate::evict::Evictor;
 use crate::fatal::fatal;
-use crate::fetch;
+use crate::fetch::{self, lost, PrefetchBufs};
 use crate::mem::MAX_ZERO_RUN;
 use crate::state::PageState;
-use crate::stats::Counters;
-use crate::store::{page_buf, PageBuf, StoreError, StoreHandle};
+use crate::store::{page_buf, PageBuf, StoreHandle};
 
 /// What one handler thread owns: its store handle and scratch state.
 pub(crate) struct Handler {
@@ -23,8 +23,7 @@ pub(crate) struct Handler {
     /// Opened on the first direct reclaim (the last resort, or every fault in `direct` mode).
     pub(crate) evictor: Option<Evictor>,
     /// Prefetch candidates and the pages claimed for a prefetch.
-    pub(crate) candidates: Vec<u64>,
-    pub(crate) claimed: Vec<u64>,
+    prefetch: PrefetchBufs,
     /// A copy of a fetched page, kept while a direct reclaim reuses the store handle.
     stash: PageBuf,
     /// Sequential first touches: the page expected next if the program keeps filling memory in
@@ -39,8 +38,7 @@ impl Handler {
         Handler {
             store,
             evictor: None,
-            candidates: Vec::new(),
-            claimed: Vec::new(),
+            prefetch: PrefetchBufs::default(),
             stash: page_buf(),
             zero_next: usize::MAX,
             zero_window: 0,
@@ -140,11 +138,14 @@ impl Handler {
                         };
                         fetch::install_fetched(engine, page, &st.data[..], writable, false);
                         Counters::add(&c.prefetch_hit_faults, 1);
-                        self.candidates.clear();
-                        engine
-                            .prefetch
-                            .on_fault(page, tid, Some(&st.window), &mut self.candidates);
-                        fetch::prefetch(engine, self);
+                        self.prefetch.candidates.clear();
+                        engine.prefetch.on_fault(
+                            page,
+                            tid,
+                            Some(&st.window),
+                            &mut self.prefetch.candidates,
+                        );
+                        fetch::prefetch(engine, &mut *self.store, &mut self.prefetch);
                         return;
                     }
                     self.fetch_remote(engine, page, tid, write, started);
@@ -265,10 +266,10 @@ impl Handler {
             lost(engine, page, &e);
         }
         let charged = engine.try_charge(Some(page));
-        self.candidates.clear();
+        self.prefetch.candidates.clear();
         engine
             .prefetch
-            .on_fault(page, tid, None, &mut self.candidates);
+            .on_fault(page, tid, None, &mut self.prefetch.candidates);
         let looked_up = Instant::now();
         // A page seen rewritten goes in writable (no write-protect fault to follow).
         let writable = if write {
@@ -305,7 +306,7 @@ impl Handler {
         Counters::add(&c.fetch_ns, (fetched - looked_up).as_nanos() as u64);
         Counters::add(&c.install_ns, (done - fetched).as_nanos() as u64);
         engine.remote_latency.record(done - started);
-        fetch::prefetch(engine, self);
+        fetch::prefetch(engine, &mut *self.store, &mut self.prefetch);
     }
 }
 
@@ -386,16 +387,6 @@ fn on_write_protect(engine: &Engine, page: usize) {
             }
         }
     }
-}
-
-/// The page's data cannot be had: stop the program rather than hand it zeros.
-pub(crate) fn lost(engine: &Engine, page: usize, e: &StoreError) -> ! {
-    fatal(&format!(
-        "page {page} of the region at {:#x} is needed but {e}; {} pages held only on the \
-         memnode are lost",
-        engine.mem.mapping.addr(),
-        engine.mem.table.census()[PageState::Remote as usize] + 1
-    ))
 }
 
 /// Claims up to `window` pages for a zero-fill run, the `d`-th at `at(d)` (`None`: beyond the

@@ -1,12 +1,11 @@
 //! Bringing pages in from the store: installing a fetched page, prefetching the prefetcher's
 //! candidates after a demand fault, and bringing every page home before `fork`.
 
+use crate::counters::Counters;
 use crate::engine::Engine;
 use crate::fatal::fatal;
-use crate::fault::{lost, Handler};
 use crate::prefetch::PrefetchInstall;
 use crate::state::PageState;
-use crate::stats::Counters;
 use crate::store::{StoreError, StoreHandle};
 use crate::PAGE_SIZE;
 
@@ -34,10 +33,35 @@ pub(crate) fn install_fetched(
     engine.installed(page, state, prefetched);
 }
 
-/// Fetches the prefetcher's candidates (in `h.candidates`) that are still remote, in one batched
-/// read after the demand fetch, and installs or stages them (see `prefetch.rs`); returns how
-/// many it fetched.
-pub(crate) fn prefetch(engine: &Engine, h: &mut Handler) -> usize {
+/// The page's data cannot be had: stop the program rather than hand it zeros.
+pub(crate) fn lost(engine: &Engine, page: usize, e: &StoreError) -> ! {
+    fatal(&format!(
+        "page {page} of the region at {:#x} is needed but {e}; {} pages held only on the \
+         memnode are lost",
+        engine.mem.mapping.addr(),
+        engine.mem.table.census()[PageState::Remote as usize] + 1
+    ))
+}
+
+/// The pages to prefetch and those claimed for it, buffers kept from one prefetch to the next
+/// (by a fault handler, or the hint thread).
+#[derive(Default)]
+pub(crate) struct PrefetchBufs {
+    /// The prefetcher's candidates (or a hinted range), filled by the caller.
+    pub(crate) candidates: Vec<u64>,
+    /// The candidates claimed for this prefetch.
+    claimed: Vec<u64>,
+}
+
+/// Fetches the candidates in `bufs` that are still remote through `store`, in one batched read
+/// (after the demand fetch, on a fault), and installs or stages them (see `prefetch.rs`);
+/// returns how many it fetched.
+pub(crate) fn prefetch(
+    engine: &Engine,
+    store: &mut dyn StoreHandle,
+    bufs: &mut PrefetchBufs,
+) -> usize {
+    let h = bufs;
     if h.candidates.is_empty() {
         return 0;
     }
@@ -80,8 +104,8 @@ pub(crate) fn prefetch(engine: &Engine, h: &mut Handler) -> usize {
     engine.prefetch.count_issued(h.claimed.len());
     let claimed = std::mem::take(&mut h.claimed);
     let sent = match engine.prefetch.deadline() {
-        Some(deadline) => h.store.request_prefetch(&claimed, deadline),
-        None => h.store.request(&claimed),
+        Some(deadline) => store.request_prefetch(&claimed, deadline),
+        None => store.request(&claimed),
     };
     if let Err(e) = sent {
         lost(engine, claimed[0] as usize, &e);
@@ -96,7 +120,7 @@ pub(crate) fn prefetch(engine: &Engine, h: &mut Handler) -> usize {
     // Marker mode: the pages installed at once (not the late ones, which their demand faults
     // counted), credited as used when the window's marker is used.
     let mut window = Vec::new();
-    let r = h.store.receive(&mut |i, data| {
+    let r = store.receive(&mut |i, data| {
         let q = claimed[i] as usize;
         if !marker_mode || i == last {
             let window = std::mem::take(&mut window);
@@ -138,10 +162,10 @@ pub(crate) fn prefetch(engine: &Engine, h: &mut Handler) -> usize {
                 }
             }
             if !owed.is_empty() {
-                if let Err(e) = h.store.request(&owed) {
+                if let Err(e) = store.request(&owed) {
                     lost(engine, owed[0] as usize, &e);
                 }
-                let r = h.store.receive(&mut |i, data| {
+                let r = store.receive(&mut |i, data| {
                     let q = owed[i] as usize;
                     install_fetched(engine, q, data, engine.writes.install_writable(q), false);
                 });

@@ -31,10 +31,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::counters::Counters;
 use crate::engine::Engine;
 use crate::fatal::fatal;
 use crate::fault::Handler;
-use crate::stats::Counters;
 use crate::store::StoreHandle;
 
 /// Messages read per `read` call.

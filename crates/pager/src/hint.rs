@@ -11,8 +11,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use crate::engine::Engine;
-use crate::fault::Handler;
-use crate::fetch;
+use crate::fetch::{self, PrefetchBufs};
 use crate::store::StoreHandle;
 
 /// Hinted page ranges waiting for the hint thread, and what came of them.
@@ -71,19 +70,19 @@ impl Hints {
 }
 
 /// The hint thread: fetches hinted ranges, a batch at a time, until the region stops.
-pub(crate) fn run(engine: Arc<Engine>, store: Box<dyn StoreHandle>) {
-    let mut h = Handler::new(store);
+pub(crate) fn run(engine: Arc<Engine>, mut store: Box<dyn StoreHandle>) {
+    let mut bufs = PrefetchBufs::default();
     let pages = engine.mem.pages();
     while let Some((first, count)) = engine.hints.next(|| engine.stopping()) {
         let end = first.saturating_add(count).min(pages);
         let mut next = first;
         while next < end && !engine.stopping() {
             let stop = (next + gleaner_proto::MAX_BATCH_PAGES).min(end);
-            h.candidates.clear();
-            h.candidates.extend((next..stop).map(|p| p as u64));
+            bufs.candidates.clear();
+            bufs.candidates.extend((next..stop).map(|p| p as u64));
             let fetched = {
                 let _inside = engine.gate.enter();
-                fetch::prefetch(&engine, &mut h)
+                fetch::prefetch(&engine, &mut *store, &mut bufs)
             };
             // Charges only note the reclaim threads they want (a fault handler wakes them once
             // its fault is served); no fault waits on this thread, so wake them now.

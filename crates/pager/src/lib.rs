@@ -20,6 +20,7 @@ mod batch_size;
 mod budget;
 pub mod codec;
 mod config;
+mod counters;
 pub mod decode_budget;
 mod embedded;
 mod engine;
@@ -37,6 +38,7 @@ mod predict;
 mod prefetch;
 mod reclaim;
 mod region;
+mod runs;
 mod sampler;
 mod state;
 mod stats;
@@ -51,6 +53,7 @@ pub use config::{
     RegionConfig, WritePrediction, DEFAULT_EVICT, DEFAULT_EVICT_BATCH, DEFAULT_PREFETCH,
     FORK_CHILD_BUDGET_DIVISOR, MAX_AUTO_HANDLERS, MIN_AUTO_EVICT_BATCH, MIN_BUDGET_BATCHES,
 };
+pub use counters::{FaultBreakdown, LatencySummary};
 pub use embedded::{capacity_for_region, EmbeddedMemnode};
 pub use fatal::FATAL_EXIT_CODE;
 pub use predict::{WritePredictionStats, PREDICTED_RESIDENCIES};
@@ -58,9 +61,7 @@ pub use prefetch::PrefetchStats;
 pub use reclaim::ReclaimStats;
 pub use region::Region;
 pub use sampler::STATS_TRACE_INTERVAL;
-pub use stats::{
-    EvictionStats, FaultBreakdown, FaultStats, HintStats, LatencySummary, RegionStats,
-};
+pub use stats::{EvictionStats, FaultStats, HintStats, RegionStats};
 pub use status::{status_dir, STATUS_INTERVAL};
 pub use store::pool::MAX_REPLICAS;
 pub use store::StoreStats;

@@ -18,9 +18,9 @@ use std::time::{Duration, Instant};
 use gleaner_policy::reclaim::{ReclaimMode, ReclaimParams, ReclaimScheduler, ReclaimSnapshot};
 use serde::Serialize;
 
+use crate::counters::Counters;
 use crate::engine::Engine;
 use crate::evict::Evictor;
-use crate::stats::Counters;
 use crate::store::StoreHandle;
 
 /// Resolution of the per-page eviction clock: 64 µs, so a `u32` covers about 76 hours.

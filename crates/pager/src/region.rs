@@ -12,6 +12,7 @@ use gleaner_uffd::{features, Mode, Uffd, UffdOptions};
 use crate::budget::Budget;
 use crate::config::DirtyTracking;
 use crate::config::{ForkMode, MemnodeTarget, RegionConfig};
+use crate::counters::{Counters, LatencyHistogram};
 use crate::embedded::EmbeddedMemnode;
 use crate::engine::{Engine, Stop, Tracking};
 use crate::fatal::fatal;
@@ -21,7 +22,7 @@ use crate::predict::{WritePrediction, WritePredictor};
 use crate::prefetch::Prefetch;
 use crate::reclaim::Reclaim;
 use crate::state::{PageState, PageTable};
-use crate::stats::{Counters, LatencyHistogram, RegionStats};
+use crate::stats::RegionStats;
 use crate::store::socket::load_token;
 use crate::thread::PagerThread;
 use crate::trace::FaultTrace;
@@ -327,7 +328,7 @@ impl Region {
                     .iter()
                     .copied()
                     .filter(|&p| matches!(table.get(p), PageState::Clean | PageState::Dirty));
-                for (first, n) in crate::evict::runs(kept) {
+                for (first, n) in crate::runs::runs(kept) {
                     engine.mem.uffd.write_protect(
                         engine.mem.addr_of(first),
                         n * PAGE_SIZE,
@@ -494,7 +495,7 @@ impl Region {
         let (first, count) = (offset / PAGE_SIZE, len / PAGE_SIZE);
         let far = (first..first + count).filter(|&p| e.mem.table.get(p) == PageState::Remote);
         let mut far_pages = 0;
-        for (f, n) in crate::evict::runs(far) {
+        for (f, n) in crate::runs::runs(far) {
             // A page that came back meanwhile is discarded too: its contents do not matter.
             self.forget(f * PAGE_SIZE, n * PAGE_SIZE, PageState::Absent);
             far_pages += n;
@@ -569,7 +570,7 @@ impl Region {
         if let Err(err) = e.mem.mapping.madvise(offset, len, libc::MADV_DONTNEED) {
             fatal(&format!("discarding pages: {err}"));
         }
-        for (f, n) in crate::evict::runs(returning.into_iter()) {
+        for (f, n) in crate::runs::runs(returning.into_iter()) {
             let (at, bytes) = (f * PAGE_SIZE, n * PAGE_SIZE);
             if let Err(err) = e
                 .mem
@@ -895,7 +896,7 @@ fn trim_inherited(e: &Engine) -> Result<(), PagerError> {
             }
             return Ok(());
         }
-        let runs = crate::evict::runs(victims.iter().copied());
+        let runs = crate::runs::runs(victims.iter().copied());
         if let Err(err) = e.mem.mapping.discard_ranges(&runs) {
             fatal(&format!("dropping a fork child's inherited pages: {err}"));
         }

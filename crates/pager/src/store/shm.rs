@@ -421,7 +421,7 @@ impl Space {
         // `blobs.rs`.
         let max_slack = (self.blobs.reached_pages() / 64).min(256);
         self.blobs.take_punch(max_slack, &mut punch);
-        for (first, count) in crate::evict::runs(punch.iter().map(|&p| p as usize)) {
+        for (first, count) in crate::runs::runs(punch.iter().map(|&p| p as usize)) {
             punch_pages(&self.slabs, first as u64, count as u64);
         }
     }
