@@ -7,7 +7,9 @@
  *                 open loop: request i is due at start + i/RATE, sent then whatever the answers
  *                 do; its latency runs from that scheduled time to its complete answer, so a
  *                 stalled server is charged for every request queued behind the stall; answers
- *                 still missing 10 s after the last send are counted as unanswered
+ *                 still missing 10 s after the last send are counted as unanswered; SIGUSR1
+ *                 ends the phase early (no request is issued after it; answers are awaited
+ *                 as at the end), so a phase can last exactly as long as something else runs
  *   mcload closed HOST PORT NKEYS VSIZE SECS GETPCT ZIPF_S CONNS DEPTH SEED
  *                 closed loop: DEPTH requests outstanding per connection, for maximum throughput
  *
@@ -266,8 +268,20 @@ static double pct(double p) {
     return lat_us[i - 1];
 }
 
+/* Set by SIGUSR1: issue nothing more (see the open mode above). */
+static volatile sig_atomic_t stop_requested;
+
+static void on_stop(int sig) {
+    (void)sig;
+    stop_requested = 1;
+}
+
 int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop; /* no SA_RESTART: ppoll returns EINTR at once */
+    sigaction(SIGUSR1, &sa, NULL);
     if (argc < 6) {
         fprintf(stderr, "usage: see the comment at the top of mcload.c\n");
         return 2;
@@ -339,6 +353,7 @@ int main(int argc, char **argv) {
 
     for (;;) {
         uint64_t t = now_ns();
+        if (stop_requested && total > issued) total = issued;
         int issuing = issued < total && t < deadline;
         if (issuing) {
             if (mode == M_OPEN) {
