@@ -114,8 +114,10 @@ class GleanerLaunch:
         self.node = node
 
     def prefix(self, name, local, stats):
+        # For experiments: GLEANER_CORUN_ARGS="--compress zstd" adds flags to every `gleaner run`.
+        extra = os.environ.get("GLEANER_CORUN_ARGS", "").split()
         return [GLEANER, "run", "--local-mem", local, "--memnode", self.node.addr, "--token-file",
-                self.node.tokens[name], "--stats", stats, "--"]
+                self.node.tokens[name], "--stats", stats] + extra + ["--"]
 
     def preexec(self, name):
         return None
@@ -221,9 +223,10 @@ class Batch(threading.Thread):
         super().__init__(daemon=True)
         self.stats = os.path.join(tmp, f"{name}.json")
         self.launch = launch
-        self.cmd = launch.prefix(name, p["batch_local"], self.stats) + [
+        nice = ["nice", "-n", str(p["batch_nice"])] if p.get("batch_nice") else []
+        self.cmd = nice + launch.prefix(name, p["batch_local"], self.stats) + [
             python_exe(), DEMO_JOB, str(p["demo_n"])]
-        self.again_cmd = launch.prefix(name, p["batch_local"], os.path.join(tmp, f"{name}-again.json")) + [
+        self.again_cmd = nice + launch.prefix(name, p["batch_local"], os.path.join(tmp, f"{name}-again.json")) + [
             python_exe(), DEMO_JOB, str(p["demo_n"])]
         self.name, self.want, self.rec = name, want, {}
         self.again, self.first_done, self.runs = again, threading.Event(), 0
@@ -395,7 +398,8 @@ def run_all(args):
     quick = args.quick
     p = {"bandwidth": args.bandwidth, "keys": 30000 if quick else 60000, "vsize": 1024, "rate": args.rate,
          "open_s": 4 if quick else 8, "mc_local": "16M", "demo_n": 15000 if quick else 30000,
-         "batch_local": "16M", "mc_weight": args.mc_weight, "memnode_nice": args.memnode_nice}
+         "batch_local": "16M", "mc_weight": args.mc_weight, "memnode_nice": args.memnode_nice,
+         "batch_nice": args.batch_nice}
     reps = args.reps or 2
     systems = [s for s in args.systems.split(",") if s]
     bad = [s for s in systems if s not in SYSTEMS]
@@ -524,6 +528,7 @@ def render(res, doc, name):
              f"{'' if p['bandwidth'] == '32M' else ' --bandwidth ' + p['bandwidth']}"
              f"{'' if p['rate'] == 2000 else ' --rate ' + str(p['rate'])}"
              f"{'' if p.get('memnode_nice', 0) == MEMNODE_NICE else ' --memnode-nice ' + str(p.get('memnode_nice', 0))}"
+             f"{' --batch-nice ' + str(p['batch_nice']) if p.get('batch_nice') else ''}"
              f"` → `{name}` "
              f"({res['date']}, "
              f"{m.get('cpus', '?')} CPUs, Linux {m.get('kernel', '?')}, gleaner at `{res['git_commit']}`). "
@@ -604,6 +609,9 @@ def main(argv=None):
                          "programs' priority). A memnode stands for another host, whose CPU the "
                          "programs here do not take: at their priority its replies wait for the "
                          "2 vCPUs they share, and the link's order hardly shows")
+    ap.add_argument("--batch-nice", type=int, default=0,
+                    help="run the batch jobs (under gleaner: program and pager) at this nice value, "
+                         "under every system alike (default 0)")
     ap.add_argument("--systems", default=",".join(SYSTEMS),
                     help="comma-separated: fifo, fair (gleaner's memnode under each schedule), "
                          "linux-swap (needs root, zram and memory cgroups); default all three")

@@ -74,8 +74,9 @@ pub struct MicroArgs {
     /// or `socket`.
     #[arg(long, default_value = "auto")]
     data_path: DataPath,
-    /// Far-page compression: `lz4` (default), `zstd` or `off`.
-    #[arg(long, default_value = "lz4")]
+    /// Far-page compression: `auto` (default, as `gleaner run`: LZ4, zstd over a slow link),
+    /// `lz4`, `zstd` or `off`.
+    #[arg(long, default_value = "auto")]
     compress: gleaner_pager::Compression,
     /// What decompressing may cost per page on average, in µs, before slow pages are stored
     /// raw: `auto` (1.5 with lz4, no bound with zstd), `off` or a number.

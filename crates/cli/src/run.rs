@@ -80,10 +80,13 @@ pub struct RunArgs {
     /// a remote memnode).
     #[arg(long, value_name = "PATH", default_value = "auto")]
     data_path: gleaner_pager::DataPath,
-    /// How far pages are compressed before they leave the program: `lz4` (default: 0.3-1.4 us to
-    /// decompress a page on the fault path, depending on the data), `zstd` (smaller, about 4x
-    /// slower to decompress) or `off`. Pages of one repeated word are always kept as that word.
-    #[arg(long, value_name = "ALGO", default_value = "lz4")]
+    /// How far pages are compressed before they leave the program: `auto` (default: `lz4`,
+    /// or `zstd` while write-backs show the link to the memnode slower than 256 MB/s, where the
+    /// bytes zstd saves take longer on the link than its decoding; shared memory is never
+    /// slow), `lz4` (0.3-1.4 us to decompress a page on the fault path, depending on the data),
+    /// `zstd` (smaller, about 4x slower to decompress) or `off`. Pages of one repeated word are
+    /// always kept as that word.
+    #[arg(long, value_name = "ALGO", default_value = "auto")]
     compress: gleaner_pager::Compression,
     /// The most decompression may cost per page on the fault path, on average, in µs. Which
     /// pages decode slower is learnt per 256 KiB of neighbouring pages (LZ4 takes 2.9 us on a
@@ -1017,10 +1020,18 @@ fn codec_summary(report: &Value) -> String {
     } else {
         String::new()
     };
+    // `auto`: which compressor it came to, and why, where the link made it choose zstd.
+    let compress = match (report["compress"].as_str(), n(&c["zstd_for_link"])) {
+        (Some("auto"), 0) => "auto (lz4)".to_string(),
+        (Some("auto"), z) => format!(
+            "auto (zstd for {}% of pages, measured against lz4 over the link)",
+            (z * 100).div_ceil(encoded.max(1))
+        ),
+        (other, _) => other.unwrap_or("?").to_string(),
+    };
     format!(
-        " | codec: {} {ratio:.1}x{held}, {} ({:.2} us to decompress a page, {:.2} us to open \
-         it; {} authentication failures)",
-        report["compress"].as_str().unwrap_or("?"),
+        " | codec: {compress} {ratio:.1}x{held}, {} ({:.2} us to decompress a page, {:.2} us to \
+         open it; {} authentication failures)",
         if report["encrypt"] == true {
             "sealed with AES-256-GCM"
         } else {

@@ -26,9 +26,11 @@
 //!
 //! # Compression
 //!
-//! LZ4 by default (the reference C library through the `lz4` crate: 1.2 us to decompress a page
-//! here, against 1.45 us for `lz4_flex`), zstd level 1 when asked for (a better ratio at four
-//! times the decompression cost). A page whose compressed form saves nothing is stored raw, and a
+//! `auto` by default: LZ4 (the reference C library through the `lz4` crate: 1.2 us to
+//! decompress a page here, against 1.45 us for `lz4_flex`), or zstd level 1 for the write-back
+//! batches over a link where it is measured cheaper per page (a better ratio at four times the
+//! decompression cost: worth it where the link is slow per byte, `compressor_choice.rs`);
+//! `lz4` or `zstd` when asked for. A page whose compressed form saves nothing is stored raw, and a
 //! page made of one repeated 8-byte word (most often zeros) as that word alone. Decompression's
 //! cost depends on the data (0.3 us for a page of text, 2.9 us for a page of 8-byte counters), so
 //! its mean per page is kept within a budget (1.5 us with LZ4 by default): the codec learns which
@@ -65,11 +67,14 @@ const KIND_SAME: u8 = 3;
 pub enum Compression {
     /// Stored as they are (same-filled pages are still reduced to their word).
     Off,
-    /// LZ4 (default: the fastest to decompress on the fault path).
-    #[default]
+    /// LZ4: the fastest to decompress on the fault path.
     Lz4,
     /// zstd at level 1: smaller, slower to decompress.
     Zstd,
+    /// LZ4, or zstd where it is measured cheaper over the link to the store (the bytes it saves
+    /// are worth its CPU there: `compressor_choice.rs`); default.
+    #[default]
+    Auto,
 }
 
 impl Compression {
@@ -78,7 +83,7 @@ impl Compression {
     /// [`DEFAULT_MAX_DECODE_NS`]; zstd, chosen for memory, is not bounded.
     pub fn auto_decode_budget_ns(self) -> Option<u64> {
         match self {
-            Compression::Lz4 => Some(DEFAULT_MAX_DECODE_NS),
+            Compression::Lz4 | Compression::Auto => Some(DEFAULT_MAX_DECODE_NS),
             Compression::Zstd | Compression::Off => None,
         }
     }
@@ -92,8 +97,10 @@ impl std::str::FromStr for Compression {
             "off" | "none" => Ok(Compression::Off),
             "lz4" => Ok(Compression::Lz4),
             "zstd" => Ok(Compression::Zstd),
+            "auto" => Ok(Compression::Auto),
             _ => Err(format!(
-                "`{s}` is not a compression: use lz4 (default, fastest), zstd (smaller) or off"
+                "`{s}` is not a compression: use auto (default: lz4, zstd over a slow link), lz4 \
+                 (fastest), zstd (smaller) or off"
             )),
         }
     }
@@ -105,6 +112,7 @@ impl std::fmt::Display for Compression {
             Compression::Off => "off",
             Compression::Lz4 => "lz4",
             Compression::Zstd => "zstd",
+            Compression::Auto => "auto",
         })
     }
 }
@@ -166,7 +174,7 @@ impl Encryption {
 /// What the codec did, for the stats JSON.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct CodecStats {
-    /// `lz4`, `zstd` or `off`.
+    /// `auto`, `lz4`, `zstd` or `off`.
     pub compression: String,
     /// `aes-256-gcm` or `off`.
     pub encryption: String,
@@ -195,6 +203,9 @@ pub struct CodecStats {
     /// Pages compressed with LZ4's fast mode because their chunk's last compressed page saved
     /// less than a fifth (with a decode budget only).
     pub compressed_fast: u64,
+    /// Pages compressed with zstd instead of LZ4 because it was measured cheaper over the link
+    /// to the store (`auto` only).
+    pub zstd_for_link: u64,
     /// What that mean leaves to spend now, in nanoseconds (the budget less each decompression's
     /// time, summed, kept within 256 pages' worth of budget either way).
     pub decode_credit_ns: i64,
@@ -268,6 +279,7 @@ struct Counters {
     raw_for_speed: AtomicU64,
     on_credit: AtomicU64,
     compressed_fast: AtomicU64,
+    zstd_for_link: AtomicU64,
     raw_unattempted: AtomicU64,
     trials: AtomicU64,
     slow_decodes: AtomicU64,
@@ -393,6 +405,11 @@ impl Codec {
         }))
     }
 
+    /// Whether the compressor is chosen per batch (`auto`).
+    pub fn chooses_compressor(&self) -> bool {
+        self.compression == Compression::Auto
+    }
+
     /// Whether this is a fork child's codec.
     pub fn is_fork_child(&self) -> bool {
         self.next_version.load(Ordering::Relaxed) >= FORK_CHILD_VERSIONS
@@ -412,7 +429,8 @@ impl Codec {
             codec: self.clone(),
             scratch: vec![0u8; ENCODE_ROOM],
             trial: vec![0u8; PAGE_SIZE],
-            zstd: None,
+            zstd: false,
+            zstd_ctx: None,
             unzstd: None,
         }
     }
@@ -454,6 +472,7 @@ impl Codec {
             raw_for_speed: ld(&c.raw_for_speed),
             compressed_on_credit: ld(&c.on_credit),
             compressed_fast: ld(&c.compressed_fast),
+            zstd_for_link: ld(&c.zstd_for_link),
             decode_credit_ns: self.speed.as_ref().map_or(0, SpeedMap::credit_ns),
             decode_trials: ld(&c.trials),
             slow_decodes: ld(&c.slow_decodes),
@@ -502,13 +521,23 @@ pub struct CodecCtx {
     scratch: Vec<u8>,
     /// Where trial decodes go (one page).
     trial: Vec<u8>,
+    /// Under `auto`: whether pages encoded now use zstd (the batch's choice,
+    /// [`CodecCtx::use_zstd`]).
+    zstd: bool,
     /// zstd's compression and decompression contexts, made on first use (making one per page
     /// costs more than the decompression).
-    zstd: Option<zstd::bulk::Compressor<'static>>,
+    zstd_ctx: Option<zstd::bulk::Compressor<'static>>,
     unzstd: Option<zstd::bulk::Decompressor<'static>>,
 }
 
 impl CodecCtx {
+    /// Under `auto`, makes the pages encoded from now on use zstd (`true`) or LZ4: the choice
+    /// of the batch being encoded (`compressor_choice.rs`). Blobs of either kind decode alike,
+    /// whenever they were written. Ignored with any other compression.
+    pub fn use_zstd(&mut self, zstd: bool) {
+        self.zstd = zstd;
+    }
+
     /// The shared codec.
     pub fn codec(&self) -> &Arc<Codec> {
         &self.codec
@@ -570,13 +599,21 @@ impl CodecCtx {
             c.same.fetch_add(1, Ordering::Relaxed);
             9
         } else {
-            let choice = match &codec.speed {
-                Some(map) => map.choose(page_no),
-                None => Choice::Compress,
+            // `auto`: zstd where this context was told to use it (the batch's choice), else LZ4
+            // (and its decode budget).
+            let for_link = codec.compression == Compression::Auto && self.zstd;
+            let compression = match codec.compression {
+                Compression::Auto if for_link => Compression::Zstd,
+                Compression::Auto => Compression::Lz4,
+                c => c,
+            };
+            let choice = match (&codec.speed, compression) {
+                (Some(map), Compression::Lz4) => map.choose(page_no),
+                _ => Choice::Compress,
             };
             let t = Instant::now();
             let body = &mut out[1..1 + PAGE_SIZE + 64];
-            let mut compressed = match (codec.compression, choice) {
+            let mut compressed = match (compression, choice) {
                 (_, Choice::Raw | Choice::Incompressible) | (Compression::Off, _) => None,
                 (Compression::Lz4, _) => {
                     let fast = codec
@@ -596,15 +633,20 @@ impl CodecCtx {
                     n
                 }
                 (Compression::Zstd, _) => {
-                    let z = self.zstd.get_or_insert_with(|| {
+                    let z = self.zstd_ctx.get_or_insert_with(|| {
                         zstd::bulk::Compressor::new(1).expect("a zstd level-1 context")
                     });
-                    z.compress_to_buffer(page, body).ok()
+                    let n = z.compress_to_buffer(page, body).ok();
+                    if for_link && n.is_some_and(|n| n + 1 < PAGE_SIZE) {
+                        c.zstd_for_link.fetch_add(1, Ordering::Relaxed);
+                    }
+                    n
                 }
+                (Compression::Auto, _) => unreachable!("resolved above"),
             }
             .filter(|&n| n + 1 < PAGE_SIZE);
             let mut for_speed = choice == Choice::Raw;
-            let kind = if codec.compression == Compression::Zstd {
+            let kind = if compression == Compression::Zstd {
                 KIND_ZSTD
             } else {
                 KIND_LZ4
@@ -661,7 +703,7 @@ impl CodecCtx {
                 None => {
                     out[0] = KIND_RAW;
                     out[1..1 + PAGE_SIZE].copy_from_slice(page);
-                    if codec.compression != Compression::Off
+                    if compression != Compression::Off
                         && !for_speed
                         && choice != Choice::Incompressible
                     {
@@ -895,6 +937,45 @@ mod tests {
                 assert_eq!(round_trip(c, e, &same), 9 + tag);
             }
         }
+    }
+
+    /// `auto` compresses with LZ4 unless the context is told to use zstd (a batch's choice), and
+    /// back; blobs of both kinds decode whenever they were written.
+    #[test]
+    fn auto_compresses_with_zstd_while_told_to() {
+        let codec =
+            Codec::for_region(Compression::Auto, Encryption::On, DecodeBudget::Auto, 64).unwrap();
+        assert!(codec.chooses_compressor());
+        let mut ctx = codec.ctx();
+        let page = text_page(3);
+        let mut encode = |n: u64, zstd: bool| {
+            ctx.use_zstd(zstd);
+            let (blob, v) = ctx.encode(n, &page);
+            (blob.to_vec(), v)
+        };
+        let (lz4, zstd, lz4_again) = (encode(1, false), encode(2, true), encode(3, false));
+        // (The kind byte is sealed with the rest.) zstd's entropy coding makes text smaller.
+        assert!(
+            zstd.0.len() < lz4.0.len(),
+            "{} {}",
+            zstd.0.len(),
+            lz4.0.len()
+        );
+        assert_eq!(lz4.0.len(), lz4_again.0.len());
+        assert_eq!(codec.stats().zstd_for_link, 1);
+        assert_eq!(codec.stats().compression, "auto");
+        let mut out = vec![0u8; PAGE_SIZE];
+        for (n, (blob, v)) in [(1, lz4), (2, zstd), (3, lz4_again)] {
+            ctx.decode(n, v, &blob, &mut out).unwrap();
+            assert_eq!(out, page, "page {n}");
+        }
+        let lz4_only =
+            Codec::for_region(Compression::Lz4, Encryption::On, DecodeBudget::Auto, 64).unwrap();
+        assert!(!lz4_only.chooses_compressor());
+        let mut ctx = lz4_only.ctx();
+        ctx.use_zstd(true);
+        ctx.encode(1, &page);
+        assert_eq!(lz4_only.stats().zstd_for_link, 0, "only auto switches");
     }
 
     /// `--max-decode-us auto` bounds LZ4's decodes at 1.5 µs and leaves zstd's unbounded; a

@@ -51,6 +51,8 @@ pub(crate) struct Engine {
     pub(crate) trace: Option<FaultTrace>,
     /// How many pages each eviction batch takes.
     pub(crate) batch: crate::batch_size::BatchSize,
+    /// Under `--compress auto` over a link: which compressor each batch uses.
+    pub(crate) compressor: crate::compressor_choice::CompressorChoice,
     /// Each batch's time from claiming its victims to publishing them: the longest a fault on
     /// one of its pages waits.
     pub(crate) batch_time: LatencyHistogram,
@@ -315,6 +317,8 @@ impl Engine {
                 vectored_drop: crate::mapping::vectored_drops(),
                 batch_pages_next: self.batch.next(),
                 batch_us_per_page: self.batch.us_per_page(),
+                lz4_us_per_page: self.compressor.us_per_page()[0],
+                zstd_us_per_page: self.compressor.us_per_page()[1],
                 batch_time: self.batch_time.summary(),
             },
             discarded_pages: get(&c.discarded),

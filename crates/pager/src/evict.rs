@@ -71,6 +71,7 @@ use gleaner_uffd::pagemap::{
     PageRegion, Pagemap, PAGE_IS_PRESENT, PAGE_IS_SWAPPED, PAGE_IS_WRITTEN,
 };
 
+use crate::compressor_choice::Compressor;
 use crate::counters::Counters;
 use crate::engine::{Engine, Tracking};
 use crate::fatal::fatal;
@@ -272,10 +273,15 @@ impl Evictor {
         let mut refused = None;
         let written = self.ids.len();
         let mut committing = None;
+        // `--compress auto` over a link: this batch's compressor, and what encoding took.
+        let compressor = s.compressor.pick();
+        let choosing = store.choose_compressor(compressor == Compressor::Zstd);
+        let mut encoding = Duration::ZERO;
         if !self.ids.is_empty() {
             let scratch: &[u8] = &self.scratch;
             let victims = &self.victims;
             let mut order = victims.iter().filter(|v| v.stale && v.captured.is_some());
+            let staging = Instant::now();
             let r = store.stage(&self.ids, &mut move |_| {
                 let v = order.next().expect("one victim per staged page");
                 let i = v.captured.expect("captured");
@@ -285,6 +291,7 @@ impl Evictor {
                 self.lost(s, &e.to_string());
             }
             committing = Some(Instant::now());
+            encoding = staging.elapsed();
             // While the memnode has the write (long over a slow link), a fault that waits for a
             // page of the batch rings the bell, and the page is handed back at once.
             let slot = self.slot;
@@ -329,8 +336,12 @@ impl Evictor {
         let evicted = self.publish(s, &kept);
         // The store's time per page written sizes the next batch; the whole batch's time is how
         // long a fault on one of its pages may have waited.
-        s.batch
-            .observed(committed, committing.map_or(Duration::ZERO, |c| t3 - c));
+        let commit_time = committing.map_or(Duration::ZERO, |c| t3 - c);
+        s.batch.observed(committed, commit_time);
+        if choosing {
+            s.compressor
+                .observed(compressor, committed, encoding, commit_time);
+        }
         s.batch_time.record(started.elapsed());
         Counters::add(&c.evict_raced, raced);
         Counters::add(&c.evict_protect_ns, (t1 - t0).as_nanos() as u64);

@@ -19,6 +19,7 @@
 mod batch_size;
 mod budget;
 pub mod codec;
+mod compressor_choice;
 mod config;
 mod counters;
 pub mod decode_budget;

@@ -289,6 +289,7 @@ impl Region {
             remote_latency: LatencyHistogram::default(),
             trace: l.trace,
             batch: crate::batch_size::BatchSize::new(cfg.batch_pages(), cfg.evict_batch == 0),
+            compressor: Default::default(),
             batch_time: LatencyHistogram::default(),
             tracking,
             drop_far_copies: cfg.drop_far_copies,

@@ -83,6 +83,11 @@ pub struct EvictionStats {
     /// Moving average of a batch's commit time (write-back and acknowledgement) per page written
     /// back, in microseconds (batches that wrote nothing are not counted).
     pub batch_us_per_page: f64,
+    /// Under `--compress auto` over a link: what a page written back with LZ4 costs, its
+    /// encoding and twice its commit, µs (moving average; 0: not measured, or shared memory).
+    pub lz4_us_per_page: f64,
+    /// The same with zstd: the cheaper of the two compresses most batches.
+    pub zstd_us_per_page: f64,
     /// Each batch's time from claiming its victims to publishing them: the longest a fault on
     /// one of its pages waits unless the batch hands the page back sooner (such faults are
     /// counted in `faults.waited_on_eviction`, and not timed among the remote faults).

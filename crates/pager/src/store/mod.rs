@@ -238,6 +238,12 @@ pub(crate) trait StoreHandle: Send {
         pages: &[u64],
         data: &mut dyn FnMut(usize) -> &'d [u8],
     ) -> Result<(), StoreError>;
+    /// Under `--compress auto`, asks the pages staged next to be compressed with zstd (`true`)
+    /// or LZ4 (`compressor_choice.rs`); returns whether the store follows such choices: only one
+    /// with a link whose time the bytes make (a socket), not shared memory (always LZ4).
+    fn choose_compressor(&mut self, _zstd: bool) -> bool {
+        false
+    }
     /// Makes the staged pages durable on the far side. On [`StoreError::Full`] (a socket only)
     /// nothing was stored.
     fn commit(&mut self) -> Result<(), StoreError>;

@@ -739,6 +739,11 @@ impl StoreHandle for SocketHandle {
         Ok(())
     }
 
+    fn choose_compressor(&mut self, zstd: bool) -> bool {
+        self.ctx.use_zstd(zstd);
+        self.ctx.codec().chooses_compressor()
+    }
+
     fn commit(&mut self) -> Result<(), StoreError> {
         self.commit_watching(None)
     }
