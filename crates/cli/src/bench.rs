@@ -74,8 +74,8 @@ pub struct MicroArgs {
     /// or `socket`.
     #[arg(long, default_value = "auto")]
     data_path: DataPath,
-    /// Far-page compression: `auto` (default, as `gleaner run`: LZ4, zstd over a slow link),
-    /// `lz4`, `zstd` or `off`.
+    /// Far-page compression: `auto` (default, as `gleaner run`: LZ4, zstd where a link makes it
+    /// cheaper), `lz4`, `zstd` or `off`.
     #[arg(long, default_value = "auto")]
     compress: gleaner_pager::Compression,
     /// What decompressing may cost per page on average, in µs, before slow pages are stored

@@ -80,12 +80,12 @@ pub struct RunArgs {
     /// a remote memnode).
     #[arg(long, value_name = "PATH", default_value = "auto")]
     data_path: gleaner_pager::DataPath,
-    /// How far pages are compressed before they leave the program: `auto` (default: `lz4`,
-    /// or `zstd` while write-backs show the link to the memnode slower than 256 MB/s, where the
-    /// bytes zstd saves take longer on the link than its decoding; shared memory is never
-    /// slow), `lz4` (0.3-1.4 us to decompress a page on the fault path, depending on the data),
-    /// `zstd` (smaller, about 4x slower to decompress) or `off`. Pages of one repeated word are
-    /// always kept as that word.
+    /// How far pages are compressed before they leave the program: `auto` (default: `lz4`, and
+    /// over a TCP memnode `zstd` for the write-back batches while it is measured cheaper per
+    /// page there, as over a slow link, where the bytes it saves take longer than its CPU;
+    /// through shared memory always `lz4`), `lz4` (0.3-1.4 us to decompress a page on the fault
+    /// path, depending on the data), `zstd` (smaller, about 4x slower to decompress) or `off`.
+    /// Pages of one repeated word are always kept as that word.
     #[arg(long, value_name = "ALGO", default_value = "auto")]
     compress: gleaner_pager::Compression,
     /// The most decompression may cost per page on the fault path, on average, in µs. Which

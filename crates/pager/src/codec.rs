@@ -99,8 +99,8 @@ impl std::str::FromStr for Compression {
             "zstd" => Ok(Compression::Zstd),
             "auto" => Ok(Compression::Auto),
             _ => Err(format!(
-                "`{s}` is not a compression: use auto (default: lz4, zstd over a slow link), lz4 \
-                 (fastest), zstd (smaller) or off"
+                "`{s}` is not a compression: use auto (default: lz4, or zstd where a link makes \
+                 it cheaper), lz4 (fastest), zstd (smaller) or off"
             )),
         }
     }
