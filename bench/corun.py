@@ -20,10 +20,12 @@ quota and queue) and runs, each under `gleaner run` at about a quarter of its fo
 "solo" cells run one program alone; the "corun" cell starts memcached's open-loop phase and both
 batch jobs together, and ends the phase when both batch jobs have finished a run and at least
 `open_s` has passed (as long as alone): a batch job done sooner starts again (its record is its
-first run), so memcached has co-runners for its whole phase under every system, and reads every
-key back only after it (that bulk read at memcached's weight is not the co-run's load). Reported per schedule: each program's slowdown (memcached: co-run
-p99 over solo p99; batch: co-run wall time over solo), their mean, max and standard deviation,
-and WMMR (Canvas: min over programs of co-run bandwidth / solo bandwidth, divided by the max).
+first run), so memcached has co-runners for its whole phase under every system, and reads every key
+back only after it (that bulk read at memcached's weight is not the co-run's load). Reported per
+schedule: each program's slowdown (memcached: co-run p99 over solo p99; batch: co-run wall time
+over solo), their mean, max and standard deviation, and WMMR (Canvas: min over programs of co-run
+bandwidth / solo bandwidth, divided by the max; memcached's bandwidth: what its open-loop phase
+moved, over its length).
 
 Linux swap is the third system (`--systems` picks; all three by default): the same programs
 with no gleaner, each in its own memory cgroup limited to its gleaner budget plus the program's

@@ -607,8 +607,10 @@ impl CodecCtx {
                 Compression::Auto => Compression::Lz4,
                 c => c,
             };
-            let choice = match (&codec.speed, compression) {
-                (Some(map), Compression::Lz4) => map.choose(page_no),
+            // The decode budget is the compressor's own, so `auto`'s is LZ4's: its zstd pages,
+            // which would all be over it, are not judged by it.
+            let choice = match &codec.speed {
+                Some(map) if !for_link => map.choose(page_no),
                 _ => Choice::Compress,
             };
             let t = Instant::now();
@@ -995,6 +997,17 @@ mod tests {
         );
         assert_eq!(bound(Compression::Off, DecodeBudget::Micros(2.5)), None);
         assert_eq!(bound(Compression::Lz4, DecodeBudget::Off), None);
+        // A budget no decode meets stores an explicit zstd's pages raw, but not the pages
+        // `auto` sends to zstd: its budget is LZ4's.
+        let first_blob = |c: Compression, zstd: bool| {
+            let codec = Codec::for_region(c, Encryption::Off, DecodeBudget::Micros(0.001), 64);
+            let mut ctx = codec.unwrap().ctx();
+            ctx.use_zstd(zstd);
+            ctx.encode(0, &text_page(5)).0.len()
+        };
+        assert_eq!(first_blob(Compression::Zstd, false), 1 + PAGE_SIZE);
+        assert!(first_blob(Compression::Auto, true) < PAGE_SIZE / 2);
+        assert_eq!(first_blob(Compression::Auto, false), 1 + PAGE_SIZE);
     }
 
     /// The copy out of the store's buffer and the open are timed apart, per blob opened; with

@@ -61,20 +61,19 @@ pub(crate) fn prefetch(
     store: &mut dyn StoreHandle,
     bufs: &mut PrefetchBufs,
 ) -> usize {
-    let h = bufs;
-    if h.candidates.is_empty() {
+    if bufs.candidates.is_empty() {
         return 0;
     }
     let table = &engine.mem.table;
     let pages = engine.mem.pages();
     let most = engine.batch.prefetch_window_cap();
-    h.claimed.clear();
-    for &q in &h.candidates {
-        if h.claimed.len() >= most {
+    bufs.claimed.clear();
+    for &q in &bufs.candidates {
+        if bufs.claimed.len() >= most {
             break;
         }
         let Ok(q) = usize::try_from(q) else { continue };
-        if q >= pages || h.claimed.contains(&(q as u64)) {
+        if q >= pages || bufs.claimed.contains(&(q as u64)) {
             continue;
         }
         if engine.prefetch.is_staged(q) {
@@ -93,16 +92,16 @@ pub(crate) fn prefetch(
                 break;
             }
             engine.budget.charge_over();
-            h.claimed.push(q as u64);
+            bufs.claimed.push(q as u64);
             break;
         }
-        h.claimed.push(q as u64);
+        bufs.claimed.push(q as u64);
     }
-    if h.claimed.is_empty() {
+    if bufs.claimed.is_empty() {
         return 0;
     }
-    engine.prefetch.count_issued(h.claimed.len());
-    let claimed = std::mem::take(&mut h.claimed);
+    engine.prefetch.count_issued(bufs.claimed.len());
+    let claimed = std::mem::take(&mut bufs.claimed);
     let sent = match engine.prefetch.deadline() {
         Some(deadline) => store.request_prefetch(&claimed, deadline),
         None => store.request(&claimed),
@@ -177,7 +176,7 @@ pub(crate) fn prefetch(
         }
         Err(e) => lost(engine, claimed[0] as usize, &e),
     };
-    h.claimed = claimed;
+    bufs.claimed = claimed;
     if released > 0 {
         engine.budget.release(released);
         engine.budget.notify_progress();
