@@ -3,11 +3,12 @@
 //!
 //! Over a link to the store, a page's blob crosses it twice (written back, later read), so the
 //! bytes a stronger compressor saves are worth the more CPU it takes only where the link is
-//! slow *per byte*. Over a 32 MB/s link (`gleaner memnode --bandwidth 32M`) zstd shrinks
-//! memcached's pages of random letters 1.81x against LZ4's 1.13x, 1.4 KiB less a page: 42 µs of
-//! the link each way against 13 µs more encoding and 6 µs more decoding; over TCP loopback at
-//! full speed the same demo job's pages, 400 bytes under LZ4, take as long to commit either way
-//! (the memnode's work per page, not the bytes, makes the time) and zstd's CPU is pure loss.
+//! slow *per byte*. Over a 32 MB/s link (`gleaner memnode --bandwidth 32M`) memcached's pages of
+//! random letters, which LZ4 leaves at 1.13x, cost 169-177 µs each under zstd (encoding plus
+//! twice the commit) against 240-265 µs under LZ4; over TCP loopback at full speed the demo
+//! job's pages, 400 bytes under LZ4, take as long to commit either way (the memnode's work per
+//! page, not the bytes, makes the time) and zstd's CPU is pure loss: 13.8-16.0 µs a page
+//! against 10.4-10.5.
 //! Neither the link's rate nor its per-page costs can be told apart from a batch's time alone
 //! (batches of one program have nearly the same pages and bytes), so both compressors are
 //! measured instead: each batch's cost per page (its encoding, which is where the compressor's

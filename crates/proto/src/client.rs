@@ -600,6 +600,11 @@ impl Connection {
         self.finish_built_batch(pending)
     }
 
+    /// How long a reply may take before the connection counts as broken (its socket's timeout).
+    pub fn reply_timeout(&self) -> Duration {
+        self.reply_timeout
+    }
+
     /// Sends the batch built in [`Connection::write_buffer`] without waiting for the memnode's
     /// answer, so the caller can do other work (or watch other files, see
     /// [`Connection::wait_readable`]) meanwhile. Finish it with

@@ -634,11 +634,14 @@ impl Link {
     }
 
     /// Calls `on_bell` whenever `bell` rings until the memnode's answer has arrived, or for
-    /// [`BELL_WATCH`] at most: after that the answer is awaited alone, under the connection's
-    /// own timeout (which a memnode that never answers must still meet).
+    /// [`BELL_WATCH`] at most, and no longer than the connection's reply timeout: after that
+    /// the answer is awaited alone, under that timeout (which a memnode that never answers must
+    /// still meet: watching for longer let a stall outlast `--memnode-timeout` unnoticed while
+    /// only a write-back waited).
     fn watch_until_answered(&self, bell: BorrowedFd<'_>, on_bell: &mut dyn FnMut()) {
         let since = Instant::now();
-        while let Some(left) = BELL_WATCH.checked_sub(since.elapsed()) {
+        let watch = BELL_WATCH.min(self.conn.reply_timeout());
+        while let Some(left) = watch.checked_sub(since.elapsed()) {
             match self.conn.wait_readable(bell, left) {
                 Ok((false, true)) => on_bell(),
                 // Answered, or out of time.
