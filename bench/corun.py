@@ -57,10 +57,10 @@ if ROOT not in sys.path:
 from bench.doc_section import DOC, write_section  # noqa: E402
 from bench.harness import swapenv  # noqa: E402
 from bench.harness.__main__ import ensure_built  # noqa: E402
-from bench.harness.common import (free_port, git_commit, last_json_line, machine, now_iso,  # noqa: E402
-                                  parse_size, python_exe, wait_port)
+from bench.harness.common import (free_port, git_commit, machine, now_iso, parse_size,  # noqa: E402
+                                  python_exe, wait_port)
 from bench.harness.workloads import MCLOAD  # noqa: E402
-from bench.pool import _checksum, mcload, read_json, stop_server  # noqa: E402
+from bench.pool import _checksum, mcload, mcload_result, read_json, stop_server  # noqa: E402
 from bench.vs_swap import _med, _remove_cgroup, _write, run_or_render  # noqa: E402
 
 GLEANER = os.path.join(ROOT, "target", "release", "gleaner")
@@ -331,12 +331,7 @@ def _open_while(base, p, batches, again):
     except subprocess.TimeoutExpired:
         load.kill()
         out, errs = load.communicate()
-    j = last_json_line(out)
-    if j is None:
-        return None, f"mcload open failed ({load.returncode}): {errs.strip()[-400:]}"
-    if load.returncode != 0 or j.get("mismatches") or j.get("errors"):
-        return j, f"mcload open: {j.get('mismatches')} wrong, {j.get('errors')} errors"
-    return j, None
+    return mcload_result("open", load.returncode, out, errs)
 
 
 def programs(kind, launch, p, tmp, want):

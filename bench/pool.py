@@ -147,14 +147,19 @@ def stop_server(server):
 def mcload(args, timeout):
     r = subprocess.run([MCLOAD] + [str(a) for a in args], capture_output=True, text=True,
                        timeout=timeout)
-    j = last_json_line(r.stdout)
+    return mcload_result(args[0], r.returncode, r.stdout, r.stderr)
+
+
+def mcload_result(mode, returncode, stdout, stderr):
+    """An mcload run's JSON and its error (None if every answer was right and every key there)."""
+    j = last_json_line(stdout)
     err = None
     if j is None:
-        err = f"mcload {args[0]} failed ({r.returncode}): {r.stderr.strip()[-400:]}"
-    elif r.returncode != 0 or j.get("mismatches") or j.get("errors"):
-        err = f"mcload {args[0]}: {j.get('mismatches')} wrong, {j.get('errors')} errors"
+        err = f"mcload {mode} failed ({returncode}): {stderr.strip()[-400:]}"
+    elif returncode != 0 or j.get("mismatches") or j.get("errors"):
+        err = f"mcload {mode}: {j.get('mismatches')} wrong, {j.get('errors')} errors"
     elif j.get("misses"):
-        err = f"mcload {args[0]}: {j['misses']} keys missing"
+        err = f"mcload {mode}: {j['misses']} keys missing"
     return j, err
 
 

@@ -64,11 +64,12 @@ impl CompressorChoice {
             Compressor::Lz4 => Compressor::Zstd,
             Compressor::Zstd => Compressor::Lz4,
         };
-        // Each compressor is tried once early (LZ4's first), then one batch in EXPLORE_EVERY.
-        if lz4 == 0 || (zstd == 0 && n >= 1) || n % EXPLORE_EVERY == EXPLORE_EVERY - 1 {
-            if lz4 == 0 {
-                return Compressor::Lz4;
-            }
+        // Each compressor is measured early (LZ4 first), then the one not chosen for one batch
+        // in EXPLORE_EVERY.
+        if lz4 == 0 {
+            return Compressor::Lz4;
+        }
+        if zstd == 0 || n % EXPLORE_EVERY == EXPLORE_EVERY - 1 {
             return other;
         }
         self.chosen()
