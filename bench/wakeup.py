@@ -144,7 +144,7 @@ def in_thread_lines(configs, by_mean):
         return []
     own = by_mean["in-thread-sigbus"]
     saved = [f"{by_mean[n] - own:.1f} µs against {n} ({own / by_mean[n]:.2f}×)"
-             for n in ("block-same", "per-cpu") if n in by_mean]
+             for n in ("block-same", "read-same", "per-cpu", "read-per-cpu") if n in by_mean]
     probes = {}
     for c in e["measured"]:
         k = c.get("kernel_accesses") or {}
@@ -183,7 +183,10 @@ def render_text(res):
              "is an access slower than 1 µs; "
              "its time is as the app saw it. *Served* is how many faults each handler installed; "
              "*empty wake-ups* is how often a handler woke from poll and found no message left "
-             "(every fault wakes every handler waiting on the shared userfaultfd).", "",
+             "(every fault wakes every handler waiting on the shared userfaultfd; a handler "
+             "blocked in read that finds nothing sleeps again inside the kernel, uncounted: the "
+             "read configurations count none). The read configurations stop their handlers "
+             "with one more fault each, on a page after the measured ones.", "",
              f"Machine: {m.get('cpus')} vCPUs ({m.get('cpu_model')}), {m.get('mem_gib')} GiB RAM, "
              f"Linux {m.get('kernel')}, {m.get('virtualization')}; load average "
              f"{m.get('loadavg_at_start', 0):.2f} at start.", "",

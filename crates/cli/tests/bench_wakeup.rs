@@ -1,5 +1,6 @@
-//! `gleaner bench wakeup`: a small run of two configurations gives a complete, self-consistent
-//! JSON report (every page touched once and counted, every fault served by some handler).
+//! `gleaner bench wakeup`: a small run of four configurations (handlers blocking in poll and in
+//! read, one and one per CPU) gives a complete, self-consistent JSON report (every page touched
+//! once and counted, every fault served by some handler, every handler stopped at the end).
 
 mod common;
 
@@ -32,7 +33,7 @@ fn wakeup_json(configs: &str) -> Value {
 
 #[test]
 fn wakeup_json_is_complete_and_sane() {
-    let r = wakeup_json("block-same,per-cpu");
+    let r = wakeup_json("block-same,per-cpu,read-same,read-per-cpu");
     assert_eq!(r["pages"], PAGES);
     let cpus = r["allowed_cpus"].as_array().expect("allowed_cpus").len();
     assert!(cpus >= 1);
@@ -41,7 +42,10 @@ fn wakeup_json_is_complete_and_sane() {
         .iter()
         .map(|c| c["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["block-same", "per-cpu"]);
+    assert_eq!(
+        names,
+        ["block-same", "per-cpu", "read-same", "read-per-cpu"]
+    );
     for c in configs {
         let name = c["name"].as_str().unwrap();
         assert!(c["skipped"].is_null(), "{name} skipped: {}", c["skipped"]);
@@ -61,7 +65,11 @@ fn wakeup_json_is_complete_and_sane() {
         assert!(p50 > 0.0 && p50 <= p99 && p99 <= p999, "{name}: {l}");
         assert!(c["faults_per_s"].as_f64().unwrap() > 0.0, "{name}");
         let handlers = c["handlers"].as_array().unwrap();
-        let expected_handlers = if name == "per-cpu" { cpus.min(16) } else { 1 };
+        let expected_handlers = if name.ends_with("per-cpu") {
+            cpus.min(16)
+        } else {
+            1
+        };
         assert_eq!(handlers.len(), expected_handlers, "{name}");
         let served: u64 = handlers.iter().map(|h| h["served"].as_u64().unwrap()).sum();
         assert_eq!(
@@ -77,6 +85,7 @@ fn wakeup_json_is_complete_and_sane() {
     }
     // Pinned to the app's CPU (0 by default).
     assert_eq!(configs[0]["handlers"][0]["cpu"], 0);
+    assert_eq!(configs[2]["handlers"][0]["cpu"], 0);
 }
 
 #[test]

@@ -67,8 +67,8 @@ impl Counters {
         counter.fetch_add(1, Ordering::Relaxed) == 0
     }
 
-    /// Where remote faults' time went, from the counters.
-    pub(crate) fn breakdown(&self) -> FaultBreakdown {
+    /// Where remote faults' time went, from the counters; handlers block in `read` or not.
+    pub(crate) fn breakdown(&self, blocking_reads: bool) -> FaultBreakdown {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let n = get(&self.timed_faults);
         let mean_us = |ns: u64| {
@@ -91,6 +91,7 @@ impl Counters {
             } else {
                 get(&self.handler_messages) as f64 / wakeups as f64
             },
+            handlers_wait_in: if blocking_reads { "read" } else { "poll" },
         }
     }
 }
@@ -114,10 +115,14 @@ pub struct FaultBreakdown {
     pub handler_wakeups: u64,
     /// Handler wake-ups that found no message (another handler read it first). A lower bound:
     /// a handler woken after another took the message usually goes back to sleep inside
-    /// `poll` without returning, which only a scheduler trace sees.
+    /// `poll` without returning, which only a scheduler trace sees; a handler blocked in `read`
+    /// always does (this then counts only reads a signal ended).
     pub handler_empty_wakeups: u64,
     /// Fault messages read per such wake-up.
     pub messages_per_wakeup: f64,
+    /// Where handlers wait for fault messages: `read` (a blocking userfaultfd, one system call
+    /// a fault) or `poll` (then a read: kernels that cannot tell one read not to block).
+    pub handlers_wait_in: &'static str,
 }
 
 /// A latency histogram in nanoseconds (1 µs .. 60 s, 3 significant digits).

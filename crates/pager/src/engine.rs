@@ -62,6 +62,9 @@ pub(crate) struct Engine {
     /// see [`PageStore::forget`]).
     pub(crate) drop_far_copies: crate::config::FarCopies,
     pub(crate) stop: Stop,
+    /// Where handlers block in `read` on the userfaultfd: what stops them (`doorbell.rs`).
+    /// `None` where the kernel cannot make one read not block: handlers then `poll`.
+    pub(crate) doorbell: Option<crate::doorbell::Doorbell>,
     /// Prefetch hints from the program (`Region::prefetch_hint`), for the hint thread.
     pub(crate) hints: crate::hint::Hints,
     /// Closed around a fork: no handler starts on a fault meanwhile.
@@ -296,7 +299,7 @@ impl Engine {
                 waited_on_budget: get(&c.waited_on_budget),
                 prefetch_hit: get(&c.prefetch_hit_faults),
             },
-            fault_breakdown: c.breakdown(),
+            fault_breakdown: c.breakdown(self.doorbell.is_some()),
             reclaim: self.reclaim.stats(get(&c.zero_fills) + remote),
             evictions: EvictionStats {
                 clean: get(&c.evicted_clean),

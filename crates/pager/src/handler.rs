@@ -12,9 +12,13 @@
 //!
 //! # Waiting
 //!
-//! A handler blocks in `poll` on the userfaultfd and the stop eventfd. With a spin time set, it
-//! first keeps reading the userfaultfd without blocking for that long after its last message,
-//! which saves its own wake-up while faults keep coming, at the price of a busy CPU.
+//! A handler blocks in `read` on the userfaultfd, made blocking for it, and the region stops it
+//! through a doorbell (`doorbell.rs`): one system call a fault. Where the kernel cannot tell
+//! one read not to block (needed while a fork child's first thread serves faults beside the
+//! starting handlers), handlers block in `poll` on the userfaultfd and the stop eventfd, then
+//! read. With a spin time set, a handler first keeps reading the userfaultfd without blocking
+//! for that long after its last message, which saves its own wake-up while faults keep coming,
+//! at the price of a busy CPU.
 //!
 //! Every waiting handler is woken for a message; the one on the faulting CPU usually reads it
 //! first (redis at 50% local: 3-5% of wake-ups returned empty, a lower bound: a handler woken
@@ -86,15 +90,25 @@ pub(crate) fn run(
     let mut events = Vec::with_capacity(BATCH);
     let mut h = Handler::new(store);
     let mut last_message = Instant::now();
+    let uffd = &engine.mem.uffd;
     loop {
         let spinning = !spin.is_zero() && last_message.elapsed() < spin;
-        if !spinning && !wait_for_events(&engine) {
-            return;
-        }
-        if engine.stopping() {
-            return;
-        }
-        match engine.mem.uffd.read_events(&mut events, BATCH) {
+        let read = match &engine.doorbell {
+            // A blocking descriptor: the read waits for a message itself, and only the
+            // doorbell ends the loop.
+            Some(_) if spinning => uffd.read_events_nowait(&mut events, BATCH),
+            Some(_) => uffd.read_events(&mut events, BATCH),
+            None => {
+                if !spinning && !wait_for_events(&engine) {
+                    return;
+                }
+                if engine.stopping() {
+                    return;
+                }
+                uffd.read_events(&mut events, BATCH)
+            }
+        };
+        match read {
             Ok(0) => {
                 // Woken with the others, but another handler read the message first.
                 Counters::add(&engine.counters.handler_empty_wakeups, 1);
@@ -107,9 +121,25 @@ pub(crate) fn run(
             }
             Err(e) => fatal(&format!("reading userfaultfd events failed: {e}")),
         }
-        // A fork waits for the faults being served to finish, and holds the next ones back.
-        let _inside = engine.gate.enter();
-        h.serve(&engine, &mut events);
+        // The region is stopping and this handler's turn to go came in (`doorbell.rs`).
+        let rang = engine.doorbell.as_ref().and_then(|bell| {
+            let at = events.iter().position(
+                |ev| matches!(ev, gleaner_uffd::Event::Fault { addr, .. } if bell.rang(*addr)),
+            )?;
+            match events.remove(at) {
+                gleaner_uffd::Event::Fault { addr, .. } => Some((bell, addr)),
+                _ => None,
+            }
+        });
+        {
+            // A fork waits for the faults being served to finish, and holds the next ones back.
+            let _inside = engine.gate.enter();
+            h.serve(&engine, &mut events);
+        }
+        if let Some((bell, addr)) = rang {
+            bell.answer(uffd, addr);
+            return;
+        }
     }
 }
 
@@ -129,9 +159,14 @@ pub(crate) fn serve_until(engine: &Engine, store: Box<dyn StoreHandle>, done: im
         if unsafe { libc::poll(&mut fd, 1, 1) } <= 0 {
             continue;
         }
-        match engine.mem.uffd.read_events(&mut events, BATCH) {
-            Ok(_) => {}
-            Err(e) => fatal(&format!("reading userfaultfd events failed: {e}")),
+        // Without blocking: a handler may have read the message since `poll` saw it.
+        let read = if engine.doorbell.is_some() {
+            engine.mem.uffd.read_events_nowait(&mut events, BATCH)
+        } else {
+            engine.mem.uffd.read_events(&mut events, BATCH)
+        };
+        if let Err(e) = read {
+            fatal(&format!("reading userfaultfd events failed: {e}"));
         }
         h.serve(engine, &mut events);
     }

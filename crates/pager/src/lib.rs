@@ -23,6 +23,7 @@ mod compressor_choice;
 mod config;
 mod counters;
 pub mod decode_budget;
+mod doorbell;
 mod embedded;
 mod engine;
 mod evict;

@@ -245,6 +245,21 @@ impl Region {
             op: "eventfd",
             source,
         })?;
+        // Handlers block in `read` where one read can still be told not to block (a fork
+        // child's first thread polls while the handlers start): `doorbell.rs`.
+        let doorbell = if l.mem.uffd.nowait_reads() {
+            let bell =
+                crate::doorbell::Doorbell::new(&l.mem.uffd, placement.len()).map_err(|source| {
+                    PagerError::Os {
+                        op: "mapping the fault handlers' doorbell",
+                        source,
+                    }
+                })?;
+            l.mem.uffd.set_blocking(true)?;
+            Some(bell)
+        } else {
+            None
+        };
         // The handlers, the reclaim threads and, in a fork child, the thread serving faults
         // while the handlers start.
         let evictors =
@@ -294,6 +309,7 @@ impl Region {
             tracking,
             drop_far_copies: cfg.drop_far_copies,
             stop,
+            doorbell,
             hints: crate::hint::Hints::default(),
             gate: crate::engine::Gate::default(),
             evictors,
@@ -969,6 +985,9 @@ impl Drop for Region {
         e.reclaim.wake_pool();
         e.budget.notify_progress();
         e.hints.wake();
+        if let Some(bell) = &e.doorbell {
+            bell.ring();
+        }
         for t in self.threads.drain(..) {
             t.join();
         }

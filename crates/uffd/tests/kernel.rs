@@ -174,3 +174,52 @@ fn kernel_offers_the_features_the_pager_relies_on() {
         assert!(f & bit != 0, "kernel lacks {name}");
     }
 }
+
+#[test]
+fn a_blocking_descriptor_waits_in_read_and_a_nowait_read_still_returns_at_once() {
+    let u = Arc::new(uffd(0));
+    assert!(
+        u.nowait_reads(),
+        "this kernel cannot tell one userfaultfd read not to block (preadv2 with RWF_NOWAIT): \
+         the pager's handlers fall back to poll, and this test cannot check the blocking path"
+    );
+    let m = Map::new(2);
+    u.register(m.addr, m.len, false).unwrap();
+    u.set_blocking(true).unwrap();
+    let mut evs = Vec::new();
+    // Nothing pending: a nowait read returns empty at once, on the blocking descriptor.
+    assert_eq!(u.read_events_nowait(&mut evs, 4).unwrap(), 0);
+    // A reader blocked in read gets the fault that comes later, and only then returns.
+    let reading = Arc::clone(&u);
+    let got = Arc::new(AtomicBool::new(false));
+    let got_r = Arc::clone(&got);
+    let handler = thread::spawn(move || {
+        let mut evs = Vec::new();
+        let n = reading.read_events(&mut evs, 4).unwrap();
+        got_r.store(true, Ordering::SeqCst);
+        (n, evs)
+    });
+    thread::sleep(Duration::from_millis(100));
+    assert!(
+        !got.load(Ordering::SeqCst),
+        "a blocking read returned with nothing pending"
+    );
+    let addr = m.addr + PAGE;
+    let reader = thread::spawn(move || {
+        // SAFETY: the page is registered; this read blocks until the handler installs it.
+        unsafe { std::ptr::read_volatile(addr as *const u64) }
+    });
+    let (n, fault) = handler.join().unwrap();
+    assert_eq!(n, 1);
+    match fault[0] {
+        Event::Fault { addr: a, .. } => assert_eq!(a & !(PAGE - 1), addr),
+        other => panic!("expected a fault, got {other:?}"),
+    }
+    let src = [7u8; PAGE];
+    // SAFETY: `src` is one readable page; `addr` is a page of the registered range.
+    unsafe { u.copy(addr, src.as_ptr(), PAGE, false, true) }.unwrap();
+    assert_eq!(reader.join().unwrap(), u64::from_ne_bytes([7; 8]));
+    // Made non-blocking again, a plain read returns empty.
+    u.set_blocking(false).unwrap();
+    assert_eq!(u.read_events(&mut evs, 4).unwrap(), 0);
+}

@@ -10,7 +10,7 @@
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Barrier};
 use std::time::{Duration, Instant};
 
@@ -63,9 +63,16 @@ pub enum Config {
     /// 1 handler, not pinned, blocking in poll.
     #[value(name = "block-unpinned")]
     BlockUnpinned,
-    /// One handler per allowed CPU, each pinned, blocking in poll (what the pager does).
+    /// One handler per allowed CPU, each pinned, blocking in poll (the pager's way where the
+    /// kernel cannot tell one read not to block).
     #[value(name = "per-cpu")]
     PerCpu,
+    /// 1 handler pinned to the app's CPU, blocking in read on a blocking userfaultfd.
+    #[value(name = "read-same")]
+    ReadSame,
+    /// One handler per allowed CPU, each pinned, blocking in read (what the pager does).
+    #[value(name = "read-per-cpu")]
+    ReadPerCpu,
     /// 1 handler on another CPU busy-polling the userfaultfd with non-blocking reads.
     #[value(name = "spin-other")]
     SpinOther,
@@ -83,11 +90,13 @@ pub enum Config {
     InThreadSigbus,
 }
 
-const ALL: [Config; 9] = [
+const ALL: [Config; 11] = [
     Config::BlockSame,
     Config::BlockOther,
     Config::BlockUnpinned,
     Config::PerCpu,
+    Config::ReadSame,
+    Config::ReadPerCpu,
     Config::SpinOther,
     Config::SpinBlock20us,
     Config::FifoPerCpu,
@@ -102,6 +111,8 @@ impl Config {
             Config::BlockOther => "block-other",
             Config::BlockUnpinned => "block-unpinned",
             Config::PerCpu => "per-cpu",
+            Config::ReadSame => "read-same",
+            Config::ReadPerCpu => "read-per-cpu",
             Config::SpinOther => "spin-other",
             Config::SpinBlock20us => "spin-block-20us",
             Config::FifoPerCpu => "fifo-per-cpu",
@@ -117,6 +128,8 @@ impl Config {
             Config::BlockOther => "One handler pinned to another CPU, blocking in poll.",
             Config::BlockUnpinned => "One handler, not pinned, blocking in poll.",
             Config::PerCpu => "One handler per allowed CPU, each pinned, blocking in poll.",
+            Config::ReadSame => "One handler pinned to the app's CPU, blocking in read.",
+            Config::ReadPerCpu => "One handler per allowed CPU, each pinned, blocking in read.",
             Config::SpinOther => "One handler pinned to another CPU, busy-polling the userfaultfd.",
             Config::SpinBlock20us => {
                 "One handler per allowed CPU, each pinned, polling 20 µs before blocking."
@@ -137,6 +150,8 @@ impl Config {
 enum Wait {
     /// Blocks in `poll` on the userfaultfd.
     Block,
+    /// Blocks in `read` on the userfaultfd, made blocking; stopped by a fault on a bell page.
+    Read,
     /// Never blocks: non-blocking reads in a loop.
     Spin,
     /// Keeps reading without blocking for this long after its last message, then blocks.
@@ -147,6 +162,7 @@ impl Wait {
     fn describe(self) -> String {
         match self {
             Wait::Block => "block".into(),
+            Wait::Read => "block in read".into(),
             Wait::Spin => "spin".into(),
             Wait::SpinThenBlock(d) => format!("spin {} us, then block", d.as_micros()),
         }
@@ -237,10 +253,26 @@ fn plan(config: Config, app_cpu: usize, cpus: &[usize]) -> Result<Plan, String> 
         Config::PerCpu => Plan {
             description: format!(
                 "One handler per allowed CPU ({n}), each pinned to its CPU, blocking in poll \
-                 (the pager's default)."
+                 (the pager's way where the kernel cannot tell one read not to block)."
             ),
             app_cpus: app,
             handlers: per_cpu(Wait::Block, false),
+        },
+        Config::ReadSame => Plan {
+            description: format!(
+                "One handler pinned to the app's CPU ({app_cpu}), blocking in read on the \
+                 userfaultfd made blocking (one system call a fault, not poll and read)."
+            ),
+            app_cpus: app,
+            handlers: one(Some(app_cpu), Wait::Read),
+        },
+        Config::ReadPerCpu => Plan {
+            description: format!(
+                "One handler per allowed CPU ({n}), each pinned to its CPU, blocking in read on \
+                 the userfaultfd made blocking (the pager's default)."
+            ),
+            app_cpus: app,
+            handlers: per_cpu(Wait::Read, false),
         },
         Config::SpinOther => {
             let o = need_other()?;
@@ -507,9 +539,25 @@ struct Shared {
     stop_fd: OwnedFd,
     /// Set by a handler that failed; app threads stop touching pages.
     failed: AtomicBool,
+    /// Where the bell pages start: a fault there stops the handler blocked in read that reads
+    /// it.
+    bells_at: usize,
+    /// Handlers blocking in read that started serving: one bell each stops them.
+    reading: AtomicUsize,
 }
 
 impl Shared {
+    /// Touches one bell page per handler blocking in read, each after the last was answered:
+    /// stops them all (a handler that failed unregistered the region, so a touch never hangs).
+    fn ring_bells(&self) {
+        for i in 0..self.reading.load(Ordering::Acquire) {
+            // SAFETY: a page of the live mapping (unmapped only after every thread is joined),
+            // readable; the read waits until a handler installs the page or the region is
+            // unregistered.
+            unsafe { std::ptr::read_volatile((self.bells_at + i * PAGE_SIZE) as *const u8) };
+        }
+    }
+
     fn signal_stop(&self) {
         self.stop.store(true, Ordering::Release);
         let one = 1u64;
@@ -561,8 +609,14 @@ struct AppResult {
 
 /// Runs one configuration on a fresh region of `pages` pages.
 fn measure(plan: &Plan, pages: usize) -> Result<Outcome, String> {
-    // In-thread, one more page that only the kernel touches (see `in_thread`).
-    let region_pages = pages + usize::from(plan.in_thread());
+    // In-thread, one more page that only the kernel touches (see `in_thread`); then one bell
+    // page per handler blocking in read, touched to stop it.
+    let bells = plan
+        .handlers
+        .iter()
+        .filter(|h| h.wait == Wait::Read)
+        .count();
+    let region_pages = pages + usize::from(plan.in_thread()) + bells;
     let len = region_pages
         .checked_mul(PAGE_SIZE)
         .ok_or_else(|| format!("--pages {pages} is too large"))?;
@@ -587,6 +641,16 @@ fn measure(plan: &Plan, pages: usize) -> Result<Outcome, String> {
     };
     uffd.register(mapping.base, len, false)
         .map_err(|e| e.to_string())?;
+    if bells > 0 {
+        if !uffd.nowait_reads() {
+            return Ok(Outcome::Skipped(
+                "this kernel cannot tell one userfaultfd read not to block (preadv2 with \
+                 RWF_NOWAIT), so the pager polls instead"
+                    .into(),
+            ));
+        }
+        uffd.set_blocking(true).map_err(|e| e.to_string())?;
+    }
     let src = vec![FILL; PAGE_SIZE];
     // Uninstalled when dropped, after every app thread has been joined.
     let sigbus = if plan.in_thread() {
@@ -603,6 +667,8 @@ fn measure(plan: &Plan, pages: usize) -> Result<Outcome, String> {
         uffd,
         base: mapping.base,
         len,
+        bells_at: mapping.base + (region_pages - bells) * PAGE_SIZE,
+        reading: AtomicUsize::new(0),
         stop: AtomicBool::new(false),
         stop_fd: eventfd()?,
         failed: AtomicBool::new(false),
@@ -665,6 +731,7 @@ fn measure(plan: &Plan, pages: usize) -> Result<Outcome, String> {
             }
         };
         shared.signal_stop();
+        shared.ring_bells();
         let handler_results: Vec<Result<HandlerReport, String>> = handlers
             .into_iter()
             .map(|t| {
@@ -808,6 +875,10 @@ fn handler(
         Ok(())
     })();
     let ok = setup.is_ok();
+    if ok && spec.wait == Wait::Read {
+        // Counted before the apps start (they wait for every handler's report).
+        shared.reading.fetch_add(1, Ordering::AcqRel);
+    }
     // The receiver lives until every handler has reported.
     let _ = ready.send(setup);
     if !ok {
@@ -834,14 +905,17 @@ fn serve(shared: &Shared, wait: Wait, rep: &mut HandlerReport) -> Result<(), Str
     let mut events = Vec::with_capacity(BATCH);
     let mut last_message = Instant::now();
     loop {
-        if shared.stop.load(Ordering::Acquire) {
+        if wait != Wait::Read && shared.stop.load(Ordering::Acquire) {
             return Ok(());
         }
         let block = match wait {
             Wait::Block => true,
-            Wait::Spin => false,
+            Wait::Read | Wait::Spin => false,
             Wait::SpinThenBlock(d) => last_message.elapsed() >= d,
         };
+        if wait == Wait::Read {
+            rep.wakeups += 1;
+        }
         if block {
             if !wait_readable(shared)? {
                 return Ok(());
@@ -864,6 +938,14 @@ fn serve(shared: &Shared, wait: Wait, rep: &mut HandlerReport) -> Result<(), Str
                 return Err(format!("unexpected userfaultfd event {ev:?}"));
             };
             let page = addr & !(PAGE_SIZE - 1);
+            if wait == Wait::Read && page >= shared.bells_at && page < shared.base + shared.len {
+                // A bell: answer it (the toucher goes on) and stop.
+                shared
+                    .uffd
+                    .zeropage(page, PAGE_SIZE, true)
+                    .map_err(|e| e.to_string())?;
+                return Ok(());
+            }
             if page < shared.base || page >= shared.base + shared.len {
                 return Err(format!(
                     "fault at {addr:#x}, outside the region {:#x}..{:#x}",
