@@ -145,7 +145,14 @@ class Suite:
                         # zram's mm_stat during the run (the program's swap is freed when it
                         # exits, so the end-of-run mm_stat keeps only mem_used_max).
                         with swapenv.ZramSampler(zinfo["device"], cgroup=cg) as zs:
-                            r = w.run(launch, tmp)
+                            try:
+                                r = w.run(launch, tmp)
+                            except Interrupted:
+                                raise
+                            except Exception as e:   # noqa: BLE001 - still look for an OOM kill
+                                # A killed server shows first as a client error (a closed
+                                # connection): the cgroup's OOM count below says why.
+                                r = {"ok": False, "error": f"harness error: {type(e).__name__}: {e}"}
                         r.update(launch.collect())
                         r["zram"] = zinfo
                         if isinstance(r.get("swap"), dict):

@@ -154,7 +154,7 @@ class Launch:
             sout = vs.get("pswpout", 0) - b.get("pswpout", 0)
             out["swap"] = {
                 "pswpin_pages": sin, "pswpout_pages": sout,
-                "kswapd_cpu_s": round(kswapd_cpu_s() - self._before["kswapd"], 3),
+                "kswapd_cpu_s": round(kswapd_cpu_s() - self._before.get("kswapd", kswapd_cpu_s()), 3),
                 "cgroup": cg,
                 "zram": swapenv.zram_stats(self.swap_dev) if self.swap_dev else None,
             }

@@ -349,7 +349,12 @@ class Redis(Server):
                 chunk = keys[b:b + 256]
                 s.sendall(b"".join(_resp("GET", b"key:%012d" % i) for i in chunk))
                 for i in chunk:
-                    ln = int(f.readline()[1:])
+                    line = f.readline()
+                    if not line:
+                        raise RuntimeError(
+                            f"redis closed the connection while key {i} of {n} was read back "
+                            "(killed? under linux-swap, its cgroup's OOM killer)")
+                    ln = int(line[1:])
                     data = f.read(ln + 2)[:-2] if ln >= 0 else None
                     checked += 1
                     bad += data != values(i)

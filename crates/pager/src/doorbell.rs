@@ -12,7 +12,7 @@
 //! and then exits. Handlers exit only that way, so the number of touches is the number of
 //! handlers. The pages are kept from fork children (`MADV_DONTFORK`).
 
-use gleaner_uffd::Uffd;
+use gleaner_uffd::{Installed, Uffd};
 
 use crate::PAGE_SIZE;
 
@@ -62,7 +62,14 @@ impl Doorbell {
     pub(crate) fn answer(&self, uffd: &Uffd, addr: usize) {
         let page = addr & !(PAGE_SIZE - 1);
         // A failure leaves the toucher waiting for ever: say so loudly rather than hang quietly.
-        if let Err(e) = uffd.zeropage(page, PAGE_SIZE, true) {
+        let answered = uffd
+            .zeropage(page, PAGE_SIZE, true)
+            .and_then(|installed| match installed {
+                Installed::Done => Ok(()),
+                // Present already (never: each page is touched once): wake the toucher.
+                Installed::AlreadyPresent => uffd.wake(page, PAGE_SIZE),
+            });
+        if let Err(e) = answered {
             crate::fatal::fatal(&format!(
                 "answering a stopping fault handler's doorbell: {e}"
             ));
