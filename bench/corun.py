@@ -108,6 +108,16 @@ class Memnode:
         self.proc.kill()
         self.proc.wait()
 
+    def cpu_s(self):
+        """CPU seconds (user + system) the memnode has used so far: on this host it takes its
+        CPU from the programs, where a memnode of its own would not."""
+        try:
+            with open(f"/proc/{self.proc.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            return round((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), 2)
+        except (OSError, IndexError, ValueError):
+            return None
+
 
 class GleanerLaunch:
     """Programs under `gleaner run` on the cell's memnode, each as its own tenant."""
@@ -126,6 +136,10 @@ class GleanerLaunch:
 
     def moved(self, name, stats):
         return _moved(read_json(stats))
+
+    def memnode_cpu_s(self):
+        """The memnode's CPU seconds so far."""
+        return self.node.cpu_s()
 
     def moved_so_far(self, name, tmp):
         """Bytes program `name` has moved over the link so far (its tenant's queues)."""
@@ -161,6 +175,10 @@ class LinuxLaunch:
     def moved_so_far(self, name, tmp):
         """Bytes program `name` has swapped in so far (its cgroup's major faults)."""
         return self.moved(name, None)
+
+    def memnode_cpu_s(self):
+        """No memnode: zram's work is in the programs' own CPU time."""
+        return None
 
     def cgroups(self):
         return {n: g.stats() for n, g in self.groups.items()}
@@ -279,6 +297,7 @@ def memcached(launch, p, tmp, during=None):
         _, err = mcload(["load"] + base, 900)
         if not err:
             before = launch.moved_so_far("memcached", tmp)
+            cpu_before = launch.memnode_cpu_s()
             t0 = time.monotonic()
             if during:
                 phase, err = _open_while(base, p, *during)
@@ -286,6 +305,10 @@ def memcached(launch, p, tmp, during=None):
                 phase, err = mcload(["open"] + base + [p["rate"], p["open_s"], 95, 0.99, 4, 1],
                                     p["open_s"] + 300)
             rec["open_s"] = round(time.monotonic() - t0, 3)
+            cpu_after = launch.memnode_cpu_s()
+            if cpu_before is not None and cpu_after is not None:
+                # The memnode's CPU during the phase (the gleaner systems' only).
+                rec["memnode_cpu_open_s"] = round(cpu_after - cpu_before, 2)
             after = launch.moved_so_far("memcached", tmp)
             if before is not None and after is not None:
                 # What the open-loop phase moved: its bandwidth, solo and co-run alike.
@@ -378,8 +401,11 @@ def cell(kind, system, p, want, rep, state, keep=None):
         else:
             with Memnode(tmp, p, system) as node:
                 launch = GleanerLaunch(node)
+                t0 = time.monotonic()
                 rec["programs"] = programs(kind, launch, p, tmp, want)
                 rec["queues"] = launch.queues(tmp)
+                rec["memnode_cpu_s"] = node.cpu_s()
+                rec["memnode_wall_s"] = round(time.monotonic() - t0, 2)
             if keep:
                 # Each program's whole `gleaner run` stats file, for a closer look.
                 os.makedirs(keep, exist_ok=True)
@@ -517,6 +543,36 @@ def open_note(res):
     return " and in the co-run"
 
 
+def memnode_cpu_note(res):
+    """The memnode's share of this host's CPUs (gleaner systems; results from before it was
+    recorded have none): during memcached's open-loop phase, alone and in the co-run, and over
+    a solo batch cell."""
+    def shares(kind, cpu_of, wall_of):
+        out = []
+        for c in res["cells"]:
+            if c["kind"] == kind:
+                cpu, wall = cpu_of(c), wall_of(c)
+                if cpu is not None and wall:
+                    out.append(cpu / wall)
+        return out
+    mc = lambda c: (c["programs"].get("memcached") or {})
+    parts = []
+    for label, got in (
+            ("memcached's open phase alone", shares("solo-memcached", lambda c: mc(c).get("memnode_cpu_open_s"),
+                                                    lambda c: mc(c).get("open_s"))),
+            ("a batch job alone (the whole cell)", shares("solo-batch", lambda c: c.get("memnode_cpu_s"),
+                                                          lambda c: c.get("memnode_wall_s"))),
+            ("the co-run phase", shares("corun", lambda c: mc(c).get("memnode_cpu_open_s"),
+                                        lambda c: mc(c).get("open_s")))):
+        if got:
+            parts.append(f"{label} {statistics.median(got):.0%} ({min(got):.0%}-{max(got):.0%})")
+    if not parts:
+        return ""
+    return ("The memnode's CPU, which on this host it takes from the programs (at nice -20, before "
+            "them), where a memnode on a host of its own would not: its CPU time over the phase's "
+            "length, as a share of one CPU, median (range): " + "; ".join(parts) + ".")
+
+
 def render(res, doc, name):
     m, p = res["machine"], res["params"]
     lines = [BEGIN, "## Many programs, one memnode link: fair scheduling against first come first served", "",
@@ -574,6 +630,9 @@ def render(res, doc, name):
                   f"{sum(len(c.get('oom_killed_tries', [])) for c in res['cells'])} such tries."]
     else:
         lines += ["", "Linux swap as a third system is not in this run (`--systems` left it out)."]
+    cpu = memnode_cpu_note(res)
+    if cpu:
+        lines += ["", cpu]
     if failures:
         lines += ["", "Programs that failed (their numbers are left out; a program's numbers from a cell "
                   "where another failed are kept): " + " | ".join(failures) + "."]
