@@ -6,6 +6,7 @@ import glob
 import json
 import os
 import statistics
+import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -24,8 +25,11 @@ def cells(path):
 
 
 def main():
+    # The folder to summarise: this script's own by default, or the one named (another run of
+    # the same cells, e.g. `python3 ../harness-50-1127/summarize.py .`).
+    here = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else HERE
     rows = {}
-    for path in sorted(glob.glob(os.path.join(HERE, "p*.json")) + glob.glob(os.path.join(HERE, "u*.json"))):
+    for path in sorted(glob.glob(os.path.join(here, "p*.json")) + glob.glob(os.path.join(here, "u*.json"))):
         name = os.path.basename(path)[:-5]
         placement = "pinned" if name.startswith("pinned") else "unpinned"
         d, cs = cells(path)
