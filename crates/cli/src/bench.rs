@@ -70,6 +70,10 @@ pub struct MicroArgs {
     /// How long a fault handler keeps polling without blocking after its last message, in µs.
     #[arg(long, default_value_t = 0)]
     handler_spin_us: u64,
+    /// Fault handlers wait in poll, then read, instead of inside read on a blocking
+    /// userfaultfd (the way of kernels whose userfaultfd ignores RWF_NOWAIT): to compare the two.
+    #[arg(long)]
+    handlers_poll: bool,
     /// How pages reach a memnode on this host: `auto` (shared memory over a Unix socket), `shm`
     /// or `socket`.
     #[arg(long, default_value = "auto")]
@@ -309,6 +313,7 @@ fn micro(args: &MicroArgs) -> Result<MicroReport, String> {
     cfg.encryption = args.encrypt.clone();
     cfg.dirty_tracking = args.dirty_tracking;
     cfg.handler_spin = Duration::from_micros(args.handler_spin_us);
+    cfg.handlers_poll = args.handlers_poll;
     cfg.pin_handlers = !args.unpinned_handlers;
     if let Some(n) = args.evict_batch {
         cfg.evict_batch = n;

@@ -1546,3 +1546,29 @@ fn handlers_blocked_in_read_serve_every_fault_and_all_stop_when_the_region_goes(
     }
     done.send(()).unwrap();
 }
+
+/// The fallback where a kernel's userfaultfd cannot be told not to block for one read:
+/// handlers wait in `poll`, then read, and stop on the stop flag. This kernel offers the
+/// blocking path, so the fallback is forced (`handlers_poll`) to keep it tested.
+#[test]
+fn handlers_waiting_in_poll_serve_every_fault_and_all_stop_when_the_region_goes() {
+    let done = fail_if_not_done_within(180, "handlers_waiting_in_poll");
+    gleaner_bin();
+    for handlers in [1, 5, 0] {
+        let mut cfg = RegionConfig::new(64 << 20, 8 << 20);
+        cfg.handler_threads = handlers;
+        cfg.handlers_poll = true;
+        let region = Region::new(cfg).unwrap();
+        random_ops_then_verify_all(&region, 3, 20_000);
+        let s = region.stats();
+        assert_eq!(s.fault_breakdown.handlers_wait_in, "poll");
+        assert!(
+            s.faults.remote > 1000 && s.fault_breakdown.handler_wakeups > 0,
+            "{handlers} handlers: {} remote faults, {} wake-ups",
+            s.faults.remote,
+            s.fault_breakdown.handler_wakeups
+        );
+        drop(region);
+    }
+    done.send(()).unwrap();
+}

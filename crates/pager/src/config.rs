@@ -243,6 +243,10 @@ pub struct RegionConfig {
     /// How long a handler keeps polling the userfaultfd without blocking after its last message
     /// (zero: it blocks at once). Default zero (measured in `docs/BENCHMARKS.md`).
     pub handler_spin: Duration,
+    /// Handlers wait in `poll` and then read, even where they could wait inside `read` on a
+    /// blocking userfaultfd (`doorbell.rs`): the path kernels without `RWF_NOWAIT` on a
+    /// userfaultfd take, kept measurable and tested here. Default false.
+    pub handlers_poll: bool,
     /// How writes to resident pages are tracked: `auto` (default: asynchronous where the kernel
     /// offers it and the memnode is on this host), `async` or `sync`.
     pub dirty_tracking: DirtyTracking,
@@ -351,6 +355,7 @@ impl RegionConfig {
             handler_threads: 0,
             pin_handlers: true,
             handler_spin: Duration::ZERO,
+            handlers_poll: false,
             data_path: DataPath::Auto,
             compression: Compression::default(),
             max_decode: DecodeBudget::default(),

@@ -247,7 +247,7 @@ impl Region {
         })?;
         // Handlers block in `read` where one read can still be told not to block (a fork
         // child's first thread polls while the handlers start): `doorbell.rs`.
-        let doorbell = if l.mem.uffd.nowait_reads() {
+        let doorbell = if l.mem.uffd.nowait_reads() && !cfg.handlers_poll {
             let bell =
                 crate::doorbell::Doorbell::new(&l.mem.uffd, placement.len()).map_err(|source| {
                     PagerError::Os {

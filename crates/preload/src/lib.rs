@@ -20,10 +20,11 @@
 //! | `GLEANER_HANDLERS` | fault-handler threads (0: one per CPU, each pinned to its CPU) | `0` |
 //! | `GLEANER_PIN_HANDLERS` | pin each fault handler to one CPU (`1`) or not (`0`) | `1` |
 //! | `GLEANER_HANDLER_SPIN_US` | how long a handler polls without blocking after a message | `0` |
+//! | `GLEANER_HANDLERS_POLL` | handlers wait in `poll` then read (`1`) instead of inside `read` (`0`; kernels whose userfaultfd ignores `RWF_NOWAIT` always poll) | `0` |
 //! | `GLEANER_EVICT_BATCH` | pages per eviction batch | a sixteenth of the budget, 16 to 128, and fewer (down to 16) while writing a batch back takes over about 1 ms (a slow link) |
 //! | `GLEANER_DIRTY_TRACKING` | `auto` (asynchronous where the kernel offers it and there is no swap), `async` or `sync` | `auto` |
 //! | `GLEANER_DATA_PATH` | `auto` (shared memory for a memnode on this host), `shm` or `socket` | `auto` |
-//! | `GLEANER_COMPRESS` | far-page compression: `lz4`, `zstd` or `off` | `lz4` |
+//! | `GLEANER_COMPRESS` | far-page compression: `auto` (LZ4, and zstd for write-backs over a link where it is measured cheaper), `lz4`, `zstd` or `off` | `auto` |
 //! | `GLEANER_MAX_DECODE_US` | pages decoding slower than this many µs are stored raw: a number, `auto` or `off` | `auto` (1.5 with lz4) |
 //! | `GLEANER_DROP_FAR_COPIES` | which fetched pages drop their far copy: `all`, `demand` or `none` | `all` |
 //! | `GLEANER_ENCRYPT` | seal far pages with AES-256-GCM: `on` or `off` | `on` |
@@ -119,6 +120,7 @@ struct Config {
     heap_retain: u64,
     handlers: usize,
     handler_spin_us: u64,
+    handlers_poll: bool,
     pin_handlers: bool,
     data_path: DataPath,
     compression: Compression,
@@ -184,6 +186,7 @@ fn config_from_env() -> Result<Option<Config>, String> {
             .unwrap_or((local / 4).min(1 << 30)),
         handlers: parsed("GLEANER_HANDLERS")?.unwrap_or(0),
         handler_spin_us: parsed("GLEANER_HANDLER_SPIN_US")?.unwrap_or(0),
+        handlers_poll: parsed::<u8>("GLEANER_HANDLERS_POLL")?.unwrap_or(0) != 0,
         pin_handlers: parsed::<u8>("GLEANER_PIN_HANDLERS")?.unwrap_or(1) != 0,
         data_path: parsed("GLEANER_DATA_PATH")?.unwrap_or_default(),
         compression: parsed("GLEANER_COMPRESS")?.unwrap_or_default(),
@@ -296,6 +299,7 @@ fn start() -> Result<bool, String> {
     }
     rc.handler_threads = cfg.handlers;
     rc.handler_spin = std::time::Duration::from_micros(cfg.handler_spin_us);
+    rc.handlers_poll = cfg.handlers_poll;
     rc.pin_handlers = cfg.pin_handlers;
     rc.data_path = cfg.data_path;
     rc.compression = cfg.compression;
