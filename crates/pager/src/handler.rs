@@ -110,7 +110,8 @@ pub(crate) fn run(
         };
         match read {
             Ok(0) => {
-                // Woken with the others, but another handler read the message first.
+                // Woken with the others, but another handler read the message first (or, in a
+                // blocking read, a signal ended the wait).
                 Counters::add(&engine.counters.handler_empty_wakeups, 1);
                 continue;
             }
