@@ -94,6 +94,17 @@ fn spawn_under_gleaner(
     memnode: Option<&MemnodeProc>,
     cmd: &[&str],
 ) -> Child {
+    spawn_under_gleaner_with_env(dir, local, memnode, cmd, &[])
+}
+
+/// [`spawn_under_gleaner`] with `env` added to the run's environment (the preload's knobs).
+fn spawn_under_gleaner_with_env(
+    dir: &Path,
+    local: &str,
+    memnode: Option<&MemnodeProc>,
+    cmd: &[&str],
+    env: &[(&str, &str)],
+) -> Child {
     let mut args = vec![
         "run".to_string(),
         "--local-mem".into(),
@@ -113,6 +124,7 @@ fn spawn_under_gleaner(
     args.extend(cmd.iter().map(|s| s.to_string()));
     Command::new(gleaner_bin())
         .args(&args)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(dir.join("out.log")).unwrap())
         .stderr(std::fs::File::create(dir.join("err.log")).unwrap())
@@ -678,6 +690,50 @@ fn python_multiprocessing_over_far_memory_matches_all_local() {
         s["total"]["evictions"]["dirty"].as_u64().unwrap() > (24 << 20) / 4096,
         "the parent's blocks went to the memnode: {s}"
     );
+}
+
+/// The same pool with the fault handlers waiting in `poll` (`GLEANER_HANDLERS_POLL=1`), the
+/// way of kernels whose userfaultfd cannot be told not to block for one read: the fork
+/// children's first threads then read beside handlers that poll too. The processes that leave
+/// stats must report that way, and the result must equal the all-local run's.
+#[test]
+fn python_multiprocessing_with_handlers_waiting_in_poll_matches_all_local() {
+    require("python3");
+    let python = real_python();
+    let dir = TempDir::new("python-pool-poll");
+    let script = write_script(&dir, "pool.py", PYTHON_POOL_JOB);
+    let local = Command::new(python).args([&script, "48"]).output().unwrap();
+    assert!(local.status.success(), "{local:?}");
+    let want = String::from_utf8_lossy(&local.stdout).trim().to_string();
+    let mut run = spawn_under_gleaner_with_env(
+        dir.path(),
+        "16M",
+        None,
+        &[python, &script, "48"],
+        &[("GLEANER_HANDLERS_POLL", "1")],
+    );
+    assert_eq!(wait_exit(&mut run, Duration::from_secs(300)), Some(0));
+    let far = std::fs::read_to_string(dir.path().join("out.log")).unwrap();
+    assert_eq!(
+        far.trim(),
+        want,
+        "the pool's result with polling handlers differs from the all-local one; stderr: {}",
+        std::fs::read_to_string(dir.path().join("err.log")).unwrap_or_default()
+    );
+    let s = stats(dir.path());
+    // The parent and its two workers (fork children, which inherit the setting and leave no
+    // stats of their own: they end with `_exit`).
+    assert!(
+        s["far_memory_processes"]["started"].as_u64().unwrap() >= 3,
+        "the pool's workers ran on far memory too: {}",
+        s["far_memory_processes"]
+    );
+    for p in s["processes"].as_array().expect("processes") {
+        assert_eq!(
+            p["stats"]["fault_breakdown"]["handlers_wait_in"], "poll",
+            "{p}"
+        );
+    }
 }
 
 /// numpy arrays freed and allocated every iteration (as pagerank-style jobs do), beside a
