@@ -1522,29 +1522,11 @@ fn reuse_keeps_resident_pages_and_discards_far_ones_without_fetching_them() {
 
 /// Handlers wait for fault messages inside `read` on a blocking userfaultfd (this kernel lets
 /// a read be told not to block, which the pager needs beside it), and dropping the region
-/// stops every one through its doorbell, one touch per handler: with one handler, with more
-/// handlers than CPUs, and with the default (one per CPU). A handler the doorbell missed would
-/// hang the drop, which fails the test.
+/// stops every one through its doorbell, one touch per handler. A handler the doorbell missed
+/// would hang the drop, which fails the test.
 #[test]
 fn handlers_blocked_in_read_serve_every_fault_and_all_stop_when_the_region_goes() {
-    let done = fail_if_not_done_within(180, "handlers_blocked_in_read");
-    gleaner_bin();
-    for handlers in [1, 5, 0] {
-        let mut cfg = RegionConfig::new(64 << 20, 8 << 20);
-        cfg.handler_threads = handlers;
-        let region = Region::new(cfg).unwrap();
-        random_ops_then_verify_all(&region, 3, 20_000);
-        let s = region.stats();
-        assert_eq!(s.fault_breakdown.handlers_wait_in, "read");
-        assert!(
-            s.faults.remote > 1000 && s.fault_breakdown.handler_wakeups > 0,
-            "{handlers} handlers: {} remote faults, {} wake-ups",
-            s.faults.remote,
-            s.fault_breakdown.handler_wakeups
-        );
-        drop(region);
-    }
-    done.send(()).unwrap();
+    handlers_serve_every_fault_and_all_stop(false, "read");
 }
 
 /// The fallback where a kernel's userfaultfd cannot be told not to block for one read:
@@ -1552,16 +1534,23 @@ fn handlers_blocked_in_read_serve_every_fault_and_all_stop_when_the_region_goes(
 /// blocking path, so the fallback is forced (`handlers_poll`) to keep it tested.
 #[test]
 fn handlers_waiting_in_poll_serve_every_fault_and_all_stop_when_the_region_goes() {
-    let done = fail_if_not_done_within(180, "handlers_waiting_in_poll");
+    handlers_serve_every_fault_and_all_stop(true, "poll");
+}
+
+/// With one handler, with more handlers than CPUs, and with the default (one per CPU): every
+/// page reads back what was written, the stats say the handlers waited `wait_in`, and dropping
+/// the region returns (within a bound, else the test binary fails).
+fn handlers_serve_every_fault_and_all_stop(poll: bool, wait_in: &'static str) {
+    let done = fail_if_not_done_within(180, wait_in);
     gleaner_bin();
     for handlers in [1, 5, 0] {
         let mut cfg = RegionConfig::new(64 << 20, 8 << 20);
         cfg.handler_threads = handlers;
-        cfg.handlers_poll = true;
+        cfg.handlers_poll = poll;
         let region = Region::new(cfg).unwrap();
         random_ops_then_verify_all(&region, 3, 20_000);
         let s = region.stats();
-        assert_eq!(s.fault_breakdown.handlers_wait_in, "poll");
+        assert_eq!(s.fault_breakdown.handlers_wait_in, wait_in);
         assert!(
             s.faults.remote > 1000 && s.fault_breakdown.handler_wakeups > 0,
             "{handlers} handlers: {} remote faults, {} wake-ups",

@@ -648,7 +648,19 @@ fn output_matches_all_local(
     want: &str,
     whose: &str,
 ) -> serde_json::Value {
-    let mut run = spawn_under_gleaner(dir.path(), budget, None, cmd);
+    output_matches_all_local_with_env(dir, budget, cmd, want, whose, &[])
+}
+
+/// [`output_matches_all_local`] with `env` added to the run's environment.
+fn output_matches_all_local_with_env(
+    dir: &TempDir,
+    budget: &str,
+    cmd: &[&str],
+    want: &str,
+    whose: &str,
+    env: &[(&str, &str)],
+) -> serde_json::Value {
+    let mut run = spawn_under_gleaner_with_env(dir.path(), budget, None, cmd, env);
     assert_eq!(wait_exit(&mut run, Duration::from_secs(300)), Some(0));
     let far = std::fs::read_to_string(dir.path().join("out.log")).unwrap();
     assert_eq!(
@@ -675,16 +687,22 @@ if __name__ == "__main__":
     print("pool", hashlib.sha256("".join(parts).encode()).hexdigest())
 "#;
 
+/// The pool's script in `dir`, and its all-local result (48 blocks).
+fn pool_job(dir: &TempDir, python: &str) -> (String, String) {
+    let script = write_script(dir, "pool.py", PYTHON_POOL_JOB);
+    let local = Command::new(python).args([&script, "48"]).output().unwrap();
+    assert!(local.status.success(), "{local:?}");
+    let want = String::from_utf8_lossy(&local.stdout).trim().to_string();
+    assert!(want.starts_with("pool "), "{want}");
+    (script, want)
+}
+
 #[test]
 fn python_multiprocessing_over_far_memory_matches_all_local() {
     require("python3");
     let python = real_python();
     let dir = TempDir::new("python-pool");
-    let script = write_script(&dir, "pool.py", PYTHON_POOL_JOB);
-    let local = Command::new(python).args([&script, "48"]).output().unwrap();
-    assert!(local.status.success(), "{local:?}");
-    let want = String::from_utf8_lossy(&local.stdout).trim().to_string();
-    assert!(want.starts_with("pool "), "{want}");
+    let (script, want) = pool_job(&dir, python);
     let s = output_matches_all_local(&dir, "16M", &[python, &script, "48"], &want, "the pool's");
     assert!(
         s["total"]["evictions"]["dirty"].as_u64().unwrap() > (24 << 20) / 4096,
@@ -701,26 +719,15 @@ fn python_multiprocessing_with_handlers_waiting_in_poll_matches_all_local() {
     require("python3");
     let python = real_python();
     let dir = TempDir::new("python-pool-poll");
-    let script = write_script(&dir, "pool.py", PYTHON_POOL_JOB);
-    let local = Command::new(python).args([&script, "48"]).output().unwrap();
-    assert!(local.status.success(), "{local:?}");
-    let want = String::from_utf8_lossy(&local.stdout).trim().to_string();
-    let mut run = spawn_under_gleaner_with_env(
-        dir.path(),
+    let (script, want) = pool_job(&dir, python);
+    let s = output_matches_all_local_with_env(
+        &dir,
         "16M",
-        None,
         &[python, &script, "48"],
+        &want,
+        "the pool's (handlers polling)",
         &[("GLEANER_HANDLERS_POLL", "1")],
     );
-    assert_eq!(wait_exit(&mut run, Duration::from_secs(300)), Some(0));
-    let far = std::fs::read_to_string(dir.path().join("out.log")).unwrap();
-    assert_eq!(
-        far.trim(),
-        want,
-        "the pool's result with polling handlers differs from the all-local one; stderr: {}",
-        std::fs::read_to_string(dir.path().join("err.log")).unwrap_or_default()
-    );
-    let s = stats(dir.path());
     // The parent and its two workers (fork children, which inherit the setting and leave no
     // stats of their own: they end with `_exit`).
     assert!(
