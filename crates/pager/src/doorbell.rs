@@ -12,7 +12,7 @@
 //! and then exits. Handlers exit only that way, so the number of touches is the number of
 //! handlers. The pages are kept from fork children (`MADV_DONTFORK`).
 
-use gleaner_uffd::{Installed, Uffd};
+use gleaner_uffd::{Event, Installed, Uffd};
 
 use crate::PAGE_SIZE;
 
@@ -25,7 +25,8 @@ pub(crate) struct Doorbell {
 impl Doorbell {
     /// A doorbell of `pages` pages (one per handler) on `uffd`.
     pub(crate) fn new(uffd: &Uffd, pages: usize) -> std::io::Result<Doorbell> {
-        let len = pages.max(1) * PAGE_SIZE;
+        let pages = pages.max(1);
+        let len = pages * PAGE_SIZE;
         // SAFETY: a fresh private anonymous mapping; the kernel picks the address.
         let p = unsafe {
             libc::mmap(
@@ -42,7 +43,7 @@ impl Doorbell {
         }
         let bell = Doorbell {
             base: p as usize,
-            pages: pages.max(1),
+            pages,
         };
         // SAFETY: madvise on the mapping just made, which this struct owns.
         if unsafe { libc::madvise(p, len, libc::MADV_DONTFORK) } != 0 {
@@ -53,9 +54,16 @@ impl Doorbell {
         Ok(bell)
     }
 
-    /// Whether `addr` (a fault's address) is one of the doorbell's pages.
-    pub(crate) fn rang(&self, addr: usize) -> bool {
-        addr >= self.base && addr < self.base + self.pages * PAGE_SIZE
+    /// Takes the touch of the doorbell out of `events`, if one is there: its address.
+    pub(crate) fn take_ring(&self, events: &mut Vec<Event>) -> Option<usize> {
+        let rang = |addr: usize| addr >= self.base && addr < self.base + self.pages * PAGE_SIZE;
+        let at = events
+            .iter()
+            .position(|ev| matches!(ev, Event::Fault { addr, .. } if rang(*addr)))?;
+        match events.remove(at) {
+            Event::Fault { addr, .. } => Some(addr),
+            _ => unreachable!("the position of a fault"),
+        }
     }
 
     /// Answers a touch of the doorbell at `addr`: a zero page, which wakes the toucher.

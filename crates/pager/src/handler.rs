@@ -123,15 +123,10 @@ pub(crate) fn run(
             Err(e) => fatal(&format!("reading userfaultfd events failed: {e}")),
         }
         // The region is stopping and this handler's turn to go came in (`doorbell.rs`).
-        let rang = engine.doorbell.as_ref().and_then(|bell| {
-            let at = events.iter().position(
-                |ev| matches!(ev, gleaner_uffd::Event::Fault { addr, .. } if bell.rang(*addr)),
-            )?;
-            match events.remove(at) {
-                gleaner_uffd::Event::Fault { addr, .. } => Some((bell, addr)),
-                _ => None,
-            }
-        });
+        let rang = engine
+            .doorbell
+            .as_ref()
+            .and_then(|bell| Some((bell, bell.take_ring(&mut events)?)));
         {
             // A fork waits for the faults being served to finish, and holds the next ones back.
             let _inside = engine.gate.enter();

@@ -223,21 +223,6 @@ pub struct Uffd {
     nowait: bool,
 }
 
-/// Whether a read of `fd` (a fresh userfaultfd with nothing registered, so with no message to
-/// lose) can be told not to block: `preadv2` with `RWF_NOWAIT` then fails with `EAGAIN`, where
-/// a kernel that does not offer it fails with `EOPNOTSUPP`.
-fn probe_nowait(fd: BorrowedFd) -> bool {
-    let mut msg = sys::UffdMsg::default();
-    let iov = libc::iovec {
-        iov_base: (&mut msg as *mut sys::UffdMsg).cast(),
-        iov_len: std::mem::size_of::<sys::UffdMsg>(),
-    };
-    // SAFETY: preadv2 into one iovec over a live UffdMsg; offset -1 reads at the current
-    // position, as read(2) does.
-    let r = unsafe { libc::preadv2(fd.as_raw_fd(), &iov, 1, -1, libc::RWF_NOWAIT) };
-    r < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EAGAIN)
-}
-
 /// Opens a raw descriptor (no API handshake yet). Returns where it came from and its mode.
 fn create_raw(allow_user_mode_only: bool) -> Result<(OwnedFd, Source, Mode), UffdError> {
     let flags = libc::O_CLOEXEC | libc::O_NONBLOCK;
@@ -367,14 +352,17 @@ impl Uffd {
         }
         let (fd, source, mode) = create_raw(opts.allow_user_mode_only)?;
         api(fd.as_fd(), opts.features)?;
-        let nowait = probe_nowait(fd.as_fd());
-        Ok(Uffd {
+        let mut uffd = Uffd {
             fd,
             features: opts.features,
             mode,
             source,
-            nowait,
-        })
+            nowait: false,
+        };
+        // Nothing is registered yet, so no message can be lost: a kernel that honours
+        // RWF_NOWAIT answers "nothing pending", one that does not fails with EOPNOTSUPP.
+        uffd.nowait = matches!(uffd.read_into(&mut Vec::new(), 1, libc::RWF_NOWAIT), Ok(0));
+        Ok(uffd)
     }
 
     /// The features enabled on this descriptor.
