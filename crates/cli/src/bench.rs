@@ -61,7 +61,7 @@ pub struct MicroArgs {
     /// Token file for an external memnode (default: ~/.gleaner/token).
     #[arg(long)]
     token_file: Option<PathBuf>,
-    /// Fault-handler threads (0: one per CPU, each pinned to its CPU).
+    /// Fault-handler threads (0: one per CPU, at most 4, each pinned to its CPU).
     #[arg(long, default_value_t = 0)]
     handlers: usize,
     /// Leave fault handlers unpinned (by default each is pinned to one CPU).

@@ -70,9 +70,10 @@ pub struct RunArgs {
     /// Write the run's stats (per process and summed) here as JSON.
     #[arg(long, value_name = "FILE")]
     stats: Option<PathBuf>,
-    /// Fault-handler threads per process. 0 (default): one per CPU the program may run on, each
-    /// pinned to its CPU, so a fault is served on the CPU where it happened (measured 7x faster
-    /// than from the other CPU on a 2-vCPU VM).
+    /// Fault-handler threads per process. 0 (default): one per CPU the program may run on, at
+    /// most 4, each pinned to its CPU, so a fault is served on the CPU where it happened
+    /// (measured 7x faster than from the other CPU on a 2-vCPU VM). More than 4 cost every fault
+    /// more wake-ups than they save: each fault wakes every handler.
     #[arg(long, value_name = "N", default_value_t = 0)]
     handlers: usize,
     /// How far pages travel to a memnode on this host: `auto` (shared memory for a Unix-socket

@@ -159,8 +159,13 @@ pub const DEFAULT_EVICT_BATCH: usize = 128;
 /// The smallest eviction batch chosen automatically (for budgets below 1 MiB).
 pub const MIN_AUTO_EVICT_BATCH: usize = 16;
 
-/// The most fault handlers started by default (one per CPU up to this many).
-pub const MAX_AUTO_HANDLERS: usize = 16;
+/// The most fault handlers started by default (one per CPU up to this many). Every fault wakes
+/// every handler waiting on the userfaultfd (its wait queue is not exclusive), so each handler
+/// past the first few costs every fault a wake-up on another CPU: on a 16-CPU VM a bare fault
+/// took 39 µs with 16 handlers against 6.7 µs with one on the faulting CPU, and `bench micro`'s
+/// random pattern 23-26 µs per access with 16 handlers against 13-14 µs with 4
+/// (`bench/results/handlers-16cpu/`).
+pub const MAX_AUTO_HANDLERS: usize = 4;
 
 /// The default cap on `hermit`'s reclaim threads: half this machine's CPUs, at least one.
 /// Reclaim threads only help when they have cores to run on: on a 2-vCPU machine a 4-thread pool
@@ -233,12 +238,11 @@ pub struct RegionConfig {
     /// Where evicted pages go.
     pub memnode: MemnodeTarget,
     /// Fault-handler threads (each with its own store handle: a connection on the socket data
-    /// path). Default 0: one per CPU this process may run on (at most
-    /// [`MAX_AUTO_HANDLERS`]).
+    /// path). Default 0: one per CPU this process may run on, at most [`MAX_AUTO_HANDLERS`].
     pub handler_threads: usize,
-    /// Pin each fault handler to one CPU of the process's affinity mask (round robin), so the
-    /// handler on a faulting thread's CPU serves it without an inter-processor wake-up. Default
-    /// true.
+    /// Pin each fault handler to one CPU of the process's affinity mask (spread evenly over it,
+    /// round robin where there are more handlers than CPUs), so the handler on a faulting
+    /// thread's CPU serves it without an inter-processor wake-up. Default true.
     pub pin_handlers: bool,
     /// How long a handler keeps polling the userfaultfd without blocking after its last message
     /// (zero: it blocks at once). Default zero (measured in `docs/BENCHMARKS.md`).
@@ -511,7 +515,7 @@ impl RegionConfig {
     }
 
     /// How many fault handlers the region runs: `handler_threads`, or with 0 one per CPU the
-    /// process may run on (at most [`MAX_AUTO_HANDLERS`]).
+    /// process may run on, at most [`MAX_AUTO_HANDLERS`].
     pub fn handler_count(&self) -> usize {
         if self.handler_threads > 0 {
             self.handler_threads
@@ -525,15 +529,42 @@ impl RegionConfig {
     /// Each handler's CPU (None: not pinned), in order.
     pub(crate) fn handler_placement(&self) -> Vec<Option<usize>> {
         let cpus = crate::handler::allowed_cpus();
-        (0..self.handler_count())
-            .map(|i| (self.pin_handlers && !cpus.is_empty()).then(|| cpus[i % cpus.len()]))
+        spread(self.handler_count(), &cpus)
+            .into_iter()
+            .map(|cpu| cpu.filter(|_| self.pin_handlers))
             .collect()
     }
+}
+
+/// Places `count` handlers on `cpus`: spread evenly when there are fewer handlers than CPUs
+/// (4 of 16 go to the 1st, 5th, 9th and 13th, one in each quarter of the mask rather than all on
+/// its first CPUs), round robin when there are more; none pinned when `cpus` is empty.
+fn spread(count: usize, cpus: &[usize]) -> Vec<Option<usize>> {
+    (0..count)
+        .map(|i| match cpus.len() {
+            0 => None,
+            n if count <= n => Some(cpus[i * n / count]),
+            n => Some(cpus[i % n]),
+        })
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn handlers_spread_over_the_cpus_and_wrap_round_when_they_outnumber_them() {
+        let sixteen: Vec<usize> = (0..16).collect();
+        assert_eq!(spread(4, &sixteen), [Some(0), Some(4), Some(8), Some(12)]);
+        assert_eq!(spread(2, &[3, 5]), [Some(3), Some(5)]);
+        assert_eq!(spread(1, &[3, 5]), [Some(3)]);
+        assert_eq!(
+            spread(5, &[3, 5]),
+            [Some(3), Some(5), Some(3), Some(5), Some(3)]
+        );
+        assert_eq!(spread(2, &[]), [None, None]);
+    }
 
     #[test]
     fn memnode_addresses_make_one_memnode_or_a_pool() {

@@ -17,7 +17,7 @@
 //! | `GLEANER_MEMNODE_TIMEOUT` | seconds to wait for a memnode's reply before reconnecting (a TCP memnode: a broken connection is replaced within the session's lease, the program only waits) | `30` |
 //! | `GLEANER_ARENA_SIZE` | address space reserved for managed memory | `64G` |
 //! | `GLEANER_HEAP_RETAIN` | freed blocks of 256 KiB or more kept for reuse, in all (`0`: none), each for at most a second | a quarter of the budget, at most 1G |
-//! | `GLEANER_HANDLERS` | fault-handler threads (0: one per CPU, each pinned to its CPU) | `0` |
+//! | `GLEANER_HANDLERS` | fault-handler threads (0: one per CPU, at most 4, each pinned to its CPU) | `0` |
 //! | `GLEANER_PIN_HANDLERS` | pin each fault handler to one CPU (`1`) or not (`0`) | `1` |
 //! | `GLEANER_HANDLER_SPIN_US` | how long a handler polls without blocking after a message | `0` |
 //! | `GLEANER_HANDLERS_POLL` | handlers wait in `poll` then read (`1`) instead of inside `read` (`0`; kernels whose userfaultfd ignores `RWF_NOWAIT` always poll) | `0` |
@@ -259,7 +259,7 @@ fn start() -> Result<bool, String> {
             format_size(cfg.arena),
             format_size(cfg.heap_retain),
             if cfg.handlers == 0 {
-                "one per CPU".to_string()
+                "one per CPU, at most 4".to_string()
             } else {
                 cfg.handlers.to_string()
             },
