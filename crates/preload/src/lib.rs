@@ -259,7 +259,10 @@ fn start() -> Result<bool, String> {
             format_size(cfg.arena),
             format_size(cfg.heap_retain),
             if cfg.handlers == 0 {
-                "one per CPU, at most 4".to_string()
+                format!(
+                    "one per CPU, at most {}",
+                    gleaner_pager::MAX_AUTO_HANDLERS
+                )
             } else {
                 cfg.handlers.to_string()
             },
