@@ -13,7 +13,7 @@
 //! is logged with the peer's address, counted in `malformed_frames`, answered with a best-effort
 //! `Error{BadRequest}`, and the socket is shut down. Other connections are unaffected.
 
-use std::io::{self, Read};
+use std::io::{self, BufReader, Read};
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Instant;
@@ -42,13 +42,17 @@ pub(crate) const MAX_AUTH_PAYLOAD: usize =
     NONCE_LEN + 8 + SESSION_KEY_LEN + PROOF_LEN + 4 + MAX_AUTH_CLIENT_NAME;
 /// Longest client name accepted in `Auth` (names are cut to 128 bytes when stored).
 pub(crate) const MAX_AUTH_CLIENT_NAME: usize = 4096;
+/// Bytes read ahead from a connection: a request's header and payload (a read's page list, a
+/// small write-back) usually come in one `recv` instead of two; larger payloads are read
+/// straight into their buffer.
+const RECV_AHEAD: usize = 16 << 10;
 
 /// Serves one accepted connection until it ends, then shuts the socket down.
 pub(crate) fn handle(shared: &Shared, stream: Stream, peer: &str) {
     let mut conn = Conn {
         shared,
         peer,
-        stream,
+        stream: BufReader::with_capacity(RECV_AHEAD, stream),
         rx: Vec::new(),
         tx: Vec::new(),
         staged: Vec::new(),
@@ -68,7 +72,7 @@ pub(crate) fn handle(shared: &Shared, stream: Stream, peer: &str) {
     conn.finish(end);
     // Other handles to this socket exist (the server's shutdown registry): shut it down rather
     // than rely on the drop, so the peer sees the end now.
-    let _ = conn.stream.shutdown();
+    let _ = conn.stream.get_ref().shutdown();
 }
 
 /// Why a connection ended.
@@ -109,7 +113,9 @@ enum Reply {
 struct Conn<'a> {
     shared: &'a Shared,
     peer: &'a str,
-    stream: Stream,
+    /// The connection. Requests are read through the buffer; replies are written to the
+    /// stream itself (`get_mut`), and so is the one frame read before it, the client's `Auth`.
+    stream: BufReader<Stream>,
     /// Receive buffer (one frame payload), reused.
     rx: Vec<u8>,
     /// Send buffer (one reply payload), reused.
@@ -222,6 +228,7 @@ impl Conn<'_> {
         };
         let sent = self.send(header.req_id, &welcome).and_then(|_| {
             self.stream
+                .get_ref()
                 .set_read_timeout(None)
                 .map_err(End::Disconnected)
         });
@@ -460,7 +467,7 @@ impl Conn<'_> {
             }
             Message::GrantRequest { pages } => {
                 bump(&counters.req_grant, 1);
-                if !matches!(self.stream, Stream::Unix(_)) {
+                if !matches!(self.stream.get_ref(), Stream::Unix(_)) {
                     Reply::Error(
                         ErrorCode::BadRequest,
                         "shared-memory slabs are granted only over a Unix socket (a client on \
@@ -533,8 +540,11 @@ impl Conn<'_> {
     /// is allocated, so unauthenticated peers cost little memory and time.
     fn read_auth(&mut self) -> Result<FrameHeader, End> {
         let deadline = Instant::now() + self.shared.config.handshake_timeout;
+        // The Auth frame is the connection's first, read exactly: nothing is buffered yet, and
+        // nothing of the next frame is taken.
+        debug_assert!(self.stream.buffer().is_empty());
         let mut reader = Deadline {
-            stream: &mut self.stream,
+            stream: self.stream.get_mut(),
             deadline,
         };
         let mut hdr = [0u8; HEADER_LEN];
@@ -588,7 +598,7 @@ impl Conn<'_> {
 
     /// Sends one message; returns the frame bytes sent.
     fn send(&mut self, req_id: u32, msg: &Message<'_>) -> Result<u64, End> {
-        msg.send(&mut self.stream, req_id, &mut self.tx)
+        msg.send(self.stream.get_mut(), req_id, &mut self.tx)
             .map_err(send_failed)?;
         let n = (HEADER_LEN + self.tx.len()) as u64;
         bump(&self.shared.counters.bytes_out, n);
@@ -598,7 +608,7 @@ impl Conn<'_> {
     fn send_reply(&mut self, req_id: u32, reply: Reply) -> Result<u64, End> {
         match reply {
             Reply::Encoded(kind) => {
-                write_frame(&mut self.stream, kind, req_id, &self.tx).map_err(send_failed)?;
+                write_frame(self.stream.get_mut(), kind, req_id, &self.tx).map_err(send_failed)?;
                 let n = (HEADER_LEN + self.tx.len()) as u64;
                 bump(&self.shared.counters.bytes_out, n);
                 Ok(n)
@@ -621,7 +631,7 @@ impl Conn<'_> {
                 },
             ),
             Reply::Grant(slab_id, pages, fd) => {
-                let Stream::Unix(sock) = &self.stream else {
+                let Stream::Unix(sock) = self.stream.get_ref() else {
                     unreachable!("grants are refused on TCP connections");
                 };
                 self.tx.clear();

@@ -1,4 +1,5 @@
 //! Malformed input on one connection closes that connection only; everyone else keeps working.
+//! Well-formed input in whatever pieces the network makes of it is answered in order.
 
 mod common;
 
@@ -9,10 +10,10 @@ use std::time::Duration;
 use gleaner_memnode::ServerConfig;
 use gleaner_proto::{
     client_proof, generate_token, random_bytes, read_frame, ErrorCode, FrameHeader, Message,
-    MessageKind, PageIds, Token, MAX_BATCH_PAGES, MAX_BLOB_SIZE, MAX_PAYLOAD,
+    MessageKind, PageBatch, PageIds, Token, MAX_BATCH_PAGES, MAX_BLOB_SIZE, MAX_PAYLOAD,
 };
 
-use common::{assert_pages, write, TestServer};
+use common::{assert_pages, page, write, TestServer};
 
 /// A raw connection that has read the server's challenge.
 struct Raw {
@@ -297,4 +298,78 @@ fn connections_beyond_the_limit_are_refused() {
         .live_connections
         == 0));
     server.connect().ping().unwrap();
+}
+
+/// Requests come in whatever pieces the network makes of them: several frames in one send (the
+/// memnode reads ahead, and must keep what it read past the first frame for the next), a frame
+/// larger than what it reads ahead, or one frame a byte at a time. Each request is answered, in
+/// order, with the right pages.
+#[test]
+fn requests_in_one_send_or_a_byte_at_a_time_are_each_answered_in_order() {
+    let server = TestServer::tcp(256);
+    let token = server.token;
+    let frame = |out: &mut Vec<u8>, kind: MessageKind, req_id: u32, payload: &[u8]| {
+        let len = payload.len() as u32;
+        out.extend_from_slice(&FrameHeader { kind, req_id, len }.encode());
+        out.extend_from_slice(payload);
+    };
+    // Five pages written (20 KiB, more than the memnode reads ahead), two read back in another
+    // order, one never written.
+    let mut bytes = Vec::new();
+    let mut payload = Vec::new();
+    PageBatch::begin(&mut payload);
+    for id in 1..=5u64 {
+        PageBatch::push(&mut payload, id, 0, &page(id * 11));
+    }
+    frame(&mut bytes, MessageKind::Write, 1, &payload);
+    payload.clear();
+    PageIds::encode_into(&mut payload, &[4, 2]);
+    frame(&mut bytes, MessageKind::Read, 2, &payload);
+    payload.clear();
+    PageIds::encode_into(&mut payload, &[9]);
+    frame(&mut bytes, MessageKind::Read, 3, &payload);
+
+    for one_byte_sends in [false, true] {
+        let case = if one_byte_sends {
+            "a byte at a time"
+        } else {
+            "in one send"
+        };
+        let mut raw = Raw::authenticated(&server, &token);
+        if one_byte_sends {
+            raw.s.set_nodelay(true).unwrap();
+            for b in &bytes {
+                raw.send(std::slice::from_ref(b));
+            }
+        } else {
+            raw.send(&bytes);
+        }
+        let mut rx = Vec::new();
+        let h = read_frame(&mut raw.s, &mut rx).unwrap();
+        assert_eq!(
+            (h.req_id, h.kind),
+            (1, MessageKind::Ack),
+            "{case}: the write"
+        );
+        let h = read_frame(&mut raw.s, &mut rx).unwrap();
+        assert_eq!(
+            (h.req_id, h.kind),
+            (2, MessageKind::Pages),
+            "{case}: the read"
+        );
+        let Message::Pages { batch } = Message::decode(h.kind, &rx).unwrap() else {
+            unreachable!("the kind was checked");
+        };
+        let got: Vec<(u64, bool)> = batch
+            .iter()
+            .map(|(id, _, data)| (id, data == page(id * 11).as_slice()))
+            .collect();
+        assert_eq!(got, [(4, true), (2, true)], "{case}: pages and contents");
+        let h = read_frame(&mut raw.s, &mut rx).unwrap();
+        assert_eq!(h.req_id, 3, "{case}: the read of a page never written");
+        match Message::decode(h.kind, &rx).unwrap() {
+            Message::Error { code, .. } => assert_eq!(code, ErrorCode::NotFound, "{case}"),
+            other => panic!("{case}: expected NotFound, got {other:?}"),
+        }
+    }
 }

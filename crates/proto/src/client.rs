@@ -4,7 +4,7 @@
 //! thread for demand reads, one for write-back) that all attach to the same session.
 
 use std::fmt;
-use std::io::{self, Read, Write};
+use std::io::{self, BufReader, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
@@ -300,9 +300,18 @@ pub struct PendingWrite {
     req_id: u32,
 }
 
+/// Bytes read ahead from a memnode connection: a reply's header and payload (a few pages'
+/// blobs) usually come in one `recv` instead of two; larger payloads are read straight into
+/// their buffer. A connection has one request outstanding at most and the memnode sends only
+/// replies, so once a reply is read nothing is left buffered: waiting for readability on the
+/// socket itself and receiving a grant's descriptor with `recvmsg` stay correct.
+const RECV_AHEAD: usize = 16 << 10;
+
 /// One authenticated connection to a memnode session.
 pub struct Connection {
-    stream: Stream,
+    /// The socket. Replies are read through the buffer; requests are written to the socket
+    /// itself (`get_mut`).
+    stream: BufReader<Stream>,
     endpoint: Endpoint,
     info: SessionInfo,
     next_req: u32,
@@ -344,7 +353,7 @@ impl Connection {
             .set_timeouts(Some(opts.connect_timeout))
             .map_err(|e| transport(e.into()))?;
         let mut conn = Connection {
-            stream,
+            stream: BufReader::with_capacity(RECV_AHEAD, stream),
             endpoint: endpoint.clone(),
             info: SessionInfo {
                 session_id: 0,
@@ -382,7 +391,7 @@ impl Connection {
             ),
             client_name: &opts.client_name,
         };
-        auth.send(&mut conn.stream, 0, &mut conn.tx)
+        auth.send(conn.stream.get_mut(), 0, &mut conn.tx)
             .map_err(transport)?;
         let header = read_frame(&mut conn.stream, &mut conn.rx).map_err(transport)?;
         match Message::decode(header.kind, &conn.rx).map_err(transport)? {
@@ -420,6 +429,7 @@ impl Connection {
             }
         }
         conn.stream
+            .get_ref()
             .set_timeouts(Some(opts.reply_timeout))
             .map_err(|e| transport(e.into()))?;
         Ok(conn)
@@ -479,7 +489,7 @@ impl Connection {
     fn send_request(&mut self, kind: MessageKind) -> Result<u32, ClientError> {
         let req_id = self.next_req;
         self.next_req = self.next_req.wrapping_add(1);
-        crate::frame::write_frame(&mut self.stream, kind, req_id, &self.tx)
+        crate::frame::write_frame(self.stream.get_mut(), kind, req_id, &self.tx)
             .map_err(|e| self.transport_error(e))?;
         Ok(req_id)
     }
@@ -633,7 +643,12 @@ impl Connection {
         timeout: Duration,
     ) -> io::Result<(bool, bool)> {
         use rustix::event::{poll, PollFd, PollFlags, Timespec};
-        let stream: std::os::fd::BorrowedFd<'_> = match &self.stream {
+        if !self.stream.buffer().is_empty() {
+            // Bytes of a frame already read ahead (a memnode sending more than its replies):
+            // readable now; the next read reports what they are.
+            return Ok((true, false));
+        }
+        let stream: std::os::fd::BorrowedFd<'_> = match self.stream.get_ref() {
             Stream::Tcp(s) => s.as_fd(),
             Stream::Unix(s) => s.as_fd(),
         };
@@ -737,7 +752,7 @@ impl Connection {
     /// one, when it has less free; [`ErrorCode::Full`] when it has none). Only over a Unix
     /// socket: the slab's memfd comes with the reply.
     pub fn grant(&mut self, pages: u64) -> Result<SlabGrant, ClientError> {
-        let Stream::Unix(sock) = &self.stream else {
+        let Stream::Unix(sock) = self.stream.get_ref() else {
             return Err(ClientError::NotLocal {
                 endpoint: self.endpoint.clone(),
             });
@@ -745,6 +760,14 @@ impl Connection {
         let sock = sock
             .try_clone()
             .map_err(|e| self.transport_error(e.into()))?;
+        if !self.stream.buffer().is_empty() {
+            // The grant's descriptor comes with its first byte, read below with `recvmsg`:
+            // bytes already read ahead would be a frame no request asked for.
+            return Err(self.transport_error(ProtoError::Malformed {
+                kind: MessageKind::Grant,
+                why: "the memnode sent bytes no request asked for".into(),
+            }));
+        }
         self.tx.clear();
         Message::GrantRequest { pages }.encode(&mut self.tx);
         let req_id = self.send_request(MessageKind::GrantRequest)?;
@@ -790,7 +813,7 @@ impl Connection {
 
     /// A handle that can shut this connection down from another thread.
     pub fn shutdown_handle(&self) -> io::Result<Stream> {
-        Ok(match &self.stream {
+        Ok(match self.stream.get_ref() {
             Stream::Tcp(s) => Stream::Tcp(s.try_clone()?),
             Stream::Unix(s) => Stream::Unix(s.try_clone()?),
         })
