@@ -21,7 +21,7 @@ use std::time::Instant;
 use gleaner_proto::{
     client_proof, proofs_equal, random_bytes, read_frame, server_proof, write_frame, ErrorCode,
     FrameHeader, Message, MessageKind, Nonce, ProtoError, Stream, HEADER_LEN, NONCE_LEN, PROOF_LEN,
-    SESSION_KEY_LEN,
+    READ_AHEAD, SESSION_KEY_LEN,
 };
 
 use std::os::fd::AsFd;
@@ -42,17 +42,13 @@ pub(crate) const MAX_AUTH_PAYLOAD: usize =
     NONCE_LEN + 8 + SESSION_KEY_LEN + PROOF_LEN + 4 + MAX_AUTH_CLIENT_NAME;
 /// Longest client name accepted in `Auth` (names are cut to 128 bytes when stored).
 pub(crate) const MAX_AUTH_CLIENT_NAME: usize = 4096;
-/// Bytes read ahead from a connection: a request's header and payload (a read's page list, a
-/// small write-back) usually come in one `recv` instead of two; larger payloads are read
-/// straight into their buffer.
-const RECV_AHEAD: usize = 16 << 10;
 
 /// Serves one accepted connection until it ends, then shuts the socket down.
 pub(crate) fn handle(shared: &Shared, stream: Stream, peer: &str) {
     let mut conn = Conn {
         shared,
         peer,
-        stream: BufReader::with_capacity(RECV_AHEAD, stream),
+        stream: BufReader::with_capacity(READ_AHEAD, stream),
         rx: Vec::new(),
         tx: Vec::new(),
         staged: Vec::new(),

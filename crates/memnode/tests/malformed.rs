@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use gleaner_memnode::ServerConfig;
 use gleaner_proto::{
-    client_proof, generate_token, random_bytes, read_frame, ErrorCode, FrameHeader, Message,
-    MessageKind, PageBatch, PageIds, Token, MAX_BATCH_PAGES, MAX_BLOB_SIZE, MAX_PAYLOAD,
+    client_proof, generate_token, random_bytes, read_frame, write_frame, ErrorCode, FrameHeader,
+    Message, MessageKind, PageBatch, PageIds, Token, MAX_BATCH_PAGES, MAX_BLOB_SIZE, MAX_PAYLOAD,
 };
 
 use common::{assert_pages, page, write, TestServer};
@@ -308,11 +308,6 @@ fn connections_beyond_the_limit_are_refused() {
 fn requests_in_one_send_or_a_byte_at_a_time_are_each_answered_in_order() {
     let server = TestServer::tcp(256);
     let token = server.token;
-    let frame = |out: &mut Vec<u8>, kind: MessageKind, req_id: u32, payload: &[u8]| {
-        let len = payload.len() as u32;
-        out.extend_from_slice(&FrameHeader { kind, req_id, len }.encode());
-        out.extend_from_slice(payload);
-    };
     // Five pages written (20 KiB, more than the memnode reads ahead), two read back in another
     // order, one never written.
     let mut bytes = Vec::new();
@@ -321,13 +316,13 @@ fn requests_in_one_send_or_a_byte_at_a_time_are_each_answered_in_order() {
     for id in 1..=5u64 {
         PageBatch::push(&mut payload, id, 0, &page(id * 11));
     }
-    frame(&mut bytes, MessageKind::Write, 1, &payload);
+    write_frame(&mut bytes, MessageKind::Write, 1, &payload).unwrap();
     payload.clear();
     PageIds::encode_into(&mut payload, &[4, 2]);
-    frame(&mut bytes, MessageKind::Read, 2, &payload);
+    write_frame(&mut bytes, MessageKind::Read, 2, &payload).unwrap();
     payload.clear();
     PageIds::encode_into(&mut payload, &[9]);
-    frame(&mut bytes, MessageKind::Read, 3, &payload);
+    write_frame(&mut bytes, MessageKind::Read, 3, &payload).unwrap();
 
     for one_byte_sends in [false, true] {
         let case = if one_byte_sends {

@@ -300,17 +300,13 @@ pub struct PendingWrite {
     req_id: u32,
 }
 
-/// Bytes read ahead from a memnode connection: a reply's header and payload (a few pages'
-/// blobs) usually come in one `recv` instead of two; larger payloads are read straight into
-/// their buffer. A connection has one request outstanding at most and the memnode sends only
-/// replies, so once a reply is read nothing is left buffered: waiting for readability on the
-/// socket itself and receiving a grant's descriptor with `recvmsg` stay correct.
-const RECV_AHEAD: usize = 16 << 10;
-
 /// One authenticated connection to a memnode session.
 pub struct Connection {
-    /// The socket. Replies are read through the buffer; requests are written to the socket
-    /// itself (`get_mut`).
+    /// The socket. Replies are read through a buffer of [`crate::READ_AHEAD`]; requests are
+    /// written to the socket itself (`get_mut`). A connection has one request outstanding at
+    /// most and the memnode sends only replies, so once a reply is read nothing is left
+    /// buffered: waiting for readability on the socket itself and receiving a grant's
+    /// descriptor with `recvmsg` stay correct.
     stream: BufReader<Stream>,
     endpoint: Endpoint,
     info: SessionInfo,
@@ -353,7 +349,7 @@ impl Connection {
             .set_timeouts(Some(opts.connect_timeout))
             .map_err(|e| transport(e.into()))?;
         let mut conn = Connection {
-            stream: BufReader::with_capacity(RECV_AHEAD, stream),
+            stream: BufReader::with_capacity(crate::READ_AHEAD, stream),
             endpoint: endpoint.clone(),
             info: SessionInfo {
                 session_id: 0,

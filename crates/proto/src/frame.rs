@@ -9,6 +9,10 @@ use crate::{ProtoError, MAX_PAYLOAD, PROTOCOL_VERSION};
 pub const MAGIC: u16 = 0x4C47;
 /// Length of the fixed frame header in bytes.
 pub const HEADER_LEN: usize = 12;
+/// Bytes a reader of frames reads ahead (both ends of a memnode connection): a frame's header
+/// and payload, a read's page list or a reply of a few pages, usually come in one `recv`
+/// instead of two; larger payloads are read straight into their own buffer.
+pub const READ_AHEAD: usize = 16 << 10;
 
 /// A decoded, validated frame header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

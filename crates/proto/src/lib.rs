@@ -30,7 +30,7 @@ pub use client::{
     ClientError, ConnectOptions, Connection, Endpoint, PendingRead, PendingWrite, SessionInfo,
     SlabGrant, Stream,
 };
-pub use frame::{read_frame, write_frame, FrameHeader, HEADER_LEN, MAGIC};
+pub use frame::{read_frame, write_frame, FrameHeader, HEADER_LEN, MAGIC, READ_AHEAD};
 pub use message::{
     BatchIter, ErrorCode, Message, MessageKind, PageBatch, PageIds, PageRanges, PageVersions,
     SessionKey, SESSION_KEY_LEN,
