@@ -28,6 +28,8 @@
 //! | `session` | the session table: create, attach, detach, lease expiry |
 //! | `store` | one session's pages and the shared capacity pool |
 //! | `slabs` | one session's shared-memory slabs (memfds granted to a client on this host) |
+//! | `sched` | the emulated link (`--bandwidth`): its two lanes and who gets them, in fair order |
+//! | `departure` | when a reply held for the emulated link leaves |
 //! | [`stats`] | counters and the JSON stats document |
 //! | [`cli`] | the command line |
 #![deny(missing_docs)]
@@ -35,6 +37,7 @@
 pub mod cli;
 pub mod config;
 mod conn;
+mod departure;
 mod error;
 mod listener;
 mod sched;
@@ -45,6 +48,7 @@ pub mod stats;
 mod store;
 
 pub use config::{Schedule, ServerConfig, TenantConfig};
+pub use departure::DepartureStats;
 pub use error::ServerError;
 pub use sched::{QueueStats, TenantQueueStats};
 pub use server::{RunSummary, Server, ShutdownHandle};

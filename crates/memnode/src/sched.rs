@@ -33,6 +33,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::config::Schedule;
+use crate::departure::{DepartureStats, Departures};
 use crate::session::Tenant;
 
 /// Queue-wait samples kept per tenant for the percentiles: a log2 histogram of microseconds.
@@ -210,6 +211,8 @@ pub(crate) struct Late {
 /// The emulated full-duplex link: a lane for reads and one for write-backs, each of the rate.
 pub(crate) struct Link {
     lanes: [Lane; 2],
+    /// When held replies leave.
+    departures: Departures,
 }
 
 /// One direction of the link and its queue.
@@ -238,6 +241,7 @@ impl Link {
                 Lane::new(bytes_per_s, schedule),
                 Lane::new(bytes_per_s, schedule),
             ],
+            departures: Departures::default(),
         }
     }
 
@@ -313,8 +317,14 @@ impl Link {
         // The next request may take the link once this one's bytes are through.
         lane.turn.notify_all();
         tenant.queue.record(class, bytes, begin - arrived);
-        std::thread::sleep(done.saturating_duration_since(Instant::now()));
+        // Until the bytes are through (replies leave on time on average: `departure.rs`).
+        self.departures.hold_until(done);
         Ok(())
+    }
+
+    /// How this link's replies left, for the stats.
+    pub(crate) fn departures(&self) -> DepartureStats {
+        self.departures.stats()
     }
 }
 

@@ -80,6 +80,7 @@ impl Shared {
             capacity: &self.capacity,
             tenants: &self.tenants,
             link: self.link.is_some(),
+            departures: self.link.as_ref().map(|l| l.departures()),
             sessions: self.sessions.snapshot(),
             uptime: self.started.elapsed(),
             lease: self.config.lease,

@@ -103,6 +103,9 @@ pub struct StatsSnapshot {
     /// Each tenant: the main token's (`default`, the whole capacity) and those of `--tenant`.
     #[serde(default)]
     pub tenants: Vec<TenantStats>,
+    /// How the emulated link's replies left (with `--bandwidth` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_departures: Option<crate::DepartureStats>,
 }
 
 /// One tenant in the stats.
@@ -282,6 +285,8 @@ pub(crate) struct Inputs<'a> {
     pub tenants: &'a [std::sync::Arc<crate::session::Tenant>],
     /// Whether the memnode has a link (`--bandwidth`): tenants then report their queue.
     pub link: bool,
+    /// How the link's replies left (with a link).
+    pub departures: Option<crate::DepartureStats>,
     pub sessions: Vec<SessionView>,
     pub uptime: Duration,
     pub lease: Duration,
@@ -364,6 +369,7 @@ pub(crate) fn snapshot(inputs: Inputs<'_>) -> StatsSnapshot {
         sessions_omitted: (total - sessions.len()) as u64,
         sessions,
         tenants,
+        link_departures: inputs.departures,
     }
 }
 

@@ -93,6 +93,9 @@ fn the_memnode_capacity_bounds_every_tenant() {
     write(&mut c, &pages(0, 8)).unwrap();
     let err = write(&mut c, &pages(8, 1)).unwrap_err();
     assert_eq!(err.server_code(), Some(ErrorCode::Full), "{err}");
+    // Without `--bandwidth` there is no link to report on.
+    let stats = s.local_stats();
+    assert!(stats.link_departures.is_none() && stats.tenants.iter().all(|t| t.queue.is_none()));
 }
 
 #[test]
@@ -268,6 +271,16 @@ fn reads_and_write_backs_each_get_the_whole_rate_of_their_direction() {
             "{class} at {rate:.2} of the link's rate: each direction should carry its whole rate"
         );
     }
+    // Each reply was held for its bytes, and the stats say how on time they left.
+    let d = after
+        .link_departures
+        .clone()
+        .expect("a memnode with a link reports its replies' departures");
+    let replies = after.tenants[0].queue.as_ref().unwrap().total.requests;
+    assert!(
+        d.replies_held > 0 && d.replies_held <= replies && d.mean_error_us.is_finite(),
+        "{d:?} for {replies} requests at the link"
+    );
 }
 
 /// With the read lane busy for about a quarter of a second, a prefetch and a demand read of one
