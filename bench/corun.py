@@ -63,7 +63,8 @@ from bench.harness.workloads import MCLOAD  # noqa: E402
 from bench.pool import _checksum, mcload, mcload_result, read_json, stop_server  # noqa: E402
 from bench.vs_swap import _med, _remove_cgroup, _write, run_or_render  # noqa: E402
 
-GLEANER = os.path.join(ROOT, "target", "release", "gleaner")
+# For A/B runs of two builds: GLEANER_CORUN_BIN=DIR/gleaner (its preload library beside it).
+GLEANER = os.environ.get("GLEANER_CORUN_BIN") or os.path.join(ROOT, "target", "release", "gleaner")
 DEMO_JOB = os.path.join(ROOT, "scripts", "demo_job.py")
 BEGIN, END = "<!-- corun:begin -->", "<!-- corun:end -->"
 SCHEDULES = ("fifo", "fair")
