@@ -108,7 +108,7 @@ pub struct RunArgs {
     key_file: Option<PathBuf>,
     /// Which pages give up their far copy while they are resident. A page written since it
     /// came back always does (its copy is stale) unless `none`. Under asynchronous dirty
-    /// tracking (a memnode on this host) also: `all` (default: far memory then holds only
+    /// tracking (the default where the kernel offers it) also: `all` (default: far memory then holds only
     /// evicted pages, as zram does; memcached's and redis's far memory measured 1.4x and 1.8x
     /// smaller than with `demand`), `demand` (prefetched pages keep theirs, so a scan's pages
     /// leave again without being encoded and written: sequential scans 1.25x faster). `none`
@@ -116,9 +116,10 @@ pub struct RunArgs {
     #[arg(long, value_name = "WHICH", default_value = "all")]
     drop_far_copies: gleaner_pager::FarCopies,
     /// How writes to resident pages are tracked: `auto` (asynchronous where the kernel offers
-    /// it, Linux 6.8+, and the host has no swap), `async` (the kernel lets a page's first write
-    /// through itself; eviction finds written pages by scanning) or `sync` (a write-protect
-    /// fault per first write).
+    /// it, Linux 6.7+, synchronous elsewhere), `async` (the kernel lets a page's first write
+    /// through itself; eviction finds written pages by scanning, and over a socket writes back
+    /// every evicted page, whose far copy it cannot compare) or `sync` (a write-protect fault
+    /// per first write; a clean page leaves without being sent again).
     #[arg(long, value_name = "MODE", default_value = "auto")]
     dirty_tracking: gleaner_pager::DirtyTracking,
     /// Who reclaims: `hermit` (feedback-directed thread pool), `static:N` (N threads once fewer

@@ -267,12 +267,15 @@ fn integrity_over_the_socket_data_path_to_a_local_memnode() {
     let region = Region::new(cfg).unwrap();
     let s = region.stats();
     assert!(s.memnode.starts_with("unix:"));
-    assert_eq!(s.store.data_path, "socket");
+    // Asynchronous tracking by default over a socket too (every victim is written back).
+    assert_eq!((s.store.data_path, s.dirty_tracking), ("socket", "async"));
     random_ops_then_verify_all(&region, 2, 30_000);
+    let s = region.stats();
+    assert_eq!(s.faults.write_protect, 0, "{:?}", s.faults);
 }
 
 /// The same workload under synchronous dirty tracking (the fallback for kernels without
-/// WP_ASYNC and hosts with swap), on both data paths.
+/// WP_ASYNC, and a choice: `--dirty-tracking sync`), on both data paths.
 #[test]
 fn integrity_under_synchronous_dirty_tracking_on_both_data_paths() {
     gleaner_bin();
@@ -370,8 +373,8 @@ fn writes_racing_with_direct_eviction_are_never_lost() {
     writes_racing_with_eviction("direct", "auto", "auto");
 }
 
-/// The race test over the socket data path (asynchronous tracking stages written pages in the
-/// send buffer and sends them after the drop).
+/// The race test over the socket data path under the default, asynchronous tracking (every
+/// victim is captured and written back after the drop).
 #[test]
 fn writes_racing_with_eviction_over_the_socket_are_never_lost() {
     writes_racing_with_eviction("hermit", "auto", "socket");

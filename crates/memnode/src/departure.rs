@@ -2,7 +2,7 @@
 //!
 //! A transfer holds its lane for `bytes / rate`, and its reply (or, for a write-back, its
 //! acknowledgement) leaves when those bytes are through: the connection thread sleeps until
-//! then. On the 2-vCPU test VM a timed sleep ends 20-30 µs after the time asked for (the
+//! then. On the 2-vCPU test VM a timed sleep ends 25-33 µs after the time asked for (the
 //! timer and the wake-up go through the hypervisor), so sleeping until the due time would add
 //! that to every reply, as if the link were slower per request than its rate: a 4 KiB page on a
 //! 32 MB/s link is due after 128 µs and left after about 150. So a sleep is cut short by how

@@ -98,8 +98,8 @@ pub const FORK_CHILD_BUDGET_DIVISOR: usize = 4;
 /// write-back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DirtyTracking {
-    /// Asynchronous where the kernel offers it (`UFFD_FEATURE_WP_ASYNC`, Linux 6.7+) and far
-    /// copies live in shared memory (a memnode on this host); synchronous over a socket.
+    /// Asynchronous where the kernel offers it (`UFFD_FEATURE_WP_ASYNC`, Linux 6.7+), on both
+    /// data paths; synchronous elsewhere.
     #[default]
     Auto,
     /// The kernel lets a page's first write through itself (no fault reaches a handler);

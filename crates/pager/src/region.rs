@@ -83,24 +83,16 @@ impl Region {
         )?;
         // Open userfaultfd first: it is the likeliest thing to be refused, and the cheapest.
         let mut wanted = features::PAGEFAULT_FLAG_WP | features::THREAD_ID;
-        let shm = match &cfg.memnode {
-            MemnodeTarget::Embedded => cfg.data_path != crate::store::DataPath::Socket,
-            MemnodeTarget::EmbeddedTcp => false,
-            MemnodeTarget::Remote { endpoint, .. } => {
-                crate::store::uses_shm(endpoint, cfg.data_path)
-            }
-            MemnodeTarget::Pool { .. } => {
-                if cfg.data_path == crate::store::DataPath::Shm {
-                    return Err(PagerError::Config(
-                        "--data-path shm cannot be used with a pool of memnodes: replicas live \
-                         on other hosts, reached over sockets"
-                            .into(),
-                    ));
-                }
-                false
-            }
-        };
-        let tracking = resolve_tracking(&cfg, shm)?;
+        if matches!(cfg.memnode, MemnodeTarget::Pool { .. })
+            && cfg.data_path == crate::store::DataPath::Shm
+        {
+            return Err(PagerError::Config(
+                "--data-path shm cannot be used with a pool of memnodes: replicas live on other \
+                 hosts, reached over sockets"
+                    .into(),
+            ));
+        }
+        let tracking = resolve_tracking(&cfg)?;
         if tracking == Tracking::Async {
             wanted |= features::WP_ASYNC;
         }
@@ -835,15 +827,15 @@ impl Region {
 }
 
 /// How the region will track writes: `cfg.dirty_tracking`, with `auto` resolved against what
-/// this kernel offers and the data path: asynchronous where the kernel has `WP_ASYNC` (6.7+) and
-/// far copies are in shared memory; synchronous over a socket, where a page the scan saw
-/// unwritten could only be confirmed unchanged against its remote copy, so asynchronous tracking
-/// would have to send every evicted page.
-fn resolve_tracking(cfg: &RegionConfig, shm: bool) -> Result<Tracking, PagerError> {
+/// this kernel offers: asynchronous where the kernel has `WP_ASYNC` (6.7+), on both data paths,
+/// synchronous elsewhere. Over a socket asynchronous tracking writes back every victim, clean or
+/// not (its far copy, on the memnode, cannot be compared), and still costs less than a
+/// write-protect fault per first write: `docs/architecture.md`, "Dirty tracking".
+fn resolve_tracking(cfg: &RegionConfig) -> Result<Tracking, PagerError> {
     let offered = Uffd::available_features(cfg.allow_user_mode_only)? & features::WP_ASYNC != 0;
     Ok(match cfg.dirty_tracking {
         DirtyTracking::Sync => Tracking::Sync,
-        DirtyTracking::Async if offered => Tracking::Async,
+        DirtyTracking::Async | DirtyTracking::Auto if offered => Tracking::Async,
         DirtyTracking::Async => {
             return Err(PagerError::Config(
                 "asynchronous dirty tracking needs UFFD_FEATURE_WP_ASYNC (Linux 6.7 or newer); \
@@ -851,7 +843,6 @@ fn resolve_tracking(cfg: &RegionConfig, shm: bool) -> Result<Tracking, PagerErro
                     .into(),
             ))
         }
-        DirtyTracking::Auto if offered && shm => Tracking::Async,
         DirtyTracking::Auto => Tracking::Sync,
     })
 }

@@ -290,11 +290,6 @@ pub(crate) fn read_copies(
     Ok(out)
 }
 
-/// Whether a store opened on `endpoint` with `path` uses shared memory.
-pub(crate) fn uses_shm(endpoint: &Endpoint, path: DataPath) -> bool {
-    matches!(endpoint, Endpoint::Unix(_)) && path != DataPath::Socket
-}
-
 /// Opens the session on `endpoint` and the store for it: shared memory or the socket, as
 /// `path` says, its pages encoded by `codec`. `region_pages` bounds the pages the session can
 /// ever hold.
