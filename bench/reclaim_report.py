@@ -265,7 +265,7 @@ def section(res, src):
             L += ["Every run here took no write-protect fault: under asynchronous dirty tracking "
                   "(the default) a write costs no fault, so the predictor runs in shadow in both "
                   "variants and the two differ only by noise. The comparison means something "
-                  "under `--dirty-tracking sync` (or the socket data path).", ""]
+                  "under `--dirty-tracking sync`.", ""]
         local = pr["all_local"]
         for ratio, runs in pr["by_ratio"].items():
             groups = {"all-local": local, **by_mode(runs)}
