@@ -116,7 +116,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "WHICH", default_value = "all")]
     drop_far_copies: gleaner_pager::FarCopies,
     /// How writes to resident pages are tracked: `auto` (asynchronous where the kernel offers
-    /// it, Linux 6.7+, synchronous elsewhere), `async` (the kernel lets a page's first write
+    /// it, Linux 6.7+, except for a pool of memnodes; synchronous elsewhere), `async` (the kernel lets a page's first write
     /// through itself; eviction finds written pages by scanning, and over a socket writes back
     /// every evicted page, whose far copy it cannot compare) or `sync` (a write-protect fault
     /// per first write; a clean page leaves without being sent again).

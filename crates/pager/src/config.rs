@@ -98,8 +98,9 @@ pub const FORK_CHILD_BUDGET_DIVISOR: usize = 4;
 /// write-back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DirtyTracking {
-    /// Asynchronous where the kernel offers it (`UFFD_FEATURE_WP_ASYNC`, Linux 6.7+), on both
-    /// data paths; synchronous elsewhere.
+    /// Asynchronous where the kernel offers it (`UFFD_FEATURE_WP_ASYNC`, Linux 6.7+) and far
+    /// pages go to one memnode (shared memory or its socket); synchronous for a pool and
+    /// elsewhere.
     #[default]
     Auto,
     /// The kernel lets a page's first write through itself (no fault reaches a handler);

@@ -827,15 +827,18 @@ impl Region {
 }
 
 /// How the region will track writes: `cfg.dirty_tracking`, with `auto` resolved against what
-/// this kernel offers: asynchronous where the kernel has `WP_ASYNC` (6.7+), on both data paths,
-/// synchronous elsewhere. Over a socket asynchronous tracking writes back every victim, clean or
-/// not (its far copy, on the memnode, cannot be compared), and still costs less than a
-/// write-protect fault per first write: `docs/architecture.md`, "Dirty tracking".
+/// this kernel offers and where far pages go: asynchronous where the kernel has `WP_ASYNC`
+/// (6.7+), whether far copies are in shared memory or behind one memnode's socket; synchronous
+/// for a pool and elsewhere. Over a socket asynchronous tracking writes back every victim, clean
+/// or not (its far copy, on the memnode, cannot be compared), and still costs less than a
+/// write-protect fault per first write; a pool would write each clean victim to every replica
+/// again (`docs/architecture.md`, "Dirty tracking").
 fn resolve_tracking(cfg: &RegionConfig) -> Result<Tracking, PagerError> {
     let offered = Uffd::available_features(cfg.allow_user_mode_only)? & features::WP_ASYNC != 0;
+    let pool = matches!(cfg.memnode, MemnodeTarget::Pool { .. });
     Ok(match cfg.dirty_tracking {
         DirtyTracking::Sync => Tracking::Sync,
-        DirtyTracking::Async | DirtyTracking::Auto if offered => Tracking::Async,
+        DirtyTracking::Async if offered => Tracking::Async,
         DirtyTracking::Async => {
             return Err(PagerError::Config(
                 "asynchronous dirty tracking needs UFFD_FEATURE_WP_ASYNC (Linux 6.7 or newer); \
@@ -843,6 +846,7 @@ fn resolve_tracking(cfg: &RegionConfig) -> Result<Tracking, PagerError> {
                     .into(),
             ))
         }
+        DirtyTracking::Auto if offered && !pool => Tracking::Async,
         DirtyTracking::Auto => Tracking::Sync,
     })
 }
