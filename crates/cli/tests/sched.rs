@@ -230,18 +230,26 @@ fn over_a_slow_link_auto_compression_turns_to_zstd_and_loses_nothing() {
 /// then fetching it. Cyclic passes over a little more than the budget re-touch the pages just
 /// chosen for eviction; each pass checks what the pass before wrote and writes anew (so a page
 /// handed back must be its latest contents, and its write-back then stale), or, two passes in
-/// three, only reads (clean victims, whose far copies are exact, are published ahead of their
-/// batch; pages the write predictor expects to be written still come in writable, dirty).
-/// Every word must read back right.
+/// three, only reads. Under synchronous tracking clean victims, whose far copies are exact, are
+/// published ahead of their batch (pages the write predictor expects to be written still come
+/// in writable, dirty); under asynchronous tracking, the default for one memnode, every victim
+/// over the socket is written back. Every word must read back right.
 #[test]
 fn pages_wanted_while_their_batch_is_written_back_are_handed_back_and_lose_nothing() {
     gleaner_bin();
     let (_dir, token) = token_file("handback");
     let node = memnode_on_a_slow_link("handback-node", &token);
     let (pages, budget) = (1280, 1024);
-    let cfg = RegionConfig::new(pages * PAGE_SIZE, budget * PAGE_SIZE)
-        .with_memnode(node.endpoint.clone(), Some(token.clone()));
-    hand_back_under_cyclic_passes(cfg, pages, 16);
+    for tracking in ["sync", "auto"] {
+        let mut cfg = RegionConfig::new(pages * PAGE_SIZE, budget * PAGE_SIZE)
+            .with_memnode(node.endpoint.clone(), Some(token.clone()));
+        cfg.dirty_tracking = tracking.parse().unwrap();
+        let region_tracking = hand_back_under_cyclic_passes(cfg, pages, 16);
+        assert_eq!(
+            region_tracking,
+            if tracking == "sync" { "sync" } else { "async" }
+        );
+    }
 }
 
 /// The same through a pool of two memnodes on such links, each page on both: a batch's
@@ -263,14 +271,16 @@ fn a_pool_hands_back_pages_wanted_while_their_batch_is_written_back() {
         .with_memnodes(&addresses, Some(token.clone()), Some(2))
         .unwrap();
     // Fewer faults find their page in flight here (12-59 in 6-23 passes): ask for fewer.
-    hand_back_under_cyclic_passes(cfg, pages, 4);
+    assert_eq!(hand_back_under_cyclic_passes(cfg, pages, 4), "sync");
 }
 
 /// Runs the cyclic passes described above over `pages` pages of `cfg`'s region until `want`
-/// pages were handed back and clean ones were evicted (4 passes at least, 40 at most).
-fn hand_back_under_cyclic_passes(cfg: RegionConfig, pages: usize, want: u64) {
+/// pages were handed back and, under synchronous tracking, clean ones were evicted (4 passes
+/// at least, 40 at most). Returns the region's tracking mode.
+fn hand_back_under_cyclic_passes(cfg: RegionConfig, pages: usize, want: u64) -> &'static str {
     let mut passes = CyclicPasses::new(cfg, pages);
-    passes.run_until(|s| s.evictions.handed_back >= want && s.evictions.clean > 0);
+    let sync = passes.region.stats().dirty_tracking == "sync";
+    passes.run_until(|s| s.evictions.handed_back >= want && (!sync || s.evictions.clean > 0));
     passes.check_all();
     let s = passes.region.stats();
     let (e, f) = (&s.evictions, &s.faults);
@@ -281,7 +291,13 @@ fn hand_back_under_cyclic_passes(cfg: RegionConfig, pages: usize, want: u64) {
     );
     assert!(e.handed_back >= want, "{} passes: {e:?} {f:?}", passes.pass);
     assert!(e.handed_back <= f.waited_on_eviction, "{e:?} {f:?}");
-    assert!(e.clean > 0 && e.dirty > 0, "{e:?}");
+    if sync {
+        assert!(e.clean > 0 && e.dirty > 0, "{e:?}");
+    } else {
+        // Over a socket every victim is written back under asynchronous tracking.
+        assert!(e.clean == 0 && e.dirty > 0, "{e:?}");
+    }
+    s.dirty_tracking
 }
 
 /// A memnode that fills while a region evicts over the same slow link: another session holds
