@@ -79,7 +79,6 @@ impl Shared {
             counters: &self.counters,
             capacity: &self.capacity,
             tenants: &self.tenants,
-            link: self.link.is_some(),
             departures: self.link.as_ref().map(|l| l.departures()),
             sessions: self.sessions.snapshot(),
             uptime: self.started.elapsed(),

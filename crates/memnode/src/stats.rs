@@ -283,9 +283,8 @@ pub(crate) struct Inputs<'a> {
     pub counters: &'a Counters,
     pub capacity: &'a Capacity,
     pub tenants: &'a [std::sync::Arc<crate::session::Tenant>],
-    /// Whether the memnode has a link (`--bandwidth`): tenants then report their queue.
-    pub link: bool,
-    /// How the link's replies left (with a link).
+    /// How the link's replies left, if the memnode has a link (`--bandwidth`): tenants then
+    /// report their queue too.
     pub departures: Option<crate::DepartureStats>,
     pub sessions: Vec<SessionView>,
     pub uptime: Duration,
@@ -340,7 +339,7 @@ pub(crate) fn snapshot(inputs: Inputs<'_>) -> StatsSnapshot {
             used_bytes: t.capacity.used(),
             weight: t.weight,
             sessions: sessions.iter().filter(|s| s.tenant == t.name).count() as u64,
-            queue: inputs.link.then(|| t.queue.stats()),
+            queue: inputs.departures.is_some().then(|| t.queue.stats()),
         })
         .collect();
     sessions.sort_unstable_by(|a, b| {
