@@ -88,6 +88,8 @@ pub(crate) struct Departures {
     error_sum_ns: AtomicI64,
     /// Replies that left at once, ahead of their due time.
     left_early: AtomicU64,
+    /// Replies already due when their thread got to them (after a wait for the lane).
+    already_due: AtomicU64,
 }
 
 /// How the link's replies left, for the stats.
@@ -102,6 +104,10 @@ pub struct DepartureStats {
     pub sleep_lateness_us: f64,
     /// Replies due sooner than that lateness that left at once.
     pub left_at_once: u64,
+    /// Replies already due when their thread got to them, after waiting for the lane (not
+    /// held, and not in the mean).
+    #[serde(default)]
+    pub already_due: u64,
 }
 
 impl Departures {
@@ -113,11 +119,13 @@ impl Departures {
         };
         let now = Instant::now();
         let left_ns = done.saturating_duration_since(now).as_nanos() as u64;
+        if left_ns == 0 {
+            self.already_due.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
         let (error_ns, slept_late_ns) = match t.plan(left_ns) {
             Plan::Leave => {
-                if left_ns > 0 {
-                    self.left_early.fetch_add(1, Ordering::Relaxed);
-                }
+                self.left_early.fetch_add(1, Ordering::Relaxed);
                 (-(left_ns as i64), None)
             }
             Plan::Sleep(d) => {
@@ -155,6 +163,7 @@ impl Departures {
             },
             sleep_lateness_us: self.late_ns.load(Ordering::Relaxed) as f64 / 1000.0,
             left_at_once: self.left_early.load(Ordering::Relaxed),
+            already_due: self.already_due.load(Ordering::Relaxed),
         }
     }
 }
