@@ -87,7 +87,7 @@ pub(crate) struct Departures {
     held: AtomicU64,
     error_sum_ns: AtomicI64,
     /// Replies that left at once, ahead of their due time.
-    left_early: AtomicU64,
+    left_at_once: AtomicU64,
     /// Replies already due when their thread got to them (after a wait for the lane).
     already_due: AtomicU64,
 }
@@ -125,7 +125,7 @@ impl Departures {
         }
         let (error_ns, slept_late_ns) = match t.plan(left_ns) {
             Plan::Leave => {
-                self.left_early.fetch_add(1, Ordering::Relaxed);
+                self.left_at_once.fetch_add(1, Ordering::Relaxed);
                 (-(left_ns as i64), None)
             }
             Plan::Sleep(d) => {
@@ -162,7 +162,7 @@ impl Departures {
                 sum as f64 / held as f64 / 1000.0
             },
             sleep_lateness_us: self.late_ns.load(Ordering::Relaxed) as f64 / 1000.0,
-            left_at_once: self.left_early.load(Ordering::Relaxed),
+            left_at_once: self.left_at_once.load(Ordering::Relaxed),
             already_due: self.already_due.load(Ordering::Relaxed),
         }
     }

@@ -83,16 +83,15 @@ impl Region {
         )?;
         // Open userfaultfd first: it is the likeliest thing to be refused, and the cheapest.
         let mut wanted = features::PAGEFAULT_FLAG_WP | features::THREAD_ID;
-        if matches!(cfg.memnode, MemnodeTarget::Pool { .. })
-            && cfg.data_path == crate::store::DataPath::Shm
-        {
+        let pool = matches!(cfg.memnode, MemnodeTarget::Pool { .. });
+        if pool && cfg.data_path == crate::store::DataPath::Shm {
             return Err(PagerError::Config(
                 "--data-path shm cannot be used with a pool of memnodes: replicas live on other \
                  hosts, reached over sockets"
                     .into(),
             ));
         }
-        let tracking = resolve_tracking(&cfg)?;
+        let tracking = resolve_tracking(&cfg, pool)?;
         if tracking == Tracking::Async {
             wanted |= features::WP_ASYNC;
         }
@@ -827,15 +826,14 @@ impl Region {
 }
 
 /// How the region will track writes: `cfg.dirty_tracking`, with `auto` resolved against what
-/// this kernel offers and where far pages go: asynchronous where the kernel has `WP_ASYNC`
+/// this kernel offers and where far pages go (`pool`: to a pool of memnodes): asynchronous where the kernel has `WP_ASYNC`
 /// (6.7+), whether far copies are in shared memory or behind one memnode's socket; synchronous
 /// for a pool and elsewhere. Over a socket asynchronous tracking writes back every victim, clean
 /// or not (its far copy, on the memnode, cannot be compared), and still costs less than a
 /// write-protect fault per first write; a pool would write each clean victim to every replica
 /// again (`docs/architecture.md`, "Dirty tracking").
-fn resolve_tracking(cfg: &RegionConfig) -> Result<Tracking, PagerError> {
+fn resolve_tracking(cfg: &RegionConfig, pool: bool) -> Result<Tracking, PagerError> {
     let offered = Uffd::available_features(cfg.allow_user_mode_only)? & features::WP_ASYNC != 0;
-    let pool = matches!(cfg.memnode, MemnodeTarget::Pool { .. });
     Ok(match cfg.dirty_tracking {
         DirtyTracking::Sync => Tracking::Sync,
         DirtyTracking::Async if offered => Tracking::Async,
