@@ -81,6 +81,75 @@ def log(msg):
     print(f"[corun] {msg}", file=sys.stderr, flush=True)
 
 
+def tree_cpu_s(pid):
+    """CPU seconds (user + system) process `pid` and its live descendants have used so far,
+    every thread included (their pagers' threads too), from /proc; None if `pid` is gone."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total, todo, seen = 0, [pid], set()
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    todo += [int(c) for c in f.read().split()]
+        except (OSError, IndexError, ValueError):
+            if p == pid:
+                return None
+    return total / tick
+
+
+def wait_measured(proc, timeout):
+    """Waits for `proc` (a Popen with text pipes) as `communicate` does, and returns (stdout,
+    stderr, cpu_s): cpu_s is the CPU time (user + system) of the process and of every
+    descendant it waited for (wait4's resource usage: `gleaner run` waits for its program).
+    Past `timeout` seconds the process is killed and TimeoutExpired raised."""
+    got = {}
+
+    def drain(name, f):
+        got[name] = f.read() if f else ""
+
+    readers = [threading.Thread(target=drain, args=(n, f), daemon=True)
+               for n, f in (("out", proc.stdout), ("err", proc.stderr))]
+    for r in readers:
+        r.start()
+    lock, state = threading.Lock(), {"reaped": False, "killed": False}
+
+    def expire():
+        with lock:
+            if not state["reaped"]:
+                state["killed"] = True
+                proc.kill()
+
+    timer = threading.Timer(timeout, expire)
+    timer.start()
+    _, status, usage = os.wait4(proc.pid, 0)
+    with lock:
+        state["reaped"] = True
+    timer.cancel()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    for r in readers:
+        r.join()
+    if state["killed"]:
+        raise subprocess.TimeoutExpired(proc.args, timeout)
+    return got.get("out", ""), got.get("err", ""), round(usage.ru_utime + usage.ru_stime, 3)
+
+
+def mcload_measured(args, timeout):
+    """`mcload` as `bench.pool.mcload` runs it, with the load generator's own CPU seconds: its
+    JSON, its error and its CPU."""
+    proc = subprocess.Popen([MCLOAD] + [str(a) for a in args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    out, err, cpu = wait_measured(proc, timeout)
+    j, error = mcload_result(args[0], proc.returncode, out, err)
+    return j, error, cpu
+
+
 class Memnode:
     """One memnode with a capped link and a tenant per program, killed on exit."""
 
@@ -147,6 +216,11 @@ class GleanerLaunch:
         q = (self.queues(tmp) or {}).get(name) or {}
         return q.get("total", {}).get("bytes")
 
+    def lanes_so_far(self, name, tmp):
+        """Bytes program `name` has moved so far on each lane of the link, [read, write-back]."""
+        q = (self.queues(tmp) or {}).get(name) or {}
+        return lane_bytes(q)
+
     def queues(self, tmp):
         stats = subprocess.run([GLEANER, "memnode", "stats", "--addr", self.node.addr, "--token-file",
                                 os.path.join(tmp, "main.token")], capture_output=True, text=True)
@@ -179,6 +253,10 @@ class LinuxLaunch:
 
     def memnode_cpu_s(self):
         """No memnode: zram's work is in the programs' own CPU time."""
+        return None
+
+    def lanes_so_far(self, name, tmp):
+        """No link."""
         return None
 
     def cgroups(self):
@@ -230,6 +308,16 @@ def baselines():
     return demo, rss
 
 
+def lane_bytes(queue):
+    """A tenant's bytes by lane of the link, [read (demand and prefetch), write-back], from its
+    queue stats; None if it has none."""
+    classes = (queue or {}).get("classes")
+    if not classes:
+        return None
+    got = lambda c: (classes.get(c) or {}).get("bytes") or 0  # noqa: E731
+    return [got("demand") + got("prefetch"), got("writeback")]
+
+
 def _moved(stats):
     t = (stats or {}).get("total", {})
     return (t.get("bytes_in") or 0) + (t.get("bytes_out") or 0)
@@ -255,12 +343,15 @@ class Batch(threading.Thread):
     def run(self):
         try:
             t0 = time.monotonic()
-            r = subprocess.run(self.cmd, capture_output=True, text=True, timeout=1800,
-                               preexec_fn=self.launch.preexec(self.name))
+            proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                    preexec_fn=self.launch.preexec(self.name))
+            out, err, cpu = wait_measured(proc, 1800)
             wall = time.monotonic() - t0
-            ok = r.returncode == 0 and _checksum(r.stdout) == self.want
-            self.rec = {"ok": ok, "wall_s": round(wall, 3), "bytes": self.launch.moved(self.name, self.stats),
-                        "error": None if ok else f"exit {r.returncode}: {r.stderr[-600:]}"}
+            ok = proc.returncode == 0 and _checksum(out) == self.want
+            # cpu_s: the whole run's CPU, its pager's threads (and `gleaner run`) included.
+            self.rec = {"ok": ok, "wall_s": round(wall, 3), "cpu_s": cpu,
+                        "bytes": self.launch.moved(self.name, self.stats),
+                        "error": None if ok else f"exit {proc.returncode}: {err[-600:]}"}
         finally:
             self.runs = 1
             self.first_done.set()
@@ -298,22 +389,34 @@ def memcached(launch, p, tmp, during=None):
         _, err = mcload(["load"] + base, 900)
         if not err:
             before = launch.moved_so_far("memcached", tmp)
+            lanes_before = launch.lanes_so_far("memcached", tmp)
             cpu_before = launch.memnode_cpu_s()
+            server_before = tree_cpu_s(server.pid)
             t0 = time.monotonic()
             if during:
-                phase, err = _open_while(base, p, *during)
+                phase, err, load_cpu = _open_while(base, p, *during)
             else:
-                phase, err = mcload(["open"] + base + [p["rate"], p["open_s"], 95, 0.99, 4, 1],
-                                    p["open_s"] + 300)
+                phase, err, load_cpu = mcload_measured(
+                    ["open"] + base + [p["rate"], p["open_s"], 95, 0.99, 4, 1], p["open_s"] + 300)
             rec["open_s"] = round(time.monotonic() - t0, 3)
             cpu_after = launch.memnode_cpu_s()
+            server_after = tree_cpu_s(server.pid)
             if cpu_before is not None and cpu_after is not None:
                 # The memnode's CPU during the phase (the gleaner systems' only).
                 rec["memnode_cpu_open_s"] = round(cpu_after - cpu_before, 2)
+            if server_before is not None and server_after is not None:
+                # memcached's CPU during the phase, its pager's threads included, and its load
+                # generator's: what it takes of this host's CPUs beside the batch jobs.
+                rec["cpu_open_s"] = round(server_after - server_before, 2)
+                rec["load_cpu_open_s"] = load_cpu
             after = launch.moved_so_far("memcached", tmp)
             if before is not None and after is not None:
                 # What the open-loop phase moved: its bandwidth, solo and co-run alike.
                 rec["open_bytes"] = after - before
+            lanes_after = launch.lanes_so_far("memcached", tmp)
+            if lanes_before is not None and lanes_after is not None:
+                # The same by lane: [read, write-back] bytes.
+                rec["open_lane_bytes"] = [a - b for a, b in zip(lanes_after, lanes_before)]
             if phase:
                 rec["p50_us"] = phase["latency_us"]["p50"]
                 rec["p99_us"] = phase["latency_us"]["p99"]
@@ -336,7 +439,8 @@ def _open_while(base, p, batches, again):
     the last of them has finished its first run, and at least as long as alone (`open_s`); a
     batch job done sooner starts again, so that memcached has co-runners for its whole phase.
     Every key is read back only after the phase, so the read-back, a bulk read at memcached's
-    weight, is not charged to the batch jobs."""
+    weight, is not charged to the batch jobs. Returns the phase's JSON, its error and the load
+    generator's CPU seconds."""
     args = base + [p["rate"], 3600, 95, 0.99, 4, 1]
     load = subprocess.Popen([MCLOAD, "open"] + [str(a) for a in args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -351,11 +455,11 @@ def _open_while(base, p, batches, again):
     for t in batches:
         t.join()
     try:
-        out, errs = load.communicate(timeout=300)
+        out, errs, cpu = wait_measured(load, 300)
     except subprocess.TimeoutExpired:
-        load.kill()
-        out, errs = load.communicate()
-    return mcload_result("open", load.returncode, out, errs)
+        return None, "mcload open: no result 300 s after the phase ended", None
+    phase, err = mcload_result("open", load.returncode, out, errs)
+    return phase, err, cpu
 
 
 def programs(kind, launch, p, tmp, want):
@@ -525,6 +629,90 @@ def summarise(res, schedule):
     return out, agg
 
 
+def floors(res, system):
+    """What no schedule of the link can beat on this host, from `system`'s solo cells (medians):
+    lower bounds on the batch jobs' co-run slowdown, assuming that each program needs in the
+    co-run the CPU and the link bytes it needed alone for the same work, and that they pack
+    perfectly.
+
+    * CPU: the two batch runs need twice a solo run's CPU (the run's own, its pager's included,
+      and the memnode's for it), on the CPUs memcached's open phase leaves (its server, pager
+      and load generator, and the memnode's work for it, per second alone). A memnode of its own
+      host would take none of the programs' CPUs: the memnode's share is shown apart.
+    * Link (gleaner's systems): on each lane, two batch runs' bytes over what memcached's open
+      phase leaves of the cap.
+
+    Each bound is a co-run time over the solo time (None where a number is missing). Also: the
+    CPU a batch run took in the co-run over alone (the work contention adds)."""
+    cells = [c for c in res["cells"] if c["schedule"] == system]
+    ncpu = (res.get("machine") or {}).get("cpus")
+
+    def med(kind, prog, f):
+        return _med([f(c, c["programs"][prog]) for c in cells
+                     if c["kind"] == kind and c["programs"].get(prog, {}).get("ok")])
+
+    wall = med("solo-batch", "batch1", lambda c, x: x.get("wall_s"))
+    cpu = med("solo-batch", "batch1", lambda c, x: x.get("cpu_s"))
+    node = med("solo-batch", "batch1", lambda c, x: c.get("memnode_cpu_s")) or 0.0
+    co_cpu = _med([v for c in cells if c["kind"] == "corun"
+                   for n in ("batch1", "batch2")
+                   for v in [c["programs"].get(n, {}).get("cpu_s")]
+                   if c["programs"].get(n, {}).get("ok")])
+
+    def mc_share(c, x):
+        parts = (x.get("cpu_open_s"), x.get("load_cpu_open_s"))
+        if None in parts or not x.get("open_s"):
+            return None
+        return (sum(parts) + (x.get("memnode_cpu_open_s") or 0.0)) / x["open_s"]
+
+    share = med("solo-memcached", "memcached", mc_share)
+    out = {"batch_cpu_s": cpu, "batch_memnode_cpu_s": node if cpu is not None else None,
+           "memcached_cpus": share, "corun_batch_cpu_s": co_cpu,
+           "cpu_inflation": co_cpu / cpu if co_cpu and cpu else None, "cpu": None, "link": None}
+    if wall and cpu is not None and share is not None and ncpu and ncpu > share:
+        out["cpu"] = 2 * (cpu + node) / (ncpu - share) / wall
+    cap = parse_size(res["params"]["bandwidth"]) if system != "linux-swap" else None
+    solo = [c for c in cells if c["kind"] == "solo-batch" and c["programs"].get("batch1", {}).get("ok")]
+    batch_lanes = [lane_bytes((c.get("queues") or {}).get("batch1")) for c in solo]
+    mc_rates = [[b / x["open_s"] for b in x["open_lane_bytes"]]
+                for c in cells if c["kind"] == "solo-memcached"
+                for x in [c["programs"].get("memcached", {})]
+                if x.get("ok") and x.get("open_lane_bytes") and x.get("open_s")]
+    if cap and wall and mc_rates and batch_lanes and None not in batch_lanes:
+        need = [2 * _med([b[lane] for b in batch_lanes]) /
+                (cap - _med([r[lane] for r in mc_rates])) for lane in (0, 1)]
+        if all(n > 0 for n in need):
+            out["link"] = max(need) / wall
+    return out
+
+
+def floors_note(res):
+    """The section's paragraph on what no schedule of the link can beat here (`floors`); empty
+    for results from before the programs' CPU was recorded."""
+    parts = []
+    for s in res.get("systems", SCHEDULES):
+        f = floors(res, s)
+        if f["cpu"] is None:
+            continue
+        mem = (f" + {f['batch_memnode_cpu_s']:.2f} s of the memnode's"
+               if s != "linux-swap" else "")
+        link = f", link {f['link']:.2f}x" if f["link"] is not None else ""
+        infl = (f"; in the co-run a batch run took {f['corun_batch_cpu_s']:.2f} s of CPU "
+                f"({f['cpu_inflation']:.2f}x alone)" if f["cpu_inflation"] else "")
+        parts.append(f"{s}: a batch run alone takes {f['batch_cpu_s']:.2f} s of CPU{mem}, "
+                     f"memcached's open phase {f['memcached_cpus']:.2f} CPUs; bounds on the batch "
+                     f"slowdown: CPU {f['cpu']:.2f}x{link}{infl}")
+    if not parts:
+        return ""
+    return ("What no schedule of the link can beat on this host's "
+            f"{res['machine'].get('cpus', '?')} CPUs (`floors` in `bench/corun.py`): if each program "
+            "needed in the co-run the CPU and link bytes it needed alone, and they packed "
+            "perfectly, the two batch runs' CPU (their pagers' and the memnode's work for them "
+            "included) on the CPUs memcached leaves (its server, pager, load generator and "
+            "memnode work), and their bytes on each lane beside memcached's, would take at least "
+            "this long over a solo run; medians: " + "; ".join(parts) + ".")
+
+
 def nice_note(p):
     """What the header says of the memnode's priority in run parameters `p`."""
     nice = p.get("memnode_nice", 0)
@@ -634,6 +822,9 @@ def render(res, doc, name):
     cpu = memnode_cpu_note(res)
     if cpu:
         lines += ["", cpu]
+    bound = floors_note(res)
+    if bound:
+        lines += ["", bound]
     if failures:
         lines += ["", "Programs that failed (their numbers are left out; a program's numbers from a cell "
                   "where another failed are kept): " + " | ".join(failures) + "."]

@@ -1,6 +1,8 @@
 """bench/corun.py: slowdowns, their aggregates and WMMR are computed from the cells (a small
 synthetic result), and the section renders them per schedule."""
 import json
+import os
+import sys
 
 from bench import corun
 
@@ -116,3 +118,83 @@ def test_the_memnodes_priority_is_in_the_command_and_the_header(tmp_path):
     text = _rendered(json.loads(json.dumps(res)), tmp_path)
     assert "`python3 bench/corun.py --reps 1 --memnode-nice 0` →" in text
     assert "each way (at the programs' priority)" in text
+
+
+def _measured(res):
+    """`res`'s fair cells with what the script now records of CPU and link bytes: a batch run
+    alone takes 3 s of CPU (the memnode 1 s more) in 4 s, co-run 3.3 s; memcached's open phase
+    takes 0.2 + 0.1 + 0.2 CPUs for 10 s, and moves 50 and 100 MB/s on the read and write lanes;
+    a batch run moves 100 MB each way."""
+    for c in res["cells"]:
+        progs = c["programs"]
+        if c["kind"] == "solo-memcached":
+            progs["memcached"].update(cpu_open_s=2.0, load_cpu_open_s=1.0, memnode_cpu_open_s=2.0,
+                                      open_lane_bytes=[500e6, 1000e6])
+        elif c["kind"] == "solo-batch":
+            progs["batch1"].update(wall_s=4.0, cpu_s=3.0)
+            c["memnode_cpu_s"] = 1.0
+            c["queues"] = {"batch1": {"classes": {"demand": {"bytes": 40e6},
+                                                  "prefetch": {"bytes": 60e6},
+                                                  "writeback": {"bytes": 100e6}}}}
+        else:
+            progs["batch1"]["cpu_s"] = progs["batch2"]["cpu_s"] = 3.3
+    return res
+
+
+def test_floors_bound_the_batch_slowdown_by_cpu_and_by_link(tmp_path):
+    res = {"reps": 1, "date": "d", "git_commit": "abc", "machine": {"cpus": 2, "kernel": "k"},
+           "params": {"bandwidth": "200M", "keys": 10, "vsize": 1024, "rate": 100, "open_s": 10,
+                      "mc_local": "16M", "demo_n": 100, "batch_local": "16M"},
+           "cells": _cells("fair", 100, 120, 10.0, 12.0)}
+    assert corun.floors(res, "fair")["cpu"] is None, "no CPU recorded: no bound"
+    assert "What no schedule of the link can beat" not in _rendered(json.loads(json.dumps(res)), tmp_path)
+    f = corun.floors(_measured(res), "fair")
+    # CPU: two runs of 3 + 1 s on the 2 - 0.5 CPUs memcached leaves: 5.33 s, over 4 s alone.
+    assert abs(f["memcached_cpus"] - 0.5) < 1e-9
+    assert abs(f["cpu"] - (8 / 1.5) / 4) < 1e-9
+    # Link (200 MiB/s): the write lane binds, 200 MB beside memcached's 100 MB/s.
+    cap = 200 * 2**20
+    assert abs(f["link"] - max(200e6 / (cap - 50e6), 200e6 / (cap - 100e6)) / 4) < 1e-9
+    assert abs(f["cpu_inflation"] - 1.1) < 1e-9
+    text = _rendered(json.loads(json.dumps(res)), tmp_path)
+    assert ("fair: a batch run alone takes 3.00 s of CPU + 1.00 s of the memnode's, memcached's "
+            "open phase 0.50 CPUs; bounds on the batch slowdown: CPU 1.33x, link 0.46x; in the "
+            "co-run a batch run took 3.30 s of CPU (1.10x alone)") in text
+
+
+def test_wait_measured_counts_the_descendants_cpu_and_returns_the_output():
+    import subprocess
+    import pytest
+    spin = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\n"
+    # The child spins 0.3 s itself and waits for a grandchild that spins 0.3 s more.
+    code = (f"import subprocess, sys\nsubprocess.run([sys.executable, '-c', {spin!r}])\n{spin}"
+            "print('done'); print('err', file=sys.stderr)")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    out, err, cpu = corun.wait_measured(proc, 60)
+    assert (out, err, proc.returncode) == ("done\n", "err\n", 0)
+    assert cpu >= 0.6, cpu
+    proc = subprocess.Popen(["sleep", "30"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    with pytest.raises(subprocess.TimeoutExpired):
+        corun.wait_measured(proc, 0.2)
+    assert proc.returncode is not None, "killed and reaped"
+
+
+def test_tree_cpu_counts_a_live_process_and_its_children():
+    import subprocess
+    spin = "while True: pass"
+    parent = subprocess.Popen([sys.executable, "-c",
+                               f"import subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', {spin!r}])\n"
+                               "time.sleep(30)"])
+    try:
+        import time
+        time.sleep(1.0)
+        own = corun.tree_cpu_s(parent.pid)
+        assert own is not None and own >= 0.5, f"the spinning grandchild's CPU counts: {own}"
+    finally:
+        for child in open(f"/proc/{parent.pid}/task/{parent.pid}/children").read().split():
+            os.kill(int(child), 9)
+        parent.kill()
+        parent.wait()
+    assert corun.tree_cpu_s(parent.pid) is None, "a process gone has no CPU to report"
