@@ -318,6 +318,31 @@ def lane_bytes(queue):
     return [got("demand") + got("prefetch"), got("writeback")]
 
 
+def fault_summary(stats):
+    """A gleaner program's far faults from its stats file: how many, their mean and p99 service
+    time (the handler's view), the mean of each step (lookup: claim, charge and direct reclaim;
+    fetch: request to reply; install), weighted over its processes, and the time its faults
+    spent reclaiming directly; None without a stats file or far faults."""
+    t = (stats or {}).get("total") or {}
+    lat = t.get("remote_fault_latency") or {}
+    if not lat.get("count"):
+        return None
+    steps, timed = {}, 0
+    for proc in stats.get("processes") or []:
+        fb = (proc.get("stats") or {}).get("fault_breakdown") or {}
+        k = fb.get("timed_faults") or 0
+        if not k:
+            continue
+        timed += k
+        for step in ("lookup", "fetch", "install"):
+            steps[step] = steps.get(step, 0.0) + (fb.get(f"{step}_mean_us") or 0.0) * k
+    out = {"remote_faults": lat["count"], "mean_us": lat.get("mean_us"), "p99_us": lat.get("p99_us"),
+           "direct_reclaim_ms": round(((t.get("reclaim") or {}).get("direct_ns") or 0) / 1e6, 1)}
+    if timed:
+        out.update({f"{step}_mean_us": round(v / timed, 1) for step, v in steps.items()})
+    return out
+
+
 def _moved(stats):
     t = (stats or {}).get("total", {})
     return (t.get("bytes_in") or 0) + (t.get("bytes_out") or 0)
@@ -351,6 +376,7 @@ class Batch(threading.Thread):
             # cpu_s: the whole run's CPU, its pager's threads (and `gleaner run`) included.
             self.rec = {"ok": ok, "wall_s": round(wall, 3), "cpu_s": cpu,
                         "bytes": self.launch.moved(self.name, self.stats),
+                        "faults": fault_summary(read_json(self.stats)),
                         "error": None if ok else f"exit {proc.returncode}: {err[-600:]}"}
         finally:
             self.runs = 1
@@ -429,6 +455,8 @@ def memcached(launch, p, tmp, during=None):
         stop_server(server)
         errf.close()
     rec["bytes"] = launch.moved("memcached", stats_path)
+    # The whole run's far faults (loading and reading back included, not only the open phase).
+    rec["faults"] = fault_summary(read_json(stats_path))
     rec["ok"] = err is None
     rec["error"] = err
     return rec
@@ -713,6 +741,34 @@ def floors_note(res):
             "this long over a solo run; medians: " + "; ".join(parts) + ".")
 
 
+def faults_note(res):
+    """The section's paragraph on how long a far fault took alone and co-run (gleaner's systems,
+    medians of the stats files' means; empty for results from before they were recorded)."""
+    parts = []
+    for s in res.get("systems", SCHEDULES):
+        cells = [c for c in res["cells"] if c["schedule"] == s]
+
+        def med(kind, prog, key):
+            return _med([(c["programs"].get(n, {}).get("faults") or {}).get(key)
+                         for c in cells if c["kind"] == kind for n in prog])
+
+        batch = [(k, med("solo-batch", ["batch1"], k), med("corun", ["batch1", "batch2"], k))
+                 for k in ("fetch_mean_us", "lookup_mean_us", "install_mean_us")]
+        mc = (med("solo-memcached", ["memcached"], "fetch_mean_us"),
+              med("corun", ["memcached"], "fetch_mean_us"))
+        if any(a is None or b is None for _, a, b in batch):
+            continue
+        steps = ", ".join(f"{k.split('_')[0]} {a:.0f} → {b:.0f}" for k, a, b in batch)
+        mc_text = (f"; memcached's fetch {mc[0]:.0f} → {mc[1]:.0f} (its whole run, loading and "
+                   "reading back included)" if None not in mc else "")
+        parts.append(f"{s}: a batch job's {steps}{mc_text}")
+    if not parts:
+        return ""
+    return ("A far fault's steps alone → co-run, µs, means from the programs' stats (lookup: "
+            "claim, charge and direct reclaim; fetch: request to reply, the link's queue "
+            "included; install), medians: " + "; ".join(parts) + ".")
+
+
 def nice_note(p):
     """What the header says of the memnode's priority in run parameters `p`."""
     nice = p.get("memnode_nice", 0)
@@ -825,6 +881,9 @@ def render(res, doc, name):
     bound = floors_note(res)
     if bound:
         lines += ["", bound]
+    steps = faults_note(res)
+    if steps:
+        lines += ["", steps]
     if failures:
         lines += ["", "Programs that failed (their numbers are left out; a program's numbers from a cell "
                   "where another failed are kept): " + " | ".join(failures) + "."]

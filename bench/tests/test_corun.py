@@ -198,3 +198,29 @@ def test_tree_cpu_counts_a_live_process_and_its_children():
         parent.kill()
         parent.wait()
     assert corun.tree_cpu_s(parent.pid) is None, "a process gone has no CPU to report"
+
+
+def test_a_programs_fault_steps_are_weighted_over_its_processes_and_rendered(tmp_path):
+    def stats(fetch):
+        # Two processes: 300 faults at `fetch` µs, 100 at three times that.
+        proc = lambda k, f: {"stats": {"fault_breakdown": {  # noqa: E731
+            "timed_faults": k, "fetch_mean_us": f, "lookup_mean_us": 10.0, "install_mean_us": 5.0}}}
+        return {"total": {"remote_fault_latency": {"count": 400, "mean_us": 1.0, "p99_us": 2.0},
+                          "reclaim": {"direct_ns": 2_500_000}},
+                "processes": [proc(300, fetch), proc(100, 3 * fetch), {"stats": {}}]}
+    assert corun.fault_summary(None) is None
+    assert corun.fault_summary({"total": {"remote_fault_latency": {"count": 0}}}) is None
+    f = corun.fault_summary(stats(10.0))
+    assert f["fetch_mean_us"] == 15.0 and f["lookup_mean_us"] == 10.0
+    assert f["remote_faults"] == 400 and f["direct_reclaim_ms"] == 2.5
+    res = {"reps": 1, "date": "d", "git_commit": "abc", "machine": {"cpus": 2, "kernel": "k"},
+           "params": {"bandwidth": "32M", "keys": 10, "vsize": 1024, "rate": 100, "open_s": 10,
+                      "mc_local": "16M", "demo_n": 100, "batch_local": "16M"},
+           "cells": _cells("fair", 100, 120, 10.0, 12.0)}
+    assert "A far fault's steps" not in _rendered(json.loads(json.dumps(res)), tmp_path)
+    for c in res["cells"]:
+        for name, prog in c["programs"].items():
+            prog["faults"] = corun.fault_summary(stats(20.0 if c["kind"] == "corun" else 10.0))
+    text = _rendered(json.loads(json.dumps(res)), tmp_path)
+    assert ("fair: a batch job's fetch 15 → 30, lookup 10 → 10, install 5 → 5; memcached's "
+            "fetch 15 → 30") in text
