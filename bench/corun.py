@@ -749,8 +749,9 @@ def faults_note(res):
         cells = [c for c in res["cells"] if c["schedule"] == s]
 
         def med(kind, prog, key):
-            return _med([(c["programs"].get(n, {}).get("faults") or {}).get(key)
-                         for c in cells if c["kind"] == kind for n in prog])
+            return _med([(c["programs"][n].get("faults") or {}).get(key)
+                         for c in cells if c["kind"] == kind for n in prog
+                         if c["programs"].get(n, {}).get("ok")])
 
         batch = [(k, med("solo-batch", ["batch1"], k), med("corun", ["batch1", "batch2"], k))
                  for k in ("fetch_mean_us", "lookup_mean_us", "install_mean_us")]
