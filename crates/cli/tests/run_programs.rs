@@ -874,3 +874,69 @@ fn heap_retain_zero_discards_every_freed_big_block() {
         "{stats}"
     );
 }
+
+/// The CPUs each of the program's `gleaner-*` threads may run on, as `name=list` lines, from a
+/// real Python program pinned to CPU 0 under `gleaner run` with `extra` flags.
+fn pager_thread_cpus(extra: &[&str]) -> String {
+    let script = "import os\n\
+        x = [bytearray(4096) for _ in range(20000)]\n\
+        for t in os.listdir('/proc/self/task'):\n\
+        \x20   name = open(f'/proc/self/task/{t}/comm').read().strip()\n\
+        \x20   if name.startswith('gleaner'):\n\
+        \x20       cpus = [l.split()[1] for l in open(f'/proc/self/task/{t}/status') if l.startswith('Cpus_allowed_list')]\n\
+        \x20       print(f'{name}={cpus[0]}')\n";
+    let mut args = vec!["run", "-q", "--local-mem", "16M"];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&[
+        "--",
+        "taskset",
+        "-c",
+        "0",
+        common::real_python(),
+        "-c",
+        script,
+    ]);
+    let (code, out, err) = common::run_gleaner(&args, Duration::from_secs(120));
+    assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
+    out
+}
+
+#[test]
+fn reclaim_threads_run_on_every_cpu_unless_told_to_keep_to_the_programs() {
+    // SAFETY: sysconf has no preconditions.
+    let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    if online < 2 {
+        eprintln!("SKIPPED LOUDLY: one CPU online, so `any` and `program` are the same set here");
+        return;
+    }
+    let any = pager_thread_cpus(&[]);
+    assert!(any.contains("gleaner-recl0="), "{any}");
+    for line in any.lines() {
+        let (name, cpus) = line.split_once('=').unwrap();
+        if name.starts_with("gleaner-recl") {
+            // Every online CPU (the default): more than the program's one.
+            assert_ne!(cpus, "0", "{any}");
+            assert!(cpus.starts_with("0-") || cpus.contains(','), "{any}");
+        } else {
+            // The handlers and the other threads keep to the program's CPU.
+            assert_eq!(cpus, "0", "{any}");
+        }
+    }
+    let kept = pager_thread_cpus(&["--reclaim-cpus", "program"]);
+    assert!(kept.contains("gleaner-recl0=0"), "{kept}");
+    assert!(kept.lines().all(|l| l.ends_with("=0")), "{kept}");
+    let (code, _, err) = common::run_gleaner(
+        &[
+            "run",
+            "--local-mem",
+            "16M",
+            "--reclaim-cpus",
+            "all",
+            "--",
+            "true",
+        ],
+        Duration::from_secs(30),
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("not a choice of CPUs for reclaim"), "{err}");
+}

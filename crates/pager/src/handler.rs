@@ -61,6 +61,28 @@ pub(crate) fn allowed_cpus() -> Vec<usize> {
 }
 
 /// Pins the calling thread to `cpu`.
+/// Lets the calling thread run on every online CPU (the kernel keeps it within the process's
+/// cgroup cpuset): a reclaim thread of a program pinned to one CPU then works beside it, as
+/// Linux's kswapd would, instead of taking turns with it.
+pub(crate) fn allow_every_cpu() {
+    // SAFETY: cpu_set_t is plain data, for which all zeroes is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: sysconf has no preconditions.
+    let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
+    for cpu in 0..online.min(libc::CPU_SETSIZE as usize) {
+        // SAFETY: CPU_SET writes bit `cpu` of the set, below CPU_SETSIZE.
+        unsafe { libc::CPU_SET(cpu, &mut set) };
+    }
+    // SAFETY: sets the calling thread's affinity from a live set of the size given.
+    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    if rc != 0 {
+        log::debug!(
+            "a reclaim thread stays on the program's CPUs: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
 fn pin_to(cpu: usize) {
     // SAFETY: cpu_set_t is plain data, for which all zeroes is the empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };

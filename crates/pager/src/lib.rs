@@ -51,9 +51,10 @@ mod trace;
 
 pub use config::{
     default_max_reclaim_threads, Compression, DataPath, DecodeBudget, DirtyTracking, Encryption,
-    EvictKind, FarCopies, ForkMode, MemnodeTarget, PrefetchInstall, PrefetcherKind, ReclaimMode,
-    RegionConfig, WritePrediction, DEFAULT_EVICT, DEFAULT_EVICT_BATCH, DEFAULT_PREFETCH,
-    FORK_CHILD_BUDGET_DIVISOR, MAX_AUTO_HANDLERS, MIN_AUTO_EVICT_BATCH, MIN_BUDGET_BATCHES,
+    EvictKind, FarCopies, ForkMode, MemnodeTarget, PrefetchInstall, PrefetcherKind, ReclaimCpus,
+    ReclaimMode, RegionConfig, WritePrediction, DEFAULT_EVICT, DEFAULT_EVICT_BATCH,
+    DEFAULT_PREFETCH, FORK_CHILD_BUDGET_DIVISOR, MAX_AUTO_HANDLERS, MIN_AUTO_EVICT_BATCH,
+    MIN_BUDGET_BATCHES,
 };
 pub use counters::{FaultBreakdown, LatencySummary};
 pub use embedded::{capacity_for_region, EmbeddedMemnode};

@@ -346,10 +346,14 @@ impl Region {
                 }
             }
         }
+        let any_cpu = cfg.reclaim_cpus == crate::config::ReclaimCpus::Any;
         for id in 0..pool {
             let handle = pool_handles.pop().expect("one store handle per thread");
             let e = engine.clone();
             threads.push(spawn(&format!("gleaner-recl{id}"), hook, move || {
+                if any_cpu {
+                    crate::handler::allow_every_cpu();
+                }
                 crate::reclaim::run_pool_thread(e, id, handle)
             })?);
         }

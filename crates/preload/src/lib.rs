@@ -32,6 +32,7 @@
 //! | `GLEANER_STATS` | write the region's stats JSON here at exit (`%p` is replaced by the pid) | — |
 //! | `GLEANER_RECLAIM` | who reclaims: `hermit`, `hermit:paper`, `static:N` or `direct` | `hermit` |
 //! | `GLEANER_MAX_RECLAIMERS` | the most reclaim threads `hermit` runs at once | half the CPUs, at least 1 |
+//! | `GLEANER_RECLAIM_CPUS` | where reclaim threads run: `any` (every CPU the cgroup allows, as kswapd) or `program` (the program's own CPUs) | `any` |
 //! | `GLEANER_PREFETCH` | prefetcher: `none`, `next:N`, `stride`, `readahead`, `leap`, `leap:PWMAX` | `leap:32` |
 //! | `GLEANER_PREFETCH_DEADLINE_US` | how long a prefetch may wait for a scheduling memnode's link (`--bandwidth`) before it is dropped, µs | learnt: the 95th percentile of prefetched pages' wait for their first use |
 //! | `GLEANER_PREFETCH_INSTALL` | how prefetched pages reach the program: `marker` or `staged` | `marker` |
@@ -132,6 +133,7 @@ struct Config {
     stats: Option<PathBuf>,
     reclaim: ReclaimMode,
     max_reclaimers: usize,
+    reclaim_cpus: gleaner_pager::ReclaimCpus,
     stats_trace: Option<PathBuf>,
     prefetch: PrefetcherKind,
     prefetch_install: PrefetchInstall,
@@ -202,6 +204,7 @@ fn config_from_env() -> Result<Option<Config>, String> {
         reclaim: parsed("GLEANER_RECLAIM")?.unwrap_or_default(),
         max_reclaimers: parsed("GLEANER_MAX_RECLAIMERS")?
             .unwrap_or_else(gleaner_pager::default_max_reclaim_threads),
+        reclaim_cpus: parsed("GLEANER_RECLAIM_CPUS")?.unwrap_or_default(),
         stats_trace: per_process_path("GLEANER_STATS_TRACE"),
         prefetch: parsed("GLEANER_PREFETCH")?.unwrap_or(gleaner_pager::DEFAULT_PREFETCH),
         prefetch_install: parsed("GLEANER_PREFETCH_INSTALL")?.unwrap_or_default(),
@@ -247,7 +250,7 @@ fn start() -> Result<bool, String> {
     if std::env::var_os("GLEANER_PRINT_CONFIG").is_some() {
         eprintln!(
             "gleaner: local {} | memnode {}{} | token {} | arena {} (freed blocks kept {}) | handlers {} (spin {} us) | \
-             data path {} | compress {} (max decode {} us) | encrypt {} | dirty tracking {} | stats {} | reclaim {} (at most {} threads) | stats trace {} | \
+             data path {} | compress {} (max decode {} us) | encrypt {} | dirty tracking {} | stats {} | reclaim {} (at most {} threads, on {} CPUs) | stats trace {} | \
              prefetch {} ({}) | evict {} | predict writes {} | fault trace {} | fork {} (child \
              local {})",
             format_size(cfg.local),
@@ -277,6 +280,7 @@ fn start() -> Result<bool, String> {
                 .map_or("-".into(), |p| p.display().to_string()),
             cfg.reclaim,
             cfg.max_reclaimers,
+            cfg.reclaim_cpus,
             cfg.stats_trace
                 .as_ref()
                 .map_or("-".into(), |p| p.display().to_string()),
@@ -315,6 +319,7 @@ fn start() -> Result<bool, String> {
     }
     rc.reclaim = cfg.reclaim;
     rc.max_reclaim_threads = cfg.max_reclaimers;
+    rc.reclaim_cpus = cfg.reclaim_cpus;
     rc.stats_trace = cfg.stats_trace;
     rc.prefetch = cfg.prefetch;
     rc.prefetch_install = cfg.prefetch_install;
