@@ -132,7 +132,8 @@ pub struct RunArgs {
     max_reclaimers: Option<usize>,
     /// Where reclaim threads run: `any` (every CPU the cgroup allows, whatever the program was
     /// pinned to, as Linux's kswapd; pinned to one CPU, redis served 6-11% and memcached 9-16%
-    /// more requests so) or `program` (only the CPUs the program may run on).
+    /// more requests so, but their CPU is taken from whatever runs on the other CPUs: memcached's
+    /// own load generator there saw a longer tail) or `program` (only the program's CPUs).
     #[arg(long, value_name = "CPUS", default_value = "any")]
     reclaim_cpus: gleaner_pager::ReclaimCpus,
     /// Append a line of reclaim and fault counters to FILE every 100 ms, per process (`%p` in

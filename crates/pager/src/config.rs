@@ -361,7 +361,8 @@ pub struct RegionConfig {
     /// Where reclaim threads may run: on every CPU this process's cgroup allows (the default,
     /// as Linux's kswapd runs whatever CPU the program was pinned to) or only on the program's
     /// own CPUs. Pinned to one CPU, redis served 6-11% and memcached 9-16% more requests with
-    /// `Any` (`bench/results/reclaim-cpus/`).
+    /// `Any`, and memcached's open-loop p99, measured by a load generator on the other CPU, got
+    /// longer (`bench/results/reclaim-cpus/`, `bench/results/harness-50-reclaim-cpus/`).
     pub reclaim_cpus: ReclaimCpus,
     /// If set, a line of JSON with the reclaim scheduler's state and the fault and eviction
     /// counters is appended to this file every [`crate::STATS_TRACE_INTERVAL`].
