@@ -60,43 +60,38 @@ pub(crate) fn allowed_cpus() -> Vec<usize> {
         .collect()
 }
 
-/// Pins the calling thread to `cpu`.
 /// Lets the calling thread run on every online CPU (the kernel keeps it within the process's
 /// cgroup cpuset): a reclaim thread of a program pinned to one CPU then works beside it, as
 /// Linux's kswapd would, instead of taking turns with it.
 pub(crate) fn allow_every_cpu() {
-    // SAFETY: cpu_set_t is plain data, for which all zeroes is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: sysconf has no preconditions.
     let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
-    for cpu in 0..online.min(libc::CPU_SETSIZE as usize) {
+    if let Err(e) = set_affinity(0..online) {
+        log::debug!("a reclaim thread stays on the program's CPUs: {e}");
+    }
+}
+
+/// Pins the calling thread to `cpu`.
+fn pin_to(cpu: usize) {
+    if let Err(e) = set_affinity(std::iter::once(cpu)) {
+        log::warn!("pinning a fault handler to CPU {cpu}: {e}");
+    }
+}
+
+/// Lets the calling thread run on `cpus` only (those at or past `CPU_SETSIZE` are left out).
+fn set_affinity(cpus: impl Iterator<Item = usize>) -> std::io::Result<()> {
+    // SAFETY: cpu_set_t is plain data, for which all zeroes is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for cpu in cpus.filter(|&c| c < libc::CPU_SETSIZE as usize) {
         // SAFETY: CPU_SET writes bit `cpu` of the set, below CPU_SETSIZE.
         unsafe { libc::CPU_SET(cpu, &mut set) };
     }
     // SAFETY: sets the calling thread's affinity from a live set of the size given.
     let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
     if rc != 0 {
-        log::debug!(
-            "a reclaim thread stays on the program's CPUs: {}",
-            std::io::Error::last_os_error()
-        );
+        return Err(std::io::Error::last_os_error());
     }
-}
-
-fn pin_to(cpu: usize) {
-    // SAFETY: cpu_set_t is plain data, for which all zeroes is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: CPU_SET writes bit `cpu` of the set; cpus come from `allowed_cpus`, so below
-    // CPU_SETSIZE.
-    unsafe { libc::CPU_SET(cpu, &mut set) };
-    // SAFETY: sets the calling thread's affinity from a live set of the size given.
-    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
-    if rc != 0 {
-        log::warn!(
-            "pinning a fault handler to CPU {cpu}: {}",
-            std::io::Error::last_os_error()
-        );
-    }
+    Ok(())
 }
 
 /// One handler thread's loop: wait for messages (or the stop signal), resolve each.
