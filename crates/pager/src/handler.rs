@@ -64,9 +64,9 @@ pub(crate) fn allowed_cpus() -> Vec<usize> {
 /// cgroup cpuset): a reclaim thread of a program pinned to one CPU then works beside it, as
 /// Linux's kswapd would, instead of taking turns with it.
 pub(crate) fn allow_every_cpu() {
-    // SAFETY: sysconf has no preconditions.
-    let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
-    if let Err(e) = set_affinity(0..online) {
+    // Every CPU number a set can hold: the kernel keeps those online and in the cpuset, so CPUs
+    // numbered past the count of online ones (an offline CPU in between) are not left out.
+    if let Err(e) = set_affinity(0..libc::CPU_SETSIZE as usize) {
         log::debug!("a reclaim thread stays on the program's CPUs: {e}");
     }
 }

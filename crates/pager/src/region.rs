@@ -830,9 +830,9 @@ impl Region {
 }
 
 /// How the region will track writes: `cfg.dirty_tracking`, with `auto` resolved against what
-/// this kernel offers and where far pages go (`pool`: to a pool of memnodes): asynchronous where the kernel has `WP_ASYNC`
-/// (6.7+), whether far copies are in shared memory or behind one memnode's socket; synchronous
-/// for a pool and elsewhere. Over a socket asynchronous tracking writes back every victim, clean
+/// this kernel offers and where far pages go (`pool`: to a pool of memnodes): asynchronous
+/// where the kernel has `WP_ASYNC` (6.7+), whether far copies are in shared memory or behind
+/// one memnode's socket; synchronous for a pool and elsewhere. Over a socket asynchronous tracking writes back every victim, clean
 /// or not (its far copy, on the memnode, cannot be compared), and still costs less than a
 /// write-protect fault per first write; a pool would write each clean victim to every replica
 /// again (`docs/architecture.md`, "Dirty tracking").
