@@ -49,7 +49,7 @@
 //! The states live in one byte per chunk, read and written with relaxed atomics: a lost update
 //! only changes whether one page is compressed, never what it decodes to.
 
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, AtomicUsize, Ordering};
 
 use crate::PAGE_SIZE;
 
@@ -149,6 +149,9 @@ pub(crate) struct SpeedMap {
     /// Per chunk: whether its last compressed page saved less than a fifth (see the module's
     /// doc).
     poor: Box<[AtomicBool]>,
+    /// One past the highest chunk ever given a decision: the census of decisions
+    /// ([`SpeedMap::raw_chunks`]) stops there rather than reading every chunk of the arena.
+    learnt_end: AtomicUsize,
     budget_ns: u64,
     /// What the mean of the decompressions so far leaves to spend, in nanoseconds (see the
     /// module's doc).
@@ -159,9 +162,18 @@ impl SpeedMap {
     /// A map for a region of `pages` pages, every chunk unknown.
     pub(crate) fn new(pages: u64, budget_ns: u64) -> SpeedMap {
         let n = pages.div_ceil(CHUNK_PAGES).max(1) as usize;
+        // Zeroed memory the kernel fills as it is used (256 KiB each for a 64 GiB arena):
+        // UNKNOWN is 0, as is `false`.
+        const _: () = assert!(UNKNOWN == 0);
+        let chunks = Box::<[AtomicU8]>::new_zeroed_slice(n);
+        let poor = Box::<[AtomicBool]>::new_zeroed_slice(n);
+        // SAFETY: an all-zero byte is a valid AtomicU8 holding UNKNOWN and a valid AtomicBool
+        // holding false.
+        let (chunks, poor) = unsafe { (chunks.assume_init(), poor.assume_init()) };
         SpeedMap {
-            chunks: (0..n).map(|_| AtomicU8::new(UNKNOWN)).collect(),
-            poor: (0..n).map(|_| AtomicBool::new(false)).collect(),
+            chunks,
+            poor,
+            learnt_end: AtomicUsize::new(0),
             budget_ns,
             credit_ns: AtomicI64::new(0),
         }
@@ -222,6 +234,7 @@ impl SpeedMap {
         let slow = decode_ns > self.budget_ns;
         if let Some(c) = self.chunk(page_no) {
             c.store(if slow { SLOW } else { FAST }, Ordering::Relaxed);
+            self.note_learnt(page_no);
         }
         slow
     }
@@ -232,6 +245,7 @@ impl SpeedMap {
         if let Some(c) = self.chunk(page_no) {
             if learning {
                 c.store(INCOMPRESSIBLE, Ordering::Relaxed);
+                self.note_learnt(page_no);
             } else if c.load(Ordering::Relaxed) & STATE_MASK == FAST {
                 c.store(UNKNOWN, Ordering::Relaxed);
             }
@@ -281,10 +295,22 @@ impl SpeedMap {
         self.credit_ns.load(Ordering::Relaxed)
     }
 
+    /// Page `page_no`'s chunk was just given a decision.
+    fn note_learnt(&self, page_no: u64) {
+        let end = (page_no / CHUNK_PAGES) as usize + 1;
+        if self.learnt_end.load(Ordering::Relaxed) < end {
+            self.learnt_end.fetch_max(end, Ordering::Relaxed);
+        }
+    }
+
     /// Chunks now learnt slow, and incompressible.
     pub(crate) fn raw_chunks(&self) -> (u64, u64) {
+        let learnt = &self.chunks[..self
+            .learnt_end
+            .load(Ordering::Relaxed)
+            .min(self.chunks.len())];
         let count = |state| {
-            self.chunks
+            learnt
                 .iter()
                 .filter(|c| c.load(Ordering::Relaxed) & STATE_MASK == state)
                 .count() as u64
@@ -331,6 +357,30 @@ mod tests {
         assert!(!m.learned(0, 300));
         assert_eq!(m.choose(1), Choice::Compress);
         assert_eq!(m.raw_chunks(), (0, 0));
+    }
+
+    #[test]
+    fn the_census_of_decisions_counts_every_learnt_chunk_up_to_the_last_one() {
+        // A 64 GiB arena's map, as the preload library makes one per process.
+        let pages = 16 << 20;
+        let m = SpeedMap::new(pages, 1000);
+        assert_eq!(m.raw_chunks(), (0, 0));
+        let last_chunk = (pages - 1) / CHUNK_PAGES;
+        // Decisions out of order: the census must reach the highest chunk whichever came last.
+        assert!(m.learned(7 * CHUNK_PAGES + 3, 5000));
+        assert!(m.learned(pages - 1, 5000));
+        m.incompressible(2 * CHUNK_PAGES, true);
+        assert!(!m.learned(CHUNK_PAGES, 10));
+        assert_eq!(m.raw_chunks(), (2, 1));
+        assert_eq!(
+            m.learnt_end.load(Ordering::Relaxed),
+            last_chunk as usize + 1
+        );
+        // A chunk that learns again (now fast) leaves the count, and a fresh map (a fork
+        // child's) starts with none.
+        assert!(!m.learned(pages - 1, 10));
+        assert_eq!(m.raw_chunks(), (1, 1));
+        assert_eq!(m.fresh().raw_chunks(), (0, 0));
     }
 
     #[test]
