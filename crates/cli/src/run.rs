@@ -722,7 +722,8 @@ impl StatsDir {
     fn create() -> Result<StatsDir, SetupError> {
         let suffix: [u8; 6] = gleaner_proto::random_bytes();
         let hex: String = suffix.iter().map(|b| format!("{b:02x}")).collect();
-        let dir = std::env::temp_dir().join(format!("gleaner-run-{}-{hex}", std::process::id()));
+        let dir =
+            gleaner_pager::scratch_dir().join(format!("gleaner-run-{}-{hex}", std::process::id()));
         std::fs::DirBuilder::new()
             .mode(0o700)
             .create(&dir)

@@ -2,8 +2,10 @@
 //! small JSON document every [`STATUS_INTERVAL`] into the status directory, and removes it when
 //! the region stops. Like the stats trace, the publisher only reads counters.
 //!
-//! The directory is `$GLEANER_STATUS_DIR`, else `gleaner-status-UID` in the system's temporary
-//! directory (created owner-only). Each file is `PID-N.json` (N counts the process's regions),
+//! The directory is `$GLEANER_STATUS_DIR`, else `gleaner-status-UID` in the scratch directory
+//! ([`crate::scratch_dir`], created owner-only). A process publishes once it has run for
+//! [`FIRST_STATUS_AFTER`]: most processes of a shell script end before that, and writing a
+//! document each would cost them more than their own work. Each file is `PID-N.json` (N counts the process's regions),
 //! replaced atomically (written beside, then renamed), so a reader never sees half of one.
 
 use std::os::unix::fs::DirBuilderExt;
@@ -19,6 +21,9 @@ use crate::engine::Engine;
 /// How often a region's status file is rewritten.
 pub const STATUS_INTERVAL: Duration = Duration::from_secs(1);
 
+/// How long a region runs before its first status file (see the module documentation).
+pub const FIRST_STATUS_AFTER: Duration = Duration::from_millis(200);
+
 /// The directory status files go to (see the module documentation).
 pub fn status_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("GLEANER_STATUS_DIR").filter(|d| !d.is_empty()) {
@@ -26,7 +31,7 @@ pub fn status_dir() -> PathBuf {
     }
     // SAFETY: getuid has no preconditions.
     let uid = unsafe { libc::getuid() };
-    std::env::temp_dir().join(format!("gleaner-status-{uid}"))
+    crate::scratch_dir().join(format!("gleaner-status-{uid}"))
 }
 
 /// This process's next status file.
@@ -69,6 +74,12 @@ impl Publication {
 
 /// The publisher's loop: a document per interval until the region stops, then the file goes.
 pub(crate) fn run(engine: Arc<Engine>, publication: Arc<Publication>) {
+    if engine
+        .budget
+        .sleep_unless(FIRST_STATUS_AFTER, || engine.stopping())
+    {
+        return;
+    }
     let path = &publication.path;
     let program = std::env::current_exe()
         .ok()
