@@ -158,6 +158,72 @@ fn fork_child_pages_from_a_snapshot_of_the_fork_moment() {
     );
 }
 
+/// A fork child's own memnode session (for the slabs its write-backs go to) is opened at its
+/// first write-back: a shell's fork children, which exit or exec before they evict anything,
+/// open none, while a child that evicts (the fork program's, over its budget) opens one and
+/// keeps every byte.
+#[test]
+fn a_fork_child_opens_its_memnode_session_only_when_it_writes_back() {
+    preload_library_is_built();
+    let node = MemnodeProc::start("unix", "512M");
+    let addr = node.endpoint.to_string();
+    let token = node.token_file.to_string_lossy().into_owned();
+    let created = || {
+        let (c, stats, e) = run_gleaner(
+            &["memnode", "stats", "--addr", &addr, "--token-file", &token],
+            LIMIT,
+        );
+        assert_eq!(c, Some(0), "{e}");
+        let v: serde_json::Value = serde_json::from_str(&stats).unwrap();
+        v["totals"]["sessions_created"].as_u64().unwrap()
+    };
+    let shell = |script: &str| {
+        let before = created();
+        let (code, out, err) = run_gleaner(
+            &[
+                "run",
+                "--local-mem",
+                "64M",
+                "--memnode",
+                &addr,
+                "--token-file",
+                &token,
+                "--",
+                "bash",
+                "-c",
+                script,
+            ],
+            LIMIT,
+        );
+        assert_eq!(code, Some(0), "{script}: stdout: {out}\nstderr: {err}");
+        created() - before
+    };
+    // One exec'd process (whatever the run itself opens besides), then the same with eight
+    // subshells and eight fork-and-execs of /bin/true: sixteen fork children, eight more
+    // exec'd processes.
+    let alone = shell("/bin/true");
+    let looped = shell("/bin/true; for i in 1 2 3 4 5 6 7 8; do ( : ); /bin/true; done");
+    assert_eq!(
+        looped,
+        alone + 8,
+        "sessions opened: {alone} for one /bin/true, {looped} with 16 fork children and 8 more \
+         execs (only the execs may add one each)"
+    );
+    let before = created();
+    let (code, out, err, _) = run_program(
+        "16M",
+        "fork",
+        "64",
+        &["--memnode", &addr, "--token-file", &token],
+    );
+    assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
+    assert!(out.contains("fork ok"), "{out}");
+    assert!(
+        created() - before >= 2,
+        "the parent and its evicting child each opened a session"
+    );
+}
+
 /// Over TCP each memnode copies its session for the child (`Fork`), for one memnode and for a
 /// pool of two: the same as with shared memory, every byte right and neither process bringing
 /// the heap home.

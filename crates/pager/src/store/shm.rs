@@ -44,7 +44,7 @@ use gleaner_proto::ErrorCode;
 
 use super::arena::Arena;
 use super::blobs::{Blobs, Loc, MAX_CHUNK_PAGES};
-use super::socket::Session;
+use super::socket::{LazySession, Session};
 use super::{page_buf, zeroed_atomics, PageBuf, PageStore, StoreError, StoreHandle, StoreStats};
 use crate::codec::{fill_word, same_filled, Codec, CodecCtx, Encoded, ENCODE_ROOM, MAX_BLOB_LEN};
 use crate::{PagerError, PAGE_SIZE};
@@ -77,7 +77,8 @@ pub(crate) struct ShmStore {
 }
 
 struct Inner {
-    session: Session,
+    /// Opened at the first grant in a fork child's store ([`LazySession`]).
+    session: LazySession,
     codec: Arc<Codec>,
     /// The reserved range the slabs are mapped into (shared with a fork child's store, in the
     /// child).
@@ -137,7 +138,7 @@ impl ShmStore {
         })?;
         Ok(ShmStore {
             inner: Arc::new(Inner {
-                session,
+                session: LazySession::opened(session),
                 codec,
                 arena: Arc::new(arena),
                 loc: Arc::new(zeroed_atomics(region_pages)),
@@ -166,7 +167,8 @@ impl ShmStore {
     pub(crate) fn fork_child(&self, client_name: &str) -> Result<ShmStore, PagerError> {
         let parent = &*self.inner;
         let codec = parent.codec.for_fork_child()?;
-        let session = parent.session.open_another(client_name)?;
+        // Opened at its first grant: a child that execs or exits first never needs it.
+        let session = parent.session.deferred_another(client_name);
         // The parent's allocator (and its lock, which a vanished thread may hold) is a copy of
         // its state at the fork and stays unused: the parent goes on allocating in its own
         // slabs, which this process must never write.
@@ -363,8 +365,14 @@ impl Inner {
         let want = (space.granted / 2)
             .clamp(FIRST_GRANT_PAGES, MAX_GRANT_PAGES)
             .min(room);
-        let reply = self
-            .session
+        let session = self.session.get().map_err(|e| {
+            StoreError::Lost(format!(
+                "opening this fork child's session on memnode {} failed ({e}); it may have \
+                 stopped",
+                self.session.endpoint()
+            ))
+        })?;
+        let reply = session
             .with_control(|conn| conn.grant(want))
             .ok_or_else(|| StoreError::Lost("the memnode session is closed".into()))?;
         let g = match reply {

@@ -13,7 +13,7 @@
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use gleaner_proto::{
@@ -89,12 +89,6 @@ impl Session {
             reconnects: AtomicU64::new(0),
             warned: AtomicBool::new(false),
         })
-    }
-
-    /// A new session on the same memnode, with the same token and options, its client named
-    /// `client_name` (a fork child's own).
-    pub(crate) fn open_another(&self, client_name: &str) -> Result<Session, PagerError> {
-        self.open_like(client_name, None)
     }
 
     /// A connection to session `existing` on the same memnode (a fork child's copy of this
@@ -285,6 +279,97 @@ impl Session {
             if let Err(e) = conn.goodbye() {
                 log::warn!("ending the memnode session: {e}");
             }
+        }
+    }
+}
+
+/// A session opened when it is first needed, or one already open. A fork child's shared-memory
+/// store needs a session of its own only for the slabs its write-backs go to: a child that execs
+/// or exits before it evicts anything (a shell's, nearly always) then never opens one, and
+/// spares the fork the memnode's handshake (0.2 ms of the 1.1 ms that paging cost a shell's
+/// fork-and-exec here). A memnode that cannot be reached then fails the first write-back
+/// instead of the fork: exit 86 either way, the pages the child holds never replaced by zeros.
+pub(crate) struct LazySession {
+    endpoint: Endpoint,
+    token: Token,
+    opts: ConnectOptions,
+    /// The memnode's capacity as the session that made this one was told it.
+    capacity_pages: u64,
+    session: OnceLock<Session>,
+    /// Held while the session is being opened: one thread opens it, the others wait for it.
+    opening: Mutex<()>,
+    /// Closed before it was ever opened: it is not opened any more.
+    closed: AtomicBool,
+}
+
+impl LazySession {
+    /// An open session.
+    pub(crate) fn opened(session: Session) -> LazySession {
+        LazySession {
+            endpoint: session.endpoint.clone(),
+            token: session.token,
+            opts: session.opts.clone(),
+            capacity_pages: session.capacity_pages,
+            session: OnceLock::from(session),
+            opening: Mutex::new(()),
+            closed: AtomicBool::new(false),
+        }
+    }
+
+    /// The session, opened now if it was not yet.
+    pub(crate) fn get(&self) -> Result<&Session, PagerError> {
+        if let Some(s) = self.session.get() {
+            return Ok(s);
+        }
+        let _opening = self.opening.lock().expect("session opening lock");
+        if let Some(s) = self.session.get() {
+            return Ok(s);
+        }
+        if self.closed.load(Ordering::Acquire) {
+            return Err(PagerError::Config(format!(
+                "the session on memnode {} is closed",
+                self.endpoint
+            )));
+        }
+        let s = Session::connect(self.endpoint.clone(), self.token, self.opts.clone(), None)?;
+        Ok(self.session.get_or_init(|| s))
+    }
+
+    /// A new session on the same memnode with the same token and options, its client named
+    /// `client_name`, opened at its first use.
+    pub(crate) fn deferred_another(&self, client_name: &str) -> LazySession {
+        LazySession {
+            endpoint: self.endpoint.clone(),
+            token: self.token,
+            opts: ConnectOptions {
+                client_name: client_name.to_string(),
+                ..self.opts.clone()
+            },
+            capacity_pages: self.capacity_pages,
+            session: OnceLock::new(),
+            opening: Mutex::new(()),
+            closed: AtomicBool::new(false),
+        }
+    }
+
+    /// The memnode's address.
+    pub(crate) fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
+    /// The memnode's total capacity in pages.
+    pub(crate) fn capacity_pages(&self) -> u64 {
+        self.session
+            .get()
+            .map_or(self.capacity_pages, Session::capacity_pages)
+    }
+
+    /// Ends the session if it was opened; either way it is not opened from now on.
+    pub(crate) fn close(&self) {
+        let _opening = self.opening.lock().expect("session opening lock");
+        self.closed.store(true, Ordering::Release);
+        if let Some(s) = self.session.get() {
+            s.close();
         }
     }
 }
