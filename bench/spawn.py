@@ -54,6 +54,9 @@ def loops(iterations):
          f"for i in $(seq {iterations}); do /bin/true; done"),
         ("fork", f"`( : )` {iterations} times: a subshell, a fork child that exits",
          f"for i in $(seq {iterations}); do ( : ); done"),
+        ("nested", f"`( /bin/true; /bin/true )` {max(iterations // 10, 1)} times: a subshell that "
+                   "forks and execs, then execs: a fork child's own fork",
+         f"for i in $(seq {max(iterations // 10, 1)}); do ( /bin/true; /bin/true ); done"),
         ("python", f"`python3 -c pass` {max(iterations // 10, 1)} times (the interpreter, no "
                    "shim): a fork, an exec and an interpreter's start",
          f"for i in $(seq {max(iterations // 10, 1)}); do {py} -c pass; done"),
@@ -63,7 +66,7 @@ def loops(iterations):
 def iterations_of(loop, iterations):
     if loop == "none":
         return 1
-    return max(iterations // 10, 1) if loop == "python" else iterations
+    return max(iterations // 10, 1) if loop in ("python", "nested") else iterations
 
 
 def command(system, script):

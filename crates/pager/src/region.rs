@@ -694,10 +694,13 @@ impl Region {
             )),
         };
         let mut batch = Vec::with_capacity(gleaner_proto::MAX_BATCH_PAGES);
-        let pages = self.len() / PAGE_SIZE;
         // Until a pass finds nothing remote: a prefetch in flight during a pass publishes its
         // pages REMOTE (staged) after the pass went by them.
         loop {
+            // Only pages below it were ever touched; past it a page is absent, or being
+            // zero-filled for its first touch (a fork child sees zeros there either way). Each
+            // pass over the whole arena (16 Mi pages for 64 GiB) took 20 ms.
+            let pages = table.touched_end();
             let mut page = 0;
             while page < pages {
                 batch.clear();
