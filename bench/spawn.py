@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import resource
-import statistics
 import subprocess
 import sys
 import time
@@ -27,7 +26,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
-from bench.doc_section import DOC, write_section  # noqa: E402
+from bench.doc_section import DOC, publish, spread  # noqa: E402
 from bench.harness.common import GLEANER, git_commit, machine, now_iso  # noqa: E402
 
 BEGIN, END = "<!-- spawn:begin -->", "<!-- spawn:end -->"
@@ -153,16 +152,6 @@ def summarize(res):
     return out
 
 
-def spread(values, digits=2):
-    """Median, and the range in parentheses when there is more than one value."""
-    if not values:
-        return "-"
-    m = statistics.median(values)
-    if len(values) == 1:
-        return f"{m:.{digits}f}"
-    return f"{m:.{digits}f} ({min(values):.{digits}f}–{max(values):.{digits}f})"
-
-
 def label(res, system):
     if system == "plain":
         return "plain bash"
@@ -194,9 +183,9 @@ def render_text(res):
                              "failed | - | - | - |")
                 continue
             lines.append("| " + " | ".join([
-                loop["name"], loop["what"], label(res, system), spread(v["ms"]),
-                spread(v["cpu_ms"]), spread(v["over_ms"]) if v["over_ms"] else "-",
-                spread(v["ratio"]) if v["ratio"] else "1"]) + " |")
+                loop["name"], loop["what"], label(res, system), spread(v["ms"], 2),
+                spread(v["cpu_ms"], 2), spread(v["over_ms"], 2) if v["over_ms"] else "-",
+                spread(v["ratio"], 2) if v["ratio"] else "1"]) + " |")
     failed = sum(e["failed"] for e in s.values())
     lines += ["", f"Failed runs: {failed}" + (" (their errors are in the results file)."
                                                if failed else "."), "", END]
@@ -229,14 +218,7 @@ def main():
                   args.iterations or (QUICK_ITERATIONS if args.quick else ITERATIONS))
     if args.no_render:
         return
-    text = render_text(res)
-    if args.quick and not args.doc:
-        print(text)
-        log("--quick: section printed above, not written into the doc")
-        return
-    doc = args.doc or DOC
-    write_section(text, BEGIN, END, doc, at_end=True)
-    log(f"rendered into {doc}")
+    publish(render_text(res), BEGIN, END, args.quick, args.doc, log, at_end=True)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
-from bench.doc_section import DOC, write_section  # noqa: E402
+from bench.doc_section import DOC, publish, spread  # noqa: E402
 from bench.harness.common import GLEANER, git_commit, machine, now_iso  # noqa: E402
 
 BEGIN, END = "<!-- wakeup:begin -->", "<!-- wakeup:end -->"
@@ -88,17 +88,6 @@ def run(args, runs, pages):
         f.write("\n")
     log(f"wrote {args.out}")
     return res
-
-
-def spread(values, digits=1):
-    """Median, and the range in parentheses when there is more than one value."""
-    values = [v for v in values if v is not None]
-    if not values:
-        return "-"
-    m = statistics.median(values)
-    if len(values) == 1:
-        return f"{m:.{digits}f}"
-    return f"{m:.{digits}f} ({min(values):.{digits}f}–{max(values):.{digits}f})"
 
 
 def collect(res):
@@ -255,14 +244,7 @@ def main():
         res = run(args, runs, pages)
     if args.no_render:
         return
-    text = render_text(res)
-    if args.quick and not args.doc:
-        print(text)
-        log("--quick: section printed above, not written into the doc")
-        return
-    doc = args.doc or DOC
-    write_section(text, BEGIN, END, doc)
-    log(f"rendered into {doc}")
+    publish(render_text(res), BEGIN, END, args.quick, args.doc, log)
 
 
 if __name__ == "__main__":

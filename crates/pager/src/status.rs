@@ -5,8 +5,9 @@
 //! The directory is `$GLEANER_STATUS_DIR`, else `gleaner-status-UID` in the scratch directory
 //! ([`crate::scratch_dir`], created owner-only). A process publishes once it has run for
 //! [`FIRST_STATUS_AFTER`]: most processes of a shell script end before that, and writing a
-//! document each would cost them more than their own work. Each file is `PID-N.json` (N counts the process's regions),
-//! replaced atomically (written beside, then renamed), so a reader never sees half of one.
+//! document each would cost them more than their own work. Each file is `PID-N.json` (N counts
+//! the process's regions), replaced atomically (written beside, then renamed), so a reader never
+//! sees half of one.
 
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
