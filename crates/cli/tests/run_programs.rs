@@ -137,6 +137,20 @@ fn fork_child_pages_from_a_snapshot_of_the_fork_moment() {
     assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
     assert!(out.contains("fork ok"), "{out}");
     assert_parent_back_under_budget(&stats);
+    // The child ends with `_exit`, and still writes its stats: it read the parent's far pages
+    // and evicted its own, and the run's totals count it (the parent's pid is the lower).
+    assert_eq!(stats["total"]["process_count"], 2, "{stats}");
+    let child = &stats["processes"][1]["stats"];
+    assert!(
+        child["bytes_in"].as_u64().unwrap() > 32 << 20,
+        "the child's reads of the snapshot (80 MiB checked): {child}"
+    );
+    assert!(
+        child["evictions"]["dirty"].as_u64().unwrap()
+            + child["evictions"]["clean"].as_u64().unwrap()
+            > 0,
+        "the child's evictions at its 4 MiB budget: {child}"
+    );
     // Budget, eviction overflow and the program's own non-heap memory (a few MiB): far below
     // the 80 MiB a fork that brought the pages home leaves in each.
     let (parent, child) = (rss_mib(&out, "parent"), rss_mib(&out, "child"));

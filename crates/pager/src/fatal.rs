@@ -23,6 +23,17 @@ pub(crate) fn fatal(message: &str) -> ! {
          continue on zero-filled pages in place of its data"
     );
     let _ = err.flush();
-    // SAFETY: _exit has no preconditions; it ends the process without running any user code.
-    unsafe { libc::_exit(FATAL_EXIT_CODE) }
+    exit_now(FATAL_EXIT_CODE)
+}
+
+/// Ends the process at once with `code`, running nothing: the `exit_group` system call that
+/// `_exit` makes, called directly, so that no `_exit` an `LD_PRELOAD`'ed library puts in front
+/// of the C library's runs (gleaner's own writes the process's stats there, which a process
+/// whose far memory failed must not try).
+pub fn exit_now(code: i32) -> ! {
+    loop {
+        // SAFETY: exit_group ends every thread of the process; it has no preconditions and
+        // does not return.
+        unsafe { libc::syscall(libc::SYS_exit_group, code) };
+    }
 }

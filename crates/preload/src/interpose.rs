@@ -416,3 +416,21 @@ pub unsafe extern "C" fn mremap(
     a.release(old as usize, old_p);
     new as *mut c_void
 }
+
+/// `_exit(2)`: a fork child that runs a pager writes its stats first, as a process does in
+/// `exit` through `atexit` (`crate::finish_fork_child`): fork children end this way (redis's
+/// BGSAVE child, for one), and their work belongs in the run's totals. Then the process ends as
+/// the C library's `_exit` would end it. The process that started the pager writes none here, as
+/// before: `_exit` is the exit a signal handler may call, and the stats take locks.
+#[no_mangle]
+pub unsafe extern "C" fn _exit(status: i32) -> ! {
+    crate::finish_fork_child();
+    gleaner_pager::exit_now(status)
+}
+
+/// `_Exit(3)`: the same as `_exit`.
+#[no_mangle]
+pub unsafe extern "C" fn _Exit(status: i32) -> ! {
+    crate::finish_fork_child();
+    gleaner_pager::exit_now(status)
+}

@@ -93,7 +93,10 @@ static OWNER_PID: AtomicI32 = AtomicI32::new(0);
 /// The pid whose pager runs: the owner's, or a fork child's that pages from its parent's
 /// snapshot.
 static PAGER_PID: AtomicI32 = AtomicI32::new(0);
-static STATS_PATH: OnceLock<Option<PathBuf>> = OnceLock::new();
+/// `GLEANER_STATS` as given: where each process writes its stats at exit, `%p` its pid.
+static STATS_TEMPLATE: OnceLock<Option<String>> = OnceLock::new();
+/// The pid that has written its stats and withdrawn its status ([`finish_process`]), once.
+static FINISHED_PID: AtomicI32 = AtomicI32::new(0);
 /// Set by the fork prepare hook when it took the allocator locks (only the pager's owner does).
 static LOCKED_FOR_FORK: AtomicBool = AtomicBool::new(false);
 
@@ -130,7 +133,7 @@ struct Config {
     encryption: Encryption,
     dirty_tracking: DirtyTracking,
     evict_batch: Option<usize>,
-    stats: Option<PathBuf>,
+    stats: Option<String>,
     reclaim: ReclaimMode,
     max_reclaimers: usize,
     reclaim_cpus: gleaner_pager::ReclaimCpus,
@@ -200,7 +203,7 @@ fn config_from_env() -> Result<Option<Config>, String> {
             .map_err(|e| format!("GLEANER_KEY_FILE: {e}"))?,
         dirty_tracking: parsed("GLEANER_DIRTY_TRACKING")?.unwrap_or_default(),
         evict_batch: parsed("GLEANER_EVICT_BATCH")?,
-        stats: per_process_path("GLEANER_STATS"),
+        stats: var("GLEANER_STATS"),
         reclaim: parsed("GLEANER_RECLAIM")?.unwrap_or_default(),
         max_reclaimers: parsed("GLEANER_MAX_RECLAIMERS")?
             .unwrap_or_else(gleaner_pager::default_max_reclaim_threads),
@@ -277,7 +280,7 @@ fn start() -> Result<bool, String> {
             cfg.dirty_tracking,
             cfg.stats
                 .as_ref()
-                .map_or("-".into(), |p| p.display().to_string()),
+                .map_or("-".into(), |p| p.clone()),
             cfg.reclaim,
             cfg.max_reclaimers,
             cfg.reclaim_cpus,
@@ -338,7 +341,7 @@ fn start() -> Result<bool, String> {
     rc.release_hook = Some(release_kept_blocks);
     let region = Region::new(rc).map_err(|e| e.to_string())?;
     arena::install(region, cfg.heap_retain as usize, HEAP_RETAIN_MS);
-    let _ = STATS_PATH.set(cfg.stats);
+    let _ = STATS_TEMPLATE.set(cfg.stats);
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() };
     OWNER_PID.store(pid, Ordering::Relaxed);
@@ -382,8 +385,8 @@ extern "C" fn init() {
                 }
             }
             if !fail_open {
-                // SAFETY: _exit has no preconditions; nothing of the program has run yet.
-                unsafe { libc::_exit(gleaner_pager::FATAL_EXIT_CODE) };
+                // Nothing of the program has run yet.
+                gleaner_pager::exit_now(gleaner_pager::FATAL_EXIT_CODE);
             }
         }
     }
@@ -465,26 +468,54 @@ pub extern "C" fn gleaner_prefetch(addr: *const libc::c_void, len: usize) -> lib
 }
 
 extern "C" fn at_exit() {
+    finish_process();
+}
+
+/// Where this process writes its stats: `GLEANER_STATS` with `%p` replaced by its pid. A fork
+/// child writes its own only where the name holds `%p` (else it would overwrite its parent's).
+fn stats_path(pid: i32) -> Option<PathBuf> {
+    let template = STATS_TEMPLATE.get()?.as_ref()?;
+    let owner = OWNER_PID.load(Ordering::Relaxed) == pid;
+    (owner || template.contains("%p"))
+        .then(|| PathBuf::from(template.replace("%p", &pid.to_string())))
+}
+
+/// A fork child with a pager of its own is ending in `_exit`: [`finish_process`], unless the
+/// call comes from inside gleaner's own code (a signal handler that interrupted it, whose locks
+/// the stats would wait for).
+pub(crate) fn finish_fork_child() {
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    if has_pager() && OWNER_PID.load(Ordering::Relaxed) != pid && !in_runtime() {
+        finish_process();
+    }
+}
+
+/// A process that runs a pager is ending (`exit`, or a fork child's `_exit`): its live status
+/// file goes, its fault trace (`--trace`) is written out and its stats are written, once. Fork
+/// children included: redis's BGSAVE child, for one, ends with `_exit`, and its faults and
+/// evictions belong in the run's totals.
+pub(crate) fn finish_process() {
     if !has_pager() {
         return;
     }
-    IN_RUNTIME.with(|c| c.set(true));
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    if FINISHED_PID.swap(pid, Ordering::AcqRel) == pid {
+        return;
+    }
+    let was = IN_RUNTIME.with(|c| c.replace(true));
     if let Some(a) = arena::get() {
-        // The region is never dropped: its live status file goes now, not with the process,
-        // and its fault trace (`--trace`) is written out.
+        // The region is never dropped: its live status file goes now, not with the process.
         a.region().withdraw_status();
         a.region().flush_trace();
-        // The stats file is the process's that started the pager (a fork child's would
-        // overwrite it).
-        // SAFETY: getpid has no preconditions.
-        let owner = OWNER_PID.load(Ordering::Relaxed) == unsafe { libc::getpid() };
-        if let (true, Some(Some(path))) = (owner, STATS_PATH.get()) {
-            if let Err(e) = std::fs::write(path, a.region().stats_json()) {
+        if let Some(path) = stats_path(pid) {
+            if let Err(e) = std::fs::write(&path, a.region().stats_json()) {
                 eprintln!("gleaner: writing stats to {}: {e}", path.display());
             }
         }
     }
-    IN_RUNTIME.with(|c| c.set(false));
+    IN_RUNTIME.with(|c| c.set(was));
 }
 
 extern "C" fn fork_prepare() {
@@ -537,7 +568,7 @@ extern "C" fn fork_child() {
             // SAFETY: getpid has no preconditions.
             PAGER_PID.store(unsafe { libc::getpid() }, Ordering::Relaxed);
             // Counted by `gleaner run` like any process on far memory (which also removes its
-            // live status file at the end: a child that `_exit`s cannot).
+            // live status file at the end: a child killed by a signal cannot).
             report_pager("started", None);
         }
         // The parent brought its pages home: plain memory.
@@ -549,8 +580,7 @@ extern "C" fn fork_child() {
                 program_name(),
                 std::process::id()
             );
-            // SAFETY: _exit has no preconditions.
-            unsafe { libc::_exit(gleaner_pager::FATAL_EXIT_CODE) };
+            gleaner_pager::exit_now(gleaner_pager::FATAL_EXIT_CODE);
         }
     }
     IN_RUNTIME.with(|c| c.set(was));
