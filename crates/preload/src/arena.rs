@@ -171,6 +171,7 @@ impl Arena {
         self.release_kept(gone);
         let offset = first? * PAGE_SIZE;
         if crate::has_pager() {
+            let _in = crate::InPager::enter();
             self.region().reuse(offset, pages * PAGE_SIZE);
         }
         Some(self.base() + offset)
@@ -196,6 +197,7 @@ impl Arena {
     /// pages the program had mapped a file or shared memory over are managed memory again.
     pub(crate) fn discard(&self, addr: usize, len: usize) {
         if crate::has_pager() {
+            let _in = crate::InPager::enter();
             self.region().discard(addr - self.base(), len);
         } else if SURRENDERED_ANY.load(Ordering::Acquire) {
             // The range may hold the program's own mapping (this process's parent placed it
@@ -226,6 +228,7 @@ impl Arena {
     pub(crate) fn surrender(&self, addr: usize, len: usize) {
         SURRENDERED_ANY.store(true, Ordering::Release);
         if crate::has_pager() {
+            let _in = crate::InPager::enter();
             self.region().surrender(addr - self.base(), len);
         }
         // Without a pager the arena is plain memory: the caller's mapping simply replaces it.

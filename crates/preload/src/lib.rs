@@ -105,6 +105,23 @@ pub(crate) fn in_runtime() -> bool {
     IN_RUNTIME.with(|c| c.get())
 }
 
+/// A program thread inside the pager's code (a discard, a reuse), until dropped: marked as in
+/// the runtime, so that a fork child's `_exit` from a signal handler that interrupted it does
+/// not wait for the locks it may hold ([`finish_fork_child`]).
+pub(crate) struct InPager(bool);
+
+impl InPager {
+    pub(crate) fn enter() -> InPager {
+        InPager(IN_RUNTIME.with(|c| c.replace(true)))
+    }
+}
+
+impl Drop for InPager {
+    fn drop(&mut self) {
+        IN_RUNTIME.with(|c| c.set(self.0));
+    }
+}
+
 /// Whether this process's managed memory is paged: it started the pager, or it is a fork child
 /// that continued with its own. False in a fork child whose parent brought its pages home (its
 /// managed memory is plain memory).
