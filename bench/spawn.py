@@ -44,28 +44,23 @@ def real_python():
 
 
 def loops(iterations):
-    """(name, what it is, the bash loop)."""
+    """(name, what it is, the bash loop, its iterations): the slower loops run a tenth as many."""
     py = real_python()
+    tenth = max(iterations // 10, 1)
     return [
         ("none", "`:` once: the run's own start and end (its private memnode), which the loops "
-                 "below include once, spread over their iterations", ":"),
+                 "below include once, spread over their iterations", ":", 1),
         ("fork+exec", f"`/bin/true` {iterations} times: a fork and an exec each",
-         f"for i in $(seq {iterations}); do /bin/true; done"),
+         f"for i in $(seq {iterations}); do /bin/true; done", iterations),
         ("fork", f"`( : )` {iterations} times: a subshell, a fork child that exits",
-         f"for i in $(seq {iterations}); do ( : ); done"),
-        ("nested", f"`( /bin/true; /bin/true )` {max(iterations // 10, 1)} times: a subshell that "
-                   "forks and execs, then execs: a fork child's own fork",
-         f"for i in $(seq {max(iterations // 10, 1)}); do ( /bin/true; /bin/true ); done"),
-        ("python", f"`python3 -c pass` {max(iterations // 10, 1)} times (the interpreter, no "
-                   "shim): a fork, an exec and an interpreter's start",
-         f"for i in $(seq {max(iterations // 10, 1)}); do {py} -c pass; done"),
+         f"for i in $(seq {iterations}); do ( : ); done", iterations),
+        ("nested", f"`( /bin/true; /bin/true )` {tenth} times: a subshell that forks and execs, "
+                   "then execs: a fork child's own fork",
+         f"for i in $(seq {tenth}); do ( /bin/true; /bin/true ); done", tenth),
+        ("python", f"`python3 -c pass` {tenth} times (the interpreter, no shim): a fork, an exec "
+                   "and an interpreter's start",
+         f"for i in $(seq {tenth}); do {py} -c pass; done", tenth),
     ]
-
-
-def iterations_of(loop, iterations):
-    if loop == "none":
-        return 1
-    return max(iterations // 10, 1) if loop in ("python", "nested") else iterations
 
 
 def command(system, script):
@@ -107,9 +102,8 @@ def run(args, reps, iterations):
            "iterations": iterations, "reps": reps, "systems": systems,
            "compare_label": args.compare_label, "loops": [], "runs": []}
     names = list(systems)
-    for loop, what, script in loops(iterations):
-        res["loops"].append({"name": loop, "what": what, "script": script,
-                             "iterations": iterations_of(loop, iterations)})
+    for loop, what, script, n in loops(iterations):
+        res["loops"].append({"name": loop, "what": what, "script": script, "iterations": n})
         for rep in range(reps):
             order = names[rep % len(names):] + names[:rep % len(names)]
             for system in order:

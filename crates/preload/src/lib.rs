@@ -295,9 +295,7 @@ fn start() -> Result<bool, String> {
             cfg.max_decode,
             cfg.encryption.describe(),
             cfg.dirty_tracking,
-            cfg.stats
-                .as_ref()
-                .map_or("-".into(), |p| p.clone()),
+            cfg.stats.as_deref().unwrap_or("-"),
             cfg.reclaim,
             cfg.max_reclaimers,
             cfg.reclaim_cpus,

@@ -303,17 +303,34 @@ pub(crate) struct LazySession {
 }
 
 impl LazySession {
-    /// An open session.
-    pub(crate) fn opened(session: Session) -> LazySession {
+    /// A session to open on `endpoint` with `token` and `opts` at its first use.
+    fn unopened(
+        endpoint: Endpoint,
+        token: Token,
+        opts: ConnectOptions,
+        capacity_pages: u64,
+    ) -> LazySession {
         LazySession {
-            endpoint: session.endpoint.clone(),
-            token: session.token,
-            opts: session.opts.clone(),
-            capacity_pages: session.capacity_pages,
-            session: OnceLock::from(session),
+            endpoint,
+            token,
+            opts,
+            capacity_pages,
+            session: OnceLock::new(),
             opening: Mutex::new(()),
             closed: AtomicBool::new(false),
         }
+    }
+
+    /// An open session.
+    pub(crate) fn opened(session: Session) -> LazySession {
+        let lazy = LazySession::unopened(
+            session.endpoint.clone(),
+            session.token,
+            session.opts.clone(),
+            session.capacity_pages,
+        );
+        let _ = lazy.session.set(session);
+        lazy
     }
 
     /// The session, opened now if it was not yet.
@@ -338,18 +355,11 @@ impl LazySession {
     /// A new session on the same memnode with the same token and options, its client named
     /// `client_name`, opened at its first use.
     pub(crate) fn deferred_another(&self, client_name: &str) -> LazySession {
-        LazySession {
-            endpoint: self.endpoint.clone(),
-            token: self.token,
-            opts: ConnectOptions {
-                client_name: client_name.to_string(),
-                ..self.opts.clone()
-            },
-            capacity_pages: self.capacity_pages,
-            session: OnceLock::new(),
-            opening: Mutex::new(()),
-            closed: AtomicBool::new(false),
-        }
+        let opts = ConnectOptions {
+            client_name: client_name.to_string(),
+            ..self.opts.clone()
+        };
+        LazySession::unopened(self.endpoint.clone(), self.token, opts, self.capacity_pages)
     }
 
     /// The memnode's address.
