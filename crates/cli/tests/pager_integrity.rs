@@ -1564,3 +1564,74 @@ fn handlers_serve_every_fault_and_all_stop(poll: bool, wait_in: &'static str) {
     }
     done.send(()).unwrap();
 }
+
+/// Minor faults the calling thread has taken so far.
+fn thread_minor_faults() -> i64 {
+    // SAFETY: rusage is plain data (all zeroes is valid) and getrusage writes only into it.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: RUSAGE_THREAD of the calling thread into a live rusage.
+    assert_eq!(unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut u) }, 0);
+    u.ru_minflt
+}
+
+/// Under asynchronous tracking with far copies dropped at fetch (the defaults), a page fetched
+/// for a read goes in writable: its far copy is gone, so it is written back at its next eviction
+/// whatever it saw, and write protection would only cost the program a fault at its first write.
+/// Where the far copy is kept (`--drop-far-copies none`), the page goes in protected, and a write
+/// to it faults (the kernel resolves it): that case shows the count below can see the fault.
+#[test]
+fn a_page_fetched_for_a_read_is_writable_when_its_far_copy_is_dropped() {
+    gleaner_bin();
+    const PAGES: usize = 4096;
+    const PROBED: usize = 32;
+    for (copies, want_faults) in [("all", false), ("none", true)] {
+        let mut cfg = RegionConfig::new(PAGES * PAGE_SIZE, PAGES * PAGE_SIZE / 4);
+        cfg.drop_far_copies = copies.parse().unwrap();
+        // Every probed page fetched on its own demand fault (a prefetched page is installed the
+        // same way, but would make the count of fetches below depend on the prefetcher).
+        cfg.prefetch = "none".parse().unwrap();
+        let region = Region::new(cfg).unwrap();
+        assert_eq!(region.stats().dirty_tracking, "async");
+        let base = region.as_ptr() as usize;
+        for p in 0..PAGES {
+            // SAFETY: an aligned word of the region's memory, which lives as long as `region`.
+            unsafe { ((base + p * PAGE_SIZE) as *mut u64).write_volatile(p as u64 + 1) };
+        }
+        let before = region.stats().faults.remote;
+        for p in 0..PROBED {
+            // SAFETY: as above.
+            let v = unsafe { ((base + p * PAGE_SIZE) as *const u64).read_volatile() };
+            assert_eq!(v, p as u64 + 1, "page {p} ({copies})");
+        }
+        let fetched = region.stats().faults.remote - before;
+        assert!(
+            fetched >= PROBED as u64 / 2,
+            "the first pages written must have been evicted and fetched again ({copies}): \
+             {fetched} remote faults"
+        );
+        let minor = thread_minor_faults();
+        for p in 0..PROBED {
+            // SAFETY: as above.
+            unsafe { ((base + p * PAGE_SIZE + 8) as *mut u64).write_volatile(7) };
+        }
+        let write_faults = thread_minor_faults() - minor;
+        if want_faults {
+            assert!(
+                write_faults >= fetched as i64 / 2,
+                "far copies kept: the fetched pages must be protected ({write_faults} faults \
+                 for {fetched} fetched pages)"
+            );
+        } else {
+            assert!(
+                write_faults <= 2,
+                "far copies dropped: writing {PROBED} pages just read back took {write_faults} \
+                 faults"
+            );
+        }
+        for p in 0..PAGES {
+            // SAFETY: as above.
+            let v = unsafe { ((base + p * PAGE_SIZE) as *const u64).read_volatile() };
+            assert_eq!(v, p as u64 + 1, "page {p} ({copies}) after the writes");
+        }
+    }
+}

@@ -216,14 +216,19 @@ impl Engine {
     /// too (`all`, or `demand` for pages not prefetched), since eviction then compares or
     /// rewrites the page anyway. The store drops it: shared memory at once, a socket in batches.
     pub(crate) fn drop_far_copy(&self, page: usize, dirty: bool, prefetched: bool) {
-        let drop = match (self.drop_far_copies, self.tracking) {
-            (FarCopies::None, _) => false,
-            (_, Tracking::Sync) => dirty,
-            (FarCopies::All, Tracking::Async) => true,
-            (FarCopies::Demand, Tracking::Async) => !prefetched,
-        };
-        if drop {
+        if !self.keeps_far_copy(dirty, prefetched) {
             self.store.forget(page as u64);
+        }
+    }
+
+    /// Whether a page just installed keeps its far copy ([`Engine::drop_far_copy`]): `dirty`
+    /// when it goes in writable, `prefetched` when a prefetch brought it.
+    pub(crate) fn keeps_far_copy(&self, dirty: bool, prefetched: bool) -> bool {
+        match (self.drop_far_copies, self.tracking) {
+            (FarCopies::None, _) => true,
+            (_, Tracking::Sync) => !dirty,
+            (FarCopies::All, Tracking::Async) => false,
+            (FarCopies::Demand, Tracking::Async) => prefetched,
         }
     }
 

@@ -283,9 +283,10 @@ impl Region {
             reclaim,
             policy: Mutex::new(policy),
             prefetch,
-            // Under asynchronous tracking a write costs no fault, so a page installed writable
-            // saves nothing and only reads as written at eviction (a needless write-back): the
-            // predictor runs in shadow there.
+            // Under asynchronous tracking a write costs no handler round trip, so a page whose
+            // far copy is kept saves little going in writable and only reads as written at
+            // eviction (a needless write-back): the predictor runs in shadow there. (A page
+            // whose far copy is dropped at fetch goes in writable anyway: `install_fetched`.)
             writes: WritePredictor::new(
                 pages,
                 cfg.predict_writes == WritePrediction::On && tracking == Tracking::Sync,
