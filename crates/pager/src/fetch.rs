@@ -1,6 +1,8 @@
 //! Bringing pages in from the store: installing a fetched page, prefetching the prefetcher's
 //! candidates after a demand fault, and bringing every page home before `fork`.
 
+use std::time::Instant;
+
 use crate::counters::Counters;
 use crate::engine::Engine;
 use crate::fatal::fatal;
@@ -23,6 +25,34 @@ pub(crate) fn install_fetched(
     writable: bool,
     prefetched: bool,
 ) {
+    install_fetched_with(engine, page, writable, prefetched, |writable| {
+        engine.mem.install(page, data, writable)
+    });
+}
+
+/// [`install_fetched`] of a demand fault the handler times: returns the moment the page was
+/// mapped, read before the faulting thread is woken ([`crate::mem::Mem::install_timed`]).
+pub(crate) fn install_fetched_timed(
+    engine: &Engine,
+    page: usize,
+    data: &[u8],
+    writable: bool,
+) -> Instant {
+    let mut mapped = None;
+    install_fetched_with(engine, page, writable, false, |writable| {
+        mapped = Some(engine.mem.install_timed(page, data, writable));
+    });
+    mapped.expect("the install ran")
+}
+
+/// The body of [`install_fetched`], with `install` mapping the page (writable or not).
+fn install_fetched_with(
+    engine: &Engine,
+    page: usize,
+    writable: bool,
+    prefetched: bool,
+    install: impl FnOnce(bool),
+) {
     // Write protection only serves a page whose far copy stays: eviction learns from it whether
     // that copy is still good. A page that keeps none is written back at its next eviction
     // whatever it saw (asynchronous tracking with far copies dropped at fetch, the default),
@@ -30,7 +60,7 @@ pub(crate) fn install_fetched(
     // kernel at its first write (about 1.25 µs), and the pages a program fetches it mostly
     // writes again (memcached and redis update an item's header on every read of it).
     let writable = writable || !engine.keeps_far_copy(false, prefetched);
-    engine.mem.install(page, data, writable);
+    install(writable);
     // Still ours (FETCHING) until published below.
     engine.drop_far_copy(page, writable, prefetched);
     let state = if writable {

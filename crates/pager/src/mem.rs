@@ -2,6 +2,8 @@
 //! it, and the per-page state table. Everything here is addressing and installing pages; no
 //! policy.
 
+use std::time::Instant;
+
 use gleaner_uffd::{Installed, Uffd};
 
 use crate::fatal::fatal;
@@ -98,12 +100,37 @@ impl Memory {
         self.outcome(page, r);
     }
 
+    /// [`Mem::install`], but the threads waiting on `page` are woken only after the clock is
+    /// read, and that reading is returned: the moment the page was mapped. A thread woken on the
+    /// handler's own CPU runs at once in its place, so the clock read after a waking install
+    /// would count the program's own time until the handler runs again. The separate wake costs
+    /// a system call: handlers time one fault in [`crate::fault::TIMED_INSTALL_EVERY`] this way.
+    pub(crate) fn install_timed(&self, page: usize, data: &[u8], writable: bool) -> Instant {
+        let r = self.copy_page_waking(page, data, writable, false);
+        let mapped = Instant::now();
+        self.outcome(page, r);
+        self.wake(page);
+        mapped
+    }
+
     /// The `UFFDIO_COPY` (waking) of one page of `data` as `page`.
     fn copy_page(
         &self,
         page: usize,
         data: &[u8],
         writable: bool,
+    ) -> Result<Installed, gleaner_uffd::UffdError> {
+        self.copy_page_waking(page, data, writable, true)
+    }
+
+    /// The `UFFDIO_COPY` of one page of `data` as `page`, waking the threads waiting on it if
+    /// `wake`.
+    fn copy_page_waking(
+        &self,
+        page: usize,
+        data: &[u8],
+        writable: bool,
+        wake: bool,
     ) -> Result<Installed, gleaner_uffd::UffdError> {
         assert_eq!(data.len(), PAGE_SIZE, "a page install takes one page");
         // SAFETY: `data` is one page of handler-owned memory (a receive buffer, a slot of the
@@ -115,7 +142,7 @@ impl Memory {
                 data.as_ptr(),
                 PAGE_SIZE,
                 !writable,
-                true,
+                wake,
             )
         }
     }

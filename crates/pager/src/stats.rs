@@ -143,7 +143,9 @@ pub struct RegionStats {
     pub bytes_in: u64,
     /// Bytes sent to the memnode.
     pub bytes_out: u64,
-    /// Service time of remote faults, from reading the fault message to waking the thread.
+    /// Service time of remote faults, from the handler reading the fault message to the page
+    /// mapped (the thread then woken), over one remote fault in 8: those whose install is
+    /// timed (`fault_breakdown.timed_installs`).
     pub remote_fault_latency: LatencySummary,
     /// Eviction order: `fifo`, `clock` or `rackmem`.
     pub policy: String,
