@@ -174,6 +174,13 @@ struct MicroReport {
     slowdown_vs_all_local: f64,
     /// Latency of accesses that faulted (> 1 µs), as the program saw them.
     remote_fault_app_visible: LatencySummary,
+    /// A remote fault's mean service time in its handler, from the stats (lookup, fetch and
+    /// install, the install timed on one fault in 8), µs.
+    handler_service_mean_us: f64,
+    /// The rest of the mean fault the program saw: the kernel's part, from the fault to the
+    /// handler reading its message and from the install to the thread running again, µs (the
+    /// faults of the passes include a few that are not remote: an estimate).
+    fault_wait_mean_us: f64,
     floor: Option<floor::FloorReport>,
     /// remote-fault p50 / (uffd p50 + transport p50); p99 likewise.
     p50_vs_floor: Option<f64>,
@@ -407,6 +414,8 @@ fn micro(args: &MicroArgs) -> Result<MicroReport, String> {
         None
     };
     let app = LatencySummary::of(&hist);
+    let b = &after.fault_breakdown;
+    let service = b.lookup_mean_us + b.fetch_mean_us + b.install_mean_us;
     let ratio = |num: f64, den: f64| (den > 0.0 && num > 0.0).then(|| num / den);
     let expected_sum = args.pattern.expected_checksum(pages, args.passes);
     let ns_per_op = far_s * 1e9 / accesses.max(1) as f64;
@@ -426,6 +435,8 @@ fn micro(args: &MicroArgs) -> Result<MicroReport, String> {
         ns_per_op_all_local: local_ns,
         slowdown_vs_all_local: ns_per_op / local_ns,
         remote_fault_app_visible: app,
+        handler_service_mean_us: service,
+        fault_wait_mean_us: app.mean_us - service,
         p50_vs_floor: floor.as_ref().and_then(|f| {
             ratio(
                 app.p50_us,
@@ -554,6 +565,18 @@ fn print_human(r: &MicroReport) {
     println!(
         "remote fault (as the program sees it): n={} p50 {:.1} us  p99 {:.1} us  p99.9 {:.1} us",
         a.count, a.p50_us, a.p99_us, a.p999_us
+    );
+    let b = &r.region.fault_breakdown;
+    println!(
+        "where its mean {:.1} us goes: {:.1} us in the handler (lookup {:.1}, fetch {:.1}, install \
+         {:.1}), {:.1} us in the kernel (to the handler's read, and from the install to the \
+         thread running again)",
+        a.mean_us,
+        r.handler_service_mean_us,
+        b.lookup_mean_us,
+        b.fetch_mean_us,
+        b.install_mean_us,
+        r.fault_wait_mean_us
     );
     if let Some(f) = &r.floor {
         println!(
