@@ -275,3 +275,55 @@ fn boyer_moore_matches_brute_force() {
         assert_eq!(find_trend(&hist, 32, n_split), expect, "{hist:?} {n_split}");
     }
 }
+
+/// FINDTREND by its definition: the first window (`h_size / n_split`, doubling up to `h_size`)
+/// whose most common delta occurs more than half the time, counted directly.
+fn trend_by_counting(hist: &[i64], h_size: usize, n_split: usize) -> Option<i64> {
+    let len = hist.len().min(h_size);
+    let mut w = (h_size / n_split.max(1)).max(1);
+    while w <= h_size && w <= len {
+        let window = &hist[..w];
+        if let Some(&d) = window
+            .iter()
+            .find(|&&d| window.iter().filter(|&&e| e == d).count() > w / 2)
+        {
+            return Some(d);
+        }
+        w *= 2;
+    }
+    None
+}
+
+#[test]
+fn the_vote_finds_exactly_the_majorities_counting_finds() {
+    let mut rng = SplitMix64::new(7);
+    let mut found = 0;
+    for round in 0..20_000 {
+        // Few distinct deltas, so that majorities, near-majorities and even votes all occur.
+        let alphabet = 1 + rng.below(4) as i64;
+        let len = rng.below(40) as usize;
+        let bias = rng.below(100);
+        let hist: Vec<i64> = (0..len)
+            .map(|_| {
+                if rng.below(100) < bias {
+                    1
+                } else {
+                    rng.below(alphabet as u64) as i64 - 1
+                }
+            })
+            .collect();
+        for (h_size, n_split) in [(32, 4), (8, 2), (16, 1), (32, 32)] {
+            let want = trend_by_counting(&hist, h_size, n_split);
+            assert_eq!(
+                find_trend(&hist, h_size, n_split),
+                want,
+                "round {round}: {hist:?}, h_size {h_size}, n_split {n_split}"
+            );
+            found += usize::from(want.is_some());
+        }
+    }
+    assert!(
+        found > 10_000,
+        "the histories must hold majorities too: {found}"
+    );
+}
