@@ -102,8 +102,8 @@ impl Memory {
 
     /// [`Mem::install`], but the threads waiting on `page` are woken only after the clock is
     /// read, and that reading is returned: the moment the page was mapped. A thread woken on the
-    /// handler's own CPU runs at once in its place, so the clock read after a waking install
-    /// would count the program's own time until the handler runs again. The separate wake costs
+    /// handler's own CPU may run at once in its place, and then the clock read after a waking
+    /// install counts the program's own time until the handler runs again. The separate wake costs
     /// a system call: handlers time one fault in [`crate::fault::TIMED_INSTALL_EVERY`] this way.
     pub(crate) fn install_timed(&self, page: usize, data: &[u8], writable: bool) -> Instant {
         let r = self.copy_page_waking(page, data, writable, false);
