@@ -38,21 +38,20 @@ pub(crate) fn install_fetched_timed(
     data: &[u8],
     writable: bool,
 ) -> Instant {
-    let mut mapped = None;
     install_fetched_with(engine, page, writable, false, |writable| {
-        mapped = Some(engine.mem.install_timed(page, data, writable));
-    });
-    mapped.expect("the install ran")
+        engine.mem.install_timed(page, data, writable)
+    })
 }
 
-/// The body of [`install_fetched`], with `install` mapping the page (writable or not).
-fn install_fetched_with(
+/// The body of [`install_fetched`], with `install` mapping the page (writable or not); returns
+/// what `install` returned.
+fn install_fetched_with<R>(
     engine: &Engine,
     page: usize,
     writable: bool,
     prefetched: bool,
-    install: impl FnOnce(bool),
-) {
+    install: impl FnOnce(bool) -> R,
+) -> R {
     // Write protection only serves a page whose far copy stays: eviction learns from it whether
     // that copy is still good. A page that keeps none is written back at its next eviction
     // whatever it saw (asynchronous tracking with far copies dropped at fetch, the default),
@@ -60,7 +59,7 @@ fn install_fetched_with(
     // kernel at its first write (about 1.25 µs), and the pages a program fetches it mostly
     // writes again (memcached and redis update an item's header on every read of it).
     let writable = writable || !engine.keeps_far_copy(false, prefetched);
-    install(writable);
+    let installed = install(writable);
     // Still ours (FETCHING) until published below.
     engine.drop_far_copy(page, writable, prefetched);
     let state = if writable {
@@ -69,6 +68,7 @@ fn install_fetched_with(
         PageState::Clean
     };
     engine.installed(page, state, prefetched);
+    installed
 }
 
 /// The page's data cannot be had: stop the program rather than hand it zeros.
