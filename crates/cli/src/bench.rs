@@ -175,7 +175,7 @@ struct MicroReport {
     /// Latency of accesses that faulted (> 1 µs), as the program saw them.
     remote_fault_app_visible: LatencySummary,
     /// A remote fault's mean service time in its handler, from the stats (lookup, fetch and
-    /// install, the install timed on one fault in 8), µs.
+    /// install, timed on one fault in 8), µs.
     handler_service_mean_us: f64,
     /// The rest of the mean fault the program saw: the kernel's part, from the fault to the
     /// handler reading its message and from the install to the thread running again, µs (the

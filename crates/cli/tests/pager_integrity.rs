@@ -1685,10 +1685,14 @@ fn a_remote_faults_service_time_excludes_the_woken_programs_run() {
     let lat = &s.remote_fault_latency;
     let b = &s.fault_breakdown;
     eprintln!("{remote} remote faults; service time {lat:?}; {b:?}");
+    // One remote fault in 8 is timed, its steps and its install alike (the fill before the
+    // reads only zero-filled: every remote fault is one of the reads).
+    let all_remote = s.faults.remote;
+    assert_eq!(b.timed_faults, b.timed_installs, "{b:?}");
     assert!(
-        b.timed_installs >= remote / 16,
-        "one remote fault in 8 has its install timed: {} of {remote}",
-        b.timed_installs
+        (remote / 16..=all_remote / 8 + 1).contains(&b.timed_faults),
+        "one remote fault in 8 is timed: {} of {all_remote}",
+        b.timed_faults
     );
     // Timed after a waking install, the faults whose handler the woken thread preempted
     // (a few percent of them here) took 300 µs and more: the p99 was 310 µs.

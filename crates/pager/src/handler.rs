@@ -139,7 +139,9 @@ pub(crate) fn run(
             Ok(n) => {
                 Counters::add(&engine.counters.handler_wakeups, 1);
                 Counters::add(&engine.counters.handler_messages, n as u64);
-                last_message = Instant::now();
+                if !spin.is_zero() {
+                    last_message = Instant::now();
+                }
             }
             Err(e) => fatal(&format!("reading userfaultfd events failed: {e}")),
         }
