@@ -17,7 +17,8 @@ def cells(path):
     for w, wd in d["workloads"].items():
         by = {}
         for r in wd["runs"]:
-            if r["system"] in ("gleaner", "linux-swap") and r.get("metrics"):
+            # A failed cell (an OOM kill under Linux swap, say) has no throughput: left out.
+            if r["system"] in ("gleaner", "linux-swap") and "throughput" in r.get("metrics", {}):
                 by[r["system"]] = r
         if len(by) == 2:
             out[w] = by
