@@ -20,6 +20,26 @@ pub(crate) struct Budget {
     pub(crate) evict_paused: AtomicBool,
     /// Bumped after every eviction batch (or undo); waiters re-check their condition.
     progress: (Mutex<u64>, Condvar),
+    /// Where periodic threads sleep ([`Budget::nap_unless`]): signalled only when the region
+    /// stops, so that they do not wake at every eviction batch as `progress`'s waiters do.
+    quiet: (Mutex<()>, Condvar),
+}
+
+/// Sleeps on `(m, cv)` for `d` or until `stopping()`, re-checked at each signal of `cv`;
+/// returns whether it is stopping.
+fn sleep_on<T>((m, cv): &(Mutex<T>, Condvar), d: Duration, stopping: impl Fn() -> bool) -> bool {
+    let deadline = Instant::now() + d;
+    let mut g = m.lock().expect("sleep lock");
+    loop {
+        if stopping() {
+            return true;
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return false;
+        }
+        g = cv.wait_timeout(g, deadline - now).expect("sleep lock").0;
+    }
 }
 
 impl Budget {
@@ -32,6 +52,7 @@ impl Budget {
             memnode_full: AtomicBool::new(false),
             evict_paused: AtomicBool::new(false),
             progress: (Mutex::new(0), Condvar::new()),
+            quiet: (Mutex::new(()), Condvar::new()),
         }
     }
 
@@ -90,19 +111,22 @@ impl Budget {
     /// Sleeps for `d` or until `stopping()` (re-checked at every progress signal); returns
     /// whether it is stopping.
     pub(crate) fn sleep_unless(&self, d: Duration, stopping: impl Fn() -> bool) -> bool {
-        let (m, cv) = &self.progress;
-        let deadline = Instant::now() + d;
-        let mut g = m.lock().expect("progress lock");
-        loop {
-            if stopping() {
-                return true;
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return false;
-            }
-            g = cv.wait_timeout(g, deadline - now).expect("progress lock").0;
-        }
+        sleep_on(&self.progress, d, stopping)
+    }
+
+    /// Wakes the threads in [`Budget::nap_unless`] (the region is stopping).
+    pub(crate) fn wake_nappers(&self) {
+        let (m, cv) = &self.quiet;
+        let _g = m.lock().expect("nap lock");
+        cv.notify_all();
+    }
+
+    /// Sleeps for `d` or until `stopping()`, re-checked only when [`Budget::wake_nappers`] is
+    /// called: for periodic threads, which eviction batches need not wake (the status thread,
+    /// sleeping on the progress signal, woke about 260 times a second on the program's CPU in
+    /// memcached's harness cell). Returns whether it is stopping.
+    pub(crate) fn nap_unless(&self, d: Duration, stopping: impl Fn() -> bool) -> bool {
+        sleep_on(&self.quiet, d, stopping)
     }
 
     /// Blocks until `page` leaves the state another thread owns (EVICTING, DISCARDING, ...).

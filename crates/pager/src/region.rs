@@ -985,6 +985,7 @@ impl Drop for Region {
         e.stop.request();
         e.reclaim.wake_pool();
         e.budget.notify_progress();
+        e.budget.wake_nappers();
         e.hints.wake();
         if let Some(bell) = &e.doorbell {
             bell.ring();

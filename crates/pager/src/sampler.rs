@@ -51,7 +51,7 @@ pub(crate) fn run(shared: Arc<Engine>, mut out: BufWriter<File>) {
     loop {
         let stopping = shared
             .budget
-            .sleep_unless(STATS_TRACE_INTERVAL, || shared.stopping());
+            .nap_unless(STATS_TRACE_INTERVAL, || shared.stopping());
         let c = &shared.counters;
         let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
         let r = shared

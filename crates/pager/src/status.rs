@@ -77,7 +77,7 @@ impl Publication {
 pub(crate) fn run(engine: Arc<Engine>, publication: Arc<Publication>) {
     if engine
         .budget
-        .sleep_unless(FIRST_STATUS_AFTER, || engine.stopping())
+        .nap_unless(FIRST_STATUS_AFTER, || engine.stopping())
     {
         return;
     }
@@ -128,7 +128,7 @@ pub(crate) fn run(engine: Arc<Engine>, publication: Arc<Publication>) {
         }
         if engine
             .budget
-            .sleep_unless(STATUS_INTERVAL, || engine.stopping())
+            .nap_unless(STATUS_INTERVAL, || engine.stopping())
         {
             let _ = std::fs::remove_file(path);
             return;
