@@ -241,17 +241,18 @@ pub struct CodecStats {
     pub seal_ns_total: u64,
     /// Blobs opened (authenticated and decrypted).
     pub blobs_opened: u64,
-    /// Of those, the blobs whose copy and opening were timed: one in
-    /// [`TIMED_OPEN_EVERY`] (the clock reads cost a fault handler about 0.1 µs a fault).
+    /// Of those, the blobs whose copy and opening were timed: one in [`TIMED_OPEN_EVERY`]
+    /// (timing every fault's steps, these included, cost a fault handler 0.25-0.3 µs a fault:
+    /// `bench/results/sampled-timing/`).
     pub blobs_open_timed: u64,
     /// Nanoseconds the `blobs_open_timed` took to open, in all.
     pub open_ns_total: u64,
     /// Nanoseconds spent copying the `blobs_open_timed` out of the store's buffer into the
-    /// codec's before opening them (the AEAD opens in place). Timed apart from `open_ns_total` because
-    /// the first read of a blob pays for bringing it into the cache: 0.8-0.95 µs for a 4 KiB
-    /// blob in shared memory here, 0.07-0.11 µs for one a socket read has just written, a cost
-    /// any reader of the blob pays (unsealed, the decode's own copy of a raw page out of shared
-    /// memory takes as long, and is counted as decompression).
+    /// codec's before opening them (the AEAD opens in place). Timed apart from `open_ns_total`
+    /// because the first read of a blob pays for bringing it into the cache: 0.8-0.95 µs for a
+    /// 4 KiB blob in shared memory here, 0.07-0.11 µs for one a socket read has just written,
+    /// a cost any reader of the blob pays (unsealed, the decode's own copy of a raw page out of
+    /// shared memory takes as long, and is counted as decompression).
     pub blob_copy_ns_total: u64,
     /// Mean nanoseconds to compress one page.
     pub compress_ns_per_page: f64,

@@ -119,9 +119,10 @@ pub struct FaultBreakdown {
     /// Getting the data: a copy's source in shared memory (nearly nothing), or the round trip
     /// to the memnode over a socket, µs.
     pub fetch_mean_us: f64,
-    /// Remote faults whose install was timed: the timed faults, whose thread is woken by a system call
-    /// of its own after the clock is read, since a thread woken on its handler's CPU may run at
-    /// once in the handler's place, and the clock read after a waking install then counts its run.
+    /// Remote faults whose install was timed: the timed faults, whose thread is woken by a
+    /// system call of its own after the clock is read, since a thread woken on its handler's CPU
+    /// may run at once in the handler's place, and the clock read after a waking install then
+    /// counts its run.
     pub timed_installs: u64,
     /// `UFFDIO_COPY` of the page until it is mapped, µs, over the timed installs: the thread's
     /// wake-up and the page's publication (after the wake) are not in it.

@@ -37,8 +37,9 @@ pub(crate) struct Handler {
 /// One remote fault in this many is timed: its steps (`fault_breakdown`), its install and its
 /// whole service time (`remote_fault_latency`). Timing the install takes a separate wake, one
 /// more system call ([`crate::mem::Mem::install_timed`]), and the steps' clock reads and counters
-/// cost every fault about 0.25 µs of a handler's time when all are timed (`bench micro
-/// --pattern random` on the 2-vCPU VM: p50 6.0-6.2 µs against 6.3-6.5).
+/// cost every fault 0.2-0.3 µs of a handler's time when all are timed (`bench micro --pattern
+/// random` on the 2-vCPU VM, alternated: p50 6.35-6.58 µs against 6.52-6.82 timing every fault;
+/// `bench/results/sampled-timing/`).
 pub(crate) const TIMED_INSTALL_EVERY: u32 = 8;
 
 impl Handler {
