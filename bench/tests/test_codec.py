@@ -250,6 +250,10 @@ def test_codec_times_and_wire_from_totals():
     r2 = _micro("tcp", "codec-on", 0, 10, 20, encoded=500, decoded=2000, times=(1500, 400, 3000, 200),
                 copy_ns=800)
     assert codec.codec_times(r2)["copy_us"] == pytest.approx(0.8)
+    # Since one blob in 8 is timed, the open and copy totals are over `blobs_open_timed`.
+    r2["result"]["region"]["store"]["codec"]["blobs_open_timed"] = 250
+    t2 = codec.codec_times(r2)
+    assert t2["open_us"] == pytest.approx(3.2) and t2["copy_us"] == pytest.approx(6.4)
     # Pages stored raw for decode speed, as a share of the pages written (a count read a page
     # ahead of `pages_encoded` while eviction ran is capped).
     r["result"]["region"]["store"]["codec"]["raw_for_speed"] = 125
