@@ -36,12 +36,23 @@ fn run_program(
     extra: &[&str],
 ) -> (Option<i32>, String, String, serde_json::Value) {
     preload_library_is_built();
+    run_with_stats(local, extra, &[program(), mode, mb])
+}
+
+/// Runs `command` under `gleaner run --local-mem LOCAL EXTRA.. --stats FILE`; returns its
+/// status, stdout and stderr, and the stats file (`Null` if none was written).
+fn run_with_stats(
+    local: &str,
+    extra: &[&str],
+    command: &[&str],
+) -> (Option<i32>, String, String, serde_json::Value) {
     let dir = TempDir::new("run");
     let stats = dir.path().join("stats.json");
     let stats_s = stats.to_string_lossy().into_owned();
     let mut args = vec!["run", "--local-mem", local, "--stats", &stats_s];
     args.extend_from_slice(extra);
-    args.extend_from_slice(&["--", program(), mode, mb]);
+    args.push("--");
+    args.extend_from_slice(command);
     let (code, out, err) = run_gleaner(&args, LIMIT);
     let json = std::fs::read_to_string(&stats)
         .ok()
@@ -1042,24 +1053,8 @@ fn the_status_thread_sleeps_through_eviction_batches() {
         \x20   if name == 'gleaner-status':\n\
         \x20       v = [l.split()[1] for l in open(f'/proc/self/task/{t}/status') if l.startswith('voluntary_ctxt_switches')]\n\
         \x20       print(f'status-wakeups={v[0]}')\n";
-    let dir = TempDir::new("status-naps");
-    let stats = dir.path().join("stats.json");
-    let stats_arg = stats.to_str().unwrap();
-    let (code, out, err) = run_gleaner(
-        &[
-            "run",
-            "-q",
-            "--local-mem",
-            "32M",
-            "--stats",
-            stats_arg,
-            "--",
-            common::real_python(),
-            "-c",
-            script,
-        ],
-        LIMIT,
-    );
+    let (code, out, err, s) =
+        run_with_stats("32M", &["-q"], &[common::real_python(), "-c", script]);
     assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
     let wakeups: u64 = out
         .lines()
@@ -1068,8 +1063,6 @@ fn the_status_thread_sleeps_through_eviction_batches() {
         .trim()
         .parse()
         .unwrap();
-    let s: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
     let batches = s["total"]["evictions"]["batches"].as_u64().unwrap();
     // Evictions kept going the whole time; the status thread's period is a second (its first
     // look after 200 ms), so a handful of wake-ups, not one per batch.

@@ -286,10 +286,13 @@ impl Handler {
         engine
             .prefetch
             .on_fault(page, tid, None, &mut self.prefetch.candidates);
+        // `on_missing` read the clock for this fault if it is the one in TIMED_INSTALL_EVERY.
         self.remote_served = self.remote_served.wrapping_add(1);
-        // `started` was read for this fault if it is the one in TIMED_INSTALL_EVERY timed.
-        let started = started.filter(|_| self.remote_served.is_multiple_of(TIMED_INSTALL_EVERY));
         let timed = started.is_some();
+        debug_assert_eq!(
+            timed,
+            self.remote_served.is_multiple_of(TIMED_INSTALL_EVERY)
+        );
         let looked_up = started.map(|_| Instant::now());
         // A page seen rewritten goes in writable (no write-protect fault to follow).
         let writable = if write {
