@@ -108,6 +108,10 @@ pub struct MicroArgs {
     /// The most reclaim threads `hermit` mode runs at once (default: half the CPUs, at least 1).
     #[arg(long)]
     max_reclaimers: Option<usize>,
+    /// Where reclaim threads run: `any` (every CPU the cgroup allows, whatever this process is
+    /// pinned to) or `program` (only the CPUs this process may run on), as in `gleaner run`.
+    #[arg(long, value_name = "CPUS", default_value = "any")]
+    reclaim_cpus: gleaner_pager::ReclaimCpus,
     /// Prefetcher: `none`, `next:N`, `stride`, `readahead`, `leap` or `leap:PWMAX`.
     #[arg(long, default_value = "leap:32")]
     prefetch: PrefetcherKind,
@@ -302,13 +306,16 @@ fn resolve_memnode(
     }
 }
 
-fn micro(args: &MicroArgs) -> Result<MicroReport, String> {
+/// The region `bench micro` measures, as its options ask (memnode not yet chosen), and the
+/// local memory in bytes.
+fn micro_region_config(args: &MicroArgs) -> Result<(RegionConfig, u64), String> {
     let local = parse_local(&args.local, args.size)?;
     let mut cfg = RegionConfig::new(args.size as usize, local as usize);
     cfg.reclaim = args.reclaim;
     if let Some(n) = args.max_reclaimers {
         cfg.max_reclaim_threads = n;
     }
+    cfg.reclaim_cpus = args.reclaim_cpus;
     cfg.prefetch = args.prefetch;
     cfg.prefetch_install = args.prefetch_install;
     cfg.evict = args.evict;
@@ -325,6 +332,11 @@ fn micro(args: &MicroArgs) -> Result<MicroReport, String> {
     if let Some(n) = args.evict_batch {
         cfg.evict_batch = n;
     }
+    Ok((cfg, local))
+}
+
+fn micro(args: &MicroArgs) -> Result<MicroReport, String> {
+    let (mut cfg, local) = micro_region_config(args)?;
     // Validate before starting anything, so a bad budget is reported first and alone.
     cfg.validate_only().map_err(|e| e.to_string())?;
     let floor_bytes = (args.floor_samples * PAGE_SIZE) as u64;
@@ -611,4 +623,44 @@ fn print_human(r: &MicroReport) {
         "faults: {} zero-fill, {} remote, {} write-protect, {} duplicate, {} waited on eviction, {} waited on budget",
         f.zero_fill, f.remote, f.write_protect, f.concurrent_duplicate, f.waited_on_eviction, f.waited_on_budget
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        micro: MicroArgs,
+    }
+
+    fn config(extra: &[&str]) -> RegionConfig {
+        let mut argv = vec!["micro", "--size", "8M", "--local", "25%"];
+        argv.extend_from_slice(extra);
+        micro_region_config(&Cli::parse_from(argv).micro).unwrap().0
+    }
+
+    #[test]
+    fn reclaim_cpus_reaches_the_region_as_given_and_defaults_to_any() {
+        assert_eq!(config(&[]).reclaim_cpus, gleaner_pager::ReclaimCpus::Any);
+        assert_eq!(
+            config(&["--reclaim-cpus", "program"]).reclaim_cpus,
+            gleaner_pager::ReclaimCpus::Program
+        );
+        let bad = Cli::try_parse_from(["micro", "--reclaim-cpus", "some"]);
+        assert!(bad.is_err(), "an unknown choice is refused");
+    }
+
+    #[test]
+    fn the_local_share_is_taken_from_the_size() {
+        let (cfg, local) = micro_region_config(
+            &Cli::parse_from(["micro", "--size", "8M", "--local", "25%"]).micro,
+        )
+        .unwrap();
+        assert_eq!(local, 2 << 20);
+        assert_eq!(cfg.local_budget, 2 << 20);
+        assert_eq!(cfg.size, 8 << 20);
+    }
 }
