@@ -65,7 +65,7 @@
 //! back from the copies read out of the pipe, and the region keeps them locally while it can.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use gleaner_uffd::pagemap::{
@@ -579,7 +579,7 @@ impl Evictor {
         self.victims.clear();
         let table = &s.mem.table;
         let mut policy = s.policy.lock().expect("policy lock");
-        policy.pick(s.batch.next(), &mut self.candidates);
+        policy.pick(s.batch.next().min(self.pipe.pages), &mut self.candidates);
         for &page in &self.candidates {
             match table.get(page) {
                 was @ (PageState::Clean | PageState::Dirty)
@@ -660,15 +660,26 @@ fn hand_back_if_wanted(s: &Engine, slot: usize, victims: &mut [Victim], scratch:
     }
 }
 
+/// Set once a pipe had to be smaller than a batch asked for (said once per process).
+static SMALLER_PIPE_SAID: AtomicBool = AtomicBool::new(false);
+
 /// The pipe a batch's pages are taken into: `vmsplice` puts references to the pages themselves
 /// in it (no copy), reading gives their contents as they are then.
 struct Pipe {
     read: OwnedFd,
     write: OwnedFd,
+    /// How many pages it holds: the most one batch of its evictor takes.
+    pages: usize,
 }
 
 impl Pipe {
-    /// A pipe that holds at least `pages` pages.
+    /// A pipe that holds `pages` pages, or, where the kernel refuses that size, the largest
+    /// power of two of pages that it grants, down to one page. A user without
+    /// `CAP_SYS_RESOURCE` cannot have a pipe larger than `/proc/sys/fs/pipe-max-size` (1 MiB by
+    /// default), nor enlarge any pipe once their pipes hold `pipe-user-pages-soft` pages (64
+    /// MiB by default: many processes under `gleaner run`, each with an evicting thread per
+    /// reclaim thread and handler); that evictor's batches are then smaller (said once), where
+    /// the program used to be stopped.
     fn new(pages: usize) -> std::io::Result<Pipe> {
         let mut fds = [0; 2];
         // SAFETY: pipe2 writes two new descriptors into the live array.
@@ -677,18 +688,32 @@ impl Pipe {
         }
         // SAFETY: both descriptors were just returned by the kernel and are owned by nothing else.
         let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-        let want = (pages.max(16) * PAGE_SIZE) as libc::c_int;
-        // SAFETY: F_SETPIPE_SZ on our own pipe; the kernel rounds the size up to a power of two.
-        let got = unsafe { libc::fcntl(write.as_raw_fd(), libc::F_SETPIPE_SZ, want) };
-        if got < want {
-            return Err(std::io::Error::other(format!(
-                "the pipe holds {} bytes, an eviction batch needs {want} (raise \
-                 /proc/sys/fs/pipe-max-size or lower the batch size): {}",
-                got.max(0),
-                std::io::Error::last_os_error()
-            )));
+        let wanted = pages.max(1);
+        let mut ask = wanted;
+        loop {
+            let want = (ask * PAGE_SIZE) as libc::c_int;
+            // SAFETY: F_SETPIPE_SZ on our own pipe; the kernel rounds the size up to a power of
+            // two.
+            let got = unsafe { libc::fcntl(write.as_raw_fd(), libc::F_SETPIPE_SZ, want) };
+            if got >= want {
+                let pages = (got as usize / PAGE_SIZE).min(wanted);
+                if pages < wanted && !SMALLER_PIPE_SAID.swap(true, Ordering::Relaxed) {
+                    log::warn!(
+                        "eviction batches of at most {pages} pages instead of {wanted}: the \
+                         kernel refused a larger pipe (/proc/sys/fs/pipe-max-size, \
+                         pipe-user-pages-soft)"
+                    );
+                }
+                return Ok(Pipe { read, write, pages });
+            }
+            if ask == 1 {
+                return Err(std::io::Error::other(format!(
+                    "the kernel refused even a one-page pipe: {}",
+                    std::io::Error::last_os_error()
+                )));
+            }
+            ask = ask.next_power_of_two() / 2;
         }
-        Ok(Pipe { read, write })
     }
 
     /// Takes the pages of `runs` (mapped pages of the region) into the pipe, in order. Returns
@@ -810,6 +835,101 @@ mod tests {
         // SAFETY: the iovec names mapped pages of `m`, live across the call.
         let n = unsafe { libc::vmsplice(pipe.write.as_raw_fd(), &iov, 1, 0) };
         assert_eq!(n as usize, count * PAGE_SIZE);
+    }
+
+    /// A user without `CAP_SYS_RESOURCE` cannot have a pipe larger than
+    /// `/proc/sys/fs/pipe-max-size`, nor enlarge one once their pipes hold
+    /// `pipe-user-pages-soft` pages: an evictor then gets the largest pipe the kernel grants,
+    /// and batches that size, instead of stopping the program. Checked in a forked child that
+    /// gives up root (when run as root) before it asks, then uses up its user's pipe pages.
+    #[test]
+    fn a_pipe_larger_than_the_kernel_allows_becomes_the_largest_it_allows() {
+        let read_usize = |path: &str| -> usize {
+            std::fs::read_to_string(path)
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap()
+        };
+        let max_bytes = read_usize("/proc/sys/fs/pipe-max-size");
+        let soft_pages = read_usize("/proc/sys/fs/pipe-user-pages-soft");
+        let allowed = max_bytes / PAGE_SIZE;
+        let asked = allowed * 4;
+        // The largest power of two of pages within the limit.
+        let expected = if allowed.is_power_of_two() {
+            allowed
+        } else {
+            allowed.next_power_of_two() / 2
+        };
+        // Said already, so the child logs nothing.
+        SMALLER_PIPE_SAID.store(true, Ordering::Relaxed);
+        // SAFETY: the child only makes system calls (and formats an error on failure, which
+        // glibc's allocator allows after fork) before `_exit`.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+        if pid == 0 {
+            // SAFETY: plain system calls in the child; it ends with _exit either way.
+            unsafe {
+                if libc::geteuid() == 0 && libc::setuid(65534) != 0 {
+                    libc::_exit(2);
+                }
+                // Over pipe-max-size: the largest size allowed.
+                let code = match Pipe::new(asked) {
+                    Ok(p) if p.pages == expected => {
+                        let sz = libc::fcntl(p.write.as_raw_fd(), libc::F_GETPIPE_SZ);
+                        if sz as usize == expected * PAGE_SIZE {
+                            0
+                        } else {
+                            4
+                        }
+                    }
+                    Ok(_) => 3,
+                    Err(_) => 1,
+                };
+                if code != 0 {
+                    libc::_exit(code);
+                }
+                // Past the soft limit: hold pipes of the largest size until growing one more
+                // is refused, then ask for a batch's pipe.
+                let mut held = Vec::new();
+                let most = soft_pages / expected + 2;
+                for _ in 0..most {
+                    let mut fds = [0; 2];
+                    if libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
+                        libc::_exit(5);
+                    }
+                    held.push(fds);
+                    let want = (expected * PAGE_SIZE) as libc::c_int;
+                    if libc::fcntl(fds[1], libc::F_SETPIPE_SZ, want) < want {
+                        break;
+                    }
+                }
+                if held.len() >= most {
+                    libc::_exit(6);
+                }
+                let code = match Pipe::new(128) {
+                    Ok(p) if p.pages >= 1 && p.pages < 128 => 0,
+                    Ok(_) => 7,
+                    Err(_) => 8,
+                };
+                libc::_exit(code);
+            }
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child just forked.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status), "child status {status:#x}");
+        assert_eq!(
+            libc::WEXITSTATUS(status),
+            0,
+            "pipe-max-size {max_bytes}, pipe-user-pages-soft {soft_pages}: 1 = a pipe over the \
+             maximum refused outright, 2 = could not drop root, 3 = wrong size, 4 = pipe not \
+             that size, 5 = pipe2 failed, 6 = never reached the soft limit, 7 = a pipe past the \
+             soft limit as large as asked, 8 = refused outright past the soft limit"
+        );
+        // A request the kernel grants is kept as asked (no larger than the batch).
+        assert_eq!(Pipe::new(20).unwrap().pages, 20);
+        assert_eq!(Pipe::new(128).unwrap().pages, 128);
     }
 
     /// A page the program made inaccessible is refused by the pipe; the others are taken, in
