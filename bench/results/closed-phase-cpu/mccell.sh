@@ -9,6 +9,8 @@
 #   slice  SLICE_US=N gives the reclaim thread an N µs scheduler slice (setslice.c, built here)
 #   prof   OUT=prefix: perf record -a -g of both CPUs through an 8 s closed loop
 #   sched  OUT=prefix: perf sched record -a of 1.5 s in the closed loop
+#   threads OUT=prefix: each server thread's name, minor and major faults, user and system
+#          ticks (/proc/PID/task/*/stat) before and after an 8 s closed loop (OUT.t0, OUT.t1)
 MODE=$1; BIN=$2; shift 2
 HERE=$(cd "$(dirname "$0")" && pwd)
 MC=${MCLOAD:-$HERE/../../harness/build/mcload}
@@ -33,6 +35,9 @@ PERF=
 case $MODE in
     prof) SECS=8; perf record -a -g -F 999 -o "$OUT.data" -- sleep 8 > /dev/null 2>&1 & PERF=$! ;;
     sched) SECS=6; (sleep 3; perf sched record -a -o "$OUT.sched" -- sleep 1.5 > /dev/null 2>&1) & PERF=$! ;;
+    threads) SECS=8
+        snap() { for t in /proc/$MPID/task/*; do echo "$(cat $t/comm) $(cut -d' ' -f10,12,14,15 $t/stat)"; done; }
+        (snap > "$OUT.t0"; sleep 8; snap > "$OUT.t1") & PERF=$! ;;
 esac
 C=$(taskset -c 1 $MC closed 127.0.0.1 $PORT 300000 1024 $SECS 95 0.99 4 16 2 | tail -1 |
     python3 -c 'import json,sys;print(round(json.loads(sys.stdin.read())["throughput_rps"]))')
