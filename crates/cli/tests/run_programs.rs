@@ -624,6 +624,46 @@ fn policy_flags_reach_the_program() {
     assert!(err.contains("expected `on` or `off`"), "{err}");
 }
 
+/// Reclaim threads past the first open their eviction pipe only when first wanted: each holds a
+/// batch's pages, which count against the user's pipe pages (64 MiB by default), and on a large
+/// machine (half the CPUs' worth of reclaim threads per process) a few idle processes used to
+/// take all of it. A program with little memory pressure holds as many pipes with four reclaim
+/// threads as with one.
+#[test]
+fn idle_reclaim_threads_hold_no_eviction_pipe() {
+    preload_library_is_built();
+    // (The listing's own descriptor is gone by the time it is read.)
+    let count_pipes = "import os, time\ntime.sleep(0.3)\nn = 0\n\
+        for f in os.listdir('/proc/self/fd'):\n\
+        \x20   try: n += os.readlink('/proc/self/fd/' + f).startswith('pipe:')\n\
+        \x20   except OSError: pass\n\
+        print('pipes', n)\n";
+    let pipes = |reclaimers: &str| -> usize {
+        let (code, out, err, _) = run_with_stats(
+            "64M",
+            &["--max-reclaimers", reclaimers],
+            &[common::real_python(), "-c", count_pipes],
+        );
+        assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
+        out.lines()
+            .find_map(|l| l.strip_prefix("pipes "))
+            .unwrap_or_else(|| panic!("no count in {out}"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let one = pipes("1");
+    let four = pipes("4");
+    assert!(
+        one >= 2,
+        "the first reclaim thread's pipe (two ends) is open: {one}"
+    );
+    assert_eq!(
+        four, one,
+        "idle reclaim threads opened pipes: {four} against {one}"
+    );
+}
+
 /// `gleaner run --trace` writes a fault trace that `gleaner trace replay` reads, holding every
 /// fault the program took: the region of a program is never dropped, so the trace is written
 /// out at exit (it was left empty before).

@@ -134,12 +134,16 @@ impl Evictor {
     /// `s`. `in_handler`: the evictor runs in a fault handler (direct reclaim), whose own faults
     /// no other handler may be free to serve.
     pub(crate) fn new(s: &Engine, in_handler: bool) -> Evictor {
+        Evictor::try_new(s, in_handler).unwrap_or_else(|e| fatal(&e))
+    }
+
+    /// As [`Evictor::new`], but says what failed instead of stopping the program.
+    pub(crate) fn try_new(s: &Engine, in_handler: bool) -> Result<Evictor, String> {
         let batch = s.batch.max();
-        let pipe =
-            Pipe::new(batch).unwrap_or_else(|e| fatal(&format!("making the eviction pipe: {e}")));
-        let pagemap = Pagemap::open()
-            .unwrap_or_else(|e| fatal(&format!("opening /proc/self/pagemap for eviction: {e}")));
-        Evictor {
+        let pipe = Pipe::new(batch).map_err(|e| format!("making the eviction pipe: {e}"))?;
+        let pagemap =
+            Pagemap::open().map_err(|e| format!("opening /proc/self/pagemap for eviction: {e}"))?;
+        Ok(Evictor {
             slot: s.evictors.register_current(),
             scan_all: in_handler,
             pipe,
@@ -150,7 +154,7 @@ impl Evictor {
             runs: Vec::new(),
             scan: Vec::new(),
             scratch: Vec::new(),
-        }
+        })
     }
 
     /// This thread's slot among the region's evicting threads.

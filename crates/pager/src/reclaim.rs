@@ -347,7 +347,12 @@ pub(crate) fn reclaim_directly(
 /// sleep otherwise.
 pub(crate) fn run_pool_thread(shared: Arc<Engine>, id: usize, mut store: Box<dyn StoreHandle>) {
     let r = &shared.reclaim;
-    let mut ev = Evictor::new(&shared, false);
+    // The first thread opens what eviction needs at once (a program that later sandboxes
+    // itself, or runs out of descriptors, finds out at its start, not in mid-run); the others
+    // only once the scheduler first wants them: each holds a pipe of a batch's size, which
+    // counts against its user's pipe pages (`Pipe::new`), and on a large machine most of them
+    // never run.
+    let mut ev = (id == 0).then(|| Evictor::new(&shared, false));
     r.awake.fetch_add(1, Ordering::Relaxed);
     let mut refused_pause = Duration::ZERO;
     loop {
@@ -383,6 +388,17 @@ pub(crate) fn run_pool_thread(shared: Arc<Engine>, id: usize, mut store: Box<dyn
                 continue;
             }
         }
+        let ev = match ev {
+            Some(ref mut ev) => ev,
+            None => match Evictor::try_new(&shared, false) {
+                Ok(made) => ev.insert(made),
+                Err(e) => {
+                    // The other threads go on; this one cannot help them.
+                    log::warn!("reclaim thread {id} stops, it cannot evict: {e}");
+                    break;
+                }
+            },
+        };
         if !enter_batch(&shared) {
             shared.budget.wait_progress(Duration::from_millis(2));
             continue;
