@@ -625,21 +625,27 @@ fn print_human(r: &MicroReport) {
     );
 }
 
+/// Parses `argv` (the command's name first) as `bench micro`'s options, for tests.
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use clap::Parser;
-
-    #[derive(Parser)]
+pub(crate) fn parse_micro_args(argv: &[&str]) -> Result<MicroArgs, clap::Error> {
+    #[derive(clap::Parser)]
     struct Cli {
         #[command(flatten)]
         micro: MicroArgs,
     }
+    <Cli as clap::Parser>::try_parse_from(argv).map(|c| c.micro)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
 
     fn config(extra: &[&str]) -> RegionConfig {
         let mut argv = vec!["micro", "--size", "8M", "--local", "25%"];
         argv.extend_from_slice(extra);
-        micro_region_config(&Cli::parse_from(argv).micro).unwrap().0
+        micro_region_config(&parse_micro_args(&argv).unwrap())
+            .unwrap()
+            .0
     }
 
     #[test]
@@ -649,16 +655,14 @@ mod tests {
             config(&["--reclaim-cpus", "program"]).reclaim_cpus,
             gleaner_pager::ReclaimCpus::Program
         );
-        let bad = Cli::try_parse_from(["micro", "--reclaim-cpus", "some"]);
+        let bad = parse_micro_args(&["micro", "--reclaim-cpus", "some"]);
         assert!(bad.is_err(), "an unknown choice is refused");
     }
 
     #[test]
     fn the_local_share_is_taken_from_the_size() {
-        let (cfg, local) = micro_region_config(
-            &Cli::parse_from(["micro", "--size", "8M", "--local", "25%"]).micro,
-        )
-        .unwrap();
+        let args = parse_micro_args(&["micro", "--size", "8M", "--local", "25%"]).unwrap();
+        let (cfg, local) = micro_region_config(&args).unwrap();
         assert_eq!(local, 2 << 20);
         assert_eq!(cfg.local_budget, 2 << 20);
         assert_eq!(cfg.size, 8 << 20);

@@ -279,18 +279,11 @@ pub fn print_human(r: &PlainReport) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
-
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        micro: MicroArgs,
-    }
 
     fn args(extra: &[&str]) -> MicroArgs {
         let mut argv = vec!["micro", "--system", "plain", "--json"];
         argv.extend_from_slice(extra);
-        Cli::parse_from(argv).micro
+        crate::bench::parse_micro_args(&argv).unwrap()
     }
 
     /// The first CPU this thread may run on (the tests must not assume CPU 0 is allowed).
