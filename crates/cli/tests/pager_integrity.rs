@@ -1649,8 +1649,8 @@ fn pin_this_thread(cpu: usize) {
 
 /// A remote fault's service time in the stats ends when its page is mapped, not when its handler
 /// next runs. The program and its only handler share one CPU here, so the woken thread may run
-/// at once in the handler's place; it then computes for 300 µs after each far read. Timed the
-/// way it was until 2026-11-28, each install that the woken thread preempted counted that run.
+/// at once in the handler's place; it then computes for 2 ms after each far read. Timed the way
+/// it was until 2026-11-28, each install that the woken thread preempted counted that run.
 #[test]
 fn a_remote_faults_service_time_excludes_the_woken_programs_run() {
     gleaner_bin();
@@ -1666,20 +1666,22 @@ fn a_remote_faults_service_time_excludes_the_woken_programs_run() {
     }
     let before = region.stats();
     let mut rng = Rng(0x1234_5678);
-    for _ in 0..1000 {
+    // Enough reads that the p99 of the one in 8 that are timed (about 190 of 1500 remote
+    // faults) is not one stray sample.
+    for _ in 0..1500 {
         let p = rng.next() as usize % (PAGES / 2);
         // SAFETY: as above.
         let v = unsafe { ((base + p * PAGE_SIZE) as *const u64).read_volatile() };
         assert_eq!(v, p as u64 + 1, "page {p}");
         let t = std::time::Instant::now();
-        while t.elapsed() < std::time::Duration::from_micros(300) {
+        while t.elapsed() < std::time::Duration::from_micros(2000) {
             std::hint::spin_loop();
         }
     }
     let s = region.stats();
     let remote = s.faults.remote - before.faults.remote;
     assert!(
-        remote >= 500,
+        remote >= 750,
         "the reads must fault remotely: {remote} remote faults"
     );
     let lat = &s.remote_fault_latency;
@@ -1695,10 +1697,15 @@ fn a_remote_faults_service_time_excludes_the_woken_programs_run() {
         b.timed_faults
     );
     // Timed after a waking install, the faults whose handler the woken thread preempted
-    // (a few percent of them here) took 300 µs and more: the p99 was 310 µs.
+    // (a few percent of them here) took the program's whole run and more: with a 300 µs run
+    // the p99 was 310 µs. A correct service time is about 5 µs at p50, but this VM stalls some
+    // installs for 100-900 µs (the kernel's copy into a fresh page the host must back again:
+    // the guest reports free memory to its host, more of it the longer a run lasts), which put
+    // the p99 at 170-370 µs on a bad afternoon: the run is 2 ms so that the bound can sit
+    // between the two.
     assert!(
-        lat.p99_us < 150.0,
-        "a remote fault's service time counted the program's 300 µs run after its wake: \
+        lat.p99_us < 1000.0,
+        "a remote fault's service time counted the program's 2 ms run after its wake: \
          p99 {} µs ({lat:?})",
         lat.p99_us
     );
