@@ -627,23 +627,30 @@ fn policy_flags_reach_the_program() {
 /// Reclaim threads past the first open their eviction pipe only when first wanted: each holds a
 /// batch's pages, which count against the user's pipe pages (64 MiB by default), and on a large
 /// machine (half the CPUs' worth of reclaim threads per process) a few idle processes used to
-/// take all of it. A program with little memory pressure holds as many pipes with four reclaim
-/// threads as with one.
+/// take all of it. A program with little memory pressure holds one pipe (two descriptors) more
+/// with reclaim threads than with none (`--reclaim direct`), whether one or four may run.
 #[test]
 fn idle_reclaim_threads_hold_no_eviction_pipe() {
     preload_library_is_built();
-    // (The listing's own descriptor is gone by the time it is read.)
-    let count_pipes = "import os, time\ntime.sleep(0.3)\nn = 0\n\
-        for f in os.listdir('/proc/self/fd'):\n\
-        \x20   try: n += os.readlink('/proc/self/fd/' + f).startswith('pipe:')\n\
-        \x20   except OSError: pass\n\
+    // Counted once the pager's threads have started (the count no longer changes); the
+    // listing's own descriptor is gone by the time it is read.
+    let count_pipes = "import os, time\n\
+        def pipes():\n\
+        \x20   n = 0\n\
+        \x20   for f in os.listdir('/proc/self/fd'):\n\
+        \x20       try: n += os.readlink('/proc/self/fd/' + f).startswith('pipe:')\n\
+        \x20       except OSError: pass\n\
+        \x20   return n\n\
+        last = -1\n\
+        while True:\n\
+        \x20   time.sleep(0.2)\n\
+        \x20   n = pipes()\n\
+        \x20   if n == last: break\n\
+        \x20   last = n\n\
         print('pipes', n)\n";
-    let pipes = |reclaimers: &str| -> usize {
-        let (code, out, err, _) = run_with_stats(
-            "64M",
-            &["--max-reclaimers", reclaimers],
-            &[common::real_python(), "-c", count_pipes],
-        );
+    let pipes = |extra: &[&str]| -> usize {
+        let (code, out, err, _) =
+            run_with_stats("64M", extra, &[common::real_python(), "-c", count_pipes]);
         assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
         out.lines()
             .find_map(|l| l.strip_prefix("pipes "))
@@ -652,11 +659,13 @@ fn idle_reclaim_threads_hold_no_eviction_pipe() {
             .parse()
             .unwrap()
     };
-    let one = pipes("1");
-    let four = pipes("4");
-    assert!(
-        one >= 2,
-        "the first reclaim thread's pipe (two ends) is open: {one}"
+    let none = pipes(&["--reclaim", "direct"]);
+    let one = pipes(&["--max-reclaimers", "1"]);
+    let four = pipes(&["--max-reclaimers", "4"]);
+    assert_eq!(
+        one,
+        none + 2,
+        "the first reclaim thread's pipe is open from the start: {one} against {none} without"
     );
     assert_eq!(
         four, one,
