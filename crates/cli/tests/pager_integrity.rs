@@ -1699,10 +1699,10 @@ fn a_remote_faults_service_time_excludes_the_woken_programs_run() {
     // Timed after a waking install, the faults whose handler the woken thread preempted
     // (a few percent of them here) took the program's whole run and more: with a 300 µs run
     // the p99 was 310 µs. A correct service time is about 5 µs at p50, but this VM stalls some
-    // installs for 100-900 µs (the kernel's copy into a fresh page the host must back again:
-    // the guest reports free memory to its host, more of it the longer a run lasts), which put
-    // the p99 at 170-370 µs on a bad afternoon: the run is 2 ms so that the bound can sit
-    // between the two.
+    // installs for 100-900 µs, more of them the longer a run lasts (most likely the kernel's
+    // copy into a fresh page the host must back again: the guest reports free memory to its
+    // host; `bench/results/install-stalls/`), which put the p99 at 170-380 µs on a bad
+    // afternoon: the run is 2 ms so that the bound can sit between the two.
     assert!(
         lat.p99_us < 1000.0,
         "a remote fault's service time counted the program's 2 ms run after its wake: \
