@@ -306,9 +306,8 @@ fn resolve_memnode(
     }
 }
 
-/// The region `bench micro` measures, as its options ask (memnode not yet chosen), and the
-/// local memory in bytes.
-fn micro_region_config(args: &MicroArgs) -> Result<(RegionConfig, u64), String> {
+/// The region `bench micro` measures, as its options ask (memnode not yet chosen).
+fn micro_region_config(args: &MicroArgs) -> Result<RegionConfig, String> {
     let local = parse_local(&args.local, args.size)?;
     let mut cfg = RegionConfig::new(args.size as usize, local as usize);
     cfg.reclaim = args.reclaim;
@@ -332,11 +331,12 @@ fn micro_region_config(args: &MicroArgs) -> Result<(RegionConfig, u64), String> 
     if let Some(n) = args.evict_batch {
         cfg.evict_batch = n;
     }
-    Ok((cfg, local))
+    Ok(cfg)
 }
 
 fn micro(args: &MicroArgs) -> Result<MicroReport, String> {
-    let (mut cfg, local) = micro_region_config(args)?;
+    let mut cfg = micro_region_config(args)?;
+    let local = cfg.local_budget as u64;
     // Validate before starting anything, so a bad budget is reported first and alone.
     cfg.validate_only().map_err(|e| e.to_string())?;
     let floor_bytes = (args.floor_samples * PAGE_SIZE) as u64;
@@ -643,9 +643,7 @@ mod tests {
     fn config(extra: &[&str]) -> RegionConfig {
         let mut argv = vec!["micro", "--size", "8M", "--local", "25%"];
         argv.extend_from_slice(extra);
-        micro_region_config(&parse_micro_args(&argv).unwrap())
-            .unwrap()
-            .0
+        micro_region_config(&parse_micro_args(&argv).unwrap()).unwrap()
     }
 
     #[test]
@@ -662,8 +660,7 @@ mod tests {
     #[test]
     fn the_local_share_is_taken_from_the_size() {
         let args = parse_micro_args(&["micro", "--size", "8M", "--local", "25%"]).unwrap();
-        let (cfg, local) = micro_region_config(&args).unwrap();
-        assert_eq!(local, 2 << 20);
+        let cfg = micro_region_config(&args).unwrap();
         assert_eq!(cfg.local_budget, 2 << 20);
         assert_eq!(cfg.size, 8 << 20);
     }
