@@ -199,6 +199,14 @@ impl MemnodeProc {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+
+    /// Stops the memnode with SIGSTOP: it serves nothing more, but its connections stay open
+    /// until [`MemnodeProc::kill`]. Freezing several before killing any makes them fail
+    /// together, with no moment when one is dead and another still answers.
+    pub fn freeze(&self) {
+        // SAFETY: kill(2) on a child we spawned and have not reaped (kill() reaps it).
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGSTOP) };
+    }
 }
 
 impl Drop for MemnodeProc {
