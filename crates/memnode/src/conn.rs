@@ -30,8 +30,8 @@ use gleaner_proto::fdpass::write_frame_with_fd;
 use gleaner_proto::units::format_size;
 
 use crate::sched::Class;
-use crate::server::Shared;
 use crate::session::{AttachError, Session};
+use crate::shared::Shared;
 use crate::slabs::GrantError;
 use crate::stats::bump;
 use crate::store::{stage, Blob, Capacity, PageStore, Released, Staged};
@@ -284,8 +284,15 @@ impl Conn<'_> {
         drop(store);
         if let Some(link) = &shared.link {
             let bytes = tx.len() as u64;
-            if let Err(late) = link.transfer(session.tenant(), session.id(), class, bytes, deadline)
-            {
+            let tenant = session.tenant();
+            if let Err(late) = link.transfer(
+                &tenant.queue,
+                tenant.weight,
+                session.id(),
+                class,
+                bytes,
+                deadline,
+            ) {
                 return Reply::Error(
                     ErrorCode::Late,
                     format!(
@@ -365,8 +372,10 @@ impl Conn<'_> {
                 bump(&counters.req_write, 1);
                 if let Some(link) = &shared.link {
                     let bytes = self.rx.len() as u64;
+                    let tenant = session.tenant();
                     let _ = link.transfer(
-                        session.tenant(),
+                        &tenant.queue,
+                        tenant.weight,
                         session.id(),
                         Class::WriteBack,
                         bytes,

@@ -43,6 +43,7 @@ mod listener;
 mod sched;
 pub mod server;
 mod session;
+mod shared;
 mod slabs;
 pub mod stats;
 mod store;

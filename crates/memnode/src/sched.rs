@@ -34,7 +34,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::Schedule;
 use crate::departure::{DepartureStats, Departures};
-use crate::session::Tenant;
 
 /// Queue-wait samples kept per tenant for the percentiles: a log2 histogram of microseconds.
 const WAIT_BUCKETS: usize = 32;
@@ -247,12 +246,13 @@ impl Link {
 
     /// Waits for this request's turn and a free lane in its direction (reads out, write-backs
     /// in), then holds that lane for `bytes` at its rate: the turn goes in start-time fair order
-    /// by `tenant`'s weight across sessions, and by `class` within `session`. A request with a
-    /// `deadline` that has waited past it when its turn comes is dropped instead (it never takes
-    /// the link).
+    /// by the tenant's `weight` across sessions (`queue` is the tenant's), and by `class` within
+    /// `session`. A request with a `deadline` that has waited past it when its turn comes is
+    /// dropped instead (it never takes the link).
     pub(crate) fn transfer(
         &self,
-        tenant: &Tenant,
+        queue: &TenantQueue,
+        weight: u32,
         session: u64,
         class: Class,
         bytes: u64,
@@ -263,11 +263,11 @@ impl Link {
         let arrived = Instant::now();
         let mut st = lane.state.lock().unwrap_or_else(PoisonError::into_inner);
         let start = {
-            let mut finish = tenant.queue.finish[class.lane()]
+            let mut finish = queue.finish[class.lane()]
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
             let start = st.vtime.max(*finish);
-            *finish = start + bytes as f64 / f64::from(tenant.weight.max(1));
+            *finish = start + bytes as f64 / f64::from(weight.max(1));
             start
         };
         st.arrivals += 1;
@@ -286,7 +286,7 @@ impl Link {
                     st.waiting.retain(|w| *w != me);
                     drop(st);
                     lane.turn.notify_all();
-                    tenant.queue.dropped.fetch_add(1, Ordering::Relaxed);
+                    queue.dropped.fetch_add(1, Ordering::Relaxed);
                     return Err(Late {
                         waited_us: (now - arrived).as_micros() as u64,
                     });
@@ -316,7 +316,7 @@ impl Link {
         drop(st);
         // The next request may take the link once this one's bytes are through.
         lane.turn.notify_all();
-        tenant.queue.record(class, bytes, begin - arrived);
+        queue.record(class, bytes, begin - arrived);
         // Until the bytes are through (replies leave on time on average: `departure.rs`).
         self.departures.hold_until(done);
         Ok(())

@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -30,68 +30,9 @@ use crate::config::ServerConfig;
 use crate::error::ServerError;
 use crate::listener::{Accepted, Listener, Waker};
 use crate::session::{SessionTable, Tenant};
-use crate::stats::{self, bump, Counters, StatsSnapshot};
+use crate::shared::Shared;
+use crate::stats::{bump, Counters, StatsSnapshot};
 use crate::store::{Capacity, Released};
-
-/// State shared by the accept loop, the connection threads and the reaper.
-pub(crate) struct Shared {
-    pub(crate) config: ServerConfig,
-    pub(crate) capacity: Arc<Capacity>,
-    /// The main token's tenant (the whole capacity) first, then the configured ones.
-    pub(crate) tenants: Vec<Arc<Tenant>>,
-    pub(crate) sessions: SessionTable,
-    pub(crate) counters: Counters,
-    /// The emulated link (`--bandwidth`), whose requests are served in fair order by tenant.
-    pub(crate) link: Option<crate::sched::Link>,
-    started: Instant,
-    stopping: AtomicBool,
-    /// Set by `Drain`: clients are told to leave, and the server stops once no session is left.
-    draining: AtomicBool,
-    /// Wakes the accept loop (to stop once drained).
-    waker: Waker,
-    /// A second handle on every open connection, to shut them all down at exit.
-    conns: Mutex<HashMap<u64, Stream>>,
-}
-
-impl Shared {
-    /// Whether shutdown has begun.
-    pub(crate) fn is_stopping(&self) -> bool {
-        self.stopping.load(Ordering::Acquire)
-    }
-
-    /// Whether the server is draining.
-    pub(crate) fn is_draining(&self) -> bool {
-        self.draining.load(Ordering::Acquire)
-    }
-
-    /// Starts draining; returns whether it had already started.
-    pub(crate) fn start_draining(&self) -> bool {
-        self.draining.swap(true, Ordering::AcqRel)
-    }
-
-    fn conns(&self) -> MutexGuard<'_, HashMap<u64, Stream>> {
-        self.conns.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// The stats document.
-    pub(crate) fn stats(&self) -> StatsSnapshot {
-        stats::snapshot(stats::Inputs {
-            counters: &self.counters,
-            capacity: &self.capacity,
-            tenants: &self.tenants,
-            departures: self.link.as_ref().map(|l| l.departures()),
-            sessions: self.sessions.snapshot(),
-            uptime: self.started.elapsed(),
-            lease: self.config.lease,
-            live_connections: self.conns().len() as u64,
-        })
-    }
-
-    /// The stats document as JSON that fits one `Stats` frame.
-    pub(crate) fn stats_json(&self) -> String {
-        stats::to_bounded_json(self.stats())
-    }
-}
 
 /// A bound memnode, ready to [`run`](Server::run).
 pub struct Server {

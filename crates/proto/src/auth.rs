@@ -15,7 +15,10 @@ use std::path::Path;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use crate::message::SessionKey;
+/// Length of the per-session attach key handed out in `Welcome`.
+pub const SESSION_KEY_LEN: usize = 16;
+/// A random key that, with the session id, lets further connections attach to a session.
+pub type SessionKey = [u8; SESSION_KEY_LEN];
 
 /// Length of the shared token in bytes (stored as 64 hex digits).
 pub const TOKEN_LEN: usize = 32;

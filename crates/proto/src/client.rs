@@ -12,11 +12,10 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
-use crate::auth::{client_proof, proofs_equal, random_bytes, server_proof, Token};
+use crate::auth::{client_proof, proofs_equal, random_bytes, server_proof, SessionKey, Token};
 use crate::frame::read_frame;
-use crate::message::{
-    ErrorCode, Message, MessageKind, PageBatch, PageIds, PageRanges, PageVersions, SessionKey,
-};
+use crate::kind::MessageKind;
+use crate::message::{ErrorCode, Message, PageBatch, PageIds, PageRanges, PageVersions};
 use crate::ProtoError;
 
 /// Where a memnode listens: `HOST:PORT` / `tcp:HOST:PORT`, or `unix:PATH` / an absolute path.

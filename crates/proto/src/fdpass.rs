@@ -17,7 +17,7 @@ use rustix::net::{
 };
 
 use crate::frame::{FrameHeader, HEADER_LEN};
-use crate::message::MessageKind;
+use crate::kind::MessageKind;
 use crate::{ProtoError, MAX_PAYLOAD};
 
 /// The most descriptors one frame may bring; more are a protocol error (and are closed).

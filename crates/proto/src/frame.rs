@@ -2,7 +2,7 @@
 
 use std::io::{self, Read, Write};
 
-use crate::message::MessageKind;
+use crate::kind::MessageKind;
 use crate::{ProtoError, MAX_PAYLOAD, PROTOCOL_VERSION};
 
 /// The two magic bytes that open every frame ("GL" read little-endian).

@@ -19,22 +19,22 @@ mod auth;
 pub mod client;
 pub mod fdpass;
 mod frame;
+mod kind;
 mod message;
 pub mod units;
 
 pub use auth::{
     client_proof, generate_token, proofs_equal, random_bytes, read_secret_file, read_token_file,
-    server_proof, write_token_file, Nonce, Proof, Token, NONCE_LEN, PROOF_LEN, TOKEN_LEN,
+    server_proof, write_token_file, Nonce, Proof, SessionKey, Token, NONCE_LEN, PROOF_LEN,
+    SESSION_KEY_LEN, TOKEN_LEN,
 };
 pub use client::{
     ClientError, ConnectOptions, Connection, Endpoint, PendingRead, PendingWrite, SessionInfo,
     SlabGrant, Stream,
 };
 pub use frame::{read_frame, write_frame, FrameHeader, HEADER_LEN, MAGIC, READ_AHEAD};
-pub use message::{
-    BatchIter, ErrorCode, Message, MessageKind, PageBatch, PageIds, PageRanges, PageVersions,
-    SessionKey, SESSION_KEY_LEN,
-};
+pub use kind::MessageKind;
+pub use message::{BatchIter, ErrorCode, Message, PageBatch, PageIds, PageRanges, PageVersions};
 
 /// Size of one page of client memory (the unit of page ids, of shared-memory slabs, and of the
 /// uncompressed contents a far page stands for).
