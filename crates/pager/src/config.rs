@@ -563,7 +563,7 @@ impl RegionConfig {
         if self.handler_threads > 0 {
             self.handler_threads
         } else {
-            crate::handler::allowed_cpus()
+            crate::cpus::allowed_cpus()
                 .len()
                 .clamp(1, MAX_AUTO_HANDLERS)
         }
@@ -571,7 +571,7 @@ impl RegionConfig {
 
     /// Each handler's CPU (None: not pinned), in order.
     pub(crate) fn handler_placement(&self) -> Vec<Option<usize>> {
-        let cpus = crate::handler::allowed_cpus();
+        let cpus = crate::cpus::allowed_cpus();
         spread(self.handler_count(), &cpus)
             .into_iter()
             .map(|cpu| cpu.filter(|_| self.pin_handlers))

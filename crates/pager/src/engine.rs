@@ -11,8 +11,10 @@
 //! | store | where far pages live ([`PageStore`]) | every thread, through its own handle |
 //! | [`Counters`], latency, trace | observation | everyone |
 //!
-//! Threads get an `Arc<Engine>` but each activity lives in its own module (`fault.rs`,
-//! `evict.rs`, `reclaim.rs`, `prefetch.rs`) and touches only the parts above it needs.
+//! Threads get an `Arc<Engine>` but each activity lives in its own module (`handler.rs`,
+//! `fault.rs`, `fetch.rs`, `evict.rs`, `reclaimer.rs`, `watchdog.rs`, `hint_thread.rs`) and
+//! touches only the parts above it needs. No part, and not this module, uses an activity's
+//! module (`tests/module_graph.rs` checks that no modules import each other in a circle).
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,8 +26,6 @@ use gleaner_uffd::{FaultKind, Mode};
 use crate::budget::Budget;
 use crate::config::FarCopies;
 use crate::counters::{Counters, LatencyHistogram};
-use crate::evict::Evictor;
-use crate::fatal::fatal;
 use crate::mem::Memory;
 use crate::policy::EvictionPolicy;
 use crate::predict::WritePredictor;
@@ -33,7 +33,7 @@ use crate::prefetch::Prefetch;
 use crate::reclaim::Reclaim;
 use crate::state::PageState;
 use crate::stats::{EvictionStats, FaultStats, RegionStats};
-use crate::store::{PageStore, StoreHandle};
+use crate::store::PageStore;
 use crate::trace::FaultTrace;
 
 /// Everything a region's threads share.
@@ -179,7 +179,7 @@ impl Engine {
             if r >= b.limit() {
                 // Past the overflow allowance too (the memnode full): only a demand fault's
                 // charge decides whether the program must stop, after trying the memnode once
-                // more ([`Engine::charge`]); a prefetch or a zero-fill ahead just does without.
+                // more ([`crate::reclaimer::charge`]); a prefetch or a zero-fill ahead just does without.
                 return false;
             }
             if b.resident
@@ -229,58 +229,6 @@ impl Engine {
             (_, Tracking::Sync) => !dirty,
             (FarCopies::All, Tracking::Async) => false,
             (FarCopies::Demand, Tracking::Async) => prefetched,
-        }
-    }
-
-    /// Charges one budget slot to a page about to be installed, reclaiming directly through
-    /// `store` first when the scheduler says so (the budget is exhausted, or the mode is
-    /// `direct`). While the memnode refuses writes the region may overflow the budget by the
-    /// configured allowance; past that it tries the memnode once more with a batch of its own
-    /// (room may have come back: another session freed pages, or the batch only rewrites pages
-    /// the memnode already holds), and stops the program if that batch is refused too, rather
-    /// than lose data.
-    pub(crate) fn charge(
-        &self,
-        store: &mut dyn StoreHandle,
-        evictor: &mut Option<Evictor>,
-        refault: Option<usize>,
-    ) {
-        let b = &self.budget;
-        let mut waited = false;
-        loop {
-            if self.try_charge(refault) || self.stopping() {
-                return;
-            }
-            let resident = b.resident();
-            let past_overflow = b.memnode_full.load(Ordering::Relaxed) && resident >= b.limit();
-            let need = self.reclaim.direct_need(resident);
-            if need > 0 || past_overflow {
-                let refusals = self.counters.evict_aborted.load(Ordering::Relaxed);
-                let ev = evictor.get_or_insert_with(|| Evictor::new(self, true));
-                if crate::reclaim::reclaim_directly(self, ev, store, need.max(1)) > 0 {
-                    b.notify_progress();
-                    continue;
-                }
-                if past_overflow
-                    && b.memnode_full.load(Ordering::Relaxed)
-                    && self.counters.evict_aborted.load(Ordering::Relaxed) > refusals
-                {
-                    fatal(&format!(
-                        "the memnode is full and the region has used its local budget ({} \
-                         pages) plus the overflow allowance ({} pages); there is nowhere left \
-                         to keep the program's data",
-                        b.pages, b.overflow
-                    ));
-                }
-            }
-            // Nothing could be reclaimed right now (every resident page is busy, or the memnode
-            // refused the write): wait for other threads to move.
-            if !waited {
-                waited = true;
-                Counters::add(&self.counters.waited_on_budget, 1);
-            }
-            self.reclaim.wake_pool();
-            self.budget.wait_progress(Duration::from_millis(10));
         }
     }
 

@@ -8,7 +8,7 @@
 //! handler reading its message installs zeros, what the program's drop left (`fault.rs`). But
 //! the handlers may all be stuck at once: each in its own batch's `vmsplice`, or one waiting for
 //! budget that only the stuck batch would free while it holds that batch's message unread. Then
-//! nobody would; the watchdog thread ([`run_watchdog`]) looks every [`WATCH_PERIOD`] for a batch
+//! nobody would; the watchdog thread (`watchdog.rs`) looks every [`WATCH_PERIOD`] for a batch
 //! that has been taking pages into its pipe for longer than [`STUCK_AFTER`] and zero-fills that
 //! batch's victims that have nothing mapped (a stuck batch's program waits that long). A batch
 //! merely slow (its thread preempted) loses nothing by it: a victim with nothing mapped before
@@ -25,7 +25,6 @@ use std::time::{Duration, Instant};
 
 use rustix::event::{eventfd, EventfdFlags};
 
-use crate::engine::Engine;
 use crate::fatal::fatal;
 use crate::mem::Memory;
 use crate::state::PageState;
@@ -168,7 +167,12 @@ impl Evictors {
     /// been taking pages into its pipe for `stuck_after` or more, calling `on_filled` for each.
     /// Which victims are mapped it asks `mincore`, a system call per run: a batch merely slow
     /// costs no more than that.
-    fn rescue(&self, mem: &Memory, stuck_after: Duration, mut on_filled: impl FnMut(usize)) {
+    pub(crate) fn rescue(
+        &self,
+        mem: &Memory,
+        stuck_after: Duration,
+        mut on_filled: impl FnMut(usize),
+    ) {
         let mut mapped = Vec::new();
         for slot in self.slots.iter() {
             let c = Self::lock(slot);
@@ -252,37 +256,5 @@ impl Evictors {
     /// Slow captures the watchdog looked at so far.
     pub(crate) fn looked_at(&self) -> u64 {
         self.looked_at.load(Ordering::Relaxed)
-    }
-}
-
-/// The watchdog thread's loop, until the region stops. It runs at the idle scheduling class:
-/// woken every 10 ms at the normal class, it preempted the thread it woke beside
-/// (memcached pinned to one CPU: its reclaim thread in a batch, whose pages memcached's threads
-/// then waited for), and memcached at 50% local lost 10-30% of its throughput to a watchdog that
-/// never had anything to do (`bench/results/evictors-ab/`). An idle-class thread never preempts
-/// another and still gets a sliver of a busy CPU.
-pub(crate) fn run_watchdog(engine: std::sync::Arc<Engine>) {
-    let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: sets the calling thread's policy from a live parameter block.
-    if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) } != 0 {
-        log::debug!(
-            "the eviction watchdog stays at the normal scheduling class: {}",
-            std::io::Error::last_os_error()
-        );
-    }
-    loop {
-        let mut fd = libc::pollfd {
-            fd: engine.stop.fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: poll on one valid descriptor that lives across the call.
-        unsafe { libc::poll(&mut fd, 1, WATCH_PERIOD.as_millis() as i32) };
-        if engine.stopping() {
-            return;
-        }
-        engine.evictors.rescue(&engine.mem, STUCK_AFTER, |page| {
-            engine.note_dropped_behind_back(page);
-        });
     }
 }

@@ -36,10 +36,10 @@ pub(crate) struct Handler {
 
 /// One remote fault in this many is timed: its steps (`fault_breakdown`), its install and its
 /// whole service time (`remote_fault_latency`). Timing the install takes a separate wake, one
-/// more system call ([`crate::mem::Mem::install_timed`]), and the steps' clock reads and counters
-/// cost every fault 0.2-0.3 µs of a handler's time when all are timed (`bench micro --pattern
-/// random` on the 2-vCPU VM, alternated: p50 6.35-6.58 µs against 6.52-6.82 timing every fault;
-/// `bench/results/sampled-timing/`).
+/// more system call ([`crate::mem::Memory::install_timed`]), and the steps' clock reads and
+/// counters cost every fault 0.2-0.3 µs of a handler's time when all are timed (`bench micro
+/// --pattern random` on the 2-vCPU VM, alternated: p50 6.35-6.58 µs against 6.52-6.82 timing
+/// every fault; `bench/results/sampled-timing/`).
 pub(crate) const TIMED_INSTALL_EVERY: u32 = 8;
 
 impl Handler {
@@ -124,7 +124,7 @@ impl Handler {
                     if !table.transition(page, PageState::Absent, PageState::Fetching) {
                         continue;
                     }
-                    engine.charge(&mut *self.store, &mut self.evictor, None);
+                    crate::reclaimer::charge(engine, &mut *self.store, &mut self.evictor, None);
                     // First touch never goes to the network. A program filling memory in order
                     // (upward or downward) gets the neighbouring pages zero-filled with this one.
                     let (first, count) = self.zero_run(engine, page);
@@ -329,7 +329,7 @@ impl Handler {
             lost(engine, page, &e);
         }
         if !charged {
-            engine.charge(&mut *self.store, &mut self.evictor, Some(page));
+            crate::reclaimer::charge(engine, &mut *self.store, &mut self.evictor, Some(page));
             if timed {
                 fetched = Some(Instant::now());
             }

@@ -31,7 +31,7 @@ pub(crate) fn install_fetched(
 }
 
 /// [`install_fetched`] of a demand fault the handler times: returns the moment the page was
-/// mapped, read before the faulting thread is woken ([`crate::mem::Mem::install_timed`]).
+/// mapped, read before the faulting thread is woken ([`crate::mem::Memory::install_timed`]).
 pub(crate) fn install_fetched_timed(
     engine: &Engine,
     page: usize,

@@ -7,12 +7,8 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Condvar, Mutex};
 use std::time::Duration;
-
-use crate::engine::Engine;
-use crate::fetch::{self, PrefetchBufs};
-use crate::store::StoreHandle;
 
 /// Hinted page ranges waiting for the hint thread, and what came of them.
 #[derive(Default)]
@@ -51,7 +47,7 @@ impl Hints {
     }
 
     /// The next hinted range, waiting for one; None once the region stops.
-    fn next(&self, stopping: impl Fn() -> bool) -> Option<(usize, usize)> {
+    pub(crate) fn next(&self, stopping: impl Fn() -> bool) -> Option<(usize, usize)> {
         let mut q = self.queue.lock().expect("hints lock");
         loop {
             if stopping() {
@@ -65,33 +61,6 @@ impl Hints {
                 .wait_timeout(q, Duration::from_secs(1))
                 .expect("hints lock")
                 .0;
-        }
-    }
-}
-
-/// The hint thread: fetches hinted ranges, a batch at a time, until the region stops.
-pub(crate) fn run(engine: Arc<Engine>, mut store: Box<dyn StoreHandle>) {
-    let mut bufs = PrefetchBufs::default();
-    let pages = engine.mem.pages();
-    while let Some((first, count)) = engine.hints.next(|| engine.stopping()) {
-        let end = first.saturating_add(count).min(pages);
-        let mut next = first;
-        while next < end && !engine.stopping() {
-            let stop = (next + gleaner_proto::MAX_BATCH_PAGES).min(end);
-            bufs.candidates.clear();
-            bufs.candidates.extend((next..stop).map(|p| p as u64));
-            let fetched = {
-                let _inside = engine.gate.enter();
-                fetch::prefetch(&engine, &mut *store, &mut bufs)
-            };
-            // Charges only note the reclaim threads they want (a fault handler wakes them once
-            // its fault is served); no fault waits on this thread, so wake them now.
-            engine.reclaim.wake_deferred();
-            engine
-                .hints
-                .pages_fetched
-                .fetch_add(fetched as u64, Ordering::Relaxed);
-            next = stop;
         }
     }
 }

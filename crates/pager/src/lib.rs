@@ -22,6 +22,7 @@ pub mod codec;
 mod compressor_choice;
 mod config;
 mod counters;
+mod cpus;
 pub mod decode_budget;
 mod doorbell;
 mod embedded;
@@ -33,12 +34,14 @@ mod fault;
 mod fetch;
 mod handler;
 mod hint;
+mod hint_thread;
 mod mapping;
 mod mem;
 pub mod policy;
 mod predict;
 mod prefetch;
 mod reclaim;
+mod reclaimer;
 mod region;
 mod runs;
 mod sampler;
@@ -49,6 +52,7 @@ mod status;
 mod store;
 mod thread;
 mod trace;
+mod watchdog;
 
 pub use config::{
     default_max_reclaim_threads, Compression, DataPath, DecodeBudget, DirtyTracking, Encryption,

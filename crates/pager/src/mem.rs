@@ -100,7 +100,7 @@ impl Memory {
         self.outcome(page, r);
     }
 
-    /// [`Mem::install`], but the threads waiting on `page` are woken only after the clock is
+    /// [`Memory::install`], but the threads waiting on `page` are woken only after the clock is
     /// read, and that reading is returned: the moment the page was mapped. A thread woken on the
     /// handler's own CPU may run at once in its place, and then the clock read after a waking
     /// install counts the program's own time until the handler runs again. The separate wake costs

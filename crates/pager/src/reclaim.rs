@@ -1,6 +1,7 @@
 //! Who evicts, and when: a pool of reclaim threads driven by Hermit's feedback-directed scheduler
 //! (`gleaner_policy::reclaim`), its ablations (`static:N`, `direct`), and direct reclaim by a
-//! faulting thread as the last resort.
+//! faulting thread as the last resort. This module is the state they share with the rest of
+//! the region; the reclaim threads' loop and direct reclaim are `reclaimer.rs`.
 //!
 //! The scheduler is consulted inline where a page is charged to the budget
 //! ([`Reclaim::on_charge`]); no thread spins to watch memory. Reclaim thread `i` runs batches
@@ -12,16 +13,14 @@
 //! page's turnaround, the time since its eviction, from a per-page eviction clock.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use gleaner_policy::reclaim::{ReclaimMode, ReclaimParams, ReclaimScheduler, ReclaimSnapshot};
 use serde::Serialize;
 
+use crate::budget::Budget;
 use crate::counters::Counters;
-use crate::engine::Engine;
-use crate::evict::Evictor;
-use crate::store::StoreHandle;
 
 /// Resolution of the per-page eviction clock: 64 µs, so a `u32` covers about 76 hours.
 const EVICT_TICK_NS: u64 = 64_000;
@@ -29,18 +28,6 @@ const EVICT_TICK_NS: u64 = 64_000;
 /// How long a sleeping reclaim thread waits before re-reading the scheduler on its own, in case a
 /// wake-up was missed (the resident count can also fall without a charge, e.g. on discard).
 const POOL_IDLE_RECHECK: Duration = Duration::from_millis(20);
-
-/// How long a reclaim thread waits before its first retry after the memnode refused its batch
-/// (full); each refusal in a row doubles the wait, up to [`REFUSED_RETRY_MAX`].
-const REFUSED_RETRY_FIRST: Duration = Duration::from_millis(2);
-
-/// The longest wait between retries while the memnode keeps refusing: a region over its budget
-/// gets back to it at most this long after the memnode has room again. Retrying every 2 ms
-/// instead sent a whole batch across the link to be refused every 4.5 ms (over a 32 MB/s
-/// link, about 45% of it), taking it from the memnode's other tenants; the region needs no
-/// retry meanwhile, as it keeps pages locally up to its overflow allowance, and a fault that
-/// reaches the allowance tries the memnode itself (`Engine::charge`).
-const REFUSED_RETRY_MAX: Duration = Duration::from_millis(256);
 
 /// The reclaim side of a region: the scheduler, the pool's wake-up, and its accounting.
 pub(crate) struct Reclaim {
@@ -243,15 +230,87 @@ impl Reclaim {
     }
 
     /// How many reclaim threads should run now.
-    fn wanted(&self, shared: &Engine) -> usize {
-        if shared.budget.evict_paused.load(Ordering::SeqCst) {
+    pub(crate) fn wanted(&self, budget: &Budget) -> usize {
+        if budget.evict_paused.load(Ordering::SeqCst) {
             return 0;
         }
-        let resident = shared.budget.resident() as u64;
+        let resident = budget.resident() as u64;
         self.sched
             .lock()
             .expect("reclaim scheduler lock")
             .threads_for(resident)
+    }
+
+    /// A pool thread starts: it counts as awake until [`Reclaim::pool_thread_stops`].
+    pub(crate) fn pool_thread_starts(&self) {
+        self.awake.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A pool thread stops.
+    pub(crate) fn pool_thread_stops(&self) {
+        self.awake.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Pool thread `id`, not wanted now, sleeps until a charge asks for it, or for
+    /// [`POOL_IDLE_RECHECK`] at most; it returns at once if it is wanted after all (a charge
+    /// asked for it after the caller looked: the flag it set is seen under the lock, so the
+    /// wake-up cannot be lost), or if `stopping` says so.
+    pub(crate) fn sleep_while_unwanted(
+        &self,
+        id: usize,
+        budget: &Budget,
+        stopping: impl Fn() -> bool,
+    ) {
+        self.awake.fetch_sub(1, Ordering::Relaxed);
+        {
+            let (m, cv) = &self.wake[id];
+            let mut woken = m.lock().expect("reclaim wake lock");
+            if !*woken && id >= self.wanted(budget) && !stopping() {
+                woken = cv
+                    .wait_timeout(woken, POOL_IDLE_RECHECK)
+                    .expect("reclaim wake lock")
+                    .0;
+            }
+            *woken = false;
+        }
+        let now = self.awake.fetch_add(1, Ordering::Relaxed) + 1;
+        self.peak_awake.fetch_max(now, Ordering::Relaxed);
+    }
+
+    /// The program's allocator gave up `pages` pages when reclaim asked.
+    pub(crate) fn record_released(&self, pages: usize) {
+        Counters::add(&self.released_by_allocator, pages as u64);
+    }
+
+    /// A pool thread spent `cpu_ns` of its CPU time in a batch (whatever came of it).
+    pub(crate) fn record_pool_cpu(&self, cpu_ns: u64) {
+        Counters::add(&self.pool_cpu_ns, cpu_ns);
+    }
+
+    /// Pool thread `id` evicted `pages` pages in a batch of `busy_ns`: counted, and told to
+    /// the scheduler (S_out).
+    pub(crate) fn record_pool_batch(&self, id: usize, pages: usize, busy_ns: u64) {
+        Counters::add(&self.pool_busy_ns, busy_ns);
+        Counters::add(&self.pool_batches, 1);
+        Counters::add(&self.pool_pages, pages as u64);
+        self.sched
+            .lock()
+            .expect("reclaim scheduler lock")
+            .on_reclaimed(id, pages as u64, busy_ns);
+    }
+
+    /// A faulting thread reclaimed `pages` pages itself, taking `ns`: counted, and told to the
+    /// scheduler when it evicted any.
+    pub(crate) fn record_direct(&self, pages: usize, ns: u64) {
+        Counters::add(&self.direct_waits, 1);
+        Counters::add(&self.direct_pages, pages as u64);
+        Counters::add(&self.direct_ns, ns);
+        if pages > 0 {
+            self.sched
+                .lock()
+                .expect("reclaim scheduler lock")
+                .record_direct_reclaim(pages as u64);
+        }
     }
 
     /// A snapshot for the stats JSON.
@@ -290,164 +349,6 @@ impl Reclaim {
             },
         }
     }
-}
-
-/// Enters a batch unless eviction is paused (around `fork`). The increment comes before the
-/// check, so `prepare_fork` (which sets the pause, then waits for no batch) and a batch never
-/// both proceed.
-pub(crate) fn enter_batch(shared: &Engine) -> bool {
-    shared.reclaim.in_batch.fetch_add(1, Ordering::SeqCst);
-    if shared.budget.evict_paused.load(Ordering::SeqCst) {
-        shared.reclaim.in_batch.fetch_sub(1, Ordering::SeqCst);
-        return false;
-    }
-    true
-}
-
-/// Leaves a batch entered with [`enter_batch`].
-pub(crate) fn leave_batch(shared: &Engine) {
-    shared.reclaim.in_batch.fetch_sub(1, Ordering::SeqCst);
-}
-
-/// A faulting thread reclaims `pages` pages synchronously (the budget is exhausted, or the mode
-/// is `direct`). Returns the pages evicted.
-pub(crate) fn reclaim_directly(
-    shared: &Engine,
-    ev: &mut Evictor,
-    store: &mut dyn StoreHandle,
-    pages: usize,
-) -> usize {
-    let r = &shared.reclaim;
-    let started = Instant::now();
-    let mut done = 0;
-    while done < pages && !shared.stopping() {
-        if !enter_batch(shared) {
-            break;
-        }
-        let n = ev.evict_batch(shared, store);
-        leave_batch(shared);
-        if n == 0 {
-            break;
-        }
-        done += n;
-    }
-    Counters::add(&r.direct_waits, 1);
-    Counters::add(&r.direct_pages, done as u64);
-    Counters::add(&r.direct_ns, started.elapsed().as_nanos() as u64);
-    if done > 0 {
-        r.sched
-            .lock()
-            .expect("reclaim scheduler lock")
-            .record_direct_reclaim(done as u64);
-    }
-    done
-}
-
-/// Reclaim thread `id`'s loop: run batches while the scheduler wants at least `id + 1` threads,
-/// sleep otherwise.
-pub(crate) fn run_pool_thread(shared: Arc<Engine>, id: usize, mut store: Box<dyn StoreHandle>) {
-    let r = &shared.reclaim;
-    // The first thread opens what eviction needs at once (a program that later sandboxes
-    // itself, or runs out of descriptors, finds out at its start, not in mid-run); the others
-    // only once the scheduler first wants them: each holds a pipe of a batch's size, which
-    // counts against its user's pipe pages (`Pipe::new`), and on a large machine most of them
-    // never run.
-    let mut ev = (id == 0).then(|| Evictor::new(&shared, false));
-    r.awake.fetch_add(1, Ordering::Relaxed);
-    let mut refused_pause = Duration::ZERO;
-    loop {
-        if shared.stopping() {
-            break;
-        }
-        if id >= r.wanted(&shared) {
-            r.awake.fetch_sub(1, Ordering::Relaxed);
-            {
-                let (m, cv) = &r.wake[id];
-                let mut woken = m.lock().expect("reclaim wake lock");
-                // Re-check under the lock: a charge that asked for this thread after the check
-                // above sets the flag, so the wake-up cannot be lost.
-                if !*woken && id >= r.wanted(&shared) && !shared.stopping() {
-                    woken = cv
-                        .wait_timeout(woken, POOL_IDLE_RECHECK)
-                        .expect("reclaim wake lock")
-                        .0;
-                }
-                *woken = false;
-            }
-            let now = r.awake.fetch_add(1, Ordering::Relaxed) + 1;
-            r.peak_awake.fetch_max(now, Ordering::Relaxed);
-            continue;
-        }
-        // What the program's allocator holds without needing it goes first, with no write-back.
-        // (Outside a batch: the allocator's locks are taken around a fork, which waits for
-        // batches to end.)
-        if let Some(release) = shared.release_hook {
-            let released = release(shared.batch.next());
-            if released > 0 {
-                Counters::add(&r.released_by_allocator, released as u64);
-                continue;
-            }
-        }
-        let ev = match ev {
-            Some(ref mut ev) => ev,
-            None => match Evictor::try_new(&shared, false) {
-                Ok(made) => ev.insert(made),
-                Err(e) => {
-                    // The other threads go on; this one cannot help them.
-                    log::warn!("reclaim thread {id} stops, it cannot evict: {e}");
-                    break;
-                }
-            },
-        };
-        if !enter_batch(&shared) {
-            shared.budget.wait_progress(Duration::from_millis(2));
-            continue;
-        }
-        let cpu0 = thread_cpu_ns();
-        let t0 = Instant::now();
-        let refusals = shared.counters.evict_aborted.load(Ordering::Relaxed);
-        let n = ev.evict_batch(&shared, &mut *store);
-        let busy = t0.elapsed().as_nanos() as u64;
-        leave_batch(&shared);
-        Counters::add(&r.pool_cpu_ns, thread_cpu_ns().saturating_sub(cpu0));
-        if shared.counters.evict_aborted.load(Ordering::Relaxed) > refusals {
-            // The memnode refused the batch (full): retry less and less often.
-            refused_pause = (refused_pause * 2).clamp(REFUSED_RETRY_FIRST, REFUSED_RETRY_MAX);
-            shared
-                .budget
-                .sleep_unless(refused_pause, || shared.stopping());
-            continue;
-        }
-        refused_pause = Duration::ZERO;
-        if n == 0 {
-            // Nothing could be claimed (all candidates busy, or every victim was handed back):
-            // let the other threads move, then look again.
-            shared.budget.wait_progress(Duration::from_millis(2));
-            continue;
-        }
-        Counters::add(&r.pool_busy_ns, busy);
-        Counters::add(&r.pool_batches, 1);
-        Counters::add(&r.pool_pages, n as u64);
-        r.sched
-            .lock()
-            .expect("reclaim scheduler lock")
-            .on_reclaimed(id, n as u64, busy);
-    }
-    r.awake.fetch_sub(1, Ordering::Relaxed);
-}
-
-/// This thread's CPU time in nanoseconds.
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec into the live local `ts`.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    if rc != 0 {
-        return 0;
-    }
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 #[cfg(test)]

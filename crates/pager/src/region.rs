@@ -353,15 +353,15 @@ impl Region {
             let e = engine.clone();
             threads.push(spawn(&format!("gleaner-recl{id}"), hook, move || {
                 if any_cpu {
-                    crate::handler::allow_every_cpu();
+                    crate::cpus::allow_every_cpu();
                 }
-                crate::reclaim::run_pool_thread(e, id, handle)
+                crate::reclaimer::run_pool_thread(e, id, handle)
             })?);
         }
         {
             let e = engine.clone();
             threads.push(spawn("gleaner-watch", hook, move || {
-                crate::evictors::run_watchdog(e)
+                crate::watchdog::run(e)
             })?);
         }
         if let Some(out) = l.trace_out {
@@ -470,7 +470,7 @@ impl Region {
                 let started = self.engine.store.handle().and_then(|handle| {
                     let e = self.engine.clone();
                     spawn("gleaner-hints", self.thread_start_hook, move || {
-                        crate::hint::run(e, handle)
+                        crate::hint_thread::run(e, handle)
                     })
                 });
                 match started {

@@ -1,0 +1,40 @@
+//! The eviction watchdog: a thread that looks every [`WATCH_PERIOD`] for an eviction batch stuck
+//! taking its victims into its pipe, and zero-fills its victims the program dropped
+//! (`evictors.rs` says why a batch can get stuck and why that loses nothing).
+
+use std::sync::Arc;
+
+use crate::engine::Engine;
+use crate::evictors::{STUCK_AFTER, WATCH_PERIOD};
+
+/// The watchdog thread's loop, until the region stops. It runs at the idle scheduling class:
+/// woken every 10 ms at the normal class, it preempted the thread it woke beside
+/// (memcached pinned to one CPU: its reclaim thread in a batch, whose pages memcached's threads
+/// then waited for), and memcached at 50% local lost 10-30% of its throughput to a watchdog that
+/// never had anything to do (`bench/results/evictors-ab/`). An idle-class thread never preempts
+/// another and still gets a sliver of a busy CPU.
+pub(crate) fn run(engine: Arc<Engine>) {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: sets the calling thread's policy from a live parameter block.
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) } != 0 {
+        log::debug!(
+            "the eviction watchdog stays at the normal scheduling class: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    loop {
+        let mut fd = libc::pollfd {
+            fd: engine.stop.fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: poll on one valid descriptor that lives across the call.
+        unsafe { libc::poll(&mut fd, 1, WATCH_PERIOD.as_millis() as i32) };
+        if engine.stopping() {
+            return;
+        }
+        engine.evictors.rescue(&engine.mem, STUCK_AFTER, |page| {
+            engine.note_dropped_behind_back(page);
+        });
+    }
+}
