@@ -1,5 +1,5 @@
 //! Evicting one batch of pages (run by reclaim threads, or by a faulting thread as the last
-//! resort; `reclaim.rs` decides who and when).
+//! resort; `reclaim.rs` decides who and when, `reclaimer.rs` runs them).
 //!
 //! # The drop: a pipe holds the pages, one TLB flush drops them all
 //!
