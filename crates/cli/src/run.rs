@@ -957,9 +957,21 @@ fn summary(report: &Value, wall: Duration) -> String {
     } else {
         "predicted written, in shadow"
     };
+    let remote = n(&t["faults"]["remote"]);
+    // A run with no remote fault has no latency to give (its percentiles read 0).
+    let remote_detail = if remote == 0 {
+        String::new()
+    } else {
+        format!(
+            " (p50 {:.1} us, p99 {:.1} us; {} {predicted})",
+            lat["p50_us"].as_f64().unwrap_or(0.0),
+            lat["p99_us"].as_f64().unwrap_or(0.0),
+            n(&t["write_prediction"]["predicted"]),
+        )
+    };
     format!(
         "gleaner run: {} {} in {:.2} s | local budget {} per process, {} process{} on far memory{} | faults: {} \
-         zero-fill, {} remote (p50 {:.1} us, p99 {:.1} us; {} {predicted}), {} write-protect | \
+         zero-fill, {remote} remote{remote_detail}, {} write-protect | \
          evicted: {} clean, {} dirty | reclaim {}: {} pages by reclaim threads ({:.2} s CPU), {} \
          faults waited on direct reclaim | in {} / out {}{}{}{}",
         report["command"][0].as_str().unwrap_or(""),
@@ -970,10 +982,6 @@ fn summary(report: &Value, wall: Duration) -> String {
         if procs == 1 { "" } else { "es" },
         not_on_far_memory(report),
         n(&t["faults"]["zero_fill"]),
-        n(&t["faults"]["remote"]),
-        lat["p50_us"].as_f64().unwrap_or(0.0),
-        lat["p99_us"].as_f64().unwrap_or(0.0),
-        n(&t["write_prediction"]["predicted"]),
         n(&t["faults"]["write_protect"]),
         n(&t["evictions"]["clean"]),
         n(&t["evictions"]["dirty"]),
@@ -1211,6 +1219,30 @@ mod tests {
         assert!(
             shadow.contains("7 predicted written, in shadow"),
             "{shadow}"
+        );
+    }
+
+    #[test]
+    fn a_summary_without_remote_faults_gives_no_latency() {
+        let p = |remote: u64| {
+            json!({"pid": 1, "stats": {
+                "faults": {"zero_fill": 3, "remote": remote},
+                "remote_fault_latency": {"p50_us": 4.5, "p99_us": 9.5}
+            }})
+        };
+        let report = |p: Value| {
+            json!({"command": ["prog"], "outcome": "exited with status 0", "local_mem_bytes": 1,
+                   "reclaim": "hermit", "processes": [p.clone()], "total": sum_stats(&[p])})
+        };
+        let none = summary(&report(p(0)), Duration::from_secs(1));
+        assert!(
+            none.contains("faults: 3 zero-fill, 0 remote, 0 write-protect"),
+            "{none}"
+        );
+        let some = summary(&report(p(2)), Duration::from_secs(1));
+        assert!(
+            some.contains("2 remote (p50 4.5 us, p99 9.5 us; 0 predicted written, in shadow)"),
+            "{some}"
         );
     }
 
