@@ -57,8 +57,8 @@ pub enum MemnodeSubcommand {
 /// Options of `gleaner memnode drain`.
 #[derive(Args, Debug)]
 pub struct DrainArgs {
-    /// The memnode to drain: HOST:PORT or unix:PATH.
-    #[arg(long, value_name = "ADDR", default_value = DEFAULT_ADDR)]
+    /// The memnode to drain: HOST:PORT or unix:PATH (`--memnode` as in `gleaner run`).
+    #[arg(long, visible_alias = "memnode", value_name = "ADDR", default_value = DEFAULT_ADDR)]
     pub addr: Endpoint,
     /// The shared token [default: $GLEANER_TOKEN_FILE, else ~/.gleaner/token].
     #[arg(long, value_name = "FILE")]
@@ -156,8 +156,8 @@ fn parse_tenant(s: &str) -> Result<TenantSpec, String> {
 /// Options of `gleaner memnode stats`.
 #[derive(Args, Debug)]
 pub struct StatsArgs {
-    /// The memnode to query: HOST:PORT or unix:PATH.
-    #[arg(long, value_name = "ADDR", default_value = DEFAULT_ADDR)]
+    /// The memnode to query: HOST:PORT or unix:PATH (`--memnode` as in `gleaner run`).
+    #[arg(long, visible_alias = "memnode", value_name = "ADDR", default_value = DEFAULT_ADDR)]
     pub addr: Endpoint,
     /// The shared token [default: $GLEANER_TOKEN_FILE, else ~/.gleaner/token].
     #[arg(long, value_name = "FILE")]
@@ -585,6 +585,16 @@ mod tests {
                 assert_eq!(d.timeout, 5);
             }
             _ => panic!("drain subcommand not parsed"),
+        }
+        // `--memnode`, the name `gleaner run` gives the address, is accepted too.
+        for sub in ["stats", "drain"] {
+            let m = parse(&[sub, "--memnode", "unix:/tmp/m.sock"]).unwrap();
+            let addr = match m.command {
+                Some(MemnodeSubcommand::Stats(s)) => s.addr,
+                Some(MemnodeSubcommand::Drain(d)) => d.addr,
+                None => panic!("{sub} not parsed"),
+            };
+            assert_eq!(addr, Endpoint::Unix("/tmp/m.sock".into()), "{sub}");
         }
         let m = parse(&[
             "--tenant",
