@@ -1,13 +1,16 @@
 //! Inside every crate of the workspace, modules depend on each other in one direction only: no
-//! module reaches, through any chain of `crate::` paths, back to itself. (Between crates Cargo
-//! already forbids cycles.) In the pager, for one, a thread's module (fault handling, eviction,
+//! module reaches, through any chain of paths, back to itself. (Between crates Cargo already
+//! forbids cycles.) In the pager, for one, a thread's module (fault handling, eviction,
 //! reclaim, prefetch hints) may use the engine's parts; a part never uses a thread's module.
 //!
-//! The graph is read from the source: every `crate::a::...` path outside comments and
-//! `#[cfg(test)]` items is an edge from the file's top-level module to `a` (a module's
-//! sub-files, `store/...`, count as that module, so edges between them are not checked; a root
-//! re-export such as `crate::RegionConfig` counts as the module it comes from). A cycle fails
-//! the test with the paths that make it.
+//! The graphs are read from the source, one per directory level: at the crate's root the
+//! nodes are its top-level modules (a module's sub-files count as that module), and inside a
+//! module's directory (`store/`) they are that module's children. An edge is a `crate::` path
+//! (or, from a child's own file, a `super::` path) naming a sibling, outside comments and
+//! `#[cfg(test)]` items; at the root a re-export such as `crate::RegionConfig` counts as the
+//! module it comes from. A child using its parent (a trait in `store/mod.rs`) is not a cycle
+//! between siblings and is not checked, nor are paths inside nested `{...}` groups. A cycle
+//! fails the test with the paths that make it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -30,16 +33,41 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// `src/a.rs`, `src/a/mod.rs` and `src/a/b.rs` all belong to module `a`; the crate root
-/// (`src/lib.rs`, `src/main.rs`) to none.
-fn top_module(src: &Path, file: &Path) -> Option<String> {
-    let rel = file.strip_prefix(src).unwrap();
-    let first = rel.components().next()?.as_os_str().to_str()?.to_string();
-    match first.strip_suffix(".rs") {
-        Some("lib" | "main") => None,
-        Some(name) => Some(name.to_string()),
-        None => Some(first),
+/// One directory level's modules: each child's name, its own file (`a.rs` or `a/mod.rs`, where
+/// `super::` means this level) and every file it is made of (its sub-directory included).
+struct Child {
+    own: Option<PathBuf>,
+    files: Vec<PathBuf>,
+    dir: Option<PathBuf>,
+}
+
+fn children(dir: &Path) -> BTreeMap<String, Child> {
+    let mut found: BTreeMap<String, Child> = BTreeMap::new();
+    let blank = || Child {
+        own: None,
+        files: Vec::new(),
+        dir: None,
+    };
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if path.is_dir() {
+            let child = found.entry(name).or_insert_with(blank);
+            rust_files(&path, &mut child.files);
+            let own = path.join("mod.rs");
+            if own.exists() {
+                child.own = Some(own);
+            }
+            child.dir = Some(path);
+        } else if let Some(stem) = name.strip_suffix(".rs") {
+            if !matches!(stem, "lib" | "main" | "mod") {
+                let child = found.entry(stem.to_string()).or_insert_with(blank);
+                child.files.push(path.clone());
+                child.own = Some(path);
+            }
+        }
     }
+    found
 }
 
 /// The source without comments (line comments and doc comments; block comments are not used
@@ -131,25 +159,46 @@ fn group_heads(group: &str) -> Vec<String> {
     heads
 }
 
-/// The top-level module names that `crate::` paths in `code` start with, with their line.
-fn crate_paths(code: &str) -> Vec<(String, usize)> {
+/// The paths starting with `anchor` (`crate::` or `super::`) in `code`: each as its segments
+/// up to the item (a group `a::{b, c::D}` gives `a::b` and `a::c`), with its line.
+fn paths(code: &str, anchor: &str) -> Vec<(Vec<String>, usize)> {
+    let ident_len = |s: &str| {
+        s.find(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .unwrap_or(s.len())
+    };
     let mut found = Vec::new();
-    for (start, _) in code.match_indices("crate::") {
-        // `pub(crate) ...` is not a path; `$crate::` would be a macro's.
-        if start > 0 && code[..start].ends_with(|c: char| c.is_alphanumeric() || c == '$') {
+    for (start, _) in code.match_indices(anchor) {
+        // `pub(crate) ...` is not a path, `$crate::` is a macro's, and `super::super::` is
+        // read from its first `super::`.
+        if start > 0 && code[..start].ends_with(|c: char| c.is_alphanumeric() || "$_:".contains(c))
+        {
             continue;
         }
         let line = code[..start].matches('\n').count() + 1;
-        let after = &code[start + "crate::".len()..];
-        if after.starts_with('{') {
-            for head in group_heads(after) {
-                found.push((head, line));
+        let mut rest = &code[start + anchor.len()..];
+        let mut segments = Vec::new();
+        loop {
+            if rest.starts_with('{') {
+                for head in group_heads(rest) {
+                    let mut path = segments.clone();
+                    path.push(head);
+                    found.push((path, line));
+                }
+                break;
             }
-        } else {
-            let len = after
-                .find(|c: char| !(c.is_alphanumeric() || c == '_'))
-                .unwrap_or(after.len());
-            found.push((after[..len].to_string(), line));
+            let len = ident_len(rest);
+            if len == 0 {
+                break;
+            }
+            segments.push(rest[..len].to_string());
+            rest = &rest[len..];
+            match rest.strip_prefix("::") {
+                Some(more) => rest = more,
+                None => {
+                    found.push((segments, line));
+                    break;
+                }
+            }
         }
     }
     found
@@ -183,42 +232,80 @@ fn root_reexports(lib: &str) -> BTreeMap<String, String> {
     map
 }
 
-/// Every module's references to other top-level modules, in the crate whose sources are `src`.
-fn module_graph(src: &Path) -> BTreeMap<String, Vec<Reference>> {
+/// A directory level's graph: its modules and their references to each other.
+struct Level {
+    /// `crate` or `crate::store`.
+    name: String,
+    graph: BTreeMap<String, Vec<Reference>>,
+}
+
+/// The graphs of every directory level of the crate whose sources are `src`.
+fn module_graphs(src: &Path) -> Vec<Level> {
     let root = ["lib.rs", "main.rs"]
         .iter()
         .filter_map(|r| std::fs::read_to_string(src.join(r)).ok())
         .collect::<Vec<_>>()
         .join("\n");
     let reexports = root_reexports(&root);
-    let mut files = Vec::new();
-    rust_files(src, &mut files);
-    let modules: BTreeSet<String> = files.iter().filter_map(|f| top_module(src, f)).collect();
+    let mut levels = Vec::new();
+    level_graphs(src, src, &[], &reexports, &mut levels);
+    levels
+}
+
+/// The graph of the level in `dir` (its modules' paths start with `prefix`), then those of the
+/// levels below it.
+fn level_graphs(
+    src: &Path,
+    dir: &Path,
+    prefix: &[String],
+    reexports: &BTreeMap<String, String>,
+    out: &mut Vec<Level>,
+) {
+    let kids = children(dir);
     let mut graph: BTreeMap<String, Vec<Reference>> = BTreeMap::new();
-    for file in &files {
-        let Some(from) = top_module(src, file) else {
-            continue;
-        };
-        let code = code_only(&std::fs::read_to_string(file).unwrap());
-        let rel = file.strip_prefix(src).unwrap().display().to_string();
+    for (from, child) in &kids {
         let refs = graph.entry(from.clone()).or_default();
-        for (head, line) in crate_paths(&code) {
-            let to = if modules.contains(&head) {
-                head.clone()
-            } else if let Some(module) = reexports.get(&head) {
-                module.clone()
-            } else {
-                continue; // an item of lib.rs itself
-            };
-            if to != from {
-                refs.push(Reference {
-                    to,
-                    at: format!("src/{rel}:{line}: crate::{head}"),
-                });
+        for file in &child.files {
+            let code = code_only(&std::fs::read_to_string(file).unwrap());
+            let rel = file.strip_prefix(src).unwrap().display().to_string();
+            let mut named: Vec<(String, usize, String)> = Vec::new();
+            for (path, line) in paths(&code, "crate::") {
+                if path.len() > prefix.len() && path[..prefix.len()] == *prefix {
+                    let head = &path[prefix.len()];
+                    let to = match reexports.get(head) {
+                        Some(module) if prefix.is_empty() && !kids.contains_key(head) => module,
+                        _ => head,
+                    };
+                    named.push((to.clone(), line, format!("crate::{}", path.join("::"))));
+                }
+            }
+            if child.own.as_ref() == Some(file) {
+                for (path, line) in paths(&code, "super::") {
+                    named.push((path[0].clone(), line, format!("super::{}", path.join("::"))));
+                }
+            }
+            for (to, line, text) in named {
+                if to != *from && kids.contains_key(&to) {
+                    refs.push(Reference {
+                        to,
+                        at: format!("src/{rel}:{line}: {text}"),
+                    });
+                }
             }
         }
     }
-    graph
+    let name = std::iter::once("crate".to_string())
+        .chain(prefix.iter().cloned())
+        .collect::<Vec<_>>()
+        .join("::");
+    out.push(Level { name, graph });
+    for (child_name, child) in &kids {
+        if let Some(sub) = &child.dir {
+            let mut deeper = prefix.to_vec();
+            deeper.push(child_name.clone());
+            level_graphs(src, sub, &deeper, reexports, out);
+        }
+    }
 }
 
 /// The strongly connected components with more than one module (Tarjan's algorithm).
@@ -310,19 +397,25 @@ fn no_crates_modules_form_a_cycle() {
     }
     let mut report = String::new();
     for (name, src) in &crates {
-        let graph = module_graph(src);
+        let levels = module_graphs(src);
         if name == "pager" {
-            assert!(graph.len() > 20, "pager modules found: {:?}", graph.keys());
+            let root = &levels[0].graph;
+            assert!(root.len() > 20, "pager modules found: {:?}", root.keys());
+            let store = levels.iter().find(|l| l.name == "crate::store").unwrap();
+            assert!(store.graph.contains_key("shm"), "{:?}", store.graph.keys());
         }
-        for component in cycles(&graph) {
-            report.push_str(&format!(
-                "\n{name}: these modules reach each other: {}\n",
-                component.join(", ")
-            ));
-            for from in &component {
-                for r in &graph[from] {
-                    if component.contains(&r.to) {
-                        report.push_str(&format!("  {from} -> {}  ({})\n", r.to, r.at));
+        for level in &levels {
+            for component in cycles(&level.graph) {
+                report.push_str(&format!(
+                    "\n{name}, {}: these modules reach each other: {}\n",
+                    level.name,
+                    component.join(", ")
+                ));
+                for from in &component {
+                    for r in &level.graph[from] {
+                        if component.contains(&r.to) {
+                            report.push_str(&format!("  {from} -> {}  ({})\n", r.to, r.at));
+                        }
                     }
                 }
             }
@@ -341,14 +434,24 @@ fn the_reader_sees_paths_in_groups_and_skips_tests_and_comments() {
          mod tests { use crate::e; fn h() { if true { crate::f::i(); } } }\n\
          use crate::after;\n",
     );
-    let heads: Vec<(String, usize)> = crate_paths(&code);
-    let names: Vec<&str> = heads.iter().map(|(h, _)| h.as_str()).collect();
-    assert_eq!(names, ["a", "b", "c", "d", "after"]);
+    let found = paths(&code, "crate::");
+    let names: Vec<String> = found.iter().map(|(p, _)| p.join("::")).collect();
+    // A group gives each entry's first segment after the prefix.
+    assert_eq!(names, ["a", "b", "c", "d::g", "after"]);
+    let deep = paths("use crate::store::{shm::X, socket};", "crate::");
+    let deep: Vec<String> = deep.iter().map(|(p, _)| p.join("::")).collect();
+    assert_eq!(deep, ["store::shm", "store::socket"]);
     assert_eq!(
-        heads.last().unwrap().1,
+        found.last().unwrap().1,
         6,
         "line numbers survive the stripping"
     );
+    let sup = paths(
+        "use super::{x, y::Z}; super::super::w(); self::v();",
+        "super::",
+    );
+    let sup: Vec<String> = sup.iter().map(|(p, _)| p.join("::")).collect();
+    assert_eq!(sup, ["x", "y", "super::w"]);
     let lib = "pub use config::{RegionConfig, Tuning};\npub use region::Region;\n";
     let map = root_reexports(lib);
     assert_eq!(map["RegionConfig"], "config");

@@ -14,7 +14,8 @@
 //! Threads get an `Arc<Engine>` but each activity lives in its own module (`handler.rs`,
 //! `fault.rs`, `fetch.rs`, `evict.rs`, `reclaimer.rs`, `watchdog.rs`, `hint_thread.rs`) and
 //! touches only the parts above it needs. No part, and not this module, uses an activity's
-//! module (`tests/module_graph.rs` checks that no modules import each other in a circle).
+//! module (`crates/cli/tests/module_graph.rs` checks that no modules import each other in a
+//! circle).
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
