@@ -379,35 +379,13 @@ fn micro(args: &MicroArgs) -> Result<MicroReport, String> {
 
     // Measured passes: read one word per access, checked against what was written; one thread
     // per stream of the pattern.
-    let mut hist = new_hist();
-    let mut checksum = 0u64;
-    let mut bad = 0u64;
-    let mut accesses = 0u64;
     let t = Instant::now();
-    let base_addr = base as usize;
-    for pass in 0..args.passes {
-        let results: Vec<StreamResult> = std::thread::scope(|scope| {
-            let handles: Vec<_> = args
-                .pattern
-                .streams(pages, pass)
-                .into_iter()
-                .map(|stream| scope.spawn(move || read_stream(base_addr, stream)))
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().expect("stream thread"))
-                .collect()
-        });
-        for r in results {
-            hist.add(&r.hist).expect("histograms with the same bounds");
-            checksum = checksum.wrapping_add(r.checksum);
-            bad += r.bad;
-            accesses += r.accesses;
-        }
-        if progress {
-            eprintln!("  pass {}/{} done", pass + 1, args.passes);
-        }
-    }
+    let StreamResult {
+        hist,
+        checksum,
+        bad,
+        accesses,
+    } = measured_passes(base as usize, pages, &args.pattern, args.passes, progress);
     let far_s = t.elapsed().as_secs_f64();
     let after = region.stats();
     let memnode_desc = after.memnode.clone();
@@ -500,6 +478,50 @@ struct StreamResult {
     checksum: u64,
     bad: u64,
     accesses: u64,
+}
+
+/// The measured passes over the `pages` pages at `base` (far memory or plain, already filled):
+/// in each pass one thread per stream of `pattern` ([`read_stream`]), their results summed; a
+/// line on stderr after each pass when `progress`.
+fn measured_passes(
+    base: usize,
+    pages: usize,
+    pattern: &Pattern,
+    passes: u32,
+    progress: bool,
+) -> StreamResult {
+    let mut total = StreamResult {
+        hist: new_hist(),
+        checksum: 0,
+        bad: 0,
+        accesses: 0,
+    };
+    for pass in 0..passes {
+        let results: Vec<StreamResult> = std::thread::scope(|scope| {
+            let handles: Vec<_> = pattern
+                .streams(pages, pass)
+                .into_iter()
+                .map(|stream| scope.spawn(move || read_stream(base, stream)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("stream thread"))
+                .collect()
+        });
+        for r in results {
+            total
+                .hist
+                .add(&r.hist)
+                .expect("histograms with the same bounds");
+            total.checksum = total.checksum.wrapping_add(r.checksum);
+            total.bad += r.bad;
+            total.accesses += r.accesses;
+        }
+        if progress {
+            eprintln!("  pass {}/{passes} done", pass + 1);
+        }
+    }
+    total
 }
 
 /// Reads one word of every page of `stream` from the region at `base`, timing each access.

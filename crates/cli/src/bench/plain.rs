@@ -10,7 +10,7 @@ use gleaner_proto::units::format_size;
 use serde::Serialize;
 
 use super::pattern::fill_page;
-use super::{new_hist, pin, read_stream, MicroArgs, StreamResult};
+use super::{measured_passes, pin, MicroArgs, StreamResult};
 
 /// Everything one plain-memory run measured. Field names follow the far-memory report's where
 /// they mean the same thing.
@@ -155,7 +155,6 @@ pub fn run(args: &MicroArgs) -> Result<PlainReport, String> {
     let _pinned = args.pin_cpu.map(pin::pin_current_thread).transpose()?;
     let (map, nohugepage) = Mapping::new(pages * PAGE_SIZE)?;
     let base = map.ptr;
-    let mut hist = new_hist();
     let (baseline, baseline_anon, baseline_file) = rss();
     if progress {
         eprintln!(
@@ -179,34 +178,13 @@ pub fn run(args: &MicroArgs) -> Result<PlainReport, String> {
     let rss_after_init = rss().0;
 
     // Measured passes: the far-memory mode's reader, one thread per stream of the pattern.
-    let mut checksum = 0u64;
-    let mut bad = 0u64;
-    let mut accesses = 0u64;
-    let base_addr = base as usize;
     let t = Instant::now();
-    for pass in 0..args.passes {
-        let results: Vec<StreamResult> = std::thread::scope(|scope| {
-            let handles: Vec<_> = args
-                .pattern
-                .streams(pages, pass)
-                .into_iter()
-                .map(|stream| scope.spawn(move || read_stream(base_addr, stream)))
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().expect("stream thread"))
-                .collect()
-        });
-        for r in results {
-            hist.add(&r.hist).expect("histograms with the same bounds");
-            checksum = checksum.wrapping_add(r.checksum);
-            bad += r.bad;
-            accesses += r.accesses;
-        }
-        if progress {
-            eprintln!("  pass {}/{} done", pass + 1, args.passes);
-        }
-    }
+    let StreamResult {
+        hist,
+        checksum,
+        bad,
+        accesses,
+    } = measured_passes(base as usize, pages, &args.pattern, args.passes, progress);
     let measured_s = t.elapsed().as_secs_f64();
     let f2 = FaultCounts::now();
     let rss_after = rss().0;
