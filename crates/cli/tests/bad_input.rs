@@ -71,33 +71,39 @@ fn wrong_token_is_rejected_on_both_sides() {
     );
 }
 
+/// Starts `gleaner bench micro --size SIZE --local LOCAL --passes PASSES` against `node`
+/// (`--floor-samples 0`, then `extra`), its output piped (or dropped when not `piped`).
+fn spawn_bench_micro(
+    node: &MemnodeProc,
+    size: &str,
+    local: &str,
+    passes: &str,
+    extra: &[&str],
+    piped: bool,
+) -> std::process::Child {
+    let out = || if piped { Stdio::piped() } else { Stdio::null() };
+    Command::new(gleaner_bin())
+        .args([
+            "bench", "micro", "--size", size, "--local", local, "--passes", passes,
+        ])
+        .arg("--memnode")
+        .arg(node.endpoint.to_string())
+        .args(["--floor-samples", "0"])
+        .args(extra)
+        .arg("--token-file")
+        .arg(&node.token_file)
+        .stdin(Stdio::null())
+        .stdout(out())
+        .stderr(out())
+        .spawn()
+        .unwrap()
+}
+
 /// A program whose memnode dies must stop with a clear message, not continue on zeros.
 #[test]
 fn memnode_death_stops_the_program_with_a_clear_message() {
     let mut node = MemnodeProc::start("127.0.0.1:0", "1G");
-    let addr = node.endpoint.to_string();
-    let mut child = Command::new(gleaner_bin())
-        .args([
-            "bench",
-            "micro",
-            "--size",
-            "64M",
-            "--local",
-            "25%",
-            "--passes",
-            "1000",
-            "--memnode",
-            &addr,
-            "--floor-samples",
-            "0",
-            "--token-file",
-        ])
-        .arg(&node.token_file)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_bench_micro(&node, "64M", "25%", "1000", &[], true);
     // Let it get well into the measured passes (pages live on the memnode), then kill the memnode.
     std::thread::sleep(Duration::from_secs(3));
     assert!(
@@ -123,35 +129,8 @@ fn memnode_death_stops_the_program_with_a_clear_message() {
 fn memnode_death_on_shared_memory_keeps_the_data_and_stops_when_more_is_needed() {
     // A region that fits in the first slab: the run completes correctly without the memnode.
     let mut node = MemnodeProc::start("unix", "1G");
-    let addr = node.endpoint.to_string();
-    let spawn_bench = |size: &str, passes: &str| {
-        Command::new(gleaner_bin())
-            .args([
-                "bench",
-                "micro",
-                "--size",
-                size,
-                "--local",
-                "8M",
-                "--passes",
-                passes,
-                "--memnode",
-                &addr,
-                "--floor-samples",
-                "0",
-                // Every pass faults every page in (no prefetching), so the run outlives the kill.
-                "--prefetch",
-                "none",
-                "--token-file",
-            ])
-            .arg(&node.token_file)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
-    };
-    let mut child = spawn_bench("32M", "60");
+    // Every pass faults every page in (no prefetching), so the run outlives the kill.
+    let mut child = spawn_bench_micro(&node, "32M", "8M", "60", &["--prefetch", "none"], true);
     std::thread::sleep(Duration::from_secs(2));
     assert!(
         child.try_wait().unwrap().is_none(),
@@ -171,28 +150,7 @@ stderr: {err}"
     // grant the next one, and the program stops clearly instead of continuing.
     let mut node = MemnodeProc::start("unix", "4G");
     let addr2 = node.endpoint.to_string();
-    let mut child = Command::new(gleaner_bin())
-        .args([
-            "bench",
-            "micro",
-            "--size",
-            "2G",
-            "--local",
-            "8M",
-            "--passes",
-            "1",
-            "--memnode",
-            &addr2,
-            "--floor-samples",
-            "0",
-            "--token-file",
-        ])
-        .arg(&node.token_file)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_bench_micro(&node, "2G", "8M", "1", &[], true);
     std::thread::sleep(Duration::from_millis(700));
     assert!(
         child.try_wait().unwrap().is_none(),
@@ -223,28 +181,7 @@ stderr: {err}"
 fn a_client_killed_while_writing_back_loses_the_memnode_nothing() {
     let node = MemnodeProc::start("unix", "2G");
     let addr = node.endpoint.to_string();
-    let mut child = Command::new(gleaner_bin())
-        .args([
-            "bench",
-            "micro",
-            "--size",
-            "1G",
-            "--local",
-            "8M",
-            "--passes",
-            "3",
-            "--memnode",
-            &addr,
-            "--floor-samples",
-            "0",
-            "--token-file",
-        ])
-        .arg(&node.token_file)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_bench_micro(&node, "1G", "8M", "3", &[], false);
     std::thread::sleep(Duration::from_millis(1500));
     assert!(
         child.try_wait().unwrap().is_none(),
