@@ -15,13 +15,14 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// A reference found in the source: which top-level module it names, and where.
+/// A reference found in the source: which sibling module it names, and where.
 #[derive(Debug, Clone)]
 struct Reference {
     to: String,
     at: String,
 }
 
+/// Every `.rs` file under `dir`, at any depth.
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
@@ -33,14 +34,16 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// One directory level's modules: each child's name, its own file (`a.rs` or `a/mod.rs`, where
-/// `super::` means this level) and every file it is made of (its sub-directory included).
+/// One module of a directory level: its own file (`a.rs` or `a/mod.rs`, where `super::` means
+/// this level), every file it is made of (its sub-directory included), and that directory.
 struct Child {
     own: Option<PathBuf>,
     files: Vec<PathBuf>,
     dir: Option<PathBuf>,
 }
 
+/// The modules of the level in `dir`, by name (the crate root's `lib.rs`/`main.rs` and a
+/// directory's `mod.rs` are the level itself, not one of them).
 fn children(dir: &Path) -> BTreeMap<String, Child> {
     let mut found: BTreeMap<String, Child> = BTreeMap::new();
     let blank = || Child {
@@ -70,8 +73,8 @@ fn children(dir: &Path) -> BTreeMap<String, Child> {
     found
 }
 
-/// The source without comments (line comments and doc comments; block comments are not used
-/// in this crate outside tests) and without `#[cfg(test)]` items.
+/// The source without line comments (doc comments included; the workspace's sources use no
+/// block comments) and without `#[cfg(test)]` items.
 fn code_only(text: &str) -> String {
     let mut code = String::new();
     for line in text.lines() {
