@@ -823,6 +823,19 @@ impl Pipe {
 mod tests {
     use super::*;
     use crate::mapping::Mapping;
+    use std::sync::{Mutex, MutexGuard, PoisonError};
+
+    /// Held by every test here that forks, and by the one whose pages must not be shared with
+    /// a child while it runs: a fork in another test's thread makes every page of this process
+    /// copy-on-write, and a write then goes to a new copy instead of the captured page (the
+    /// hazard `a_write_between_capture_and_drop_...` checks). CI saw that once, when the pipe
+    /// test's child lived through the capture test's write.
+    static FORKING: Mutex<()> = Mutex::new(());
+
+    /// Takes the turn [`FORKING`] guards.
+    fn forking() -> MutexGuard<'static, ()> {
+        FORKING.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 
     /// Writes `v` to the first byte of `page` of `m` through a raw pointer.
     fn poke(m: &Mapping, page: usize, v: u8) {
@@ -848,6 +861,7 @@ mod tests {
     /// gives up root (when run as root) before it asks, then uses up its user's pipe pages.
     #[test]
     fn a_pipe_larger_than_the_kernel_allows_becomes_the_largest_it_allows() {
+        let _turn = forking();
         let read_usize = |path: &str| -> usize {
             std::fs::read_to_string(path)
                 .unwrap()
@@ -979,6 +993,7 @@ mod tests {
     /// (`MADV_POPULATE_WRITE`) restores the contract.
     #[test]
     fn a_write_between_capture_and_drop_is_captured_unless_the_page_is_shared_with_a_child() {
+        let _turn = forking();
         let pipe = Pipe::new(16).unwrap();
         let m = Mapping::reserve(3 * PAGE_SIZE).unwrap();
         for p in 0..3 {
