@@ -226,15 +226,32 @@ fn killing_two_memnodes_of_three_stops_the_program_naming_them() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // Every pair of memnodes holds some of the 64 MiB once the third one holds its share.
-    wait_for_pages(&nodes[1], 4000);
-    let victims = [nodes[0].endpoint.to_string(), nodes[2].endpoint.to_string()];
+    // Once much of the 64 MiB is far (two replicas of each page: 16000 pages held is 31 MiB),
+    // the victims are the pair of memnodes that shares the most pages. Each extent is placed
+    // on two memnodes, so held[a] + held[b] - held[c] is twice the pages on exactly a and b;
+    // placement is random, and a pair the test picked blindly (it did once) may share none.
+    let deadline = Instant::now() + LIMIT;
+    let held = loop {
+        let held: Vec<i64> = nodes.iter().map(|n| pages_held(n) as i64).collect();
+        if held.iter().sum::<i64>() >= 16_000 {
+            break held;
+        }
+        assert!(Instant::now() < deadline, "too few far pages: {held:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let (a, b, shared) = [(0, 1, 2), (0, 2, 1), (1, 2, 0)]
+        .into_iter()
+        .map(|(a, b, c)| (a, b, (held[a] + held[b] - held[c]) / 2))
+        .max_by_key(|&(_, _, shared)| shared)
+        .unwrap();
+    assert!(shared > 0, "no pair shares pages: {held:?}");
+    let victims = [nodes[a].endpoint.to_string(), nodes[b].endpoint.to_string()];
     // Both must fail at once: killed one after the other, the pool may copy every extent the
     // first held onto the survivors before the second dies, and then nothing is lost.
-    nodes[0].freeze();
-    nodes[2].freeze();
-    nodes[0].kill();
-    nodes[2].kill();
+    nodes[a].freeze();
+    nodes[b].freeze();
+    nodes[a].kill();
+    nodes[b].kill();
     let (code, out, err) = wait_output(&mut child, LIMIT);
     assert_eq!(code, Some(FATAL_EXIT_CODE), "stdout: {out}\nstderr: {err}");
     assert!(!out.contains("checksum"), "no result from lost data: {out}");
