@@ -64,7 +64,7 @@
 //! If the memnode refuses the write (full), the dropped pages whose far copy is stale are put
 //! back from the copies read out of the pipe, and the region keeps them locally while it can.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -685,13 +685,7 @@ impl Pipe {
     /// reclaim thread and handler); that evictor's batches are then smaller (said once), where
     /// the program used to be stopped.
     fn new(pages: usize) -> std::io::Result<Pipe> {
-        let mut fds = [0; 2];
-        // SAFETY: pipe2 writes two new descriptors into the live array.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: both descriptors were just returned by the kernel and are owned by nothing else.
-        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
         let wanted = pages.max(1);
         let mut ask = wanted;
         loop {

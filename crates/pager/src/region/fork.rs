@@ -2,7 +2,6 @@
 //! and the child's ([`Region::continue_in_child`], trimming what it inherited to its budget).
 //! `docs/architecture.md` ("Fork with far memory") says what each mode promises.
 
-use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
 
 use gleaner_uffd::{Uffd, UffdOptions};
@@ -35,7 +34,9 @@ impl Region {
                 // No install may be half done in the child: handlers finish theirs and hold the
                 // next faults until the fork is over.
                 e.gate.close();
-                let held = child_pipe()
+                // Both ends close-on-exec: the read end stays with the parent's store, the
+                // write end goes to the child.
+                let held = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
                     .map_err(|err| format!("no pipe for the child ({err})"))
                     .and_then(|(alive, child_end)| {
                         e.store
@@ -272,18 +273,6 @@ pub(super) fn trim_inherited(e: &Engine) -> Result<(), PagerError> {
         Counters::add(&e.counters.evicted_dirty, victims.len() as u64);
     }
     Ok(())
-}
-
-/// A pipe for a fork child (both ends close-on-exec): the read end stays with the parent's
-/// store, the write end goes to the child.
-fn child_pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 writes two descriptors into the live array, or fails and writes nothing.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: both descriptors were just made by the kernel and are owned by nothing else.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
 /// Settles a fork child's inherited page table (on the child's only thread, which therefore
