@@ -480,6 +480,18 @@ struct StreamResult {
     accesses: u64,
 }
 
+impl StreamResult {
+    /// Before the first access.
+    fn nothing() -> StreamResult {
+        StreamResult {
+            hist: new_hist(),
+            checksum: 0,
+            bad: 0,
+            accesses: 0,
+        }
+    }
+}
+
 /// The measured passes over the `pages` pages at `base` (far memory or plain, already filled):
 /// in each pass one thread per stream of `pattern` ([`read_stream`]), their results summed; a
 /// line on stderr after each pass when `progress`.
@@ -490,12 +502,7 @@ fn measured_passes(
     passes: u32,
     progress: bool,
 ) -> StreamResult {
-    let mut total = StreamResult {
-        hist: new_hist(),
-        checksum: 0,
-        bad: 0,
-        accesses: 0,
-    };
+    let mut total = StreamResult::nothing();
     for pass in 0..passes {
         let results: Vec<StreamResult> = std::thread::scope(|scope| {
             let handles: Vec<_> = pattern
@@ -526,12 +533,7 @@ fn measured_passes(
 
 /// Reads one word of every page of `stream` from the region at `base`, timing each access.
 fn read_stream(base: usize, stream: Box<dyn Iterator<Item = usize> + Send>) -> StreamResult {
-    let mut r = StreamResult {
-        hist: new_hist(),
-        checksum: 0,
-        bad: 0,
-        accesses: 0,
-    };
+    let mut r = StreamResult::nothing();
     for p in stream {
         let word = p % (PAGE_SIZE / 8);
         let a = Instant::now();
