@@ -19,6 +19,13 @@
  *                                   after verifying the data
  *   preload_program crash MB        fill MB (pushing most to the memnode), then SIGSEGV
  *   preload_program hog MB          allocate and fill MB, expecting to be stopped
+ *   preload_program close-all MB    fill MB, then close every descriptor above 2 the ways
+ *                                   daemons and fork children about to exec do (close_range, a
+ *                                   loop of close, closefrom), in a fork child too; any number
+ *                                   still open must refuse dup2 with EBUSY, and low numbers
+ *                                   (a shell's `exec 3>file`) must be free; the data must be
+ *                                   intact, then rewritten and intact again. Prints how many
+ *                                   descriptors it could not close (`kept N`)
  *   preload_program big MB          big blocks (256 KiB to 4 MiB) freed and allocated again over
  *                                   and over with malloc, calloc, realloc and posix_memalign, as
  *                                   numpy does with its arrays: every calloc'd block must read
@@ -373,6 +380,59 @@ static int run_fork(size_t mb) {
     return 0;
 }
 
+/* ---- close-all ------------------------------------------------------------------------- */
+
+/* Closes every descriptor above 2, three ways; returns how many stayed open. */
+static int close_everything(void) {
+    if (close_range(3, ~0U, 0)) fail("close_range");
+    for (int fd = 3; fd < 4096; fd++) close(fd);
+    closefrom(3);
+    int kept = 0;
+    for (int fd = 3; fd < 1 << 16; fd++) {
+        if (fcntl(fd, F_GETFD) < 0) continue;
+        kept++;
+        /* A number that is still open is not the program's to take. */
+        if (dup2(1, fd) != -1 || errno != EBUSY) fail("dup2 onto a descriptor left open");
+    }
+    return kept;
+}
+
+static int run_close_all(size_t mb) {
+    size_t len = mb << 20;
+    char *a = malloc(len);
+    if (!a) fail("malloc");
+    fill(a, len, 21);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0) fail("fork");
+    if (pid == 0) {
+        /* As a fork child about to exec does (Python's subprocess with preexec_fn). */
+        close_everything();
+        if (!check(a, len, 21)) {
+            fprintf(stderr, "child: memory differs after closing every descriptor\n");
+            _exit(2);
+        }
+        _exit(0);
+    }
+    int st;
+    if (waitpid(pid, &st, 0) != pid) fail("waitpid");
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        fprintf(stderr, "child status %d\n", st);
+        fail("the fork child's checks");
+    }
+    int kept = close_everything();
+    /* A shell's `exec 3>file`, `exec 4<&0`: low numbers are the program's to name. */
+    for (int fd = 3; fd < 10; fd++)
+        if (dup2(1, fd) != fd) fail("dup2 onto a low number");
+    for (int fd = 3; fd < 10; fd++) close(fd);
+    if (!check(a, len, 21)) fail("memory after closing every descriptor");
+    fill(a, len, 22);
+    if (!check(a, len, 22)) fail("memory rewritten after closing every descriptor");
+    free(a);
+    printf("close-all ok, kept %d\n", kept);
+    return 0;
+}
+
 /* ---- exec, thread-exit, sigterm, crash, hog --------------------------------------------- */
 
 static char *filled(size_t mb, uint64_t seed) {
@@ -577,6 +637,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "crash")) return run_crash(mb);
     if (!strcmp(argv[1], "hog")) return run_hog(mb);
     if (!strcmp(argv[1], "big")) return run_big(mb);
+    if (!strcmp(argv[1], "close-all")) return run_close_all(mb);
     fprintf(stderr, "unknown mode %s\n", argv[1]);
     return 64;
 }

@@ -753,6 +753,52 @@ fn python_multiprocessing_with_handlers_waiting_in_poll_matches_all_local() {
     }
 }
 
+/// Python's `subprocess` children: with `preexec_fn` (and `start_new_session`) Python forks
+/// rather than vforks, and the child closes every descriptor but its error pipe before it
+/// execs. The child's pager must survive that (it used to be stopped, exit 86, and
+/// `subprocess.run` returned 86 with no output), and the parent's data must not change: 48 MiB
+/// of blocks at a 16 MiB budget.
+const PYTHON_SUBPROCESS_JOB: &str = r#"
+import hashlib, subprocess, sys
+blocks = [bytes([i % 251]) * 65536 for i in range(int(sys.argv[1]))]
+runs = []
+# The child fills 32 MiB in preexec_fn, beyond its budget, so that its pager is evicting
+# when the child closes its descriptors.
+for kw in ({}, {"preexec_fn": lambda: bytearray(b"x" * (32 << 20))}, {"start_new_session": True}):
+    r = subprocess.run([sys.executable, "-c", "print(sum(range(100000)))"], capture_output=True, **kw)
+    runs.append((r.returncode, r.stdout.decode().strip()))
+print(runs, hashlib.sha256(b"".join(blocks)).hexdigest())
+"#;
+
+#[test]
+fn python_subprocess_children_that_close_every_descriptor_run() {
+    require("python3");
+    let python = real_python();
+    let dir = TempDir::new("python-subprocess");
+    let script = write_script(&dir, "sub.py", PYTHON_SUBPROCESS_JOB);
+    let local = Command::new(python)
+        .args([&script, "768"])
+        .output()
+        .unwrap();
+    assert!(local.status.success(), "{local:?}");
+    let want = String::from_utf8_lossy(&local.stdout).trim().to_string();
+    assert!(
+        want.starts_with("[(0, '4999950000'), (0, '4999950000'), (0, '4999950000')]"),
+        "{want}"
+    );
+    let s = output_matches_all_local(
+        &dir,
+        "16M",
+        &[python, &script, "768"],
+        &want,
+        "subprocess's",
+    );
+    assert!(
+        s["total"]["evictions"]["dirty"].as_u64().unwrap() > (24 << 20) / 4096,
+        "the parent's blocks went to the memnode: {s}"
+    );
+}
+
 /// numpy arrays freed and allocated every iteration (as pagerank-style jobs do), beside a
 /// 64 MiB array that is mostly far: 4 MiB arrays fit the kept-block allowance (a quarter of the
 /// 32 MiB budget), so `np.zeros` (calloc) and the arithmetic's results (malloc) get freed blocks

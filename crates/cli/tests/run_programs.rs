@@ -137,6 +137,22 @@ fn assert_parent_back_under_budget(stats: &serde_json::Value) {
     );
 }
 
+/// The parent (the lower pid) closed its copy of the pipe whose other end its fork child held,
+/// so the child's exit freed the blobs kept for the child's snapshot: the parent, which
+/// rewrote its memory after the child had gone, holds none at its own exit.
+fn assert_parent_holds_nothing_for_its_gone_child(stats: &serde_json::Value) {
+    let parent = stats["processes"]
+        .as_array()
+        .expect("processes")
+        .iter()
+        .min_by_key(|p| p["pid"].as_u64())
+        .expect("a process");
+    assert_eq!(
+        parent["stats"]["store"]["blobs_held_for_children"], 0,
+        "{parent}"
+    );
+}
+
 /// 80 MiB filled at a 16 MiB budget: most of it is on the memnode when fork comes. The child
 /// gets a pager of its own (4 MiB, a quarter of the parent's budget) reading the far pages as
 /// they were at the fork, while the parent rewrites all of them and frees a quarter (the
@@ -148,6 +164,7 @@ fn fork_child_pages_from_a_snapshot_of_the_fork_moment() {
     assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
     assert!(out.contains("fork ok"), "{out}");
     assert_parent_back_under_budget(&stats);
+    assert_parent_holds_nothing_for_its_gone_child(&stats);
     // The child ends with `_exit`, and still writes its stats: it read the parent's far pages
     // and evicted its own, and the run's totals count it (the parent's pid is the lower).
     assert_eq!(stats["total"]["process_count"], 2, "{stats}");
@@ -997,6 +1014,38 @@ fn freed_big_blocks_are_reused_and_calloc_still_reads_zeros() {
         t["reclaim"]["released_by_allocator"],
         get("discarded_pages")
     );
+}
+
+/// A program that closes every descriptor it did not open, as daemons and fork children about
+/// to exec do (`close_range`, a loop of `close`, `closefrom`; in a fork child, then in the
+/// parent), keeps its far memory and its data: the pager's descriptors are left open, and one
+/// taken with `dup2` is refused with `EBUSY` and a warning. Low numbers stay the program's (a
+/// shell's `exec 3>file`). Before the pager's descriptors were kept from the program, the
+/// first such close stopped the program (exit 86: its userfaultfd or eviction pipe was gone).
+#[test]
+fn closing_every_descriptor_keeps_the_pagers_and_the_data() {
+    let (code, out, err, stats) = run_program("16M", "close-all", "64", &[]);
+    assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
+    let kept: u32 = out
+        .split("kept ")
+        .nth(1)
+        .and_then(|k| k.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no `kept N` in: {out}"));
+    // At least the userfaultfd, the memnode connection and an eviction pipe's two ends.
+    assert!(kept >= 4, "descriptors left open: {kept}");
+    assert!(
+        err.contains("which gleaner holds for its far memory: refused with EBUSY"),
+        "{err}"
+    );
+    // The data went far before the descriptors were closed, and came back after (faults and
+    // prefetches: the program reads it in order).
+    let t = &stats["total"];
+    assert!(
+        t["evictions"]["dirty"].as_u64().unwrap() > pages(48 << 20),
+        "{stats}"
+    );
+    assert!(t["bytes_in"].as_u64().unwrap() > 48 << 20, "{stats}");
+    assert_parent_holds_nothing_for_its_gone_child(&stats);
 }
 
 /// With `--heap-retain 0` every freed big block is discarded at once (the behaviour before

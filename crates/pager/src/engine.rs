@@ -325,7 +325,7 @@ impl Stop {
         Ok(Stop {
             flag: AtomicBool::new(false),
             // SAFETY: `efd` was just returned by the kernel and is owned by nothing else.
-            fd: unsafe { OwnedFd::from_raw_fd(efd) },
+            fd: gleaner_fds::adopt(unsafe { OwnedFd::from_raw_fd(efd) }),
         })
     }
 

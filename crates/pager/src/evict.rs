@@ -686,6 +686,7 @@ impl Pipe {
     /// the program used to be stopped.
     fn new(pages: usize) -> std::io::Result<Pipe> {
         let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+        let (read, write) = (gleaner_fds::adopt(read), gleaner_fds::adopt(write));
         let wanted = pages.max(1);
         let mut ask = wanted;
         loop {

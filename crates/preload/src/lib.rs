@@ -60,6 +60,7 @@
 #![deny(missing_docs)]
 
 mod arena;
+mod descriptors;
 mod heap;
 mod interpose;
 mod lock;
@@ -565,6 +566,9 @@ fn unlock_after_fork(a: &arena::Arena) -> bool {
 extern "C" fn fork_parent() {
     let Some(a) = arena::get() else { return };
     if unlock_after_fork(a) {
+        // gleaner's own code: it closes the child's end of the pipe that tells the parent's
+        // store when the child is gone, which the interposed close refuses the program.
+        let _in = InPager::enter();
         a.region().after_fork();
     }
 }

@@ -58,6 +58,12 @@ impl fmt::Display for Endpoint {
     }
 }
 
+/// `socket` moved out of the program's way when a pager holds it (`gleaner_fds::adopt`): a
+/// program that closes every descriptor it did not open must not close a memnode connection.
+fn held<S: From<std::os::fd::OwnedFd> + Into<std::os::fd::OwnedFd>>(socket: S) -> S {
+    S::from(gleaner_fds::adopt(socket.into()))
+}
+
 /// A connected byte stream of either family.
 #[derive(Debug)]
 pub enum Stream {
@@ -78,14 +84,14 @@ impl Stream {
                     match TcpStream::connect_timeout(&sa, timeout) {
                         Ok(s) => {
                             s.set_nodelay(true)?;
-                            return Ok(Stream::Tcp(s));
+                            return Ok(Stream::Tcp(held(s)));
                         }
                         Err(e) => last = e,
                     }
                 }
                 Err(last)
             }
-            Endpoint::Unix(path) => Ok(Stream::Unix(UnixStream::connect(path)?)),
+            Endpoint::Unix(path) => Ok(Stream::Unix(held(UnixStream::connect(path)?))),
         }
     }
 

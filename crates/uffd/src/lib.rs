@@ -351,6 +351,8 @@ impl Uffd {
             return Err(UffdError::MissingFeature(name));
         }
         let (fd, source, mode) = create_raw(opts.allow_user_mode_only)?;
+        // Out of the program's way: closing it would unregister the region (`gleaner_fds`).
+        let fd = gleaner_fds::adopt(fd);
         api(fd.as_fd(), opts.features)?;
         let mut uffd = Uffd {
             fd,

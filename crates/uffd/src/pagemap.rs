@@ -60,7 +60,7 @@ impl Pagemap {
     /// Opens this process's pagemap.
     pub fn open() -> io::Result<Pagemap> {
         Ok(Pagemap {
-            file: File::open("/proc/self/pagemap")?,
+            file: gleaner_fds::adopt_file(File::open("/proc/self/pagemap")?),
         })
     }
 

@@ -394,10 +394,12 @@ impl Inner {
                 g.pages
             )));
         }
+        // Kept open to punch freed pages out of it: out of the program's way.
+        let memfd = gleaner_fds::adopt(g.memfd);
         self.arena
-            .map_slab(space.granted, g.pages, &g.memfd)
+            .map_slab(space.granted, g.pages, &memfd)
             .map_err(|e| StoreError::Lost(format!("mapping a granted slab: {e}")))?;
-        space.slabs.push((space.granted, g.pages, g.memfd));
+        space.slabs.push((space.granted, g.pages, memfd));
         space.granted += g.pages;
         let granted = space.granted;
         self.granted.store(granted, Ordering::Release);

@@ -1,0 +1,210 @@
+//! The descriptors gleaner holds inside a program's process, and how they are kept from it.
+//!
+//! A pager lives in the program's process and shares its descriptor table: its userfaultfd, its
+//! memnode connection, the slabs' memfds, eviction pipes, eventfds. Programs close descriptors
+//! they never opened: a daemon or a fork child about to exec closes "everything above 2"
+//! (`close_range`, `closefrom`, a loop of `close`; Python's `subprocess` does it in every
+//! child), and a shell script's `exec 3>file` makes descriptor 3 its own with `dup2`. Closing
+//! the userfaultfd would unregister the far-memory region, and the kernel would then hand the
+//! program zeros for every page it had evicted. So:
+//!
+//! * [`adopt`] moves each descriptor the pager keeps to a high number, out of the range where
+//!   programs name descriptors themselves, and records it;
+//! * the interposed `close`, `close_range`, `closefrom`, `dup2` and `dup3` (in the preload
+//!   library) ask [`is_held`] and [`held_in`] and leave recorded descriptors alone, unless
+//!   gleaner's own code is the caller, which then [`forget`]s one before closing it.
+//!
+//! The record is a bitmap of atomics over the first [`TRACKED`] descriptor numbers: reading it
+//! takes no lock, so an interposed call costs one load per descriptor it asks about.
+
+#![deny(missing_docs)]
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+
+/// Descriptor numbers below this are recorded; one above it cannot be (it is left where it is,
+/// unprotected, which only a program with this many descriptors open would meet).
+pub const TRACKED: usize = 1 << 16;
+
+/// The lowest number [`adopt`] moves a descriptor to, at most: with a soft `RLIMIT_NOFILE` below
+/// twice this, half the limit instead.
+pub const PREFERRED_FLOOR: RawFd = 1024;
+
+const WORDS: usize = TRACKED / 64;
+
+#[allow(clippy::declare_interior_mutable_const)] // Used only to initialize the array below.
+const EMPTY: AtomicU64 = AtomicU64::new(0);
+static HELD: [AtomicU64; WORDS] = [EMPTY; WORDS];
+
+/// The floor [`adopt`] moves descriptors to (0: not computed yet).
+static FLOOR: AtomicI32 = AtomicI32::new(0);
+
+fn slot(fd: RawFd) -> Option<(usize, u64)> {
+    let i = usize::try_from(fd).ok().filter(|&i| i < TRACKED)?;
+    Some((i / 64, 1 << (i % 64)))
+}
+
+/// The number descriptors are moved above: [`PREFERRED_FLOOR`], or half the soft descriptor
+/// limit where that is lower, so that the moved descriptors stay below the limit.
+pub fn floor() -> RawFd {
+    let known = FLOOR.load(Ordering::Relaxed);
+    if known > 0 {
+        return known;
+    }
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit into the live local.
+    let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
+        lim.rlim_cur
+    } else {
+        1024
+    };
+    let floor = (soft / 2).clamp(3, PREFERRED_FLOOR as u64) as RawFd;
+    FLOOR.store(floor, Ordering::Relaxed);
+    floor
+}
+
+/// Moves `fd` to the lowest free number at or above [`floor`] (close-on-exec, as gleaner's
+/// descriptors all are) and records it as gleaner's. Where no number there is free (the limit
+/// reached), or the number would be beyond what is recorded, it is recorded where it is, if it
+/// can be.
+pub fn adopt(fd: OwnedFd) -> OwnedFd {
+    // SAFETY: F_DUPFD_CLOEXEC makes a new descriptor for the same file or returns -1; `fd` is
+    // live for the call.
+    let moved = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, floor()) };
+    let fd = if moved >= 0 && slot(moved).is_some() {
+        // SAFETY: the kernel just made `moved`; nothing else owns it. The old number is closed
+        // when `fd` drops (not recorded yet, so the interposed close lets it go).
+        unsafe { OwnedFd::from_raw_fd(moved) }
+    } else {
+        if moved >= 0 {
+            // SAFETY: `moved` is ours and unused.
+            unsafe { libc::close(moved) };
+        }
+        fd
+    };
+    if let Some((w, bit)) = slot(fd.as_raw_fd()) {
+        HELD[w].fetch_or(bit, Ordering::AcqRel);
+    }
+    fd
+}
+
+/// Adopts a `File` ([`adopt`]).
+pub fn adopt_file(file: std::fs::File) -> std::fs::File {
+    std::fs::File::from(adopt(OwnedFd::from(file)))
+}
+
+/// Whether `fd` is one gleaner holds.
+pub fn is_held(fd: RawFd) -> bool {
+    slot(fd).is_some_and(|(w, bit)| HELD[w].load(Ordering::Acquire) & bit != 0)
+}
+
+/// Stops recording `fd`: gleaner is about to close it.
+pub fn forget(fd: RawFd) {
+    if let Some((w, bit)) = slot(fd) {
+        HELD[w].fetch_and(!bit, Ordering::AcqRel);
+    }
+}
+
+/// Calls `f` with each descriptor gleaner holds between `first` and `last` inclusive, in
+/// ascending order.
+pub fn held_in(first: u32, last: u32, mut f: impl FnMut(RawFd)) {
+    let last = (last as usize).min(TRACKED - 1);
+    let mut i = first as usize;
+    while i <= last {
+        let word = HELD[i / 64].load(Ordering::Acquire) >> (i % 64);
+        if word == 0 {
+            i = (i / 64 + 1) * 64;
+            continue;
+        }
+        let next = i + word.trailing_zeros() as usize;
+        if next > last {
+            break;
+        }
+        f(next as RawFd);
+        i = next + 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pipe() -> (OwnedFd, OwnedFd) {
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 writes two descriptors into the live array.
+        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        // SAFETY: both were just made and are owned by nothing else.
+        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
+    }
+
+    #[test]
+    fn an_adopted_descriptor_moves_above_the_floor_is_recorded_and_still_works() {
+        let (r, w) = pipe();
+        let (r_before, w_before) = (r.as_raw_fd(), w.as_raw_fd());
+        let (r, w) = (adopt(r), adopt(w));
+        assert!(r.as_raw_fd() >= floor() && w.as_raw_fd() >= floor());
+        assert!(is_held(r.as_raw_fd()) && is_held(w.as_raw_fd()));
+        assert!(
+            !is_held(r_before) && !is_held(w_before),
+            "the old numbers are not recorded"
+        );
+        // SAFETY: F_GETFD on a closed number fails; no memory is touched.
+        assert_eq!(
+            unsafe { libc::fcntl(r_before, libc::F_GETFD) },
+            -1,
+            "the old number is closed"
+        );
+        // SAFETY: F_GETFD reads the live descriptor's flags.
+        assert_eq!(
+            unsafe { libc::fcntl(r.as_raw_fd(), libc::F_GETFD) },
+            libc::FD_CLOEXEC
+        );
+        let byte = 7u8;
+        // SAFETY: one byte from a live local into our pipe.
+        assert_eq!(
+            unsafe { libc::write(w.as_raw_fd(), (&byte as *const u8).cast(), 1) },
+            1
+        );
+        let mut got = 0u8;
+        // SAFETY: one byte into a live local from our pipe.
+        assert_eq!(
+            unsafe { libc::read(r.as_raw_fd(), (&mut got as *mut u8).cast(), 1) },
+            1
+        );
+        assert_eq!(got, 7);
+        let mut seen = Vec::new();
+        held_in(0, u32::MAX, |fd| seen.push(fd));
+        assert!(
+            seen.contains(&r.as_raw_fd()) && seen.contains(&w.as_raw_fd()),
+            "{seen:?}"
+        );
+        assert!(seen.windows(2).all(|p| p[0] < p[1]), "ascending: {seen:?}");
+        forget(r.as_raw_fd());
+        assert!(!is_held(r.as_raw_fd()));
+        forget(w.as_raw_fd());
+    }
+
+    #[test]
+    fn held_in_reports_only_the_range_asked_for() {
+        for fd in [3, 63, 64, 65, 200, TRACKED as RawFd - 1] {
+            let (w, bit) = slot(fd).unwrap();
+            HELD[w].fetch_or(bit, Ordering::AcqRel);
+        }
+        let mut seen = Vec::new();
+        held_in(63, 65, |fd| seen.push(fd));
+        assert_eq!(seen, vec![63, 64, 65]);
+        seen.clear();
+        held_in(66, 199, |fd| seen.push(fd));
+        assert!(seen.iter().all(|&fd| (66..=199).contains(&fd)), "{seen:?}");
+        seen.clear();
+        held_in(TRACKED as u32 - 1, u32::MAX, |fd| seen.push(fd));
+        assert_eq!(seen, vec![TRACKED as RawFd - 1]);
+        assert!(slot(TRACKED as RawFd).is_none() && slot(-1).is_none());
+        for fd in [3, 63, 64, 65, 200, TRACKED as RawFd - 1] {
+            forget(fd);
+        }
+    }
+}
