@@ -441,7 +441,7 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
 
     let status = status.map_err(|e| SetupError::new(format!("waiting for the program: {e}")))?;
     let name = args.command[0].to_string_lossy().into_owned();
-    let (exit, outcome) = match (status.code(), status.signal()) {
+    let (mut exit, outcome) = match (status.code(), status.signal()) {
         (Some(c), _) => (c as u8, format!("exited with status {c}")),
         (None, Some(s)) => {
             let outcome = format!("was killed by signal {s} ({})", signal_name(s));
@@ -454,17 +454,22 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
     let reports = stats_dir.pager_reports();
     remove_status_files(&reports);
     let pagers = PagerCounts::from_reports(&reports);
-    if let Some(warning) = pagers.warning() {
+    for warning in [pagers.warning(), pagers.stops_warning()]
+        .into_iter()
+        .flatten()
+    {
         eprintln!("gleaner run: {warning}");
     }
-    // A process stopped because its far memory could not start is a failed run, even where the
-    // program's top process carried on and exited 0 (a script that ignores a helper's status).
-    let exit = if exit == 0 && pagers.stopped > 0 {
-        gleaner_pager::FATAL_EXIT_CODE as u8
-    } else {
-        exit
-    };
-    if i32::from(exit) == gleaner_pager::FATAL_EXIT_CODE {
+    // A process stopped because its far memory could not start, or failed later, is a failed
+    // run, even where the program's top process carried on and exited 0 (a script that ignores
+    // a helper's status, Python's subprocess.run).
+    if exit == 0 && pagers.stopped + pagers.stopped_mid_run > 0 {
+        exit = gleaner_pager::FATAL_EXIT_CODE as u8;
+        eprintln!(
+            "gleaner run: {name} exited 0, but the run fails (exit 86): a process of it was \
+             stopped because its far memory failed (see the messages above)"
+        );
+    } else if i32::from(exit) == gleaner_pager::FATAL_EXIT_CODE {
         eprintln!(
             "gleaner run: {name} was stopped because its far memory failed (see the message above)"
         );

@@ -444,6 +444,58 @@ fn more_than_budget_plus_memnode_capacity_is_a_clear_error() {
     assert!(!out.contains("allocated everything"), "{out}");
 }
 
+/// A helper whose far memory fails while it runs (the memnode full) is stopped with exit 86; a
+/// script that carries on past it and exits 0 does not make the run succeed: the run exits 86,
+/// says which process was stopped and why, and its stats count it. (Before, the run exited 0,
+/// and a script that hid the helper's output hid the failure entirely.)
+#[test]
+fn a_process_stopped_mid_run_fails_the_run_although_its_script_exits_0() {
+    preload_library_is_built();
+    let script = format!("{} hog 256; echo script went on after $?", program());
+    let dir = TempDir::new("midrun");
+    let stats = dir.path().join("stats.json");
+    let stats_s = stats.to_string_lossy().into_owned();
+    let (code, out, err) = run_gleaner(
+        &[
+            "run",
+            "--local-mem",
+            "8M",
+            "--memnode-capacity",
+            "32M",
+            "--stats",
+            &stats_s,
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+        LIMIT,
+    );
+    assert!(out.contains("script went on after 86"), "{out}\n{err}");
+    assert_eq!(code, Some(86), "stdout: {out}\nstderr: {err}");
+    assert!(
+        err.contains(
+            "1 process was stopped (exit 86) because far memory failed while it ran; first: \
+             gleaner_preload_program"
+        ),
+        "{err}"
+    );
+    assert!(err.contains("the run fails (exit 86)"), "{err}");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    let procs = &json["far_memory_processes"];
+    assert_eq!(procs["stopped_mid_run"], 1, "{json}");
+    assert_eq!(procs["stopped_pager_failed"], 0, "{json}");
+    assert!(
+        procs["stops"][0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("the memnode is full"),
+        "{json}"
+    );
+    assert_eq!(json["exit_status"], 86, "{json}");
+}
+
 #[test]
 fn bad_input_command_not_found() {
     preload_library_is_built();

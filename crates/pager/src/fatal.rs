@@ -5,6 +5,18 @@
 //! message saying what was lost and [`FATAL_EXIT_CODE`].
 
 use std::io::Write;
+use std::sync::OnceLock;
+
+/// Called with the message before a fatal stop ([`on_fatal`]).
+static ON_FATAL: OnceLock<fn(&str)> = OnceLock::new();
+
+/// Has `hook` called with the message when far memory fails and the process is about to stop
+/// (the preload library reports it to `gleaner run`, which counts the processes so stopped).
+/// The first hook set stays. It runs on the thread that found the failure, which may be any of
+/// the pager's threads, and must not touch managed memory.
+pub fn on_fatal(hook: fn(&str)) {
+    let _ = ON_FATAL.set(hook);
+}
 
 /// The exit status of a process stopped because far memory failed (memnode lost, memnode full
 /// beyond what can be kept locally, or a page missing on the memnode).
@@ -23,6 +35,10 @@ pub(crate) fn fatal(message: &str) -> ! {
          continue on zero-filled pages in place of its data"
     );
     let _ = err.flush();
+    drop(err);
+    if let Some(hook) = ON_FATAL.get() {
+        hook(message);
+    }
     exit_now(FATAL_EXIT_CODE)
 }
 

@@ -63,7 +63,7 @@ pub use config::{
 };
 pub use counters::{FaultBreakdown, LatencySummary};
 pub use embedded::{capacity_for_region, EmbeddedMemnode};
-pub use fatal::{exit_now, FATAL_EXIT_CODE};
+pub use fatal::{exit_now, on_fatal, FATAL_EXIT_CODE};
 pub use predict::{WritePredictionStats, PREDICTED_RESIDENCIES};
 pub use prefetch::PrefetchStats;
 pub use reclaim::ReclaimStats;

@@ -356,6 +356,7 @@ fn start() -> Result<bool, String> {
     rc.thread_start_hook = Some(mark_runtime_thread);
     rc.release_hook = Some(release_kept_blocks);
     let region = Region::new(rc).map_err(|e| e.to_string())?;
+    gleaner_pager::on_fatal(report_stopped);
     arena::install(region, cfg.heap_retain as usize, HEAP_RETAIN_MS);
     let _ = STATS_TEMPLATE.set(cfg.stats);
     // SAFETY: getpid has no preconditions.
@@ -426,9 +427,19 @@ enum Report {
     Counted,
 }
 
+/// The pager's fatal hook: tells `gleaner run` that this process, which ran on far memory, is
+/// being stopped because its far memory failed (the pager has printed why). A script that
+/// carries on after a helper stopped so must not make the run look successful.
+fn report_stopped(message: &str) {
+    let was = IN_RUNTIME.with(|c| c.replace(true));
+    report_pager("stopped", Some(message));
+    IN_RUNTIME.with(|c| c.set(was));
+}
+
 /// Tells `gleaner run` (through `GLEANER_REPORT_DIR`) whether this process's pager started:
-/// `started`, `failed` (the process was stopped) or `fail_open` (it runs all-local). The launcher
-/// counts them, so no process of a run falls back to local memory unnoticed.
+/// `started`, `failed` (the process was stopped), `fail_open` (it runs all-local) or, later,
+/// `stopped` (its far memory failed mid-run and it was stopped). The launcher counts them, so no
+/// process of a run falls back to local memory, or ends for far memory's sake, unnoticed.
 fn report_pager(outcome: &str, error: Option<&str>) -> Report {
     let Some(dir) = std::env::var_os("GLEANER_REPORT_DIR").filter(|d| !d.is_empty()) else {
         return Report::FirstFailure;
@@ -447,8 +458,10 @@ fn report_pager(outcome: &str, error: Option<&str>) -> Report {
         eprintln!("gleaner: cannot write {}: {e}", path.display());
         return Report::FirstFailure;
     }
-    // The first failing process creates the marker; creation is atomic, so exactly one prints.
+    // The first process that fails to start creates the marker; creation is atomic, so exactly
+    // one prints (a stop mid-run is always printed in full by the pager itself).
     let first = error.is_some()
+        && outcome != "stopped"
         && std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -599,6 +612,7 @@ extern "C" fn fork_child() {
                 program_name(),
                 std::process::id()
             );
+            report_pager("failed", Some(&e.to_string()));
             gleaner_pager::exit_now(gleaner_pager::FATAL_EXIT_CODE);
         }
     }

@@ -95,7 +95,8 @@ pub(super) fn remove_status_files(reports: &[Value]) {
 }
 
 /// How many processes of the run started their pager, were stopped because it could not start,
-/// or ran all-local under `--fail-open` (from the preload library's `pager-PID.json` reports).
+/// ran all-local under `--fail-open`, or were stopped later because their far memory failed
+/// (from the preload library's `pager-PID.json` reports).
 #[derive(Debug, Default, PartialEq)]
 pub(super) struct PagerCounts {
     /// Processes whose pager started.
@@ -104,8 +105,12 @@ pub(super) struct PagerCounts {
     pub(super) stopped: usize,
     /// Processes that ran entirely in local memory (`--fail-open`).
     pub(super) all_local: usize,
+    /// Processes whose pager started, stopped (exit 86) later because far memory failed.
+    pub(super) stopped_mid_run: usize,
     /// The first few that did not start: (pid, program, error).
     failures: Vec<(u64, String, String)>,
+    /// The first few stopped mid-run: (pid, program, error).
+    stops: Vec<(u64, String, String)>,
 }
 
 impl PagerCounts {
@@ -117,9 +122,23 @@ impl PagerCounts {
         let mut c = PagerCounts::default();
         let mut reports: Vec<&Value> = reports.iter().collect();
         reports.sort_by_key(|r| r["pid"].as_u64());
+        let named = |r: &Value| {
+            (
+                r["pid"].as_u64().unwrap_or(0),
+                r["program"].as_str().unwrap_or("?").to_string(),
+                r["error"].as_str().unwrap_or("?").to_string(),
+            )
+        };
         for r in reports {
             match r["pager"].as_str() {
                 Some("started") => c.started += 1,
+                Some("stopped") => {
+                    c.started += 1;
+                    c.stopped_mid_run += 1;
+                    if c.stops.len() < Self::NAMED {
+                        c.stops.push(named(r));
+                    }
+                }
                 Some(kind @ ("failed" | "fail_open")) => {
                     if kind == "failed" {
                         c.stopped += 1;
@@ -127,11 +146,7 @@ impl PagerCounts {
                         c.all_local += 1;
                     }
                     if c.failures.len() < Self::NAMED {
-                        c.failures.push((
-                            r["pid"].as_u64().unwrap_or(0),
-                            r["program"].as_str().unwrap_or("?").to_string(),
-                            r["error"].as_str().unwrap_or("?").to_string(),
-                        ));
+                        c.failures.push(named(r));
                     }
                 }
                 _ => {}
@@ -149,7 +164,24 @@ impl PagerCounts {
             "failures": self.failures.iter().map(|(pid, program, error)| {
                 json!({"pid": pid, "program": program, "error": error})
             }).collect::<Vec<_>>(),
+            "stopped_mid_run": self.stopped_mid_run,
+            "stops": self.stops.iter().map(|(pid, program, error)| {
+                json!({"pid": pid, "program": program, "error": error})
+            }).collect::<Vec<_>>(),
         })
+    }
+
+    /// A loud line when any process was stopped after its far memory had started.
+    pub(super) fn stops_warning(&self) -> Option<String> {
+        let (pid, program, error) = self.stops.first()?;
+        let what = match self.stopped_mid_run {
+            1 => "1 process was".to_string(),
+            n => format!("{n} processes were"),
+        };
+        Some(format!(
+            "{what} stopped (exit 86) because far memory failed while it ran; first: {program} \
+             (pid {pid}): {error}"
+        ))
     }
 
     /// A loud line when any process did not run on far memory.
@@ -392,6 +424,21 @@ mod tests {
         assert!(w.starts_with("3 of 4 processes could not start far memory: 2 were stopped (exit 86) and 1 ran entirely in local memory"), "{w}");
         assert!(w.ends_with("first: p5 (pid 5): no token"), "{w}");
         assert_eq!(mixed.to_json()["failures"].as_array().unwrap().len(), 3);
+        assert_eq!(mixed.stops_warning(), None);
+        let stops = PagerCounts::from_reports(&[
+            r(4, "stopped", Some("the memnode is full")),
+            r(2, "started", None),
+            r(6, "stopped", Some("lost")),
+        ]);
+        assert_eq!(
+            (stops.started, stops.stopped, stops.stopped_mid_run),
+            (3, 0, 2)
+        );
+        assert_eq!(stops.warning(), None, "they all started");
+        let w = stops.stops_warning().unwrap();
+        assert!(w.starts_with("2 processes were stopped (exit 86) because far memory failed while it ran; first: p4 (pid 4): the memnode is full"), "{w}");
+        assert_eq!(stops.to_json()["stopped_mid_run"], 2);
+        assert_eq!(stops.to_json()["stops"][1]["error"], "lost");
     }
 
     #[test]
