@@ -26,6 +26,9 @@
  *                                   (a shell's `exec 3>file`) must be free; the data must be
  *                                   intact, then rewritten and intact again. Prints how many
  *                                   descriptors it could not close (`kept N`)
+ *   preload_program fd-limit MB     open descriptors until the limit refuses one (EMFILE), as a
+ *                                   busy server may, then fill MB, verify, rewrite and verify
+ *                                   again. Prints how many it opened (`opened N`)
  *   preload_program big MB          big blocks (256 KiB to 4 MiB) freed and allocated again over
  *                                   and over with malloc, calloc, realloc and posix_memalign, as
  *                                   numpy does with its arrays: every calloc'd block must read
@@ -433,6 +436,24 @@ static int run_close_all(size_t mb) {
     return 0;
 }
 
+/* ---- fd-limit ------------------------------------------------------------------------- */
+
+static int run_fd_limit(size_t mb) {
+    int opened = 0;
+    while (open("/dev/null", O_RDONLY | O_CLOEXEC) >= 0) opened++;
+    if (errno != EMFILE) fail("open stopped short of the descriptor limit");
+    size_t len = mb << 20;
+    char *a = malloc(len);
+    if (!a) fail("malloc");
+    fill(a, len, 31);
+    if (!check(a, len, 31)) fail("memory at the descriptor limit");
+    fill(a, len, 32);
+    if (!check(a, len, 32)) fail("memory rewritten at the descriptor limit");
+    free(a);
+    printf("fd-limit ok, opened %d\n", opened);
+    return 0;
+}
+
 /* ---- exec, thread-exit, sigterm, crash, hog --------------------------------------------- */
 
 static char *filled(size_t mb, uint64_t seed) {
@@ -638,6 +659,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "hog")) return run_hog(mb);
     if (!strcmp(argv[1], "big")) return run_big(mb);
     if (!strcmp(argv[1], "close-all")) return run_close_all(mb);
+    if (!strcmp(argv[1], "fd-limit")) return run_fd_limit(mb);
     fprintf(stderr, "unknown mode %s\n", argv[1]);
     return 64;
 }

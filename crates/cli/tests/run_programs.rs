@@ -1100,6 +1100,37 @@ fn closing_every_descriptor_keeps_the_pagers_and_the_data() {
     assert_parent_holds_nothing_for_its_gone_child(&stats);
 }
 
+/// A program that holds every descriptor its limit allows (as a busy server may, handling
+/// `EMFILE` itself) still gets its far memory: the pager keeps spare descriptors for what it
+/// makes mid-run (an evictor's pipe for a thread that reclaims late, a shared-memory grant's
+/// memfd), and the slabs' memfds are closed once mapped. It used to be stopped (exit 86) at its
+/// first grant or late evictor ("Too many open files").
+#[test]
+fn a_program_at_its_descriptor_limit_keeps_its_far_memory() {
+    preload_library_is_built();
+    let script = format!("ulimit -n 256 && exec {} fd-limit 128", program());
+    let (code, out, err, stats) = run_with_stats("16M", &[], &["sh", "-c", &script]);
+    assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
+    let opened: u32 = out
+        .split("opened ")
+        .nth(1)
+        .and_then(|k| k.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no `opened N` in: {out}"));
+    assert!(
+        opened > 150,
+        "the program held most of its 256 descriptors: {opened}"
+    );
+    let t = &stats["total"];
+    assert!(
+        t["store"]["slabs"].as_u64().unwrap() >= 2,
+        "grants at the limit: {stats}"
+    );
+    assert!(
+        t["evictions"]["dirty"].as_u64().unwrap() > pages(112 << 20),
+        "{stats}"
+    );
+}
+
 /// With `--heap-retain 0` every freed big block is discarded at once (the behaviour before
 /// blocks were kept): nothing is reused, and the program's data is the same.
 #[test]

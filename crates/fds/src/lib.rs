@@ -16,11 +16,18 @@
 //!
 //! The record is a bitmap of atomics over the first [`TRACKED`] descriptor numbers: reading it
 //! takes no lock, so an interposed call costs one load per descriptor it asks about.
+//!
+//! A server at its descriptor limit (`EMFILE`) handles that itself, but the pager would fail a
+//! write-back or a fetch for want of one descriptor (a shared-memory grant's memfd, an
+//! eviction pipe) and stop the program. So a pager keeps spare descriptors, as many as it may
+//! make mid-run ([`keep_spares`]), and gives some up just before it makes descriptors of its
+//! own ([`with_room`]).
 
 #![deny(missing_docs)]
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 /// Descriptor numbers below this are recorded; one above it cannot be (it is left where it is,
 /// unprotected, which only a program with this many descriptors open would meet).
@@ -38,6 +45,79 @@ static HELD: [AtomicU64; WORDS] = [EMPTY; WORDS];
 
 /// The floor [`adopt`] moves descriptors to (0: not computed yet).
 static FLOOR: AtomicI32 = AtomicI32::new(0);
+
+/// The most spare descriptors a process keeps ([`keep_spares`]).
+pub const MAX_SPARES: usize = 32;
+
+#[allow(clippy::declare_interior_mutable_const)] // Used only to initialize the array below.
+const NO_SPARE: AtomicI32 = AtomicI32::new(-1);
+static SPARE: [AtomicI32; MAX_SPARES] = [NO_SPARE; MAX_SPARES];
+/// How many spares this process keeps ([`keep_spares`]; 0: none).
+static SPARES: AtomicUsize = AtomicUsize::new(0);
+
+/// Starts keeping `n` spare descriptors (at most [`MAX_SPARES`]; held, like the pager's own), for
+/// [`with_room`]: as many as the pager may make mid-run and keep (three per evicting thread
+/// that opens its evictor late) plus what one operation makes for a while (a grant's two).
+pub fn keep_spares(n: usize) {
+    SPARES.store(n.min(MAX_SPARES), Ordering::Relaxed);
+    refill();
+}
+
+/// Makes up the spares given up by [`make_room`], as far as the descriptor limit allows now
+/// (nothing unless [`keep_spares`] was called).
+pub fn refill() {
+    for spare in &SPARE[..SPARES.load(Ordering::Relaxed)] {
+        if spare.load(Ordering::Acquire) >= 0 {
+            continue;
+        }
+        // SAFETY: eventfd(2) returns a new descriptor or -1 (an eventfd: no file system needed).
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return; // At the limit: later.
+        }
+        // SAFETY: the kernel just made `fd`; nothing else owns it.
+        let fd = adopt(unsafe { OwnedFd::from_raw_fd(fd) }).into_raw_fd();
+        if spare
+            .compare_exchange(-1, fd, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            forget(fd);
+            // SAFETY: `fd` is ours alone, just made above.
+            drop(unsafe { OwnedFd::from_raw_fd(fd) });
+        }
+    }
+}
+
+/// Gives up to `n` spare descriptors back, so that the next `n` descriptors the caller makes
+/// find a free number even where the program holds all the others. Returns how many it gave.
+pub fn make_room(n: usize) -> usize {
+    let mut given = 0;
+    for spare in &SPARE {
+        if given == n {
+            break;
+        }
+        let fd = spare.swap(-1, Ordering::AcqRel);
+        if fd >= 0 {
+            forget(fd);
+            // SAFETY: the spare was ours alone (taken out of its slot above).
+            drop(unsafe { OwnedFd::from_raw_fd(fd) });
+            given += 1;
+        }
+    }
+    given
+}
+
+/// Runs `make`, which makes up to `n` descriptors, with room made for them first
+/// ([`make_room`]), and makes up the spares afterwards ([`refill`]). One at a time: two
+/// threads making room at once could take more spares than there are.
+pub fn with_room<T>(n: usize, make: impl FnOnce() -> T) -> T {
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    make_room(n);
+    let made = make();
+    refill();
+    made
+}
 
 fn slot(fd: RawFd) -> Option<(usize, u64)> {
     let i = usize::try_from(fd).ok().filter(|&i| i < TRACKED)?;
@@ -185,6 +265,39 @@ mod tests {
         forget(r.as_raw_fd());
         assert!(!is_held(r.as_raw_fd()));
         forget(w.as_raw_fd());
+    }
+
+    #[test]
+    fn spares_are_held_given_up_for_room_and_made_up_again() {
+        keep_spares(4);
+        let spares = || {
+            SPARE
+                .iter()
+                .map(|s| s.load(Ordering::Acquire))
+                .filter(|&fd| fd >= 0)
+                .collect::<Vec<_>>()
+        };
+        let before = spares();
+        assert_eq!(before.len(), 4);
+        assert!(
+            before.iter().all(|&fd| is_held(fd) && fd >= floor()),
+            "{before:?}"
+        );
+        assert_eq!(make_room(2), 2);
+        assert_eq!(spares().len(), 2);
+        let given: Vec<_> = before.iter().filter(|fd| !spares().contains(fd)).collect();
+        for &&fd in &given {
+            assert!(!is_held(fd));
+            // SAFETY: F_GETFD on a closed number fails; no memory is touched.
+            assert_eq!(
+                unsafe { libc::fcntl(fd, libc::F_GETFD) },
+                -1,
+                "{fd} was closed"
+            );
+        }
+        let made = with_room(4, || spares().len());
+        assert_eq!(made, 0, "all given up for the call");
+        assert_eq!(spares().len(), 4, "and made up after it");
     }
 
     #[test]

@@ -140,9 +140,13 @@ impl Evictor {
     /// As [`Evictor::new`], but says what failed instead of stopping the program.
     pub(crate) fn try_new(s: &Engine, in_handler: bool) -> Result<Evictor, String> {
         let batch = s.batch.max();
-        let pipe = Pipe::new(batch).map_err(|e| format!("making the eviction pipe: {e}"))?;
-        let pagemap =
-            Pagemap::open().map_err(|e| format!("opening /proc/self/pagemap for eviction: {e}"))?;
+        // Three descriptors, made mid-run where the program may hold all the others.
+        let (pipe, pagemap) = gleaner_fds::with_room(3, || {
+            let pipe = Pipe::new(batch).map_err(|e| format!("making the eviction pipe: {e}"))?;
+            let pagemap = Pagemap::open()
+                .map_err(|e| format!("opening /proc/self/pagemap for eviction: {e}"))?;
+            Ok::<_, String>((pipe, pagemap))
+        })?;
         Ok(Evictor {
             slot: s.evictors.register_current(),
             scan_all: in_handler,

@@ -262,6 +262,10 @@ impl Region {
                     source,
                 }
             })?;
+        // Spare descriptors for what the region makes mid-run, where the program may hold every
+        // other one it is allowed: an evictor (pipe and pagemap file) for each thread that
+        // opens one late, and a shared-memory grant's socket clone and memfd.
+        gleaner_fds::keep_spares(3 * (placement.len() + pool) + 2);
         let mut policy = crate::policy::build(cfg.evict, budget).map_err(PagerError::Config)?;
         for &page in &l.resident {
             policy.on_install(page, false);

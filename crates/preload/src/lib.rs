@@ -432,6 +432,7 @@ enum Report {
 /// carries on after a helper stopped so must not make the run look successful.
 fn report_stopped(message: &str) {
     let was = IN_RUNTIME.with(|c| c.replace(true));
+    gleaner_fds::make_room(1);
     report_pager("stopped", Some(message));
     IN_RUNTIME.with(|c| c.set(was));
 }

@@ -76,6 +76,10 @@ pub enum Stream {
 impl Stream {
     /// Connects to `endpoint`, waiting at most `timeout` for a TCP connection to be established.
     pub fn connect(endpoint: &Endpoint, timeout: Duration) -> io::Result<Stream> {
+        gleaner_fds::with_room(1, || Self::connect_now(endpoint, timeout))
+    }
+
+    fn connect_now(endpoint: &Endpoint, timeout: Duration) -> io::Result<Stream> {
         match endpoint {
             Endpoint::Tcp(addr) => {
                 let mut last =

@@ -62,6 +62,22 @@ impl Arena {
         Ok(())
     }
 
+    /// Frees `pages` pages of slab at page `first` of the arena, and their memory in the slab's
+    /// memfd (`MADV_REMOVE` on the shared mapping: the hole `fallocate` would punch), so that
+    /// the slab's descriptor need not be kept.
+    pub(crate) fn punch(&self, first: u64, pages: u64) -> io::Result<()> {
+        assert!(first + pages <= self.pages(), "punch outside the arena");
+        let at = (self.addr + first as usize * PAGE_SIZE) as *mut std::ffi::c_void;
+        // SAFETY: the range lies in slabs this store mapped shared and writable (the caller
+        // clips it to them); the pages hold no live blob, so nothing reads them any more.
+        let r = unsafe { libc::madvise(at, pages as usize * PAGE_SIZE, libc::MADV_REMOVE) };
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+
     /// The `len` bytes at `offset`.
     ///
     /// # Safety
@@ -92,5 +108,42 @@ impl Drop for Arena {
         if let Err(e) = unsafe { rustix::mm::munmap(self.addr as *mut _, self.len) } {
             log::warn!("unmapping the far arena: {e}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Memory the memfd holds, in 512-byte blocks (`fstat`'s `st_blocks`).
+    fn blocks(fd: &OwnedFd) -> u64 {
+        rustix::fs::fstat(fd).unwrap().st_blocks as u64
+    }
+
+    #[test]
+    fn punching_through_the_mapping_frees_the_memfds_memory() {
+        let arena = Arena::reserve(64 * PAGE_SIZE).unwrap();
+        let memfd =
+            rustix::fs::memfd_create("arena-test", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+        rustix::fs::ftruncate(&memfd, 16 * PAGE_SIZE as u64).unwrap();
+        arena.map_slab(8, 16, &memfd).unwrap();
+        let at = arena.addr + 8 * PAGE_SIZE;
+        // SAFETY: pages 8..24 of the arena are the slab just mapped, shared and writable, and
+        // nothing else uses them.
+        unsafe { std::ptr::write_bytes(at as *mut u8, 7, 16 * PAGE_SIZE) };
+        let full = blocks(&memfd);
+        assert!(full >= 16 * PAGE_SIZE as u64 / 512, "{full}");
+        arena.punch(12, 8).unwrap();
+        let left = blocks(&memfd);
+        assert_eq!(full - left, 8 * PAGE_SIZE as u64 / 512, "{full} -> {left}");
+        // The pages around the hole keep their bytes; the hole reads as zeros.
+        // SAFETY: as above; reads of the slab's pages.
+        let (kept, hole) = unsafe {
+            (
+                *((at + 4 * PAGE_SIZE - 1) as *const u8),
+                *((at + 4 * PAGE_SIZE) as *const u8),
+            )
+        };
+        assert_eq!((kept, hole), (7, 0));
     }
 }

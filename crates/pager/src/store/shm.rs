@@ -36,7 +36,7 @@
 //! sealed blobs, and a blob changed behind the client's back fails authentication on its next
 //! fetch: exit 86, never wrong data.
 
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -108,8 +108,12 @@ struct Space {
     blobs: Blobs,
     /// Pages granted (mapped) so far.
     granted: u64,
-    /// The slabs, in arena order: (first page, pages, memfd).
-    slabs: Vec<(u64, u64, OwnedFd)>,
+    /// The slabs, in arena order: (first page, pages). Their memfds are closed once mapped
+    /// (freed pages are punched out through the mapping): a store holds no descriptor per
+    /// slab, where a program may need every one it is allowed.
+    slabs: Vec<(u64, u64)>,
+    /// Where the slabs are mapped.
+    arena: Arc<Arena>,
     /// One read end per fork child that may still read this store's blobs: it reports the end
     /// of file once the child has exited or exec'd.
     children: Vec<OwnedFd>,
@@ -131,16 +135,19 @@ impl ShmStore {
         // Blobs of incompressible pages are a little larger than a page and each chunk size
         // keeps its own released pages: twice the region's size in address space (nothing is
         // committed) is room enough.
-        let arena = Arena::reserve((region_pages * 2 + 2 * MAX_GRANT_PAGES as usize) * PAGE_SIZE)
-            .map_err(|source| PagerError::Os {
-            op: "reserving the far arena",
-            source,
-        })?;
+        let arena = Arc::new(
+            Arena::reserve((region_pages * 2 + 2 * MAX_GRANT_PAGES as usize) * PAGE_SIZE).map_err(
+                |source| PagerError::Os {
+                    op: "reserving the far arena",
+                    source,
+                },
+            )?,
+        );
         Ok(ShmStore {
             inner: Arc::new(Inner {
                 session: LazySession::opened(session),
                 codec,
-                arena: Arc::new(arena),
+                arena: arena.clone(),
                 loc: Arc::new(zeroed_atomics(region_pages)),
                 ver: Arc::new(zeroed_atomics(region_pages)),
                 snapshot_bytes: 0,
@@ -152,6 +159,7 @@ impl ShmStore {
                     blobs: Blobs::new(MAX_BLOB_LEN),
                     granted: 0,
                     slabs: Vec::new(),
+                    arena,
                     children: Vec::new(),
                     held: Vec::new(),
                     snapshot_bytes: 0,
@@ -190,6 +198,7 @@ impl ShmStore {
                     blobs: Blobs::above(MAX_BLOB_LEN, granted),
                     granted,
                     slabs: Vec::new(),
+                    arena: parent.arena.clone(),
                     children: Vec::new(),
                     held: Vec::new(),
                     snapshot_bytes,
@@ -372,8 +381,9 @@ impl Inner {
                 self.session.endpoint()
             ))
         })?;
-        let reply = session
-            .with_control(|conn| conn.grant(want))
+        // A clone of the socket and the slab's memfd: room for both, where the program may
+        // hold every other descriptor.
+        let reply = gleaner_fds::with_room(2, || session.with_control(|conn| conn.grant(want)))
             .ok_or_else(|| StoreError::Lost("the memnode session is closed".into()))?;
         let g = match reply {
             Ok(g) => g,
@@ -394,12 +404,11 @@ impl Inner {
                 g.pages
             )));
         }
-        // Kept open to punch freed pages out of it: out of the program's way.
-        let memfd = gleaner_fds::adopt(g.memfd);
+        // The mapping keeps the slab; its descriptor closes here.
         self.arena
-            .map_slab(space.granted, g.pages, &memfd)
+            .map_slab(space.granted, g.pages, &g.memfd)
             .map_err(|e| StoreError::Lost(format!("mapping a granted slab: {e}")))?;
-        space.slabs.push((space.granted, g.pages, memfd));
+        space.slabs.push((space.granted, g.pages));
         space.granted += g.pages;
         let granted = space.granted;
         self.granted.store(granted, Ordering::Release);
@@ -432,7 +441,7 @@ impl Space {
         let max_slack = (self.blobs.reached_pages() / 64).min(256);
         self.blobs.take_punch(max_slack, &mut punch);
         for (first, count) in crate::runs::runs(punch.iter().map(|&p| p as usize)) {
-            punch_pages(&self.slabs, first as u64, count as u64);
+            punch_pages(&self.arena, &self.slabs, first as u64, count as u64);
         }
     }
 }
@@ -457,21 +466,14 @@ impl Space {
 }
 
 /// Punches arena pages `first..first+pages` out of the slabs holding them.
-fn punch_pages(slabs: &[(u64, u64, OwnedFd)], first: u64, pages: u64) {
+fn punch_pages(arena: &Arena, slabs: &[(u64, u64)], first: u64, pages: u64) {
     let end = first + pages;
-    for (start, len, fd) in slabs {
-        let (a, b) = (first.max(*start), end.min(start + len));
-        if a >= b {
-            continue;
-        }
-        let r = rustix::fs::fallocate(
-            fd.as_fd(),
-            rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE,
-            (a - start) * PAGE_SIZE as u64,
-            (b - a) * PAGE_SIZE as u64,
-        );
-        if let Err(e) = r {
-            log::debug!("punching freed pages out of a slab: {e}");
+    for &(start, len) in slabs {
+        let (a, b) = (first.max(start), end.min(start + len));
+        if a < b {
+            if let Err(e) = arena.punch(a, b - a) {
+                log::debug!("punching freed pages out of a slab: {e}");
+            }
         }
     }
 }
