@@ -27,7 +27,6 @@
 
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Mutex;
 
 /// Descriptor numbers below this are recorded; one above it cannot be (it is left where it is,
 /// unprotected, which only a program with this many descriptors open would meet).
@@ -111,12 +110,46 @@ pub fn make_room(n: usize) -> usize {
 /// ([`make_room`]), and makes up the spares afterwards ([`refill`]). One at a time: two
 /// threads making room at once could take more spares than there are.
 pub fn with_room<T>(n: usize, make: impl FnOnce() -> T) -> T {
-    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = Turn::take();
     make_room(n);
     let made = make();
     refill();
     made
+}
+
+/// The pid of the process one of whose threads is inside [`with_room`] (0: nobody). Not a
+/// mutex: a fork child inherits the value of a parent's thread that was inside, a thread the
+/// child does not have, and takes the turn over instead of waiting for it forever.
+static TURN: AtomicI32 = AtomicI32::new(0);
+
+/// A turn at [`with_room`], given back when dropped.
+struct Turn;
+
+impl Turn {
+    fn take() -> Turn {
+        // SAFETY: getpid has no preconditions.
+        let me = unsafe { libc::getpid() };
+        loop {
+            match TURN.compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed) {
+                Ok(_) => return Turn,
+                Err(holder)
+                    if holder != me
+                        && TURN
+                            .compare_exchange(holder, me, Ordering::Acquire, Ordering::Relaxed)
+                            .is_ok() =>
+                {
+                    return Turn
+                }
+                Err(_) => std::thread::yield_now(),
+            }
+        }
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        TURN.store(0, Ordering::Release);
+    }
 }
 
 fn slot(fd: RawFd) -> Option<(usize, u64)> {
@@ -298,6 +331,15 @@ mod tests {
         let made = with_room(4, || spares().len());
         assert_eq!(made, 0, "all given up for the call");
         assert_eq!(spares().len(), 4, "and made up after it");
+    }
+
+    #[test]
+    fn a_turn_left_by_a_thread_of_another_process_is_taken_over() {
+        // What a fork child sees when a thread of its parent was inside `with_room` at the
+        // fork: the turn held by a pid that is not its own, and no thread to give it back.
+        TURN.store(1, Ordering::Release);
+        assert_eq!(with_room(0, || 42), 42);
+        assert_eq!(TURN.load(Ordering::Acquire), 0, "given back");
     }
 
     #[test]

@@ -540,7 +540,12 @@ pub(crate) fn finish_process() {
         a.region().withdraw_status();
         a.region().flush_trace();
         if let Some(path) = stats_path(pid) {
-            if let Err(e) = std::fs::write(&path, a.region().stats_json()) {
+            // A spare descriptor for the file: the program may hold every other one. (Not
+            // `with_room`, whose lock a thread that vanished at a fork may hold in a child.)
+            gleaner_fds::make_room(1);
+            let written = std::fs::write(&path, a.region().stats_json());
+            gleaner_fds::refill();
+            if let Err(e) = written {
                 eprintln!("gleaner: writing stats to {}: {e}", path.display());
             }
         }
