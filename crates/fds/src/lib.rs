@@ -245,6 +245,9 @@ pub fn held_in(first: u32, last: u32, mut f: impl FnMut(RawFd)) {
 mod tests {
     use super::*;
 
+    /// The spares and the turn are the process's: tests of them take turns.
+    static SPARES_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     fn pipe() -> (OwnedFd, OwnedFd) {
         let mut fds = [0; 2];
         // SAFETY: pipe2 writes two descriptors into the live array.
@@ -302,6 +305,7 @@ mod tests {
 
     #[test]
     fn spares_are_held_given_up_for_room_and_made_up_again() {
+        let _one = SPARES_TESTS.lock().unwrap_or_else(|e| e.into_inner());
         keep_spares(4);
         let spares = || {
             SPARE
@@ -337,6 +341,7 @@ mod tests {
     fn a_turn_left_by_a_thread_of_another_process_is_taken_over() {
         // What a fork child sees when a thread of its parent was inside `with_room` at the
         // fork: the turn held by a pid that is not its own, and no thread to give it back.
+        let _one = SPARES_TESTS.lock().unwrap_or_else(|e| e.into_inner());
         TURN.store(1, Ordering::Release);
         assert_eq!(with_room(0, || 42), 42);
         assert_eq!(TURN.load(Ordering::Acquire), 0, "given back");
