@@ -385,6 +385,8 @@ static int run_fork(size_t mb) {
 
 /* ---- close-all ------------------------------------------------------------------------- */
 
+static char *filled(size_t mb, uint64_t seed);
+
 /* Closes every descriptor above 2, three ways; returns how many stayed open. */
 static int close_everything(void) {
     if (close_range(3, ~0U, 0)) fail("close_range");
@@ -402,9 +404,7 @@ static int close_everything(void) {
 
 static int run_close_all(size_t mb) {
     size_t len = mb << 20;
-    char *a = malloc(len);
-    if (!a) fail("malloc");
-    fill(a, len, 21);
+    char *a = filled(mb, 21);
     fflush(stdout);
     pid_t pid = fork();
     if (pid < 0) fail("fork");
@@ -443,10 +443,7 @@ static int run_fd_limit(size_t mb) {
     while (open("/dev/null", O_RDONLY | O_CLOEXEC) >= 0) opened++;
     if (errno != EMFILE) fail("open stopped short of the descriptor limit");
     size_t len = mb << 20;
-    char *a = malloc(len);
-    if (!a) fail("malloc");
-    fill(a, len, 31);
-    if (!check(a, len, 31)) fail("memory at the descriptor limit");
+    char *a = filled(mb, 31); /* checked as it is filled, at the limit */
     fill(a, len, 32);
     if (!check(a, len, 32)) fail("memory rewritten at the descriptor limit");
     free(a);

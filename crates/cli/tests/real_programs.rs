@@ -699,12 +699,26 @@ if __name__ == "__main__":
 
 /// The pool's script in `dir`, and its all-local result (48 blocks).
 fn pool_job(dir: &TempDir, python: &str) -> (String, String) {
-    let script = write_script(dir, "pool.py", PYTHON_POOL_JOB);
-    let local = Command::new(python).args([&script, "48"]).output().unwrap();
-    assert!(local.status.success(), "{local:?}");
-    let want = String::from_utf8_lossy(&local.stdout).trim().to_string();
+    let (script, want) = job_run_all_local(dir, python, "pool.py", PYTHON_POOL_JOB, "48");
     assert!(want.starts_with("pool "), "{want}");
     (script, want)
+}
+
+/// `text` written to `dir/name`, and its output (trimmed) when run all-local with `arg`.
+fn job_run_all_local(
+    dir: &TempDir,
+    python: &str,
+    name: &str,
+    text: &str,
+    arg: &str,
+) -> (String, String) {
+    let script = write_script(dir, name, text);
+    let local = Command::new(python).args([&script, arg]).output().unwrap();
+    assert!(local.status.success(), "{local:?}");
+    (
+        script,
+        String::from_utf8_lossy(&local.stdout).trim().to_string(),
+    )
 }
 
 #[test]
@@ -775,13 +789,7 @@ fn python_subprocess_children_that_close_every_descriptor_run() {
     require("python3");
     let python = real_python();
     let dir = TempDir::new("python-subprocess");
-    let script = write_script(&dir, "sub.py", PYTHON_SUBPROCESS_JOB);
-    let local = Command::new(python)
-        .args([&script, "768"])
-        .output()
-        .unwrap();
-    assert!(local.status.success(), "{local:?}");
-    let want = String::from_utf8_lossy(&local.stdout).trim().to_string();
+    let (script, want) = job_run_all_local(&dir, python, "sub.py", PYTHON_SUBPROCESS_JOB, "768");
     assert!(
         want.starts_with("[(0, '4999950000'), (0, '4999950000'), (0, '4999950000')]"),
         "{want}"

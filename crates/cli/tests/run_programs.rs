@@ -483,17 +483,23 @@ fn a_process_stopped_mid_run_fails_the_run_although_its_script_exits_0() {
     assert!(err.contains("the run fails (exit 86)"), "{err}");
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
-    let procs = &json["far_memory_processes"];
-    assert_eq!(procs["stopped_mid_run"], 1, "{json}");
-    assert_eq!(procs["stopped_pager_failed"], 0, "{json}");
-    assert!(
-        procs["stops"][0]["error"]
-            .as_str()
-            .unwrap()
-            .contains("the memnode is full"),
+    assert_eq!(
+        json["far_memory_processes"]["stopped_pager_failed"], 0,
         "{json}"
     );
-    assert_eq!(json["exit_status"], 86, "{json}");
+    assert_one_stopped(&json, "stopped_mid_run", "stops", "the memnode is full");
+}
+
+/// The run failed (exit 86) for one stopped process, which `--stats` counts under `count` and
+/// names first in `list`, with `reason` in its error.
+fn assert_one_stopped(stats: &serde_json::Value, count: &str, list: &str, reason: &str) {
+    let procs = &stats["far_memory_processes"];
+    assert_eq!(procs[count], 1, "{stats}");
+    assert!(
+        procs[list][0]["error"].as_str().unwrap().contains(reason),
+        "{stats}"
+    );
+    assert_eq!(stats["exit_status"], 86, "{stats}");
 }
 
 #[test]
@@ -854,17 +860,13 @@ fn a_process_whose_far_memory_cannot_start_fails_the_run() {
         err.contains("/nonexistent/token"),
         "the reason is named: {err}"
     );
-    let procs = &stats["far_memory_processes"];
-    assert_eq!(procs["started"], 1, "{stats}");
-    assert_eq!(procs["stopped_pager_failed"], 1, "{stats}");
-    assert!(
-        procs["failures"][0]["error"]
-            .as_str()
-            .unwrap()
-            .contains("cannot read the memnode token"),
-        "{stats}"
+    assert_eq!(stats["far_memory_processes"]["started"], 1, "{stats}");
+    assert_one_stopped(
+        &stats,
+        "stopped_pager_failed",
+        "failures",
+        "cannot read the memnode token",
     );
-    assert_eq!(stats["exit_status"], 86, "{stats}");
 }
 
 /// The same helper under `--fail-open` runs all-local, correctly, and the run says so.
