@@ -122,33 +122,50 @@ pub fn with_room<T>(n: usize, make: impl FnOnce() -> T) -> T {
 /// child does not have, and takes the turn over instead of waiting for it forever.
 static TURN: AtomicI32 = AtomicI32::new(0);
 
-/// A turn at [`with_room`], given back when dropped.
-struct Turn;
+thread_local! {
+    /// Whether this thread holds the turn: a `with_room` inside another (a reconnection while a
+    /// grant makes room, say) goes on within it rather than wait for itself.
+    static HOLDING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// A turn at [`with_room`] (or, `nested`, the turn this thread already holds), given back when
+/// dropped.
+struct Turn {
+    nested: bool,
+}
 
 impl Turn {
     fn take() -> Turn {
+        if HOLDING.with(|h| h.get()) {
+            return Turn { nested: true };
+        }
         // SAFETY: getpid has no preconditions.
         let me = unsafe { libc::getpid() };
         loop {
-            match TURN.compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed) {
-                Ok(_) => return Turn,
-                Err(holder)
-                    if holder != me
+            let taken = match TURN.compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed) {
+                Ok(_) => true,
+                Err(holder) => {
+                    holder != me
                         && TURN
                             .compare_exchange(holder, me, Ordering::Acquire, Ordering::Relaxed)
-                            .is_ok() =>
-                {
-                    return Turn
+                            .is_ok()
                 }
-                Err(_) => std::thread::yield_now(),
+            };
+            if taken {
+                HOLDING.with(|h| h.set(true));
+                return Turn { nested: false };
             }
+            std::thread::yield_now();
         }
     }
 }
 
 impl Drop for Turn {
     fn drop(&mut self) {
-        TURN.store(0, Ordering::Release);
+        if !self.nested {
+            HOLDING.with(|h| h.set(false));
+            TURN.store(0, Ordering::Release);
+        }
     }
 }
 
@@ -344,6 +361,9 @@ mod tests {
         let _one = SPARES_TESTS.lock().unwrap_or_else(|e| e.into_inner());
         TURN.store(1, Ordering::Release);
         assert_eq!(with_room(0, || 42), 42);
+        assert_eq!(TURN.load(Ordering::Acquire), 0, "given back");
+        // A thread that holds the turn goes on within it; the turn is given back once.
+        assert_eq!(with_room(0, || with_room(0, || 7)), 7);
         assert_eq!(TURN.load(Ordering::Acquire), 0, "given back");
     }
 
