@@ -4,7 +4,8 @@
 //! At load time a constructor reserves one large arena, registers it with userfaultfd through the
 //! pager, and connects to the memnode. From then on the program's allocations are carved from the
 //! arena, while gleaner's own runtime (its threads, buffers and bookkeeping) allocates from the C
-//! library's heap, so the threads that serve faults never fault on managed memory.
+//! library's heap, so the threads that serve faults never fault on managed memory. The
+//! descriptors the pager holds are the program's to see but not to close (`descriptors.rs`).
 //!
 //! Configuration (environment variables; `GLEANER_PRINT_CONFIG=1` prints the values in force):
 //!
