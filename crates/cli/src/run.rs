@@ -26,7 +26,7 @@ use serde_json::json;
 mod report;
 mod signals;
 
-use report::{remove_status_files, sum_stats, summary, PagerCounts, StatsDir};
+use report::{remove_status_files, still_running, sum_stats, summary, PagerCounts, StatsDir};
 use signals::{signal_name, SignalForwarder, CHILD_PID};
 
 /// Exit status when the command cannot be found (as in a shell).
@@ -437,7 +437,26 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
     CHILD_PID.store(0, Ordering::SeqCst);
     signals.stop();
     let wall = started.elapsed();
-    drop(embedded); // stop the private memnode (and free everything it held)
+    // A process the program started that still runs (a daemon: `memcached -d`) keeps the
+    // private memnode: it serves on until no session is left.
+    let running = still_running(stats_dir.path());
+    match embedded {
+        Some(node) if !running.is_empty() => {
+            let pid = node.linger();
+            let list = running
+                .iter()
+                .map(|(pid, program)| format!("{program} (pid {pid})"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            eprintln!(
+                "gleaner run: {name} exited, but processes it started still run: {list}; the \
+                 private memnode (pid {pid}) serves them until they exit (their stats are not in \
+                 this run's report)",
+                name = args.command[0].to_string_lossy()
+            );
+        }
+        node => drop(node), // stop the private memnode (and free everything it held)
+    }
 
     let status = status.map_err(|e| SetupError::new(format!("waiting for the program: {e}")))?;
     let name = args.command[0].to_string_lossy().into_owned();
@@ -452,7 +471,7 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
     };
     let processes = stats_dir.collect();
     let reports = stats_dir.pager_reports();
-    remove_status_files(&reports);
+    remove_status_files(&reports, &running);
     let pagers = PagerCounts::from_reports(&reports);
     for warning in [pagers.warning(), pagers.stops_warning()]
         .into_iter()
@@ -484,6 +503,10 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
         "memnode_embedded": args.memnode.is_none(),
         "processes": processes,
         "far_memory_processes": pagers.to_json(),
+        "still_running": running
+            .iter()
+            .map(|(pid, program)| json!({"pid": pid, "program": program}))
+            .collect::<Vec<_>>(),
         "total": sum_stats(&processes),
         "reclaim": args.reclaim.to_string(),
         "prefetch": args.prefetch.to_string(),

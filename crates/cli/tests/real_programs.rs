@@ -15,7 +15,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{gleaner_bin, real_python, MemnodeProc, TempDir};
+use common::{gleaner_bin, real_python, run_gleaner, MemnodeProc, TempDir};
 
 fn require(program: &str) -> String {
     let out = Command::new("sh")
@@ -804,6 +804,143 @@ fn python_subprocess_children_that_close_every_descriptor_run() {
     assert!(
         s["total"]["evictions"]["dirty"].as_u64().unwrap() > (24 << 20) / 4096,
         "the parent's blocks went to the memnode: {s}"
+    );
+}
+
+/// Whether process `pid` is gone (or a zombie: exited, not yet reaped by its new parent).
+fn gone(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| {
+        s.rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X']))
+    })
+}
+
+/// `memcached -d` under `gleaner run`: the process it started forks the daemon and exits at
+/// once, so `gleaner run` returns; the private memnode must stay for the daemon, which then
+/// holds 48 MiB at a 16 MiB budget and gives every value back, and must go (with its
+/// directory) once the daemon has exited. Before, the memnode stopped with `gleaner run`, and
+/// the daemon died at its first write-back beyond the budget (after about 900 sets of 1 KiB).
+#[test]
+fn a_daemon_keeps_its_far_memory_after_gleaner_run_returns() {
+    let memcached = require("memcached");
+    let dir = TempDir::new("daemon");
+    let pidfile = dir.path().join("memcached.pid");
+    let port = free_port();
+    let (code, out, err) = run_gleaner(
+        &[
+            "run",
+            "--local-mem",
+            "16M",
+            "--fork-local-mem",
+            "16M",
+            "--",
+            &memcached,
+            "-d",
+            "-p",
+            &port.to_string(),
+            "-U",
+            "0",
+            "-l",
+            "127.0.0.1",
+            "-m",
+            "512",
+            "-u",
+            "root",
+            "-P",
+            pidfile.to_str().unwrap(),
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
+    assert!(
+        err.contains("processes it started still run: memcached (pid"),
+        "{err}"
+    );
+    let memnode: i32 = err
+        .split("private memnode (pid ")
+        .nth(1)
+        .and_then(|r| r.split(')').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no memnode pid in: {err}"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let stream = loop {
+        if let Ok(s) = TcpStream::connect(("127.0.0.1", port)) {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the daemon did not listen on {port}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    stream
+        .set_read_timeout(Some(Duration::from_secs(120)))
+        .unwrap();
+    // memcached writes its pid file after it listens.
+    let daemon: i32 = loop {
+        if let Some(pid) = std::fs::read_to_string(&pidfile)
+            .ok()
+            .and_then(|p| p.trim().parse().ok())
+        {
+            break pid;
+        }
+        assert!(Instant::now() < deadline, "no pid in {}", pidfile.display());
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // The memnode's directory (its socket and token), which it removes when it exits.
+    let cmdline = std::fs::read(format!("/proc/{memnode}/cmdline")).unwrap();
+    let private_dir = std::path::PathBuf::from(
+        cmdline
+            .split(|&b| b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .skip_while(|a| a != "--private-dir")
+            .nth(1)
+            .expect("--private-dir"),
+    );
+    assert!(private_dir.is_dir(), "{}", private_dir.display());
+    const LEN: usize = 64 * 1024;
+    let n = 768u64;
+    let mut w = BufWriter::new(stream.try_clone().unwrap());
+    let mut r = BufReader::new(stream);
+    let mut line = String::new();
+    for i in 0..n {
+        write!(w, "set key:{i} 0 0 {LEN}\r\n").unwrap();
+        w.write_all(&value(i, LEN)).unwrap();
+        w.write_all(b"\r\n").unwrap();
+        w.flush().unwrap();
+        line.clear();
+        r.read_line(&mut line).unwrap();
+        assert_eq!(line, "STORED\r\n", "set key:{i}");
+    }
+    let mut buf = vec![0u8; LEN + 2];
+    for i in 0..n {
+        write!(w, "get key:{i}\r\n").unwrap();
+        w.flush().unwrap();
+        line.clear();
+        r.read_line(&mut line).unwrap();
+        assert_eq!(line, format!("VALUE key:{i} 0 {LEN}\r\n"), "get key:{i}");
+        r.read_exact(&mut buf).unwrap();
+        assert!(buf[..LEN] == value(i, LEN)[..], "value of key:{i} differs");
+        line.clear();
+        r.read_line(&mut line).unwrap();
+        assert_eq!(line, "END\r\n");
+    }
+    assert!(!gone(memnode), "the memnode serves the daemon");
+    // SAFETY: kill(2) on the daemon, whose pid it wrote itself.
+    unsafe { libc::kill(daemon, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !(gone(daemon) && gone(memnode)) {
+        assert!(
+            Instant::now() < deadline,
+            "daemon gone: {}, memnode gone: {}",
+            gone(daemon),
+            gone(memnode)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        !private_dir.exists(),
+        "{} was left behind",
+        private_dir.display()
     );
 }
 

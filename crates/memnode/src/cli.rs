@@ -86,9 +86,16 @@ pub struct ServeArgs {
     /// Seconds a session outlives its last connection (for re-attach) before its pages are freed.
     #[arg(long, value_name = "SECS", default_value = "10", value_parser = parse_lease)]
     pub lease: Duration,
-    /// Shut down when standard input reaches end of file (for launchers holding the pipe).
+    /// Shut down when standard input reaches end of file (for launchers holding the pipe). A
+    /// line `linger` before the end asks it to serve on until no session is left (their
+    /// clients gone and their leases out), for a launcher that leaves while a client it
+    /// started (a daemon) still runs.
     #[arg(long)]
     pub exit_on_stdin_eof: bool,
+    /// A directory only this memnode uses (its Unix socket, its token file): removed when it
+    /// exits.
+    #[arg(long, value_name = "DIR")]
+    pub private_dir: Option<PathBuf>,
     /// A tenant, NAME:TOKEN_FILE:QUOTA:WEIGHT (repeatable): clients holding its token (the file
     /// is generated, mode 0600, if missing) share a quota of QUOTA bytes (e.g. 2G) and never
     /// see other tenants' sessions; WEIGHT (a positive integer) is its share under contention.
@@ -311,7 +318,19 @@ fn serve(args: ServeArgs) -> Result<(), CliError> {
         thread::Builder::new()
             .name("memnode-stdin".into())
             .spawn(move || {
-                wait_for_stdin_eof();
+                if wait_for_stdin_eof() {
+                    log::info!("stdin closed; serving until no session is left");
+                    // The launcher is gone or going: its output must not wait for this
+                    // process (a shell's `$(...)`, a pipe), so ours goes nowhere from here.
+                    detach_output();
+                    while !stop.is_shutting_down() {
+                        let s = stop.stats();
+                        if s.sessions_total == 0 && s.live_connections == 0 {
+                            break;
+                        }
+                        thread::sleep(std::time::Duration::from_millis(100));
+                    }
+                }
                 log::info!("stdin closed; shutting down");
                 stop.shutdown();
             })
@@ -325,6 +344,9 @@ fn serve(args: ServeArgs) -> Result<(), CliError> {
     let result = server.run();
     signal_handle.close();
     let _ = signal_thread.join();
+    if let Some(dir) = &args.private_dir {
+        let _ = fs::remove_dir_all(dir);
+    }
     let summary = result?;
     log::info!("{summary}");
     Ok(())
@@ -486,17 +508,32 @@ pub fn load_or_create_token(path: &Path) -> Result<Token, CliError> {
 }
 
 /// Blocks until standard input reaches end of file (or fails).
-fn wait_for_stdin_eof() {
+/// Points standard output and error at `/dev/null`.
+fn detach_output() {
+    if let Ok(null) = fs::OpenOptions::new().write(true).open("/dev/null") {
+        use std::os::fd::AsRawFd;
+        for fd in [1, 2] {
+            // SAFETY: dup2 onto the standard descriptors from an open file; no memory is
+            // passed.
+            unsafe { libc::dup2(null.as_raw_fd(), fd) };
+        }
+    }
+}
+
+/// Waits for the end of stdin; returns whether a line `linger` came before it.
+fn wait_for_stdin_eof() -> bool {
     let mut stdin = io::stdin().lock();
     let mut buf = [0u8; 512];
+    let mut seen = Vec::new();
     loop {
         match stdin.read(&mut buf) {
-            Ok(0) => return,
+            Ok(0) => return seen.split(|&b| b == b'\n').any(|l| l == b"linger"),
+            Ok(n) if seen.len() < 4096 => seen.extend_from_slice(&buf[..n]),
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => {
                 log::warn!("reading stdin failed ({e}); treating it as closed");
-                return;
+                return false;
             }
         }
     }

@@ -52,7 +52,8 @@ impl EmbeddedMemnode {
             .arg(capacity.to_string())
             .arg("--token-file")
             .arg(&token_path)
-            .args(["--lease", "1", "--exit-on-stdin-eof"])
+            .args(["--lease", "1", "--exit-on-stdin-eof", "--private-dir"])
+            .arg(&dir)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -124,6 +125,22 @@ impl EmbeddedMemnode {
     /// The file holding its token (owner-only, removed when the memnode stops).
     pub fn token_file(&self) -> PathBuf {
         self.dir.join("token")
+    }
+
+    /// Leaves the memnode running after this value (and this process) is gone, for clients
+    /// that outlive the launcher (a daemon): it serves until no session is left (each client's
+    /// connections closed and its lease out), then exits and removes its directory. Returns
+    /// its pid.
+    pub fn linger(mut self) -> u32 {
+        if let Some(mut stdin) = self.stdin.take() {
+            use std::io::Write;
+            // Then the end of its stdin, as the pipe closes here.
+            let _ = stdin.write_all(b"linger\n");
+        }
+        let pid = self.child.id();
+        // Neither stopped nor waited for, and its directory stays: it outlives this process.
+        let _ = std::mem::ManuallyDrop::new(self);
+        pid
     }
 }
 

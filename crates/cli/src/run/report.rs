@@ -76,7 +76,7 @@ impl Drop for StatsDir {
 
 /// Removes the live status files of the run's processes (see `gleaner status`): those that
 /// ended at once (exit 86, `_exit`) could not remove their own.
-pub(super) fn remove_status_files(reports: &[Value]) {
+pub(super) fn remove_status_files(reports: &[Value], running: &[(u64, String)]) {
     let dir = gleaner_pager::status_dir();
     let Ok(entries) = std::fs::read_dir(&dir) else {
         return;
@@ -84,6 +84,7 @@ pub(super) fn remove_status_files(reports: &[Value]) {
     let pids: Vec<String> = reports
         .iter()
         .filter_map(|r| r["pid"].as_u64())
+        .filter(|p| !running.iter().any(|(r, _)| r == p))
         .map(|p| format!("{p}-"))
         .collect();
     for e in entries.flatten() {
@@ -92,6 +93,32 @@ pub(super) fn remove_status_files(reports: &[Value]) {
             let _ = std::fs::remove_file(e.path());
         }
     }
+}
+
+/// The processes of the run that still run once the program has exited (a daemon it
+/// started, which forked away from it): those whose environment names this run's report
+/// directory (`GLEANER_REPORT_DIR`, which every process of the run inherits). A zombie's
+/// environment reads empty. (pid, name).
+pub(super) fn still_running(report_dir: &Path) -> Vec<(u64, String)> {
+    let mut want = b"GLEANER_REPORT_DIR=".to_vec();
+    want.extend_from_slice(report_dir.as_os_str().as_encoded_bytes());
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut found: Vec<(u64, String)> = procs
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u64>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.split(|&b| b == 0).any(|v| v == want.as_slice()))
+        })
+        .map(|pid| {
+            let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            (pid, name.trim().to_string())
+        })
+        .collect();
+    found.sort();
+    found
 }
 
 /// How many processes of the run started their pager, were stopped because it could not start,
@@ -270,8 +297,11 @@ pub(super) fn summary(report: &Value, wall: Duration) -> String {
     let n = |v: &Value| v.as_u64().unwrap_or(0);
     let procs = n(&t["process_count"]);
     if procs == 0 {
+        let still = report["still_running"].as_array().map_or(0, Vec::len);
         let why = if report["exit_status"] == gleaner_pager::FATAL_EXIT_CODE {
             "far memory failed and the program was stopped: see the FATAL message above"
+        } else if still > 0 {
+            "the processes it started on far memory still run (above)"
         } else {
             "no process reported far-memory stats (it may not use the C allocator, or it was \
              killed)"
