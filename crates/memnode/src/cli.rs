@@ -92,9 +92,10 @@ pub struct ServeArgs {
     /// started (a daemon) still runs.
     #[arg(long)]
     pub exit_on_stdin_eof: bool,
-    /// A directory only this memnode uses (its Unix socket, its token file): removed when it
-    /// exits.
-    #[arg(long, value_name = "DIR")]
+    /// A directory made for this memnode alone (its Unix socket, its token file): when it
+    /// exits, the token file in it and then the directory, if empty, are removed (for
+    /// launchers; nothing else in it is touched).
+    #[arg(long, value_name = "DIR", hide = true)]
     pub private_dir: Option<PathBuf>,
     /// A tenant, NAME:TOKEN_FILE:QUOTA:WEIGHT (repeatable): clients holding its token (the file
     /// is generated, mode 0600, if missing) share a quota of QUOTA bytes (e.g. 2G) and never
@@ -345,7 +346,11 @@ fn serve(args: ServeArgs) -> Result<(), CliError> {
     signal_handle.close();
     let _ = signal_thread.join();
     if let Some(dir) = &args.private_dir {
-        let _ = fs::remove_dir_all(dir);
+        // The socket file is gone already (`Server::run`).
+        if token_path.starts_with(dir) {
+            let _ = fs::remove_file(&token_path);
+        }
+        let _ = fs::remove_dir(dir);
     }
     let summary = result?;
     log::info!("{summary}");
