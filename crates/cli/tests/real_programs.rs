@@ -190,6 +190,43 @@ fn memcached_at_a_quarter_local_over_tcp() {
 }
 
 /// `n` values of 64 KiB set, then read back and compared, at a quarter of their size local.
+/// Sets keys `key:0..n` to [`value`]s of `len` bytes (32 requests at a time), then gets each
+/// back and checks it, through a memcached connection's writer `w` and reader `r`.
+fn set_and_get_back(
+    w: &mut BufWriter<TcpStream>,
+    r: &mut BufReader<TcpStream>,
+    n: u64,
+    len: usize,
+) {
+    let mut line = String::new();
+    for batch in (0..n).collect::<Vec<_>>().chunks(32) {
+        for &i in batch {
+            write!(w, "set key:{i} 0 0 {len}\r\n").unwrap();
+            w.write_all(&value(i, len)).unwrap();
+            w.write_all(b"\r\n").unwrap();
+        }
+        w.flush().unwrap();
+        for &i in batch {
+            line.clear();
+            r.read_line(&mut line).unwrap();
+            assert_eq!(line, "STORED\r\n", "set key:{i}");
+        }
+    }
+    let mut buf = vec![0u8; len + 2];
+    for i in 0..n {
+        write!(w, "get key:{i}\r\n").unwrap();
+        w.flush().unwrap();
+        line.clear();
+        r.read_line(&mut line).unwrap();
+        assert_eq!(line, format!("VALUE key:{i} 0 {len}\r\n"), "get key:{i}");
+        r.read_exact(&mut buf).unwrap();
+        assert!(buf[..len] == value(i, len)[..], "value of key:{i} differs");
+        line.clear();
+        r.read_line(&mut line).unwrap();
+        assert_eq!(line, "END\r\n");
+    }
+}
+
 fn memcached_at_a_quarter_local(via: Via, n: u64) {
     let memcached = require("memcached");
     let node = memnode_for(via);
@@ -220,34 +257,7 @@ fn memcached_at_a_quarter_local(via: Via, n: u64) {
     );
     let stream = connect_when_up(port, &mut server, "memcached");
     let mut w = BufWriter::new(stream.try_clone().unwrap());
-    let mut r = BufReader::new(stream);
-    let mut line = String::new();
-    for batch in (0..n).collect::<Vec<_>>().chunks(32) {
-        for &i in batch {
-            write!(w, "set key:{i} 0 0 {LEN}\r\n").unwrap();
-            w.write_all(&value(i, LEN)).unwrap();
-            w.write_all(b"\r\n").unwrap();
-        }
-        w.flush().unwrap();
-        for &i in batch {
-            line.clear();
-            r.read_line(&mut line).unwrap();
-            assert_eq!(line, "STORED\r\n", "set key:{i}");
-        }
-    }
-    let mut buf = vec![0u8; LEN + 2];
-    for i in 0..n {
-        write!(w, "get key:{i}\r\n").unwrap();
-        w.flush().unwrap();
-        line.clear();
-        r.read_line(&mut line).unwrap();
-        assert_eq!(line, format!("VALUE key:{i} 0 {LEN}\r\n"), "get key:{i}");
-        r.read_exact(&mut buf).unwrap();
-        assert!(buf[..LEN] == value(i, LEN)[..], "value of key:{i} differs");
-        line.clear();
-        r.read_line(&mut line).unwrap();
-        assert_eq!(line, "END\r\n");
-    }
+    set_and_get_back(&mut w, &mut BufReader::new(stream), n, LEN);
     write!(w, "shutdown\r\n").unwrap();
     let _ = w.flush();
     // memcached 1.6 needs -A for `shutdown`; stop it with SIGTERM through gleaner run otherwise.
@@ -898,32 +908,8 @@ fn a_daemon_keeps_its_far_memory_after_gleaner_run_returns() {
     );
     assert!(private_dir.is_dir(), "{}", private_dir.display());
     const LEN: usize = 64 * 1024;
-    let n = 768u64;
     let mut w = BufWriter::new(stream.try_clone().unwrap());
-    let mut r = BufReader::new(stream);
-    let mut line = String::new();
-    for i in 0..n {
-        write!(w, "set key:{i} 0 0 {LEN}\r\n").unwrap();
-        w.write_all(&value(i, LEN)).unwrap();
-        w.write_all(b"\r\n").unwrap();
-        w.flush().unwrap();
-        line.clear();
-        r.read_line(&mut line).unwrap();
-        assert_eq!(line, "STORED\r\n", "set key:{i}");
-    }
-    let mut buf = vec![0u8; LEN + 2];
-    for i in 0..n {
-        write!(w, "get key:{i}\r\n").unwrap();
-        w.flush().unwrap();
-        line.clear();
-        r.read_line(&mut line).unwrap();
-        assert_eq!(line, format!("VALUE key:{i} 0 {LEN}\r\n"), "get key:{i}");
-        r.read_exact(&mut buf).unwrap();
-        assert!(buf[..LEN] == value(i, LEN)[..], "value of key:{i} differs");
-        line.clear();
-        r.read_line(&mut line).unwrap();
-        assert_eq!(line, "END\r\n");
-    }
+    set_and_get_back(&mut w, &mut BufReader::new(stream), 768, LEN);
     assert!(!gone(memnode), "the memnode serves the daemon");
     // SAFETY: kill(2) on the daemon, whose pid it wrote itself.
     unsafe { libc::kill(daemon, libc::SIGTERM) };
