@@ -542,7 +542,7 @@ pub(crate) fn finish_process() {
         a.region().flush_trace();
         if let Some(path) = stats_path(pid) {
             // A spare descriptor for the file: the program may hold every other one. (Not
-            // `with_room`, whose lock a thread that vanished at a fork may hold in a child.)
+            // `with_room`: at exit, no waiting for another thread's turn, a grant's say.)
             gleaner_fds::make_room(1);
             let written = std::fs::write(&path, a.region().stats_json());
             gleaner_fds::refill();
