@@ -61,6 +61,14 @@ fn run_with_stats(
     (code, out, err, json)
 }
 
+/// The number that follows `label` in a program's output (what the program counted).
+fn number_after(out: &str, label: &str) -> u32 {
+    out.split(label)
+        .nth(1)
+        .and_then(|k| k.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no `{label}N` in: {out}"))
+}
+
 fn pages(bytes: u64) -> u64 {
     bytes / 4096
 }
@@ -1080,11 +1088,7 @@ fn freed_big_blocks_are_reused_and_calloc_still_reads_zeros() {
 fn closing_every_descriptor_keeps_the_pagers_and_the_data() {
     let (code, out, err, stats) = run_program("16M", "close-all", "64", &[]);
     assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
-    let kept: u32 = out
-        .split("kept ")
-        .nth(1)
-        .and_then(|k| k.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no `kept N` in: {out}"));
+    let kept = number_after(&out, "kept ");
     // At least the userfaultfd, the memnode connection and an eviction pipe's two ends.
     assert!(kept >= 4, "descriptors left open: {kept}");
     assert!(
@@ -1113,11 +1117,7 @@ fn a_program_at_its_descriptor_limit_keeps_its_far_memory() {
     let script = format!("ulimit -n 256 && exec {} fd-limit 128", program());
     let (code, out, err, stats) = run_with_stats("16M", &[], &["sh", "-c", &script]);
     assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
-    let opened: u32 = out
-        .split("opened ")
-        .nth(1)
-        .and_then(|k| k.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no `opened N` in: {out}"));
+    let opened = number_after(&out, "opened ");
     assert!(
         opened > 150,
         "the program held most of its 256 descriptors: {opened}"

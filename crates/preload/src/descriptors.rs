@@ -34,8 +34,7 @@ fn libc_result(r: libc::c_long) -> i32 {
 }
 
 fn fail(errno: i32) -> i32 {
-    // SAFETY: __errno_location returns this thread's errno slot.
-    unsafe { *libc::__errno_location() = errno };
+    crate::interpose::set_errno(errno);
     -1
 }
 

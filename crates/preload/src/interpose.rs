@@ -16,7 +16,8 @@ fn managed_allocations() -> bool {
     arena::get().is_some() && !crate::in_runtime()
 }
 
-fn set_errno(e: i32) {
+/// Sets this thread's `errno`.
+pub(crate) fn set_errno(e: i32) {
     // SAFETY: __errno_location returns this thread's errno slot.
     unsafe { *libc::__errno_location() = e };
 }
