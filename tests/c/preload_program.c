@@ -29,6 +29,10 @@
  *   preload_program fd-limit MB     open descriptors until the limit refuses one (EMFILE), as a
  *                                   busy server may, then fill MB, verify, rewrite and verify
  *                                   again. Prints how many it opened (`opened N`)
+ *   preload_program mlock MB        lock all memory (mlockall(MCL_CURRENT | MCL_FUTURE), as
+ *                                   `memcached -k` does), fill MB, mlock a 4 MiB buffer and fill
+ *                                   it, verify both, munlock, munlockall, rewrite and verify
+ *                                   again. Prints how much the kernel had locked (`locked N kB`)
  *   preload_program big MB          big blocks (256 KiB to 4 MiB) freed and allocated again over
  *                                   and over with malloc, calloc, realloc and posix_memalign, as
  *                                   numpy does with its arrays: every calloc'd block must read
@@ -451,6 +455,42 @@ static int run_fd_limit(size_t mb) {
     return 0;
 }
 
+/* ---- mlock -------------------------------------------------------------------------------- */
+
+/* This process's locked memory (VmLck), in kB. */
+static long locked_kb(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) fail("open /proc/self/status");
+    char line[256];
+    long kb = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmLck: %ld kB", &kb) == 1) break;
+    fclose(f);
+    return kb;
+}
+
+static int run_mlock(size_t mb) {
+    size_t len = mb << 20, blen = 4 << 20;
+    if (mlockall(MCL_CURRENT | MCL_FUTURE)) fail("mlockall");
+    char *a = filled(mb, 61);
+    long locked = locked_kb();
+    if (locked <= 0) fail("nothing locked after mlockall");
+    char *b = malloc(blen);
+    if (!b) fail("malloc");
+    if (mlock(b, blen)) fail("mlock");
+    fill(b, blen, 62);
+    if (!check(a, len, 61)) fail("memory after mlock");
+    if (!check(b, blen, 62)) fail("the mlocked buffer");
+    if (munlock(b, blen)) fail("munlock");
+    free(b);
+    if (munlockall()) fail("munlockall");
+    fill(a, len, 63);
+    if (!check(a, len, 63)) fail("memory rewritten after munlockall");
+    free(a);
+    printf("mlock ok, locked %ld kB\n", locked);
+    return 0;
+}
+
 /* ---- exec, thread-exit, sigterm, crash, hog --------------------------------------------- */
 
 static char *filled(size_t mb, uint64_t seed) {
@@ -657,6 +697,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "big")) return run_big(mb);
     if (!strcmp(argv[1], "close-all")) return run_close_all(mb);
     if (!strcmp(argv[1], "fd-limit")) return run_fd_limit(mb);
+    if (!strcmp(argv[1], "mlock")) return run_mlock(mb);
     fprintf(stderr, "unknown mode %s\n", argv[1]);
     return 64;
 }

@@ -275,6 +275,72 @@ fn memcached_at_a_quarter_local(via: Via, n: u64) {
     assert_data_path(via, &s);
 }
 
+/// `memcached -k` locks all its memory (`mlockall(MCL_CURRENT | MCL_FUTURE)`) so that the
+/// kernel never swaps it. Under gleaner it runs, its memory locked as it is touched, and its
+/// values still go far beyond the budget and come back exact. Before, its first eviction
+/// stopped it (exit 86, "dropping evicted pages: Invalid argument": the kernel refuses
+/// `MADV_DONTNEED` on locked pages).
+#[test]
+fn memcached_that_locks_its_memory_still_pages_and_keeps_its_data() {
+    let memcached = require("memcached");
+    let dir = TempDir::new("memcached-locked");
+    let port = free_port();
+    let port_s = port.to_string();
+    const LEN: usize = 64 * 1024;
+    const N: u64 = 768; // 48 MiB of values at a 16 MiB budget
+    let mut server = spawn_under_gleaner(
+        dir.path(),
+        "16M",
+        None,
+        &[
+            &memcached,
+            "-k",
+            "-p",
+            &port_s,
+            "-U",
+            "0",
+            "-l",
+            "127.0.0.1",
+            "-m",
+            "128",
+            "-t",
+            "2",
+            "-u",
+            "root",
+        ],
+    );
+    let stream = connect_when_up(port, &mut server, "memcached");
+    let mut w = BufWriter::new(stream.try_clone().unwrap());
+    set_and_get_back(&mut w, &mut BufReader::new(stream), N, LEN);
+    // The kernel did lock its memory: what it locked so far is in VmLck.
+    let pid = server.id();
+    let children =
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    let locked: f64 = children
+        .split_whitespace()
+        .filter_map(|c| proc_mib(&format!("/proc/{c}/status"), "VmLck"))
+        .sum();
+    assert!(locked > 1.0, "memcached's locked memory: {locked} MiB");
+    // SAFETY: kill(2) on the launcher we spawned; it forwards the signal to memcached.
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    wait_exit(&mut server, Duration::from_secs(60));
+    let err = std::fs::read_to_string(dir.path().join("err.log")).unwrap();
+    assert!(
+        err.contains("the program locks its memory (mlockall)"),
+        "{err}"
+    );
+    assert!(!err.contains("FATAL"), "{err}");
+    let s = stats(dir.path());
+    let t = &s["total"];
+    let most = N * LEN as u64 / 4096 * 6 / 10;
+    assert!(t["evictions"]["dirty"].as_u64().unwrap() > most, "{s}");
+    assert!(t["bytes_in"].as_u64().unwrap() / 4096 > most, "{s}");
+    // Freed slab pages were punched out of the memnode's memory (the program's mlockall locks
+    // the slabs too, and the kernel punches no locked page), and no punch failed.
+    assert!(t["store"]["pages_punched"].as_u64().unwrap() > 0, "{s}");
+    assert!(!err.contains("could not be handed back"), "{err}");
+}
+
 // ---- redis -------------------------------------------------------------------------------
 
 /// A minimal RESP client: commands as arrays of bulk strings, replies parsed enough to check.

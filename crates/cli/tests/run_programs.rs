@@ -65,7 +65,7 @@ fn run_with_stats(
 fn number_after(out: &str, label: &str) -> u32 {
     out.split(label)
         .nth(1)
-        .and_then(|k| k.trim().parse().ok())
+        .and_then(|k| k.split_whitespace().next()?.parse().ok())
         .unwrap_or_else(|| panic!("no `{label}N` in: {out}"))
 }
 
@@ -1104,6 +1104,29 @@ fn closing_every_descriptor_keeps_the_pagers_and_the_data() {
     );
     assert!(t["bytes_in"].as_u64().unwrap() > 48 << 20, "{stats}");
     assert_parent_holds_nothing_for_its_gone_child(&stats);
+}
+
+/// A program that locks its memory (`mlockall(MCL_CURRENT | MCL_FUTURE)`, then `mlock` on a
+/// buffer) keeps its far memory and its data: the kernel locks its pages as they are touched
+/// (not the whole managed reservation at once), and the pager still evicts them within the
+/// budget. Its first eviction used to stop it (exit 86: the kernel refuses `MADV_DONTNEED` on
+/// locked pages).
+#[test]
+fn a_program_that_locks_its_memory_still_pages_and_keeps_its_data() {
+    let (code, out, err, stats) = run_program("16M", "mlock", "64", &[]);
+    assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
+    assert!(number_after(&out, "locked ") > 0, "{out}");
+    assert!(
+        err.contains("the program locks its memory (mlockall)"),
+        "{err}"
+    );
+    let t = &stats["total"];
+    // Written twice over a quarter-size budget: most of it went far both times.
+    assert!(
+        t["evictions"]["dirty"].as_u64().unwrap() > pages(96 << 20),
+        "{stats}"
+    );
+    assert!(t["bytes_in"].as_u64().unwrap() > 48 << 20, "{stats}");
 }
 
 /// A program that holds every descriptor its limit allows (as a busy server may, handling

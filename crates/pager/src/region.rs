@@ -586,7 +586,11 @@ impl Region {
                 }
             }
         }
-        if let Err(err) = e.mem.mapping.madvise(offset, len, libc::MADV_DONTNEED) {
+        if let Err(err) = e
+            .mem
+            .mapping
+            .madvise(offset, len, crate::mapping::drop_advice())
+        {
             fatal(&format!("discarding pages: {err}"));
         }
         for (f, n) in crate::runs::runs(returning.into_iter()) {

@@ -202,22 +202,16 @@ impl Arena {
         } else if SURRENDERED_ANY.load(Ordering::Acquire) {
             // The range may hold the program's own mapping (this process's parent placed it
             // before the fork): put fresh anonymous memory back, as the pager would.
-            // SAFETY: MAP_FIXED over a range inside the arena that the program gives up; in a
-            // fork child without a pager the arena is plain anonymous memory.
-            unsafe {
-                crate::real::mmap(
-                    addr as *mut _,
-                    len,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED,
-                    -1,
-                    0,
-                )
-            };
+            map_fresh(addr, len);
         } else {
             // SAFETY: the range is inside the arena, which in a fork child without a pager is
             // plain anonymous memory.
-            unsafe { crate::real::madvise(addr as *mut _, len, libc::MADV_DONTNEED) };
+            let r = unsafe { crate::real::madvise(addr as *mut _, len, libc::MADV_DONTNEED) };
+            if r != 0 {
+                // Locked pages (the child called mlock or mlockall), which the kernel does not
+                // drop: fresh memory over them forgets them all the same.
+                map_fresh(addr, len);
+            }
         }
     }
 
@@ -277,6 +271,23 @@ fn now_ms() -> u64 {
     // SAFETY: clock_gettime writes one timespec into the live `ts`.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
+}
+
+/// Maps fresh anonymous memory over `[addr, addr+len)` of the arena, in a fork child without a
+/// pager (where the arena is plain anonymous memory): whatever was there is forgotten.
+fn map_fresh(addr: usize, len: usize) {
+    // SAFETY: MAP_FIXED over a range inside the arena that the program gives up; in a fork
+    // child without a pager the arena is plain anonymous memory.
+    unsafe {
+        crate::real::mmap(
+            addr as *mut _,
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED,
+            -1,
+            0,
+        )
+    };
 }
 
 #[cfg(test)]

@@ -65,6 +65,7 @@ mod descriptors;
 mod heap;
 mod interpose;
 mod lock;
+mod locking;
 mod logger;
 mod real;
 mod retain;

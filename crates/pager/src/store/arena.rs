@@ -68,10 +68,26 @@ impl Arena {
     pub(crate) fn punch(&self, first: u64, pages: u64) -> io::Result<()> {
         assert!(first + pages <= self.pages(), "punch outside the arena");
         let at = (self.addr + first as usize * PAGE_SIZE) as *mut std::ffi::c_void;
+        let len = pages as usize * PAGE_SIZE;
         // SAFETY: the range lies in slabs this store mapped shared and writable (the caller
         // clips it to them); the pages hold no live blob, so nothing reads them any more.
-        let r = unsafe { libc::madvise(at, pages as usize * PAGE_SIZE, libc::MADV_REMOVE) };
-        if r == 0 {
+        let punch = || unsafe { libc::madvise(at, len, libc::MADV_REMOVE) };
+        if punch() == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINVAL) {
+            return Err(e);
+        }
+        // A program that called `mlockall(MCL_FUTURE)` has every mapping made since locked,
+        // the slabs mapped here included, and the kernel does not punch locked pages. The slabs
+        // are gleaner's, not the program's: unlock the whole arena (it is one reservation, so
+        // the range has no holes) and punch again.
+        // SAFETY: munlock changes no contents and accesses no memory; the range is ours.
+        if unsafe { libc::munlock(self.addr as *const std::ffi::c_void, self.len) } != 0 {
+            return Err(e);
+        }
+        if punch() == 0 {
             Ok(())
         } else {
             Err(io::Error::last_os_error())
@@ -145,5 +161,38 @@ mod tests {
             )
         };
         assert_eq!((kept, hole), (7, 0));
+    }
+
+    /// A program that locked its memory (`mlockall`) locked the slabs too, and the kernel
+    /// punches no locked page (`EINVAL`): the arena unlocks itself and punches.
+    #[test]
+    fn punching_a_slab_the_program_locked_still_frees_the_memory() {
+        let arena = Arena::reserve(32 * PAGE_SIZE).unwrap();
+        let memfd =
+            rustix::fs::memfd_create("arena-locked", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+        rustix::fs::ftruncate(&memfd, 16 * PAGE_SIZE as u64).unwrap();
+        arena.map_slab(0, 16, &memfd).unwrap();
+        // SAFETY: the arena's first 16 pages are the slab just mapped, used by nothing else;
+        // mlock faults them in and locks them, changing no contents.
+        assert_eq!(
+            unsafe { libc::mlock(arena.addr as *const libc::c_void, 16 * PAGE_SIZE) },
+            0,
+            "mlock: {}",
+            io::Error::last_os_error()
+        );
+        // SAFETY: as above.
+        unsafe { std::ptr::write_bytes(arena.addr as *mut u8, 7, 16 * PAGE_SIZE) };
+        let full = blocks(&memfd);
+        // SAFETY: as above: a punch of the locked slab by hand fails.
+        let refused = unsafe {
+            libc::madvise(
+                arena.addr as *mut libc::c_void,
+                PAGE_SIZE,
+                libc::MADV_REMOVE,
+            )
+        };
+        assert_eq!(refused, -1, "the kernel punched a locked page");
+        arena.punch(4, 8).unwrap();
+        assert_eq!(full - blocks(&memfd), 8 * PAGE_SIZE as u64 / 512);
     }
 }

@@ -37,7 +37,7 @@
 //! fetch: exit 86, never wrong data.
 
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use gleaner_proto::ErrorCode;
@@ -472,7 +472,16 @@ fn punch_pages(arena: &Arena, slabs: &[(u64, u64)], first: u64, pages: u64) {
         let (a, b) = (first.max(start), end.min(start + len));
         if a < b {
             if let Err(e) = arena.punch(a, b - a) {
-                log::debug!("punching freed pages out of a slab: {e}");
+                // The data is safe either way; what is lost is memory the memnode's host keeps
+                // holding until the session ends.
+                static SAID: AtomicBool = AtomicBool::new(false);
+                if !SAID.swap(true, Ordering::Relaxed) {
+                    log::warn!(
+                        "freed far memory could not be handed back to the memnode's host \
+                         (punching it out of a shared-memory slab: {e}); it stays allocated \
+                         until this process ends (said once)"
+                    );
+                }
             }
         }
     }
