@@ -33,6 +33,12 @@
  *                                   `memcached -k` does), fill MB, mlock a 4 MiB buffer and fill
  *                                   it, verify both, munlock, munlockall, rewrite and verify
  *                                   again. Prints how much the kernel had locked (`locked N kB`)
+ *   preload_program wipe-on-fork MB mark pages MADV_WIPEONFORK (a mapping, half of an aligned
+ *                                   malloc block after MADV_KEEPONFORK on the other half, a
+ *                                   mapping moved by mremap), fill MB beside them so that most go
+ *                                   far, fork: the child must read zeros exactly there and the
+ *                                   rest intact, write the pages again and fork a grandchild,
+ *                                   which must read zeros again; the parent's data stays intact
  *   preload_program big MB          big blocks (256 KiB to 4 MiB) freed and allocated again over
  *                                   and over with malloc, calloc, realloc and posix_memalign, as
  *                                   numpy does with its arrays: every calloc'd block must read
@@ -491,6 +497,91 @@ static int run_mlock(size_t mb) {
     return 0;
 }
 
+/* ---- wipe-on-fork --------------------------------------------------------------------- */
+
+#define WIPE_PAGES 16
+
+struct wipe_layout {
+    char *map;    /* WIPE_PAGES pages, all wiped */
+    char *block;  /* WIPE_PAGES pages, first half wiped (KEEPONFORK on the second) */
+    char *moved;  /* WIPE_PAGES pages wiped, then moved by mremap */
+    char *big;    /* MB of data, never wiped */
+    size_t big_len;
+};
+
+/* In a fork child: the wiped pages read as zeros and the others as written. */
+static void check_wiped(const struct wipe_layout *w, const char *who, uint64_t seed) {
+    size_t all = WIPE_PAGES * 4096, half = all / 2;
+    if (!all_zero(w->map, all)) { fprintf(stderr, "%s: ", who); fail("wiped mapping not zero"); }
+    if (!all_zero(w->block, half)) { fprintf(stderr, "%s: ", who); fail("wiped block half not zero"); }
+    if (!check(w->block + half, half, seed + 1)) { fprintf(stderr, "%s: ", who); fail("kept block half"); }
+    if (!all_zero(w->moved, all)) { fprintf(stderr, "%s: ", who); fail("moved wiped mapping not zero"); }
+    if (!check(w->big, w->big_len, 71)) { fprintf(stderr, "%s: ", who); fail("data beside the wiped pages"); }
+}
+
+static void refill_wiped(const struct wipe_layout *w, uint64_t seed) {
+    size_t all = WIPE_PAGES * 4096;
+    fill(w->map, all, seed);
+    fill(w->block, all / 2, seed);
+    fill(w->moved, all, seed + 2);
+}
+
+static void wait_ok(pid_t pid, const char *what) {
+    int st;
+    if (waitpid(pid, &st, 0) != pid) fail("waitpid");
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        fprintf(stderr, "%s: status %d\n", what, st);
+        fail(what);
+    }
+}
+
+static int run_wipe_on_fork(size_t mb) {
+    size_t all = WIPE_PAGES * 4096, half = all / 2;
+    struct wipe_layout w;
+    w.map = mmap(NULL, all, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (w.map == MAP_FAILED) fail("mmap");
+    if (posix_memalign((void **)&w.block, 4096, all)) fail("posix_memalign");
+    char *small = mmap(NULL, all, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (small == MAP_FAILED) fail("mmap");
+    if (madvise(w.map, all, MADV_WIPEONFORK)) fail("madvise WIPEONFORK");
+    if (madvise(w.block, all, MADV_WIPEONFORK)) fail("madvise WIPEONFORK block");
+    if (madvise(w.block + half, half, MADV_KEEPONFORK)) fail("madvise KEEPONFORK");
+    if (madvise(small, all, MADV_WIPEONFORK)) fail("madvise WIPEONFORK small");
+    /* Blocks a plain grow in place: the mapping must move, its advice with it. */
+    char *after = mmap(small + all, 4096, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    w.moved = mremap(small, all, 2 * all, MREMAP_MAYMOVE);
+    if (w.moved == MAP_FAILED) fail("mremap");
+    if (after != MAP_FAILED && after != small + all) munmap(after, 4096);
+    fill(w.map, all, 72);
+    fill(w.block, all, 72);
+    fill(w.block + half, half, 73);
+    fill(w.moved, all, 74);
+    w.big_len = mb << 20;
+    w.big = filled(mb, 71); /* pushes most of the above to the memnode */
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0) fail("fork");
+    if (pid == 0) {
+        check_wiped(&w, "child", 72);
+        refill_wiped(&w, 75);
+        pid_t grandchild = fork();
+        if (grandchild < 0) fail("fork in the child");
+        if (grandchild == 0) {
+            check_wiped(&w, "grandchild", 72);
+            _exit(0);
+        }
+        wait_ok(grandchild, "the grandchild's checks");
+        _exit(0);
+    }
+    wait_ok(pid, "the child's checks");
+    if (!check(w.map, all, 72) || !check(w.block, half, 72) || !check(w.block + half, half, 73) ||
+        !check(w.moved, all, 74) || !check(w.big, w.big_len, 71))
+        fail("the parent's own data after the fork");
+    printf("wipe-on-fork ok\n");
+    return 0;
+}
+
 /* ---- exec, thread-exit, sigterm, crash, hog --------------------------------------------- */
 
 static char *filled(size_t mb, uint64_t seed) {
@@ -698,6 +789,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "close-all")) return run_close_all(mb);
     if (!strcmp(argv[1], "fd-limit")) return run_fd_limit(mb);
     if (!strcmp(argv[1], "mlock")) return run_mlock(mb);
+    if (!strcmp(argv[1], "wipe-on-fork")) return run_wipe_on_fork(mb);
     fprintf(stderr, "unknown mode %s\n", argv[1]);
     return 64;
 }

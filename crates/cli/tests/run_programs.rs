@@ -1129,6 +1129,25 @@ fn a_program_that_locks_its_memory_still_pages_and_keeps_its_data() {
     assert!(t["bytes_in"].as_u64().unwrap() > 48 << 20, "{stats}");
 }
 
+/// Pages a program marks `MADV_WIPEONFORK` (a mapping, half of a block, a mapping then moved
+/// by `mremap`) read as zeros in a fork child and a grandchild, whether the child pages from a
+/// snapshot (`--fork far`) or the parent brought its pages home (`--fork home`), and nowhere
+/// else; most of them are far at the fork. BoringSSL and AWS-LC detect a fork by such a page:
+/// before, the advice was accepted and ignored, and a child read the parent's data there.
+#[test]
+fn wipe_on_fork_pages_read_as_zeros_in_children_only() {
+    for extra in [&[][..], &["--fork", "home"][..]] {
+        let (code, out, err, stats) = run_program("16M", "wipe-on-fork", "64", extra);
+        assert_eq!(code, Some(0), "{extra:?}: stdout: {out}\nstderr: {err}");
+        assert!(out.contains("wipe-on-fork ok"), "{extra:?}: {out}");
+        let t = &stats["total"];
+        assert!(
+            t["evictions"]["dirty"].as_u64().unwrap() > pages(48 << 20),
+            "{extra:?}: {stats}"
+        );
+    }
+}
+
 /// A program that holds every descriptor its limit allows (as a busy server may, handling
 /// `EMFILE` itself) still gets its far memory: the pager keeps spare descriptors for what it
 /// makes mid-run (an evictor's pipe for a thread that reclaims late, a shared-memory grant's

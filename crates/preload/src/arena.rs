@@ -9,6 +9,7 @@ use gleaner_pager::{Region, PAGE_SIZE};
 
 use crate::lock::SpinLock;
 use crate::retain::Retained;
+use crate::wipe::WipeRanges;
 
 /// First-fit allocator of page ranges inside the arena (free ranges keyed by first page).
 struct PageRanges {
@@ -67,6 +68,8 @@ pub(crate) struct Arena {
     ranges: SpinLock<PageRanges>,
     /// Freed big blocks kept for reuse (`retain.rs`), in pages from the arena's start.
     retained: SpinLock<Retained>,
+    /// Pages a fork child must see as zeros (`MADV_WIPEONFORK`, `wipe.rs`).
+    wipe: SpinLock<WipeRanges>,
 }
 
 static ARENA: OnceLock<Arena> = OnceLock::new();
@@ -88,6 +91,7 @@ pub(crate) fn install(region: Region, retain: usize, retain_ms: u64) {
             region: AtomicPtr::new(Box::into_raw(Box::new(region))),
             ranges: SpinLock::new(PageRanges { free }),
             retained: SpinLock::new(Retained::new(retain / PAGE_SIZE, retain_ms)),
+            wipe: SpinLock::new(WipeRanges::default()),
         })
         .is_ok()
     {
@@ -149,7 +153,69 @@ impl Arena {
         let pages = len.div_ceil(PAGE_SIZE);
         self.discard(addr, pages * PAGE_SIZE);
         let first = (addr - self.base()) / PAGE_SIZE;
+        self.wipe.with(|w| w.clear(first, pages));
         self.ranges.with(|r| r.give(first, pages));
+    }
+
+    /// `MADV_WIPEONFORK` (`wipe` true) or `MADV_KEEPONFORK` on `[addr, addr+len)`
+    /// (page-aligned): whether a fork child sees those pages as zeros (`wipe.rs`).
+    pub(crate) fn advise_fork(&self, addr: usize, len: usize, wipe: bool) {
+        let (first, pages) = ((addr - self.base()) / PAGE_SIZE, len.div_ceil(PAGE_SIZE));
+        self.wipe.with(|w| {
+            if wipe {
+                w.mark(first, pages)
+            } else {
+                w.clear(first, pages)
+            }
+        });
+    }
+
+    /// `[old, old+len)` moved to `new` (`mremap`): the marks go with the pages, as the kernel's
+    /// flag goes with its mapping.
+    pub(crate) fn move_fork_advice(&self, old: usize, len: usize, new: usize) {
+        let base = self.base();
+        let (from, to) = ((old - base) / PAGE_SIZE, (new - base) / PAGE_SIZE);
+        self.wipe.with(|w| {
+            for (first, pages) in w.within(from, len.div_ceil(PAGE_SIZE)) {
+                w.mark(first - from + to, pages);
+            }
+        });
+    }
+
+    /// `[addr, addr+old)` grew in place to `new` bytes: if its last page is marked, the new
+    /// pages are too (the kernel's mapping grows with its flags).
+    pub(crate) fn grow_fork_advice(&self, addr: usize, old: usize, new: usize) {
+        let first = (addr - self.base()) / PAGE_SIZE;
+        let (old_p, new_p) = (old.div_ceil(PAGE_SIZE), new.div_ceil(PAGE_SIZE));
+        self.wipe.with(|w| {
+            if old_p > 0 && new_p > old_p && !w.within(first + old_p - 1, 1).is_empty() {
+                w.mark(first + old_p, new_p - old_p);
+            }
+        });
+    }
+
+    /// In a fork child, before the program goes on: discards the pages the program marked
+    /// `MADV_WIPEONFORK` (the marks stay, for the child's own children).
+    pub(crate) fn wipe_for_fork_child(&self) {
+        let base = self.base();
+        for (first, pages) in self.wipe.with(|w| w.all()) {
+            self.discard(base + first * PAGE_SIZE, pages * PAGE_SIZE);
+        }
+    }
+
+    /// Locks the `MADV_WIPEONFORK` marks (fork prepare hook, in every process with managed
+    /// memory: the child reads them).
+    pub(crate) fn lock_fork_advice(&self) {
+        self.wipe.lock();
+    }
+
+    /// Unlocks them after fork, in parent or child.
+    ///
+    /// # Safety
+    /// Only after [`Arena::lock_fork_advice`].
+    pub(crate) unsafe fn unlock_fork_advice(&self) {
+        // SAFETY: forwarded contract.
+        unsafe { self.wipe.unlock() };
     }
 
     /// Keeps the freed big block `[addr, addr+len)` (page-aligned) for reuse by [`Arena::reuse`]
@@ -221,6 +287,7 @@ impl Arena {
     /// there) takes them back.
     pub(crate) fn surrender(&self, addr: usize, len: usize) {
         SURRENDERED_ANY.store(true, Ordering::Release);
+        self.advise_fork(addr, len, false);
         if crate::has_pager() {
             let _in = crate::InPager::enter();
             self.region().surrender(addr - self.base(), len);

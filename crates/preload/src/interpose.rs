@@ -244,8 +244,10 @@ pub unsafe extern "C" fn mmap(
         {
             let len = len.div_ceil(PAGE_SIZE) * PAGE_SIZE;
             if flags & libc::MAP_ANONYMOUS != 0 && flags & libc::MAP_SHARED == 0 {
-                // A fixed anonymous mapping over managed memory: fresh zero pages in place.
+                // A fixed anonymous mapping over managed memory: fresh zero pages in place,
+                // without the old mapping's advice.
                 a.discard(addr as usize, len);
+                a.advise_fork(addr as usize, len, false);
                 // SAFETY: protection change on arena pages the caller owns.
                 unsafe { real::mprotect(addr, len, prot) };
                 return addr;
@@ -304,7 +306,8 @@ pub unsafe extern "C" fn munmap(addr: *mut c_void, len: usize) -> i32 {
     unsafe { real::munmap(addr, len) }
 }
 
-/// `madvise(2)`: discarding advice on managed memory goes through the pager; other advice on
+/// `madvise(2)`: discarding advice on managed memory goes through the pager, and
+/// `MADV_WIPEONFORK`/`MADV_KEEPONFORK` are kept for fork children (`wipe.rs`); other advice on
 /// managed memory is accepted and ignored.
 #[no_mangle]
 pub unsafe extern "C" fn madvise(addr: *mut c_void, len: usize, advice: i32) -> i32 {
@@ -315,14 +318,14 @@ pub unsafe extern "C" fn madvise(addr: *mut c_void, len: usize, advice: i32) -> 
         }
         let a = arena::get().expect("contains implies installed");
         let len = len.div_ceil(PAGE_SIZE) * PAGE_SIZE;
-        let discarding = matches!(
-            advice,
-            libc::MADV_DONTNEED | libc::MADV_FREE | libc::MADV_REMOVE
-        );
+        let managed = |at: usize, len: usize| match advice {
+            libc::MADV_DONTNEED | libc::MADV_FREE | libc::MADV_REMOVE => a.discard(at, len),
+            libc::MADV_WIPEONFORK => a.advise_fork(at, len, true),
+            libc::MADV_KEEPONFORK => a.advise_fork(at, len, false),
+            _ => {}
+        };
         if !a.any_surrendered(addr as usize, len) {
-            if discarding {
-                a.discard(addr as usize, len);
-            }
+            managed(addr as usize, len);
             return 0;
         }
         // Runs of the program's own mappings (placed over managed memory) get the advice as
@@ -340,8 +343,8 @@ pub unsafe extern "C" fn madvise(addr: *mut c_void, len: usize, advice: i32) -> 
                 if r != 0 {
                     return r;
                 }
-            } else if discarding {
-                a.discard(at, run_end - at);
+            } else {
+                managed(at, run_end - at);
             }
             at = run_end;
         }
@@ -401,6 +404,7 @@ pub unsafe extern "C" fn mremap(
         return old;
     }
     if a.grow_in_place(old as usize, old_p, new_p) {
+        a.grow_fork_advice(old as usize, old_p, new_p);
         return old;
     }
     if flags & libc::MREMAP_MAYMOVE == 0 {
@@ -414,6 +418,7 @@ pub unsafe extern "C" fn mremap(
     // SAFETY: both ranges are managed and owned by the caller; they do not overlap. The copy runs
     // on this application thread, so faults on either range are served normally.
     unsafe { std::ptr::copy_nonoverlapping(old as *const u8, new as *mut u8, old_p) };
+    a.move_fork_advice(old as usize, old_p, new);
     a.release(old as usize, old_p);
     new as *mut c_void
 }

@@ -70,6 +70,7 @@ mod logger;
 mod real;
 mod retain;
 mod slab;
+mod wipe;
 
 use std::cell::Cell;
 use std::path::PathBuf;
@@ -557,6 +558,8 @@ pub(crate) fn finish_process() {
 
 extern "C" fn fork_prepare() {
     let Some(a) = arena::get() else { return };
+    // Every process with managed memory (a pager's or plain): its child reads them.
+    a.lock_fork_advice();
     if !has_pager() {
         return;
     }
@@ -586,6 +589,8 @@ fn unlock_after_fork(a: &arena::Arena) -> bool {
 
 extern "C" fn fork_parent() {
     let Some(a) = arena::get() else { return };
+    // SAFETY: taken in fork_prepare, whenever the arena exists.
+    unsafe { a.unlock_fork_advice() };
     if unlock_after_fork(a) {
         // gleaner's own code: it closes the child's end of the pipe that tells the parent's
         // store when the child is gone, which the interposed close refuses the program.
@@ -596,7 +601,13 @@ extern "C" fn fork_parent() {
 
 extern "C" fn fork_child() {
     let Some(a) = arena::get() else { return };
+    // SAFETY: taken in fork_prepare, whenever the arena exists (in the child, by its only
+    // thread's parent).
+    unsafe { a.unlock_fork_advice() };
     if !unlock_after_fork(a) {
+        // No pager in the parent: managed memory is plain memory, and the pages the program
+        // marked MADV_WIPEONFORK are dropped here (the kernel never had the advice).
+        a.wipe_for_fork_child();
         return;
     }
     // Before the program goes on: until the child's own userfaultfd covers the arena, a page
@@ -624,5 +635,7 @@ extern "C" fn fork_child() {
             gleaner_pager::exit_now(gleaner_pager::FATAL_EXIT_CODE);
         }
     }
+    // Before the program goes on, with the child's own pager (or plain memory).
+    a.wipe_for_fork_child();
     IN_RUNTIME.with(|c| c.set(was));
 }
