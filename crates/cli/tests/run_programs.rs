@@ -389,6 +389,80 @@ fn sigterm_is_forwarded_and_the_exit_status_too() {
     assert_eq!(status.code(), Some(42));
 }
 
+/// Core dumps leave out the managed reservation's part never carved and the shared-memory
+/// slabs (sealed blobs), and keep the memory the program uses. A core dump took every private
+/// mapping whole: a crash wrote a 64 GiB core (sparse on disk, but a crash handler reading a
+/// pipe is sent every zero). Read from `/proc/PID/smaps` (`dd`: left out of core dumps) while the
+/// program waits, so that it does not depend on the machine's core pattern.
+#[test]
+fn core_dumps_leave_out_unused_far_memory_and_the_slabs() {
+    preload_library_is_built();
+    let mut child = Command::new(gleaner_bin())
+        .args(["run", "--local-mem", "8M", "--", program(), "sigterm", "32"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+    let launcher = child.id();
+    // The program, not the embedded memnode (`gleaner`), among the launcher's children.
+    let pid: u32 = std::fs::read_to_string(format!("/proc/{launcher}/task/{launcher}/children"))
+        .unwrap()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .find(|p: &u32| {
+            std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() != "gleaner")
+        })
+        .expect("the program runs");
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap();
+    // SAFETY: kill(2) on the launcher we spawned.
+    unsafe { libc::kill(launcher as i32, libc::SIGTERM) };
+    assert_eq!(child.wait().unwrap().code(), Some(42));
+    // Each mapping: its header line, its size and resident kB, whether it is left out.
+    let mut maps: Vec<(String, u64, u64, bool)> = Vec::new();
+    for l in smaps.lines() {
+        let field = |name: &str| {
+            l.strip_prefix(name)
+                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        };
+        if let Some(kb) = field("Size:") {
+            maps.last_mut().unwrap().1 = kb;
+        } else if let Some(kb) = field("Rss:") {
+            maps.last_mut().unwrap().2 = kb;
+        } else if let Some(flags) = l.strip_prefix("VmFlags:") {
+            maps.last_mut().unwrap().3 = flags.split_whitespace().any(|f| f == "dd");
+        } else if l.split_whitespace().next().is_some_and(|r| r.contains('-')) {
+            maps.push((l.to_string(), 0, 0, false));
+        }
+    }
+    let gib = |kb: u64| kb as f64 / (1 << 20) as f64;
+    let left_out: u64 = maps.iter().filter(|m| m.3).map(|m| m.1).sum();
+    let kept: u64 = maps.iter().filter(|m| !m.3).map(|m| m.1).sum();
+    assert!(
+        gib(left_out) > 16.0 && gib(kept) < 4.0,
+        "left out of core dumps {:.1} GiB, kept {:.1} GiB:\n{smaps}",
+        gib(left_out),
+        gib(kept)
+    );
+    // What the program uses is kept: the resident private memory left out is the slabs only.
+    let resident_left_out: u64 = maps
+        .iter()
+        .filter(|m| m.3 && !m.0.contains("memfd:"))
+        .map(|m| m.2)
+        .sum();
+    assert!(
+        resident_left_out < 1024,
+        "{resident_left_out} kB resident left out:\n{smaps}"
+    );
+    assert!(
+        maps.iter().filter(|m| m.0.contains("memfd:")).all(|m| m.3),
+        "slabs kept in core dumps:\n{smaps}"
+    );
+}
+
 #[test]
 fn a_crashing_program_gets_its_status_and_the_memnode_reclaims_its_session() {
     let node = MemnodeProc::start("unix", "256M");

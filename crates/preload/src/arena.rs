@@ -95,6 +95,7 @@ pub(crate) fn install(region: Region, retain: usize, retain_ms: u64) {
         })
         .is_ok()
     {
+        crate::dump::exclude(base, len);
         BASE.store(base, Ordering::Release);
         END.store(base + len, Ordering::Release);
     }
@@ -133,6 +134,7 @@ impl Arena {
     pub(crate) fn carve(&self, len: usize) -> Option<usize> {
         let pages = len.div_ceil(PAGE_SIZE).max(1);
         let first = self.ranges.with(|r| r.take(pages))?;
+        self.include_in_dumps(first + pages);
         Some(self.base() + first * PAGE_SIZE)
     }
 
@@ -141,10 +143,21 @@ impl Arena {
     pub(crate) fn grow_in_place(&self, addr: usize, old: usize, new: usize) -> bool {
         let (old_p, new_p) = (old.div_ceil(PAGE_SIZE), new.div_ceil(PAGE_SIZE));
         let first = (addr - self.base()) / PAGE_SIZE;
-        new_p <= old_p
+        let grown = new_p <= old_p
             || self
                 .ranges
-                .with(|r| r.take_at(first + old_p, new_p - old_p))
+                .with(|r| r.take_at(first + old_p, new_p - old_p));
+        if grown {
+            self.include_in_dumps(first + new_p);
+        }
+        grown
+    }
+
+    /// Pages up to `end` (from the arena's start) are carved: core dumps include them
+    /// (`dump.rs`).
+    fn include_in_dumps(&self, end: usize) {
+        let region = self.region();
+        crate::dump::include_up_to(region.as_ptr() as usize, region.len() / PAGE_SIZE, end);
     }
 
     /// Discards `[addr, addr+len)` (page-aligned; rounded up to pages) and returns it to the free

@@ -62,6 +62,7 @@
 
 mod arena;
 mod descriptors;
+mod dump;
 mod heap;
 mod interpose;
 mod lock;

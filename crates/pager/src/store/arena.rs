@@ -30,10 +30,12 @@ impl Arena {
         // A fork child inherits it, slabs and all: the far copies it was forked with are its
         // snapshot (see `ShmStore::fork_child`), and the rest of the reservation is where it maps
         // slabs of its own.
-        Ok(Arena {
+        let arena = Arena {
             addr: p as usize,
             len,
-        })
+        };
+        arena.leave_out_of_core_dumps(arena.addr, len);
+        Ok(arena)
     }
 
     /// Pages the reservation spans.
@@ -58,8 +60,23 @@ impl Arena {
                 0,
             )
         }?;
+        self.leave_out_of_core_dumps(at as usize, len);
         // Inherited by a fork child like the rest of the arena: its snapshot is read here.
         Ok(())
+    }
+
+    /// Leaves `[at, at+len)` of the arena out of core dumps: the slabs hold sealed blobs, of no
+    /// use to whoever reads a core, and a core dump includes shared memory whole. (A system
+    /// call: the C library's `madvise` may be the preload library's interposer.)
+    fn leave_out_of_core_dumps(&self, at: usize, len: usize) {
+        // SAFETY: DONTDUMP changes only whether a core dump includes the range, which is ours.
+        let r = unsafe { libc::syscall(libc::SYS_madvise, at, len, libc::MADV_DONTDUMP) };
+        if r != 0 {
+            log::debug!(
+                "leaving far memory's slabs out of core dumps: {}",
+                io::Error::last_os_error()
+            );
+        }
     }
 
     /// Frees `pages` pages of slab at page `first` of the arena, and their memory in the slab's
