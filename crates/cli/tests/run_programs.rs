@@ -1222,6 +1222,33 @@ fn wipe_on_fork_pages_read_as_zeros_in_children_only() {
     }
 }
 
+/// Under an address-space limit (`ulimit -v`, as batch schedulers set) the far-memory heap is
+/// sized to fit, and the program runs on far memory; under a limit too small for any, the
+/// run fails with a message that says so and what would do. Before, every program under
+/// `ulimit -v 8000000` was stopped at start (exit 86, "reserving the far arena failed: Cannot
+/// allocate memory"): the reservations (192 GiB of address space, nothing committed) count
+/// against the limit.
+#[test]
+fn an_address_space_limit_shrinks_the_far_memory_heap_to_fit() {
+    preload_library_is_built();
+    let script = format!("ulimit -v 3000000 && exec {} mixed 64", program());
+    let (code, out, err, stats) = run_with_stats("16M", &[], &["sh", "-c", &script]);
+    assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
+    assert!(out.contains("mixed ok"), "{out}");
+    assert!(
+        err.contains("the address-space limit (ulimit -v: "),
+        "{err}"
+    );
+    let t = &stats["total"];
+    assert!(t["faults"]["remote"].as_u64().unwrap() > 0, "{stats}");
+    assert!(t["size_bytes"].as_u64().unwrap() < 1 << 30, "{stats}");
+
+    let script = format!("ulimit -v 500000 && exec {} mixed 64", program());
+    let (code, _, err, _) = run_with_stats("16M", &[], &["sh", "-c", &script]);
+    assert_eq!(code, Some(86), "{err}");
+    assert!(err.contains("leaves no room for far memory"), "{err}");
+}
+
 /// A program that holds every descriptor its limit allows (as a busy server may, handling
 /// `EMFILE` itself) still gets its far memory: the pager keeps spare descriptors for what it
 /// makes mid-run (an evictor's pipe for a thread that reclaims late, a shared-memory grant's

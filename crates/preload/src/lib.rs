@@ -267,6 +267,61 @@ where
 }
 
 /// Starts this process's pager; `Ok(false)` when the library is inert (no budget set).
+/// The smallest managed reservation worth starting a pager for.
+const MIN_ARENA: u64 = 64 << 20;
+
+/// The managed reservation's size: `asked`, or less where the process's address-space limit
+/// (`ulimit -v`, `RLIMIT_AS`, which batch schedulers set) would refuse it. The reservation and
+/// the shared-memory store's arena count against that limit although nothing in them is
+/// committed: with `ulimit -v 8000000` every program failed to start (exit 86, "reserving the
+/// far arena failed: Cannot allocate memory"). Now gleaner takes at most half of the room the
+/// limit leaves: the reservation and the store's arena (twice the reservation and two grants,
+/// a grant at most the reservation's size or 64 MiB: `gleaner_pager`'s `store/shm.rs`), at
+/// most five times the reservation and 128 MiB. The program's allocations beyond the
+/// reservation stay local (said once).
+fn arena_within_address_limit(asked: u64) -> Result<u64, String> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit into the live `lim`.
+    if unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut lim) } != 0
+        || lim.rlim_cur == libc::RLIM_INFINITY
+    {
+        return Ok(asked);
+    }
+    let limit = lim.rlim_cur;
+    let page = gleaner_pager::PAGE_SIZE as u64;
+    // VmSize: the first field of statm, in pages.
+    let used = std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|t| t.split_whitespace().next()?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * page);
+    let ours = limit.saturating_sub(used) / 2;
+    let fit = ours.saturating_sub(2 * MIN_ARENA) / 5 / page * page;
+    if fit >= asked {
+        return Ok(asked);
+    }
+    if fit < MIN_ARENA {
+        return Err(format!(
+            "the address-space limit (ulimit -v: {}, {} of it in use) leaves no room for far \
+             memory: gleaner needs a limit of at least {}; raise it, or run the program without \
+             gleaner",
+            format_size(limit),
+            format_size(used),
+            format_size(used + 2 * (7 * MIN_ARENA)),
+        ));
+    }
+    log::warn!(
+        "the address-space limit (ulimit -v: {}) leaves room for {} of far-memory heap, not {}: \
+         allocations beyond it stay in local memory",
+        format_size(limit),
+        format_size(fit),
+        format_size(asked)
+    );
+    Ok(fit)
+}
+
 fn start() -> Result<bool, String> {
     let Some(cfg) = config_from_env()? else {
         return Ok(false);
@@ -319,7 +374,8 @@ fn start() -> Result<bool, String> {
                 .map_or("a quarter".into(), format_size),
         );
     }
-    let mut rc = RegionConfig::new(cfg.arena as usize, cfg.local as usize);
+    let arena = arena_within_address_limit(cfg.arena)?;
+    let mut rc = RegionConfig::new(arena as usize, cfg.local as usize);
     if let Some(addrs) = &cfg.memnode {
         rc.memnode = MemnodeTarget::from_addresses(addrs, cfg.token_file.clone(), cfg.replicas)
             .map_err(|e| format!("GLEANER_MEMNODE: {e}"))?;

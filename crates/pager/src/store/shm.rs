@@ -55,6 +55,18 @@ const FIRST_GRANT_PAGES: u64 = 16 * 1024;
 /// The largest grant asked for (1 GiB).
 const MAX_GRANT_PAGES: u64 = 256 * 1024;
 
+/// The far arena's size, in pages, for a region of `region_pages`: twice the region, and room
+/// for two grants beside.
+pub(crate) fn far_arena_pages(region_pages: usize) -> usize {
+    region_pages * 2 + 2 * grant_cap(region_pages as u64) as usize
+}
+
+/// The largest grant a region of `region_pages` asks for: [`MAX_GRANT_PAGES`], or the region's
+/// size where that is smaller (but never below [`FIRST_GRANT_PAGES`]).
+fn grant_cap(region_pages: u64) -> u64 {
+    MAX_GRANT_PAGES.min(region_pages.max(FIRST_GRANT_PAGES))
+}
+
 /// An index entry: 0 when the page has no far copy, [`SAME_FILLED`] when its far copy is one
 /// repeated word (kept in the page's `ver` entry), else `offset << 16 | len` of its blob.
 const SAME_FILLED: u64 = u64::MAX;
@@ -134,14 +146,16 @@ impl ShmStore {
     ) -> Result<ShmStore, PagerError> {
         // Blobs of incompressible pages are a little larger than a page and each chunk size
         // keeps its own released pages: twice the region's size in address space (nothing is
-        // committed) is room enough.
+        // committed) is room enough, and two grants beside (a grant asks for no more than a
+        // small region's size, so a small region, sized to the process's address-space limit,
+        // leaves the program room: `far_arena_pages`).
         let arena = Arc::new(
-            Arena::reserve((region_pages * 2 + 2 * MAX_GRANT_PAGES as usize) * PAGE_SIZE).map_err(
-                |source| PagerError::Os {
+            Arena::reserve(far_arena_pages(region_pages) * PAGE_SIZE).map_err(|source| {
+                PagerError::Os {
                     op: "reserving the far arena",
                     source,
-                },
-            )?,
+                }
+            })?,
         );
         Ok(ShmStore {
             inner: Arc::new(Inner {
@@ -372,7 +386,7 @@ impl Inner {
             ));
         }
         let want = (space.granted / 2)
-            .clamp(FIRST_GRANT_PAGES, MAX_GRANT_PAGES)
+            .clamp(FIRST_GRANT_PAGES, grant_cap(self.loc.len() as u64))
             .min(room);
         let session = self.session.get().map_err(|e| {
             StoreError::Lost(format!(
