@@ -266,7 +266,6 @@ where
     }
 }
 
-/// Starts this process's pager; `Ok(false)` when the library is inert (no budget set).
 /// The smallest managed reservation worth starting a pager for.
 const MIN_ARENA: u64 = 64 << 20;
 
@@ -322,6 +321,7 @@ fn arena_within_address_limit(asked: u64) -> Result<u64, String> {
     Ok(fit)
 }
 
+/// Starts this process's pager; `Ok(false)` when the library is inert (no budget set).
 fn start() -> Result<bool, String> {
     let Some(cfg) = config_from_env()? else {
         return Ok(false);
