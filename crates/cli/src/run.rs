@@ -451,8 +451,9 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
             eprintln!(
                 "gleaner run: {name} exited, but processes it started still run: {list}; the \
                  private memnode (pid {pid}) serves them until they exit (their stats are not in \
-                 this run's report)",
-                name = args.command[0].to_string_lossy()
+                 this run's report){budget}",
+                name = args.command[0].to_string_lossy(),
+                budget = daemon_budget_hint(args.fork_local_mem.is_some(), budget.local),
             );
         }
         node => drop(node), // stop the private memnode (and free everything it held)
@@ -565,6 +566,20 @@ fn budget(args: &RunArgs) -> Result<Budget, SetupError> {
         arena,
         heap_retain,
     })
+}
+
+/// What to tell about the budget of processes that outlive the program (a daemon is a fork
+/// child, with a fork child's budget): nothing where `--fork-local-mem` was given, else the
+/// budget they got and how to give them more.
+fn daemon_budget_hint(fork_local_given: bool, local: u64) -> String {
+    if fork_local_given {
+        return String::new();
+    }
+    format!(
+        ". As fork children they page within {} each (a quarter of --local-mem): give a daemon \
+         its budget with --fork-local-mem",
+        gleaner_proto::units::format_size(local / gleaner_pager::FORK_CHILD_BUDGET_DIVISOR as u64)
+    )
 }
 
 /// `libgleaner_preload.so`: `$GLEANER_PRELOAD`, beside this executable, or in `../lib/`.
@@ -753,6 +768,14 @@ fn preload_list(lib: &Path) -> OsString {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_daemons_budget_is_told_unless_given() {
+        let hint = daemon_budget_hint(false, 16 << 20);
+        assert!(hint.contains("within 4.00 MiB each"), "{hint}");
+        assert!(hint.contains("--fork-local-mem"), "{hint}");
+        assert_eq!(daemon_budget_hint(true, 16 << 20), "");
+    }
 
     #[test]
     fn static_binaries_are_recognised() {
