@@ -227,6 +227,33 @@ fn set_and_get_back(
     }
 }
 
+/// memcached on 127.0.0.1:`port` with `mem_mb` MiB for items, two worker threads, as root,
+/// with `extra` flags first.
+fn memcached_command<'a>(
+    memcached: &'a str,
+    port: &'a str,
+    mem_mb: &'a str,
+    extra: &[&'a str],
+) -> Vec<&'a str> {
+    let mut cmd = vec![memcached];
+    cmd.extend_from_slice(extra);
+    cmd.extend([
+        "-p",
+        port,
+        "-U",
+        "0",
+        "-l",
+        "127.0.0.1",
+        "-m",
+        mem_mb,
+        "-t",
+        "2",
+        "-u",
+        "root",
+    ]);
+    cmd
+}
+
 fn memcached_at_a_quarter_local(via: Via, n: u64) {
     let memcached = require("memcached");
     let node = memnode_for(via);
@@ -239,21 +266,7 @@ fn memcached_at_a_quarter_local(via: Via, n: u64) {
         dir.path(),
         &local,
         node.as_ref(),
-        &[
-            &memcached,
-            "-p",
-            &port_s,
-            "-U",
-            "0",
-            "-l",
-            "127.0.0.1",
-            "-m",
-            "1400",
-            "-t",
-            "2",
-            "-u",
-            "root",
-        ],
+        &memcached_command(&memcached, &port_s, "1400", &[]),
     );
     let stream = connect_when_up(port, &mut server, "memcached");
     let mut w = BufWriter::new(stream.try_clone().unwrap());
@@ -292,22 +305,7 @@ fn memcached_that_locks_its_memory_still_pages_and_keeps_its_data() {
         dir.path(),
         "16M",
         None,
-        &[
-            &memcached,
-            "-k",
-            "-p",
-            &port_s,
-            "-U",
-            "0",
-            "-l",
-            "127.0.0.1",
-            "-m",
-            "128",
-            "-t",
-            "2",
-            "-u",
-            "root",
-        ],
+        &memcached_command(&memcached, &port_s, "128", &["-k"]),
     );
     let stream = connect_when_up(port, &mut server, "memcached");
     let mut w = BufWriter::new(stream.try_clone().unwrap());

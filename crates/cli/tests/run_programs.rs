@@ -358,8 +358,9 @@ fn exit_from_a_thread_ends_the_run_cleanly() {
     );
 }
 
-#[test]
-fn sigterm_is_forwarded_and_the_exit_status_too() {
+/// `preload_program sigterm 32` under `gleaner run --local-mem 8M`, once it has filled its
+/// memory and waits (it printed `ready`).
+fn start_waiting_program() -> std::process::Child {
     preload_library_is_built();
     let mut child = Command::new(gleaner_bin())
         .args(["run", "--local-mem", "8M", "--", program(), "sigterm", "32"])
@@ -371,6 +372,12 @@ fn sigterm_is_forwarded_and_the_exit_status_too() {
     let mut line = String::new();
     stdout.read_line(&mut line).unwrap();
     assert_eq!(line.trim(), "ready");
+    child
+}
+
+#[test]
+fn sigterm_is_forwarded_and_the_exit_status_too() {
+    let mut child = start_waiting_program();
     // SAFETY: kill(2) on the launcher we spawned.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let deadline = Instant::now() + LIMIT;
@@ -396,17 +403,7 @@ fn sigterm_is_forwarded_and_the_exit_status_too() {
 /// program waits, so that it does not depend on the machine's core pattern.
 #[test]
 fn core_dumps_leave_out_unused_far_memory_and_the_slabs() {
-    preload_library_is_built();
-    let mut child = Command::new(gleaner_bin())
-        .args(["run", "--local-mem", "8M", "--", program(), "sigterm", "32"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    stdout.read_line(&mut line).unwrap();
-    assert_eq!(line.trim(), "ready");
+    let mut child = start_waiting_program();
     let launcher = child.id();
     // The program, not the embedded memnode (`gleaner`), among the launcher's children.
     let pid: u32 = std::fs::read_to_string(format!("/proc/{launcher}/task/{launcher}/children"))
