@@ -39,6 +39,12 @@
  *                                   far, fork: the child must read zeros exactly there and the
  *                                   rest intact, write the pages again and fork a grandchild,
  *                                   which must read zeros again; the parent's data stays intact
+ *   preload_program uring-plain MB  read a file into an 8 MiB buffer pushed far (MB filled after
+ *                                   it) with io_uring (IORING_OP_READ), verify what arrived
+ *   preload_program uring-fixed MB  the same with the buffer registered (IORING_REGISTER_BUFFERS:
+ *                                   pinned) and IORING_OP_READ_FIXED, then wait up to 10 s:
+ *                                   gleaner must stop it (exit 86), since it cannot page pinned
+ *                                   memory; exits 1 if it is still running then
  *   preload_program big MB          big blocks (256 KiB to 4 MiB) freed and allocated again over
  *                                   and over with malloc, calloc, realloc and posix_memalign, as
  *                                   numpy does with its arrays: every calloc'd block must read
@@ -49,6 +55,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/io_uring.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
@@ -57,6 +64,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -582,6 +591,70 @@ static int run_wipe_on_fork(size_t mb) {
     return 0;
 }
 
+/* ---- io_uring ----------------------------------------------------------------------------- */
+
+/* Reads `len` bytes of `fd` into `buf` through a new io_uring instance, the buffer registered
+ * first (`fixed`) or not; returns the completion's result. The ring stays open (and the buffer
+ * registered) for the rest of the process. */
+static int uring_read(int fd, void *buf, size_t len, int fixed) {
+    struct io_uring_params p;
+    memset(&p, 0, sizeof p);
+    int ring = (int)syscall(SYS_io_uring_setup, 4, &p);
+    if (ring < 0) fail("io_uring_setup");
+    struct iovec iov = {buf, len};
+    if (fixed && syscall(SYS_io_uring_register, ring, IORING_REGISTER_BUFFERS, &iov, 1) < 0)
+        fail("io_uring_register");
+    size_t sqsz = p.sq_off.array + p.sq_entries * sizeof(unsigned);
+    size_t cqsz = p.cq_off.cqes + p.cq_entries * sizeof(struct io_uring_cqe);
+    int shared = MAP_SHARED | MAP_POPULATE, rw = PROT_READ | PROT_WRITE;
+    char *sq = mmap(NULL, sqsz, rw, shared, ring, IORING_OFF_SQ_RING);
+    char *cq = mmap(NULL, cqsz, rw, shared, ring, IORING_OFF_CQ_RING);
+    struct io_uring_sqe *sqes =
+        mmap(NULL, p.sq_entries * sizeof(struct io_uring_sqe), rw, shared, ring, IORING_OFF_SQES);
+    if (sq == MAP_FAILED || cq == MAP_FAILED || sqes == MAP_FAILED) fail("mapping the ring");
+    unsigned *tail = (unsigned *)(sq + p.sq_off.tail);
+    unsigned *mask = (unsigned *)(sq + p.sq_off.ring_mask);
+    unsigned *array = (unsigned *)(sq + p.sq_off.array);
+    memset(&sqes[0], 0, sizeof sqes[0]);
+    sqes[0].opcode = fixed ? IORING_OP_READ_FIXED : IORING_OP_READ;
+    sqes[0].fd = fd;
+    sqes[0].addr = (uint64_t)(uintptr_t)buf;
+    sqes[0].len = (unsigned)len;
+    array[*tail & *mask] = 0;
+    __atomic_store_n(tail, *tail + 1, __ATOMIC_RELEASE);
+    if (syscall(SYS_io_uring_enter, ring, 1, 1, IORING_ENTER_GETEVENTS, NULL, 0) < 0)
+        fail("io_uring_enter");
+    return ((struct io_uring_cqe *)(cq + p.cq_off.cqes))->res;
+}
+
+static int run_uring(size_t mb, int fixed) {
+    size_t len = 8 << 20;
+    unsigned char *buf;
+    if (posix_memalign((void **)&buf, 4096, len)) fail("posix_memalign");
+    memset(buf, 0xAA, len);
+    /* A file of known bytes. */
+    char path[] = "/tmp/gleaner-uring-XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0) fail("mkstemp");
+    unlink(path);
+    char *data = malloc(len);
+    if (!data) fail("malloc");
+    fill(data, len, 82);
+    if (write(fd, data, len) != (ssize_t)len) fail("write");
+    filled(mb, 81); /* pushes the buffer (and the file's bytes) far */
+    if (!fixed) {
+        if (uring_read(fd, buf, len, 0) != (int)len) fail("io_uring read");
+        if (!check(buf, len, 82)) fail("what io_uring read into far memory");
+        printf("uring-plain ok\n");
+        return 0;
+    }
+    printf("registered, read %d\n", uring_read(fd, buf, len, 1));
+    fflush(stdout);
+    sleep(10);
+    fprintf(stderr, "preload_program: still running 10 s after registering a buffer\n");
+    return 1;
+}
+
 /* ---- exec, thread-exit, sigterm, crash, hog --------------------------------------------- */
 
 static char *filled(size_t mb, uint64_t seed) {
@@ -790,6 +863,8 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "fd-limit")) return run_fd_limit(mb);
     if (!strcmp(argv[1], "mlock")) return run_mlock(mb);
     if (!strcmp(argv[1], "wipe-on-fork")) return run_wipe_on_fork(mb);
+    if (!strcmp(argv[1], "uring-plain")) return run_uring(mb, 0);
+    if (!strcmp(argv[1], "uring-fixed")) return run_uring(mb, 1);
     fprintf(stderr, "unknown mode %s\n", argv[1]);
     return 64;
 }

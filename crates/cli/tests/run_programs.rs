@@ -1246,6 +1246,34 @@ fn an_address_space_limit_shrinks_the_far_memory_heap_to_fit() {
     assert!(err.contains("leaves no room for far memory"), "{err}");
 }
 
+/// io_uring reads into far memory arrive: the kernel faults the buffer in through the
+/// userfaultfd, as for `read(2)`.
+#[test]
+fn io_uring_reads_into_far_memory_arrive() {
+    let (code, out, err, stats) = run_program("16M", "uring-plain", "48", &[]);
+    assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
+    assert!(out.contains("uring-plain ok"), "{out}");
+    assert!(
+        stats["total"]["evictions"]["dirty"].as_u64().unwrap() > pages(32 << 20),
+        "{stats}"
+    );
+}
+
+/// A buffer registered with io_uring (pinned: the kernel writes into its pages directly) in far
+/// memory stops the program with a message that says why and what to do, within the
+/// watchdog's look (1 s). Before, the program went on, and read stale data where the kernel
+/// had written (`bench/results/tried-1128/io_uring_fixed_buffer.c`).
+#[test]
+fn a_buffer_registered_with_io_uring_in_far_memory_stops_the_program() {
+    let (code, out, err, _) = run_program("16M", "uring-fixed", "48", &[]);
+    assert_eq!(code, Some(86), "stdout: {out}\nstderr: {err}");
+    assert!(out.contains("registered, read"), "{out}");
+    assert!(
+        err.contains("registered a buffer in far memory with io_uring (8388608 bytes at"),
+        "{err}"
+    );
+}
+
 /// A program that holds every descriptor its limit allows (as a busy server may, handling
 /// `EMFILE` itself) still gets its far memory: the pager keeps spare descriptors for what it
 /// makes mid-run (an evictor's pipe for a thread that reclaims late, a shared-memory grant's

@@ -37,6 +37,7 @@ mod hint;
 mod hint_thread;
 mod mapping;
 mod mem;
+mod pinned;
 pub mod policy;
 mod predict;
 mod prefetch;

@@ -1,11 +1,16 @@
 //! The eviction watchdog: a thread that looks every [`WATCH_PERIOD`] for an eviction batch stuck
 //! taking its victims into its pipe, and zero-fills its victims the program dropped
-//! (`evictors.rs` says why a batch can get stuck and why that loses nothing).
+//! (`evictors.rs` says why a batch can get stuck and why that loses nothing); and every
+//! [`pinned::CHECK_PERIOD`] for buffers the program registered with io_uring in managed memory,
+//! which stop it (`pinned.rs`).
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use crate::engine::Engine;
 use crate::evictors::{STUCK_AFTER, WATCH_PERIOD};
+use crate::fatal::fatal;
+use crate::pinned;
 
 /// The watchdog thread's loop, until the region stops. It runs at the idle scheduling class:
 /// woken every 10 ms at the normal class, it preempted the thread it woke beside
@@ -22,6 +27,7 @@ pub(crate) fn run(engine: Arc<Engine>) {
             std::io::Error::last_os_error()
         );
     }
+    let mut looked = Instant::now();
     loop {
         let mut fd = libc::pollfd {
             fd: engine.stop.fd(),
@@ -36,5 +42,24 @@ pub(crate) fn run(engine: Arc<Engine>) {
         engine.evictors.rescue(&engine.mem, STUCK_AFTER, |page| {
             engine.note_dropped_behind_back(page);
         });
+        if looked.elapsed() >= pinned::CHECK_PERIOD {
+            looked = Instant::now();
+            stop_if_pinned(&engine);
+        }
+    }
+}
+
+/// Stops the program if it registered a buffer in managed memory with io_uring (`pinned.rs`).
+fn stop_if_pinned(engine: &Engine) {
+    let mapping = &engine.mem.mapping;
+    let buffers = pinned::registered_buffers();
+    if let Some((addr, len)) = pinned::first_overlapping(&buffers, mapping.addr(), mapping.len()) {
+        fatal(&format!(
+            "the program registered a buffer in far memory with io_uring ({len} bytes at \
+             {addr:#x}): the kernel pins it and writes into it directly, which a pager cannot \
+             follow, so what it wrote may be lost. Allocate such buffers with \
+             mmap(MAP_SHARED | MAP_ANONYMOUS), which stays local, or run the program without \
+             gleaner (docs/compatibility.md)"
+        ));
     }
 }
