@@ -1,3 +1,11 @@
+/* Tried 2026-11-28 (docs/compatibility.md, "Memory the kernel pins for devices"):
+ *
+ *   gcc -O2 -o ur io_uring_fixed_buffer.c
+ *   ./ur 64 fixed; gleaner run -q --local-mem 16M -- ./ur 64 fixed   # 0, then 8355840 bytes stale
+ *   ./ur 64 plain; gleaner run -q --local-mem 16M -- ./ur 64 plain   # 0 and 0
+ *
+ * Since f1a4233 a run like the second one is stopped (exit 86) when it outlives the pager's
+ * one-second look; the test is preload_program's uring-fixed mode (run_programs.rs). */
 /* Registers a malloc'd buffer with io_uring (long-term pinned), pushes it far, then reads a file
  * into it with IORING_OP_READ_FIXED and checks what the program sees. */
 #define _GNU_SOURCE
