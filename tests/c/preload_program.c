@@ -4,7 +4,8 @@
  *
  *   preload_program mixed MB        threads mixing malloc/calloc/realloc/posix_memalign, mmap,
  *                                   munmap, madvise(DONTNEED/FREE), mremap (grow, move, shrink)
- *                                   and read(2) into managed buffers; all contents verified
+ *                                   and read(2) into managed buffers; all contents verified; a
+ *                                   MAP_32BIT mapping must lie in the first 2 GiB
  *   preload_program small MB        threads allocating, freeing, reusing and reallocating small
  *                                   blocks of every size up to 4 KiB (the heap's size classes);
  *                                   one size's blocks must pack together away from large ones;
@@ -198,9 +199,21 @@ static void *mixed_worker(void *arg) {
     return NULL;
 }
 
+/* MAP_32BIT promises an address in the first 2 GiB (JITs keep pointers in 32 bits there). */
+static void check_map_32bit(void) {
+    size_t len = 1 << 20;
+    char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_32BIT, -1, 0);
+    if (p == MAP_FAILED) fail("mmap MAP_32BIT");
+    if ((uintptr_t)p + len > (1UL << 31)) fail("MAP_32BIT mapping above 2 GiB");
+    fill(p, len, 9);
+    if (!check(p, len, 9)) fail("MAP_32BIT mapping");
+    munmap(p, len);
+}
+
 static int run_mixed(size_t mb) {
     enum { T = 4 };
     pthread_t t[T];
+    check_map_32bit();
     struct worker w[T];
     for (int i = 0; i < T; i++) {
         w[i].id = i + 1;

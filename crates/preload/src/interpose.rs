@@ -201,14 +201,18 @@ pub unsafe extern "C" fn malloc_usable_size(p: *mut c_void) -> usize {
     }
 }
 
-/// Whether a mapping request can be served from the arena: private, anonymous, no fixed address.
+/// Whether a mapping request can be served from the arena: private, anonymous, no fixed address,
+/// and no promise about where it lies (`MAP_32BIT`: the first 2 GiB, where JITs keep pointers in
+/// 32 bits; the arena lies far above, and such a mapping was handed an address above 4 GiB
+/// until 2026-11-28).
 fn manageable(flags: i32, fd: i32) -> bool {
     let unsupported = libc::MAP_SHARED
         | libc::MAP_FIXED
         | libc::MAP_FIXED_NOREPLACE
         | libc::MAP_HUGETLB
         | libc::MAP_GROWSDOWN
-        | libc::MAP_STACK;
+        | libc::MAP_STACK
+        | libc::MAP_32BIT;
     flags & libc::MAP_ANONYMOUS != 0
         && flags & libc::MAP_PRIVATE != 0
         && flags & unsupported == 0
