@@ -5,7 +5,8 @@
  *   preload_program mixed MB        threads mixing malloc/calloc/realloc/posix_memalign, mmap,
  *                                   munmap, madvise(DONTNEED/FREE), mremap (grow, move, shrink)
  *                                   and read(2) into managed buffers; all contents verified; a
- *                                   MAP_32BIT mapping must lie in the first 2 GiB
+ *                                   MAP_32BIT mapping must lie in the first 2 GiB, and
+ *                                   memalign(24, ...) must round to 32 as glibc does
  *   preload_program small MB        threads allocating, freeing, reusing and reallocating small
  *                                   blocks of every size up to 4 KiB (the heap's size classes);
  *                                   one size's blocks must pack together away from large ones;
@@ -210,10 +211,19 @@ static void check_map_32bit(void) {
     munmap(p, len);
 }
 
+/* glibc's memalign rounds an alignment that is not a power of two up to one. */
+static void check_memalign_rounding(void) {
+    char *p = memalign(24, 100);
+    if (!p || (uintptr_t)p % 32) fail("memalign(24, 100)");
+    memset(p, 7, 100);
+    free(p);
+}
+
 static int run_mixed(size_t mb) {
     enum { T = 4 };
     pthread_t t[T];
     check_map_32bit();
+    check_memalign_rounding();
     struct worker w[T];
     for (int i = 0; i < T; i++) {
         w[i].id = i + 1;

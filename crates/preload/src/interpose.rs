@@ -154,23 +154,28 @@ pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, siz
     0
 }
 
+/// The alignment `memalign` and `aligned_alloc` serve for `align`, as the C library of this
+/// system (glibc 2.36) does: rounded up to a power of two, `EINVAL` past the largest. Until
+/// 2026-11-28 a non-power of two got `EINVAL` here, where the program got memory without
+/// gleaner.
+fn memalign_alignment(align: usize) -> Option<usize> {
+    align.max(1).checked_next_power_of_two()
+}
+
 /// `aligned_alloc(3)`.
 #[no_mangle]
 pub unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void {
-    if !align.is_power_of_two() {
-        set_errno(libc::EINVAL);
-        return std::ptr::null_mut();
-    }
-    aligned(align, size)
+    // SAFETY: the same contract.
+    unsafe { memalign(align, size) }
 }
 
 /// `memalign(3)`.
 #[no_mangle]
 pub unsafe extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
-    if !align.is_power_of_two() {
+    let Some(align) = memalign_alignment(align) else {
         set_errno(libc::EINVAL);
         return std::ptr::null_mut();
-    }
+    };
     aligned(align, size)
 }
 
@@ -443,4 +448,18 @@ pub unsafe extern "C" fn _exit(status: i32) -> ! {
 pub unsafe extern "C" fn _Exit(status: i32) -> ! {
     crate::finish_fork_child();
     gleaner_pager::exit_now(status)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memalign_rounds_an_alignment_up_to_a_power_of_two_as_glibc_does() {
+        assert_eq!(memalign_alignment(3), Some(4));
+        assert_eq!(memalign_alignment(24), Some(32));
+        assert_eq!(memalign_alignment(4096), Some(4096));
+        assert_eq!(memalign_alignment(0), Some(1));
+        assert_eq!(memalign_alignment(usize::MAX), None);
+    }
 }
