@@ -47,6 +47,9 @@
  *                                   pinned) and IORING_OP_READ_FIXED, then wait up to 10 s:
  *                                   gleaner must stop it (exit 86), since it cannot page pinned
  *                                   memory; exits 1 if it is still running then
+ *   preload_program drop-privileges MB  as root: fill MB, become `nobody` (setgid, setuid), fill
+ *                                   MB more, verify both; a fork child then does the same
+ *                                   checks. Prints `dropped` once it runs as nobody
  *   preload_program big MB          big blocks (256 KiB to 4 MiB) freed and allocated again over
  *                                   and over with malloc, calloc, realloc and posix_memalign, as
  *                                   numpy does with its arrays: every calloc'd block must read
@@ -57,6 +60,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <linux/io_uring.h>
 #include <malloc.h>
 #include <pthread.h>
@@ -678,6 +682,25 @@ static int run_uring(size_t mb, int fixed) {
     return 1;
 }
 
+/* ---- drop-privileges ------------------------------------------------------------------ */
+
+static int run_drop_privileges(size_t mb) {
+    size_t len = mb << 20;
+    char *a = filled(mb, 91);
+    if (setgroups(0, NULL) || setgid(65534) || setuid(65534)) fail("becoming nobody");
+    if (getuid() != 65534) fail("still root");
+    printf("dropped\n");
+    fflush(stdout);
+    char *b = filled(mb, 92); /* most of `a` goes far now, written back as nobody */
+    if (!check(a, len, 91) || !check(b, len, 92)) fail("memory after dropping privileges");
+    pid_t pid = fork();
+    if (pid < 0) fail("fork");
+    if (pid == 0) _exit(check(a, len, 91) && check(b, len, 92) ? 0 : 2);
+    int st;
+    if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st)) fail("the child's checks");
+    return 0;
+}
+
 /* ---- exec, thread-exit, sigterm, crash, hog --------------------------------------------- */
 
 static char *filled(size_t mb, uint64_t seed) {
@@ -887,6 +910,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "mlock")) return run_mlock(mb);
     if (!strcmp(argv[1], "wipe-on-fork")) return run_wipe_on_fork(mb);
     if (!strcmp(argv[1], "uring-plain")) return run_uring(mb, 0);
+    if (!strcmp(argv[1], "drop-privileges")) return run_drop_privileges(mb);
     if (!strcmp(argv[1], "uring-fixed")) return run_uring(mb, 1);
     fprintf(stderr, "unknown mode %s\n", argv[1]);
     return 64;

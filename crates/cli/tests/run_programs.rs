@@ -1274,6 +1274,34 @@ fn a_buffer_registered_with_io_uring_in_far_memory_stops_the_program() {
     );
 }
 
+/// A program started as root that drops its privileges (as `memcached -u nobody` and most
+/// servers do) still reports its stats to `gleaner run`, although it can no longer create files
+/// in the run's report directory; and a fork child it makes afterwards still gets far memory of
+/// its own (a userfaultfd and a memnode session, which an unprivileged process could not
+/// open). The program's stats used to be lost ("Permission denied": the run said no process
+/// had reported any), and such a child was stopped (exit 86: "userfaultfd is not permitted").
+/// The child's own report is still lost (docs/compatibility.md).
+#[test]
+fn a_program_that_drops_its_privileges_keeps_its_far_memory_and_its_report() {
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "this test drops privileges from root: run the suite as root, as CI does"
+    );
+    let (code, out, err, stats) = run_program("16M", "drop-privileges", "32", &[]);
+    assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
+    assert!(out.contains("dropped"), "{out}");
+    assert!(!err.contains("userfaultfd is not permitted"), "{err}");
+    let procs = &stats["far_memory_processes"];
+    assert!(procs["started"].as_u64().unwrap() >= 1, "{stats}");
+    // The parent's stats, with its evictions after the drop.
+    assert!(
+        stats["total"]["evictions"]["dirty"].as_u64().unwrap() > pages(32 << 20),
+        "{stats}"
+    );
+}
+
 /// A program that holds every descriptor its limit allows (as a busy server may, handling
 /// `EMFILE` itself) still gets its far memory: the pager keeps spare descriptors for what it
 /// makes mid-run (an evictor's pipe for a thread that reclaims late, a shared-memory grant's

@@ -282,6 +282,9 @@ fn serve(args: ServeArgs) -> Result<(), CliError> {
         });
     }
     let server = Server::bind(config)?;
+    if args.private_dir.is_some() {
+        open_socket_to_dropped_privileges(server.local_endpoint());
+    }
     log::info!(
         "memnode: capacity {} ({capacity_bytes} bytes), lease {:?}, token file {}",
         format_size(capacity_bytes),
@@ -355,6 +358,23 @@ fn serve(args: ServeArgs) -> Result<(), CliError> {
     let summary = result?;
     log::info!("{summary}");
     Ok(())
+}
+
+/// A launcher's private memnode run as root: its Unix socket is made connectable by any user, so
+/// that a program that drops its privileges (`setuid`) and then forks can open its child's
+/// session (the launcher's directory lets others pass through, not list). Every session still
+/// needs the token, whose file stays the launcher's alone.
+fn open_socket_to_dropped_privileges(endpoint: &Endpoint) {
+    use std::os::unix::fs::PermissionsExt;
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return;
+    }
+    if let Endpoint::Unix(path) = endpoint {
+        if let Err(e) = fs::set_permissions(path, fs::Permissions::from_mode(0o666)) {
+            log::warn!("making {} connectable: {e}", path.display());
+        }
+    }
 }
 
 /// The token (from `token_file`, default `~/.gleaner/token`) and connection options with which

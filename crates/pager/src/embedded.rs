@@ -197,8 +197,19 @@ fn private_dir() -> Result<PathBuf, PagerError> {
             .collect::<String>()
     );
     let dir = base.join(name);
+    // As root, others may pass through the directory to the socket (the memnode makes the
+    // socket connectable too): a program that drops its privileges (`setuid`) and then forks
+    // must be able to open its child's session. The token file stays the creator's alone, and
+    // a session needs the token, which the program holds in memory (a TCP memnode on loopback
+    // is as reachable). Others still cannot list the directory.
+    // SAFETY: geteuid has no preconditions.
+    let mode = if unsafe { libc::geteuid() } == 0 {
+        0o711
+    } else {
+        0o700
+    };
     std::fs::DirBuilder::new()
-        .mode(0o700)
+        .mode(mode)
         .create(&dir)
         .map_err(|e| PagerError::Embedded(format!("creating {}: {e}", dir.display())))?;
     Ok(dir)

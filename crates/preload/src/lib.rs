@@ -69,6 +69,7 @@ mod lock;
 mod locking;
 mod logger;
 mod real;
+mod report_files;
 mod retain;
 mod slab;
 mod wipe;
@@ -515,8 +516,20 @@ fn report_pager(outcome: &str, error: Option<&str>) -> Report {
     })
     .to_string();
     let path = dir.join(format!("pager-{pid}.json"));
-    if let Err(e) = std::fs::write(&path, line) {
-        eprintln!("gleaner: cannot write {}: {e}", path.display());
+    if outcome == "started" {
+        // Kept open for the reports to come, which may be written after the program has
+        // dropped its privileges (`report_files.rs`).
+        report_files::keep(report_files::Kind::Pager, &path);
+        if let Some(stats) = stats_path(pid as i32) {
+            report_files::keep(report_files::Kind::Stats, &stats);
+        }
+    }
+    if let Err(e) = report_files::write(report_files::Kind::Pager, &path, line.as_bytes()) {
+        eprintln!(
+            "gleaner: cannot write {}: {e}{}",
+            path.display(),
+            privileges_note(&e)
+        );
         return Report::FirstFailure;
     }
     // The first process that fails to start creates the marker; creation is atomic, so exactly
@@ -532,6 +545,19 @@ fn report_pager(outcome: &str, error: Option<&str>) -> Report {
         Report::FirstFailure
     } else {
         Report::Counted
+    }
+}
+
+/// Why a report could not be written, where it is a privilege drop: a process started after its
+/// program gave up root (a fork child of `setuid` code) cannot create files in the report
+/// directory of a launcher run as root (docs/compatibility.md).
+fn privileges_note(e: &std::io::Error) -> &'static str {
+    if e.kind() == std::io::ErrorKind::PermissionDenied {
+        " (a process started after its program gave up root privileges cannot write the \
+         launcher's reports: this one is missing from the run's summary; its far memory is \
+         unaffected)"
+    } else {
+        ""
     }
 }
 
@@ -603,10 +629,18 @@ pub(crate) fn finish_process() {
             // A spare descriptor for the file: the program may hold every other one. (Not
             // `with_room`: at exit, no waiting for another thread's turn, a grant's say.)
             gleaner_fds::make_room(1);
-            let written = std::fs::write(&path, a.region().stats_json());
+            let written = report_files::write(
+                report_files::Kind::Stats,
+                &path,
+                a.region().stats_json().as_bytes(),
+            );
             gleaner_fds::refill();
             if let Err(e) = written {
-                eprintln!("gleaner: writing stats to {}: {e}", path.display());
+                eprintln!(
+                    "gleaner: writing stats to {}: {e}{}",
+                    path.display(),
+                    privileges_note(&e)
+                );
             }
         }
     }

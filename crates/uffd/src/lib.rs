@@ -223,12 +223,62 @@ pub struct Uffd {
     nowait: bool,
 }
 
+/// `/dev/userfaultfd`, opened while the process could and kept, so that it and its fork
+/// children can still make userfaultfds after the program drops its privileges
+/// ([`keep_device_for_later`]); -1 when not kept.
+static KEPT_DEVICE: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+
+/// Opens `/dev/userfaultfd` and keeps it, once, in a process running as root. A server started
+/// as root that drops its privileges (`setuid`) keeps the userfaultfd it has, but a fork child
+/// it makes afterwards needs one of its own, and the system call refuses an unprivileged
+/// process that (`vm.unprivileged_userfaultfd=0`): the child was stopped (exit 86). The device
+/// checks who may use it when it is opened, so a descriptor opened as root still makes
+/// userfaultfds after the drop. The process already holds a userfaultfd that handles kernel
+/// faults, so this grants it nothing new.
+fn keep_device_for_later() {
+    use std::sync::atomic::Ordering;
+    // SAFETY: geteuid has no preconditions.
+    if KEPT_DEVICE.load(Ordering::Acquire) >= 0 || unsafe { libc::geteuid() } != 0 {
+        return;
+    }
+    if let Ok(dev) = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_CLOEXEC)
+        .open("/dev/userfaultfd")
+    {
+        let fd = gleaner_fds::adopt(OwnedFd::from(dev));
+        let raw = fd.as_raw_fd();
+        if KEPT_DEVICE
+            .compare_exchange(-1, raw, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            // Kept for the life of the process (and inherited by its fork children).
+            std::mem::forget(fd);
+        }
+    }
+}
+
+/// A new userfaultfd from the kept `/dev/userfaultfd` ([`keep_device_for_later`]), if any.
+fn from_kept_device(flags: libc::c_int) -> Option<OwnedFd> {
+    let dev = KEPT_DEVICE.load(std::sync::atomic::Ordering::Acquire);
+    if dev < 0 {
+        return None;
+    }
+    // SAFETY: USERFAULTFD_IOC_NEW takes the open flags by value and returns a new descriptor;
+    // `dev` is the kept device descriptor, never closed.
+    let fd = unsafe { libc::ioctl(dev, sys::USERFAULTFD_IOC_NEW as _, flags) };
+    // SAFETY: the kernel just returned this descriptor to us; nothing else owns it.
+    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
 /// Opens a raw descriptor (no API handshake yet). Returns where it came from and its mode.
 fn create_raw(allow_user_mode_only: bool) -> Result<(OwnedFd, Source, Mode), UffdError> {
     let flags = libc::O_CLOEXEC | libc::O_NONBLOCK;
     // SAFETY: userfaultfd(2) takes an int flags argument and returns a new descriptor or -1.
     let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, flags) };
     if fd >= 0 {
+        keep_device_for_later();
         // SAFETY: the kernel just returned this descriptor to us; nothing else owns it.
         return Ok((
             unsafe { OwnedFd::from_raw_fd(fd as RawFd) },
@@ -247,7 +297,11 @@ fn create_raw(allow_user_mode_only: bool) -> Result<(OwnedFd, Source, Mode), Uff
             })
         }
     }
-    // Not permitted through the syscall: try the device node (6.1+), whose file mode governs access.
+    // Not permitted through the syscall: the device kept from before a privilege drop, then the
+    // device node (6.1+), whose file mode governs access.
+    if let Some(fd) = from_kept_device(flags) {
+        return Ok((fd, Source::DevNode, Mode::Full));
+    }
     if let Ok(dev) = OpenOptions::new()
         .read(true)
         .write(true)

@@ -56,11 +56,37 @@ pub struct Pagemap {
     file: File,
 }
 
+/// Opens `/proc/self/pagemap` with the process dumpable for the open ([`Pagemap::open`]).
+fn open_while_dumpable() -> io::Result<File> {
+    // SAFETY: PR_GET_DUMPABLE takes no pointer and returns the flag.
+    let was = unsafe { libc::prctl(libc::PR_GET_DUMPABLE) };
+    if was != 0 {
+        return File::open("/proc/self/pagemap");
+    }
+    // SAFETY: PR_SET_DUMPABLE takes the flag by value.
+    unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 1) };
+    let opened = File::open("/proc/self/pagemap");
+    // SAFETY: as above, back to what it was.
+    unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0) };
+    opened
+}
+
 impl Pagemap {
     /// Opens this process's pagemap.
+    ///
+    /// A program that dropped its privileges (`setuid` from root: `memcached -u nobody`) is no
+    /// longer dumpable, and its `/proc/self` files are root's: the open fails with `EACCES`, and
+    /// a pager thread that opened its pagemap late (an evictor started after the drop, a fork
+    /// child's) stopped the program. The process is then made dumpable for the one open and
+    /// put back at once: for those microseconds another process of the same user could attach
+    /// to it, where it otherwise could not.
     pub fn open() -> io::Result<Pagemap> {
+        let file = match File::open("/proc/self/pagemap") {
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => open_while_dumpable()?,
+            other => other?,
+        };
         Ok(Pagemap {
-            file: gleaner_fds::adopt_file(File::open("/proc/self/pagemap")?),
+            file: gleaner_fds::adopt_file(file),
         })
     }
 
