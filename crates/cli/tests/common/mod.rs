@@ -28,11 +28,15 @@ pub fn preload_program() -> &'static str {
             .parent()
             .unwrap()
             .join("gleaner_preload_program");
+        // Built beside it and renamed into place: another test binary running at the same time
+        // may be executing the one there, and one half written failed its exec ("Permission
+        // denied", seen with two test binaries at once).
+        let building = out.with_extension(format!("building-{}", std::process::id()));
         let cc = Command::new("cc")
             .args(["-O1", "-Wall", "-Werror", "-pthread"])
             .arg(root.join("tests/c/preload_program.c"))
             .arg("-o")
-            .arg(&out)
+            .arg(&building)
             .output()
             .expect("a C compiler (cc)");
         assert!(
@@ -40,6 +44,7 @@ pub fn preload_program() -> &'static str {
             "{}",
             String::from_utf8_lossy(&cc.stderr)
         );
+        std::fs::rename(&building, &out).expect("renaming the test program into place");
         out.to_string_lossy().into_owned()
     })
 }
