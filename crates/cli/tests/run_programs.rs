@@ -39,6 +39,17 @@ fn run_program(
     run_with_stats(local, extra, &[program(), mode, mb])
 }
 
+/// [`run_program`] at 16M with a shell's `ulimit LIMIT` set first (`-n 256`, `-v 3000000`).
+fn run_program_under_ulimit(
+    limit: &str,
+    mode: &str,
+    mb: &str,
+) -> (Option<i32>, String, String, serde_json::Value) {
+    preload_library_is_built();
+    let script = format!("ulimit {limit} && exec {} {mode} {mb}", program());
+    run_with_stats("16M", &[], &["sh", "-c", &script])
+}
+
 /// Runs `command` under `gleaner run --local-mem LOCAL EXTRA.. --stats FILE`; returns its
 /// status, stdout and stderr, and the stats file (`Null` if none was written).
 fn run_with_stats(
@@ -1227,9 +1238,7 @@ fn wipe_on_fork_pages_read_as_zeros_in_children_only() {
 /// against the limit.
 #[test]
 fn an_address_space_limit_shrinks_the_far_memory_heap_to_fit() {
-    preload_library_is_built();
-    let script = format!("ulimit -v 3000000 && exec {} mixed 64", program());
-    let (code, out, err, stats) = run_with_stats("16M", &[], &["sh", "-c", &script]);
+    let (code, out, err, stats) = run_program_under_ulimit("-v 3000000", "mixed", "64");
     assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
     assert!(out.contains("mixed ok"), "{out}");
     assert!(
@@ -1240,8 +1249,7 @@ fn an_address_space_limit_shrinks_the_far_memory_heap_to_fit() {
     assert!(t["faults"]["remote"].as_u64().unwrap() > 0, "{stats}");
     assert!(t["size_bytes"].as_u64().unwrap() < 1 << 30, "{stats}");
 
-    let script = format!("ulimit -v 500000 && exec {} mixed 64", program());
-    let (code, _, err, _) = run_with_stats("16M", &[], &["sh", "-c", &script]);
+    let (code, _, err, _) = run_program_under_ulimit("-v 500000", "mixed", "64");
     assert_eq!(code, Some(86), "{err}");
     assert!(err.contains("leaves no room for far memory"), "{err}");
 }
@@ -1309,9 +1317,7 @@ fn a_program_that_drops_its_privileges_keeps_its_far_memory_and_its_report() {
 /// first grant or late evictor ("Too many open files").
 #[test]
 fn a_program_at_its_descriptor_limit_keeps_its_far_memory() {
-    preload_library_is_built();
-    let script = format!("ulimit -n 256 && exec {} fd-limit 128", program());
-    let (code, out, err, stats) = run_with_stats("16M", &[], &["sh", "-c", &script]);
+    let (code, out, err, stats) = run_program_under_ulimit("-n 256", "fd-limit", "128");
     assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
     let opened = number_after(&out, "opened ");
     assert!(

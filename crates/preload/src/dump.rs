@@ -19,12 +19,12 @@ pub(crate) const STEP_PAGES: usize = 16 * 1024;
 /// Pages from the reservation's start that core dumps include.
 static INCLUDED: AtomicUsize = AtomicUsize::new(0);
 
-/// `madvise(2)` as a system call: the C library's symbol is the interposer, which takes managed
-/// memory's advice as the program's.
+/// `madvise(2)` through `real.rs`: the C library's symbol is the interposer, which takes
+/// managed memory's advice as the program's.
 fn advise(addr: usize, len: usize, advice: i32) {
     // SAFETY: DONTDUMP and DODUMP change only whether a core dump includes the range; they
     // touch no contents.
-    let r = unsafe { libc::syscall(libc::SYS_madvise, addr, len, advice) };
+    let r = unsafe { crate::real::madvise(addr as *mut libc::c_void, len, advice) };
     if r != 0 {
         let _in = crate::InPager::enter();
         log::debug!(
@@ -42,6 +42,10 @@ pub(crate) fn exclude(base: usize, len: usize) {
 /// Pages up to `end` (from the reservation's start, of `total` pages) have been carved: core
 /// dumps include them from now on.
 pub(crate) fn include_up_to(base: usize, total: usize, end: usize) {
+    // Most carves fall below the mark: a load, not a write every thread's carve would share.
+    if end <= INCLUDED.load(Ordering::Acquire) {
+        return;
+    }
     let want = end.next_multiple_of(STEP_PAGES).min(total);
     let had = INCLUDED.fetch_max(want, Ordering::AcqRel);
     if had < want {

@@ -40,17 +40,20 @@ impl WipeRanges {
         self.ranges.insert(start, len);
     }
 
-    /// Unmarks `[first, first+pages)`.
-    pub(crate) fn clear(&mut self, first: usize, pages: usize) {
-        let end = first + pages;
-        let overlapping: Vec<(usize, usize)> = self
-            .ranges
-            .range(..end)
+    /// The marked ranges that overlap `[first, first+pages)`, whole, last first.
+    fn overlapping(&self, first: usize, pages: usize) -> Vec<(usize, usize)> {
+        self.ranges
+            .range(..first + pages)
             .rev()
             .take_while(|&(&s, &l)| s + l > first)
             .map(|(&s, &l)| (s, l))
-            .collect();
-        for (s, l) in overlapping {
+            .collect()
+    }
+
+    /// Unmarks `[first, first+pages)`.
+    pub(crate) fn clear(&mut self, first: usize, pages: usize) {
+        let end = first + pages;
+        for (s, l) in self.overlapping(first, pages) {
             self.ranges.remove(&s);
             if s < first {
                 self.ranges.insert(s, first - s);
@@ -64,18 +67,14 @@ impl WipeRanges {
     /// The marked parts of `[first, first+pages)`, as `(first page, count)`.
     pub(crate) fn within(&self, first: usize, pages: usize) -> Vec<(usize, usize)> {
         let end = first + pages;
-        let mut found: Vec<(usize, usize)> = self
-            .ranges
-            .range(..end)
+        self.overlapping(first, pages)
+            .into_iter()
             .rev()
-            .take_while(|&(&s, &l)| s + l > first)
-            .map(|(&s, &l)| {
+            .map(|(s, l)| {
                 let (a, b) = (s.max(first), (s + l).min(end));
                 (a, b - a)
             })
-            .collect();
-        found.reverse();
-        found
+            .collect()
     }
 
     /// Every marked range, in order.

@@ -241,12 +241,7 @@ fn keep_device_for_later() {
     if KEPT_DEVICE.load(Ordering::Acquire) >= 0 || unsafe { libc::geteuid() } != 0 {
         return;
     }
-    if let Ok(dev) = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .custom_flags(libc::O_CLOEXEC)
-        .open("/dev/userfaultfd")
-    {
+    if let Ok(dev) = open_device() {
         let fd = gleaner_fds::adopt(OwnedFd::from(dev));
         let raw = fd.as_raw_fd();
         if KEPT_DEVICE
@@ -259,17 +254,29 @@ fn keep_device_for_later() {
     }
 }
 
+/// Opens the device node `/dev/userfaultfd` (6.1+), whose file mode governs access.
+fn open_device() -> io::Result<std::fs::File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_CLOEXEC)
+        .open("/dev/userfaultfd")
+}
+
+/// A new userfaultfd made through the open device descriptor `dev`.
+fn from_device(dev: BorrowedFd<'_>, flags: libc::c_int) -> Option<OwnedFd> {
+    // SAFETY: USERFAULTFD_IOC_NEW takes the open flags by value and returns a new descriptor;
+    // `dev` is live for the call.
+    let fd = unsafe { libc::ioctl(dev.as_raw_fd(), sys::USERFAULTFD_IOC_NEW as _, flags) };
+    // SAFETY: the kernel just returned this descriptor to us; nothing else owns it.
+    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
 /// A new userfaultfd from the kept `/dev/userfaultfd` ([`keep_device_for_later`]), if any.
 fn from_kept_device(flags: libc::c_int) -> Option<OwnedFd> {
     let dev = KEPT_DEVICE.load(std::sync::atomic::Ordering::Acquire);
-    if dev < 0 {
-        return None;
-    }
-    // SAFETY: USERFAULTFD_IOC_NEW takes the open flags by value and returns a new descriptor;
-    // `dev` is the kept device descriptor, never closed.
-    let fd = unsafe { libc::ioctl(dev, sys::USERFAULTFD_IOC_NEW as _, flags) };
-    // SAFETY: the kernel just returned this descriptor to us; nothing else owns it.
-    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
+    // SAFETY: the kept device descriptor is never closed.
+    (dev >= 0).then(|| from_device(unsafe { BorrowedFd::borrow_raw(dev) }, flags))?
 }
 
 /// Opens a raw descriptor (no API handshake yet). Returns where it came from and its mode.
@@ -302,22 +309,11 @@ fn create_raw(allow_user_mode_only: bool) -> Result<(OwnedFd, Source, Mode), Uff
     if let Some(fd) = from_kept_device(flags) {
         return Ok((fd, Source::DevNode, Mode::Full));
     }
-    if let Ok(dev) = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .custom_flags(libc::O_CLOEXEC)
-        .open("/dev/userfaultfd")
+    if let Some(fd) = open_device()
+        .ok()
+        .and_then(|dev| from_device(dev.as_fd(), flags))
     {
-        // SAFETY: USERFAULTFD_IOC_NEW takes the open flags by value and returns a new descriptor.
-        let fd = unsafe { libc::ioctl(dev.as_raw_fd(), sys::USERFAULTFD_IOC_NEW as _, flags) };
-        if fd >= 0 {
-            // SAFETY: the kernel just returned this descriptor to us.
-            return Ok((
-                unsafe { OwnedFd::from_raw_fd(fd) },
-                Source::DevNode,
-                Mode::Full,
-            ));
-        }
+        return Ok((fd, Source::DevNode, Mode::Full));
     }
     // SAFETY: as above, with UFFD_USER_MODE_ONLY added to the flags.
     let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, flags | sys::UFFD_USER_MODE_ONLY) };

@@ -66,11 +66,11 @@ impl Arena {
     }
 
     /// Leaves `[at, at+len)` of the arena out of core dumps: the slabs hold sealed blobs, of no
-    /// use to whoever reads a core, and a core dump includes shared memory whole. (A system
-    /// call: the C library's `madvise` may be the preload library's interposer.)
+    /// use to whoever reads a core, and a core dump includes shared memory whole. (The arena is
+    /// not managed memory: the preload library's `madvise` passes it on, as for `punch`.)
     fn leave_out_of_core_dumps(&self, at: usize, len: usize) {
         // SAFETY: DONTDUMP changes only whether a core dump includes the range, which is ours.
-        let r = unsafe { libc::syscall(libc::SYS_madvise, at, len, libc::MADV_DONTDUMP) };
+        let r = unsafe { libc::madvise(at as *mut libc::c_void, len, libc::MADV_DONTDUMP) };
         if r != 0 {
             log::debug!(
                 "leaving far memory's slabs out of core dumps: {}",
