@@ -49,7 +49,9 @@
  *                                   memory; exits 1 if it is still running then
  *   preload_program drop-privileges MB  as root: fill MB, become `nobody` (setgid, setuid), fill
  *                                   MB more, verify both; a fork child then does the same
- *                                   checks. Prints `dropped` once it runs as nobody
+ *                                   checks. Prints `dropped` once it runs as nobody, and
+ *                                   `filled` after the second fill, then sleeps
+ *                                   $DROP_PRIVILEGES_LINGER_MS (default 0) before the checks
  *   preload_program big MB          big blocks (256 KiB to 4 MiB) freed and allocated again over
  *                                   and over with malloc, calloc, realloc and posix_memalign, as
  *                                   numpy does with its arrays: every calloc'd block must read
@@ -692,6 +694,10 @@ static int run_drop_privileges(size_t mb) {
     printf("dropped\n");
     fflush(stdout);
     char *b = filled(mb, 92); /* most of `a` goes far now, written back as nobody */
+    printf("filled\n");
+    fflush(stdout);
+    const char *linger = getenv("DROP_PRIVILEGES_LINGER_MS");
+    if (linger) usleep((useconds_t)atoi(linger) * 1000);
     if (!check(a, len, 91) || !check(b, len, 92)) fail("memory after dropping privileges");
     pid_t pid = fork();
     if (pid < 0) fail("fork");

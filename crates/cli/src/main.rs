@@ -46,7 +46,8 @@ enum Command {
     #[command(subcommand)]
     Bench(bench::BenchCommand),
     /// The programs running on far memory on this machine: budget, residency, fault rates,
-    /// and their memnodes (for a pool: each memnode's state, extents and pages).
+    /// and their memnodes (for a pool: each memnode's state, extents and pages). Your own
+    /// programs; run as root, every user's.
     Status(status::StatusArgs),
     /// Fault traces: replay one offline under every prefetcher and eviction policy (with exact
     /// LRU and Belady's optimum as references), or synthesise one.

@@ -3,7 +3,7 @@
 //! residency, fault rates and memnodes (for a pool: each memnode's state, extents, pages and read
 //! latency, and the extents short of a replica).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -28,7 +28,7 @@ pub struct StatusArgs {
 /// Entry point of `gleaner status`.
 pub fn main(args: StatusArgs) -> ExitCode {
     loop {
-        let docs = read_all(&gleaner_pager::status_dir());
+        let docs = read_all(&gleaner_pager::status_dirs());
         if args.json {
             println!("{}", Value::Array(docs.clone()));
         } else {
@@ -44,15 +44,15 @@ pub fn main(args: StatusArgs) -> ExitCode {
     }
 }
 
-/// Every fresh status document in `dir`, by pid; files of processes that are gone are removed.
-fn read_all(dir: &Path) -> Vec<Value> {
+/// Every fresh status document in `dirs`, by pid (a process's newest, if it wrote in two: one
+/// that gave up root moves its file); files of processes that are gone are removed.
+fn read_all(dirs: &[PathBuf]) -> Vec<Value> {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64());
-    let mut docs: Vec<Value> = std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
+    let mut docs: Vec<Value> = dirs
+        .iter()
+        .flat_map(|dir| std::fs::read_dir(dir).into_iter().flatten().flatten())
         .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
         .filter_map(|e| {
             let doc: Value = serde_json::from_str(&std::fs::read_to_string(e.path()).ok()?).ok()?;
@@ -65,7 +65,14 @@ fn read_all(dir: &Path) -> Vec<Value> {
             (age < STALE_AFTER_S).then_some(doc)
         })
         .collect();
-    docs.sort_by_key(|d| d["pid"].as_u64());
+    let updated = |d: &Value| d["updated_unix_s"].as_f64().unwrap_or(0.0);
+    docs.sort_by(|a, b| {
+        a["pid"]
+            .as_u64()
+            .cmp(&b["pid"].as_u64())
+            .then(updated(b).total_cmp(&updated(a)))
+    });
+    docs.dedup_by(|later, first| later["pid"] == first["pid"]);
     docs
 }
 

@@ -1310,6 +1310,93 @@ fn a_program_that_drops_its_privileges_keeps_its_far_memory_and_its_report() {
     );
 }
 
+/// A program that gives up root stays in root's `gleaner status`: once it can no longer write
+/// into root's owner-only status directory, its pager moves its file to the directory of the
+/// user it became, which root's `gleaner status` reads too; and nothing is left behind in
+/// either. It used to vanish from the view a few seconds after the drop (its file could no
+/// longer be rewritten, and went stale).
+#[test]
+fn a_program_that_drops_its_privileges_stays_in_gleaner_status() {
+    use std::os::unix::fs::PermissionsExt;
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "this test drops privileges from root: run the suite as root, as CI does"
+    );
+    preload_library_is_built();
+    let dir = TempDir::new("status-drop");
+    // A scratch directory every user may create in, as /dev/shm is.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let mut child = Command::new(gleaner_bin())
+        .args(["run", "--local-mem", "16M", "--"])
+        .args([program(), "drop-privileges", "32"])
+        .env("TMPDIR", dir.path())
+        .env_remove("GLEANER_STATUS_DIR")
+        .env("DROP_PRIVILEGES_LINGER_MS", "4000")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("filled") {
+        line.clear();
+        assert!(
+            stdout.read_line(&mut line).unwrap() > 0,
+            "the program ended before it filled its memory as nobody"
+        );
+    }
+    let filled_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    // The status files are rewritten every second.
+    std::thread::sleep(Duration::from_millis(2500));
+    let status = Command::new(gleaner_bin())
+        .args(["status", "--json"])
+        .env("TMPDIR", dir.path())
+        .env_remove("GLEANER_STATUS_DIR")
+        .output()
+        .unwrap();
+    child.stdout = Some(stdout.into_inner());
+    let (code, out, err) = wait_output(&mut child, LIMIT);
+    assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
+    let docs: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    let name = std::path::Path::new(program()).file_name().unwrap();
+    let ours: Vec<_> = docs
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["program"].as_str() == name.to_str())
+        .collect();
+    assert_eq!(ours.len(), 1, "{docs}");
+    let updated = ours[0]["updated_unix_s"].as_f64().unwrap();
+    assert!(
+        updated > filled_at,
+        "the status was last written {:.1} s before the program, as nobody, had filled its \
+         memory: {docs}",
+        filled_at - updated
+    );
+    assert!(
+        dir.path().join("gleaner-status-65534").is_dir(),
+        "the program published as nobody in nobody's directory"
+    );
+    for d in std::fs::read_dir(dir.path()).unwrap().flatten() {
+        if d.file_name()
+            .to_string_lossy()
+            .starts_with("gleaner-status-")
+        {
+            let left: Vec<_> = std::fs::read_dir(d.path())
+                .unwrap()
+                .flatten()
+                .map(|e| e.file_name())
+                .collect();
+            assert!(left.is_empty(), "{}: {left:?}", d.path().display());
+        }
+    }
+}
+
 /// A program that holds every descriptor its limit allows (as a busy server may, handling
 /// `EMFILE` itself) still gets its far memory: the pager keeps spare descriptors for what it
 /// makes mid-run (an evictor's pipe for a thread that reclaims late, a shared-memory grant's

@@ -72,7 +72,7 @@ pub use region::Region;
 pub use sampler::STATS_TRACE_INTERVAL;
 pub use scratch::scratch_dir;
 pub use stats::{EvictionStats, FaultStats, HintStats, RegionStats};
-pub use status::{status_dir, STATUS_INTERVAL};
+pub use status::{status_dir, status_dirs, STATUS_INTERVAL};
 pub use store::pool::MAX_REPLICAS;
 pub use store::StoreStats;
 

@@ -8,11 +8,16 @@
 //! document each would cost them more than their own work. Each file is `PID-N.json` (N counts
 //! the process's regions), replaced atomically (written beside, then renamed), so a reader never
 //! sees half of one.
+//!
+//! A process that gives up root (`memcached -u nobody`) can no longer write into root's
+//! directory: its publisher moves the file to the directory of the user it became, and
+//! `gleaner status` run as root reads every user's directory ([`status_dirs`]). A directory
+//! that another user owns, or that others may read, is not written into.
 
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::json;
@@ -35,37 +40,114 @@ pub fn status_dir() -> PathBuf {
     crate::scratch_dir().join(format!("gleaner-status-{uid}"))
 }
 
-/// This process's next status file.
-pub(crate) fn next_path() -> std::io::Result<PathBuf> {
-    static REGIONS: AtomicU64 = AtomicU64::new(0);
+/// Every directory `gleaner status` reads: `$GLEANER_STATUS_DIR` if set; else this user's, and,
+/// for root, every user's `gleaner-status-UID` beside it (a program that gave up root publishes
+/// in the directory of the user it became).
+pub fn status_dirs() -> Vec<PathBuf> {
+    let own = status_dir();
+    let explicit = std::env::var_os("GLEANER_STATUS_DIR").is_some_and(|d| !d.is_empty());
+    // SAFETY: geteuid has no preconditions.
+    if explicit || unsafe { libc::geteuid() } != 0 {
+        return vec![own];
+    }
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(crate::scratch_dir())
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("gleaner-status-")
+        })
+        .map(|e| e.path())
+        .filter(|p| *p != own)
+        .collect();
+    dirs.sort();
+    dirs.insert(0, own);
+    dirs
+}
+
+/// This user's status directory, created owner-only if missing; refused if another user owns
+/// it or others may read it (its documents would be theirs to read, or to forge).
+fn own_dir() -> std::io::Result<PathBuf> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let dir = status_dir();
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(&dir)?;
+    let meta = std::fs::metadata(&dir)?;
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    if meta.uid() != uid || meta.permissions().mode() & 0o077 != 0 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!(
+                "owned by uid {} with mode {:o}, not by uid {uid} with 0700",
+                meta.uid(),
+                meta.permissions().mode() & 0o7777
+            ),
+        ));
+    }
+    Ok(dir)
+}
+
+/// This process's next status file.
+pub(crate) fn next_path() -> std::io::Result<PathBuf> {
+    static REGIONS: AtomicU64 = AtomicU64::new(0);
+    let dir = own_dir()?;
     let n = REGIONS.fetch_add(1, Ordering::Relaxed);
     Ok(dir.join(format!("{}-{n}.json", std::process::id())))
 }
 
 /// Whether a region still publishes, and where: shared by the region and its publisher thread.
 pub(crate) struct Publication {
-    pub(crate) path: PathBuf,
+    path: Mutex<PathBuf>,
     withdrawn: AtomicBool,
 }
 
 impl Publication {
     pub(crate) fn new(path: PathBuf) -> Arc<Publication> {
         Arc::new(Publication {
-            path,
+            path: Mutex::new(path),
             withdrawn: AtomicBool::new(false),
         })
+    }
+
+    /// Where the file is now.
+    fn path(&self) -> PathBuf {
+        self.path
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Stops publishing and removes the file (a process about to exit: its region is never
     /// dropped, so its publisher would not remove it).
     pub(crate) fn withdraw(&self) {
         self.withdrawn.store(true, Ordering::SeqCst);
-        let _ = std::fs::remove_file(&self.path);
+        let _ = std::fs::remove_file(self.path());
+    }
+
+    /// Moves the file to the directory of the user this process now runs as, if that is not
+    /// where it is (the process gave up root): the new path, or `None`.
+    fn follow_user(&self) -> Option<PathBuf> {
+        let mut path = self.path.lock().unwrap_or_else(PoisonError::into_inner);
+        if path.parent() == Some(status_dir().as_path()) {
+            return None;
+        }
+        let dir = match own_dir() {
+            Ok(dir) => dir,
+            Err(e) => {
+                log::debug!("no status directory after a change of user: {e}");
+                return None;
+            }
+        };
+        // Root's copy stays until `gleaner status` or the launcher removes it (this user may
+        // not): it goes stale, and readers keep a process's newest document.
+        let _ = std::fs::remove_file(&*path);
+        *path = dir.join(path.file_name()?);
+        Some(path.clone())
     }
 
     fn withdrawn(&self) -> bool {
@@ -81,7 +163,6 @@ pub(crate) fn run(engine: Arc<Engine>, publication: Arc<Publication>) {
     {
         return;
     }
-    let path = &publication.path;
     let program = std::env::current_exe()
         .ok()
         .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
@@ -118,19 +199,31 @@ pub(crate) fn run(engine: Arc<Engine>, publication: Arc<Publication>) {
             "stats": s,
         });
         if !publication.withdrawn() {
-            if let Err(e) = write_atomically(path, &doc.to_string()) {
+            let text = doc.to_string();
+            let mut path = publication.path();
+            let mut written = write_atomically(&path, &text);
+            if written
+                .as_ref()
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::PermissionDenied)
+            {
+                if let Some(moved) = publication.follow_user() {
+                    path = moved;
+                    written = write_atomically(&path, &text);
+                }
+            }
+            if let Err(e) = written {
                 log::debug!("writing the status file {}: {e}", path.display());
             }
             // Withdrawn while this document was written: it must not stay.
             if publication.withdrawn() {
-                let _ = std::fs::remove_file(path);
+                let _ = std::fs::remove_file(&path);
             }
         }
         if engine
             .budget
             .nap_unless(STATUS_INTERVAL, || engine.stopping())
         {
-            let _ = std::fs::remove_file(path);
+            let _ = std::fs::remove_file(publication.path());
             return;
         }
     }

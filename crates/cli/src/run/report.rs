@@ -77,17 +77,18 @@ impl Drop for StatsDir {
 /// Removes the live status files of the run's processes (see `gleaner status`): those that
 /// ended at once (exit 86, `_exit`) could not remove their own.
 pub(super) fn remove_status_files(reports: &[Value], running: &[(u64, String)]) {
-    let dir = gleaner_pager::status_dir();
-    let Ok(entries) = std::fs::read_dir(&dir) else {
-        return;
-    };
     let pids: Vec<String> = reports
         .iter()
         .filter_map(|r| r["pid"].as_u64())
         .filter(|p| !running.iter().any(|(r, _)| r == p))
         .map(|p| format!("{p}-"))
         .collect();
-    for e in entries.flatten() {
+    // Every user's directory: a process that gave up root wrote in its new user's.
+    let dirs = gleaner_pager::status_dirs();
+    for e in dirs
+        .iter()
+        .flat_map(|dir| std::fs::read_dir(dir).into_iter().flatten().flatten())
+    {
         let name = e.file_name().to_string_lossy().into_owned();
         if pids.iter().any(|p| name.starts_with(p.as_str())) {
             let _ = std::fs::remove_file(e.path());
