@@ -67,8 +67,10 @@ pub fn status_dirs() -> Vec<PathBuf> {
     dirs
 }
 
-/// This user's status directory, created owner-only if missing; refused if another user owns
-/// it or others may read it (its documents would be theirs to read, or to forge).
+/// This user's status directory, created owner-only if missing; the default one
+/// (`gleaner-status-UID`) is refused if another user owns it or others may read it (its
+/// documents would be theirs to read, or to forge). One named by `$GLEANER_STATUS_DIR` is the
+/// user's choice.
 fn own_dir() -> std::io::Result<PathBuf> {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let dir = status_dir();
@@ -76,6 +78,9 @@ fn own_dir() -> std::io::Result<PathBuf> {
         .recursive(true)
         .mode(0o700)
         .create(&dir)?;
+    if std::env::var_os("GLEANER_STATUS_DIR").is_some_and(|d| !d.is_empty()) {
+        return Ok(dir);
+    }
     let meta = std::fs::metadata(&dir)?;
     // SAFETY: getuid has no preconditions.
     let uid = unsafe { libc::getuid() };
