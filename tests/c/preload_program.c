@@ -52,6 +52,10 @@
  *                                   checks. Prints `dropped` once it runs as nobody, and
  *                                   `filled` after the second fill, then sleeps
  *                                   $DROP_PRIVILEGES_LINGER_MS (default 0) before the checks
+ *   preload_program daemon MB OUT   a daemon: fill 4 MiB, fork, and leave at once; the child
+ *                                   (its stdio on /dev/null, a session of its own) waits until
+ *                                   its parent is gone and 1.5 s more, fills MB, checks all,
+ *                                   and writes `rss KB` (its RssAnon) and `ok` to the file OUT
  *   preload_program big MB          big blocks (256 KiB to 4 MiB) freed and allocated again over
  *                                   and over with malloc, calloc, realloc and posix_memalign, as
  *                                   numpy does with its arrays: every calloc'd block must read
@@ -707,6 +711,34 @@ static int run_drop_privileges(size_t mb) {
     return 0;
 }
 
+/* ---- daemon ---------------------------------------------------------------------------- */
+
+static int run_daemon(size_t mb, const char *out) {
+    char *warm = filled(4, 61); /* the launcher's own data, which the daemon inherits */
+    pid_t parent = getpid();
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0) fail("fork");
+    if (pid > 0) return 0; /* the launcher leaves at once, as a daemon's does */
+    int null = open("/dev/null", O_RDWR);
+    if (null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0) _exit(3);
+    if (setsid() < 0) _exit(3);
+    while (getppid() == parent) usleep(10 * 1000);
+    usleep(1500 * 1000); /* gleaner looks every second */
+    size_t len = mb << 20;
+    char *a = filled(mb, 62);
+    int ok = check(a, len, 62) && check(warm, 4u << 20, 61);
+    long rss = rss_anon_kb();
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", out);
+    FILE *f = fopen(tmp, "w");
+    if (!f) _exit(4);
+    fprintf(f, "rss %ld\n%s\n", rss, ok ? "ok" : "bad");
+    fclose(f);
+    rename(tmp, out);
+    _exit(ok ? 0 : 2);
+}
+
 /* ---- exec, thread-exit, sigterm, crash, hog --------------------------------------------- */
 
 static char *filled(size_t mb, uint64_t seed) {
@@ -918,6 +950,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "uring-plain")) return run_uring(mb, 0);
     if (!strcmp(argv[1], "drop-privileges")) return run_drop_privileges(mb);
     if (!strcmp(argv[1], "uring-fixed")) return run_uring(mb, 1);
+    if (!strcmp(argv[1], "daemon") && argc > 3) return run_daemon(mb, argv[3]);
     fprintf(stderr, "unknown mode %s\n", argv[1]);
     return 64;
 }

@@ -187,7 +187,9 @@ pub struct RunArgs {
     /// fork; the child's heap is plain memory).
     #[arg(long, value_name = "far|home", default_value = "far")]
     fork: gleaner_pager::ForkMode,
-    /// A fork child's local budget (with `--fork far`); default a quarter of --local-mem.
+    /// A fork child's local budget (with `--fork far`); default a quarter of its parent's
+    /// budget, and its parent's whole budget once the parent has exited (a daemon: the
+    /// program's --local-mem). Given, a fork child keeps this budget.
     #[arg(long, value_name = "SIZE")]
     fork_local_mem: Option<String>,
     /// Address space reserved per process for managed memory.
@@ -453,7 +455,12 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
                  private memnode (pid {pid}) serves them until they exit (their stats are not in \
                  this run's report){budget}",
                 name = args.command[0].to_string_lossy(),
-                budget = daemon_budget_hint(args.fork_local_mem.is_some(), budget.local),
+                budget = daemon_budget_hint(
+                    args.fork_local_mem
+                        .as_deref()
+                        .and_then(|s| parse_size(s).ok()),
+                    budget.local
+                ),
             );
         }
         node => drop(node), // stop the private memnode (and free everything it held)
@@ -569,17 +576,20 @@ fn budget(args: &RunArgs) -> Result<Budget, SetupError> {
 }
 
 /// What to tell about the budget of processes that outlive the program (a daemon is a fork
-/// child, with a fork child's budget): nothing where `--fork-local-mem` was given, else the
-/// budget they got and how to give them more.
-fn daemon_budget_hint(fork_local_given: bool, local: u64) -> String {
-    if fork_local_given {
-        return String::new();
+/// child): the budget --fork-local-mem gave them, else that a fork child takes over its
+/// parent's budget once the parent has exited.
+fn daemon_budget_hint(fork_local: Option<u64>, local: u64) -> String {
+    match fork_local {
+        Some(b) => format!(
+            ". Fork children among them page within {} each (--fork-local-mem)",
+            gleaner_proto::units::format_size(b)
+        ),
+        None => format!(
+            ". A fork child among them (a daemon) pages within the budget of the process that \
+             forked it once that has exited: {} if that was the program",
+            gleaner_proto::units::format_size(local),
+        ),
     }
-    format!(
-        ". As fork children they page within {} each (a quarter of --local-mem): give a daemon \
-         its budget with --fork-local-mem",
-        gleaner_proto::units::format_size(local / gleaner_pager::FORK_CHILD_BUDGET_DIVISOR as u64)
-    )
 }
 
 /// `libgleaner_preload.so`: `$GLEANER_PRELOAD`, beside this executable, or in `../lib/`.
@@ -770,11 +780,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_daemons_budget_is_told_unless_given() {
-        let hint = daemon_budget_hint(false, 16 << 20);
-        assert!(hint.contains("within 4.00 MiB each"), "{hint}");
-        assert!(hint.contains("--fork-local-mem"), "{hint}");
-        assert_eq!(daemon_budget_hint(true, 16 << 20), "");
+    fn a_daemons_budget_is_told() {
+        let hint = daemon_budget_hint(None, 16 << 20);
+        assert!(
+            hint.contains("once that has exited: 16.00 MiB if that was the program"),
+            "{hint}"
+        );
+        let given = daemon_budget_hint(Some(4 << 20), 16 << 20);
+        assert!(
+            given.contains("within 4.00 MiB each (--fork-local-mem)"),
+            "{given}"
+        );
     }
 
     #[test]

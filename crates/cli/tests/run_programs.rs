@@ -1397,6 +1397,45 @@ fn a_program_that_drops_its_privileges_stays_in_gleaner_status() {
     }
 }
 
+/// A daemon: a fork child whose parent leaves at once (`memcached -d`, `redis-server
+/// --daemonize yes`). Once its parent is gone it takes over the parent's budget: under
+/// `--local-mem 32M` it keeps 24 MiB resident, where it used to page within a quarter of it
+/// (8 MiB) for the rest of its life. Given `--fork-local-mem`, it keeps that budget. Either
+/// way its data, and what it inherited from its parent, is intact.
+#[test]
+fn a_daemon_takes_over_the_budget_of_the_process_that_forked_it() {
+    preload_library_is_built();
+    let daemon_rss_kb = |extra: &[&str]| -> u64 {
+        let dir = TempDir::new("daemon");
+        let out = dir.path().join("daemon.out");
+        let out_s = out.to_string_lossy().into_owned();
+        let mut args = vec!["run", "--local-mem", "32M"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--", program(), "daemon", "24", &out_s]);
+        let (code, stdout, stderr) = run_gleaner(&args, LIMIT);
+        assert_eq!(code, Some(0), "stdout: {stdout}\nstderr: {stderr}");
+        let deadline = Instant::now() + LIMIT;
+        while !out.exists() {
+            assert!(Instant::now() < deadline, "the daemon never reported");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let report = std::fs::read_to_string(&out).unwrap();
+        assert!(report.contains("\nok"), "{extra:?}: {report}");
+        u64::from(number_after(&report, "rss "))
+    };
+    let inherited = daemon_rss_kb(&[]);
+    let kept = daemon_rss_kb(&["--fork-local-mem", "8M"]);
+    eprintln!("daemon's resident memory: {inherited} kB inheriting, {kept} kB at 8M");
+    assert!(
+        inherited > 24 << 10,
+        "the daemon kept its 24 MiB resident under its parent's 32 MiB budget: {inherited} kB"
+    );
+    assert!(
+        kept < 16 << 10,
+        "the daemon given --fork-local-mem 8M kept to it: {kept} kB"
+    );
+}
+
 /// A program that holds every descriptor its limit allows (as a busy server may, handling
 /// `EMFILE` itself) still gets its far memory: the pager keeps spare descriptors for what it
 /// makes mid-run (an evictor's pipe for a thread that reclaims late, a shared-memory grant's

@@ -10,8 +10,8 @@ use crate::state::PageTable;
 pub(crate) struct Budget {
     /// Resident pages plus installs in flight; never above the limit.
     pub(crate) resident: AtomicUsize,
-    /// The most pages resident at once.
-    pub(crate) pages: usize,
+    /// The most pages resident at once ([`Budget::pages`]; it only grows: [`Budget::grow`]).
+    pages: AtomicUsize,
     /// How far past the budget the region may grow while the memnode refuses writes.
     pub(crate) overflow: usize,
     /// Set while the memnode refuses writes (full).
@@ -47,13 +47,28 @@ impl Budget {
     pub(crate) fn new(pages: usize, overflow: usize) -> Budget {
         Budget {
             resident: AtomicUsize::new(0),
-            pages,
+            pages: AtomicUsize::new(pages),
             overflow,
             memnode_full: AtomicBool::new(false),
             evict_paused: AtomicBool::new(false),
             progress: (Mutex::new(0), Condvar::new()),
             quiet: (Mutex::new(()), Condvar::new()),
         }
+    }
+
+    /// The most pages resident at once.
+    pub(crate) fn pages(&self) -> usize {
+        self.pages.load(Ordering::Acquire)
+    }
+
+    /// Raises the budget to `pages` (never lowers it); whether it rose. Threads waiting for
+    /// room are told.
+    pub(crate) fn grow(&self, pages: usize) -> bool {
+        let grew = self.pages.fetch_max(pages, Ordering::AcqRel) < pages;
+        if grew {
+            self.notify_progress();
+        }
+        grew
     }
 
     /// Pages resident now (installs in flight included).
@@ -65,9 +80,9 @@ impl Budget {
     /// memnode refuses writes.
     pub(crate) fn limit(&self) -> usize {
         if self.memnode_full.load(Ordering::Relaxed) {
-            self.pages + self.overflow
+            self.pages() + self.overflow
         } else {
-            self.pages
+            self.pages()
         }
     }
 
@@ -153,5 +168,22 @@ impl Budget {
                 .expect("progress lock")
                 .0;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_budget_only_grows_and_its_limit_follows() {
+        let b = Budget::new(100, 25);
+        assert!(!b.grow(50), "lowering is refused");
+        assert_eq!(b.pages(), 100);
+        assert!(b.grow(400));
+        assert_eq!((b.pages(), b.limit()), (400, 400));
+        b.memnode_full.store(true, Ordering::Relaxed);
+        assert_eq!(b.limit(), 425, "the overflow allowance stays on top");
+        assert!(!b.grow(400), "the same budget again is no growth");
     }
 }

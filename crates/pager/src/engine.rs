@@ -75,6 +75,8 @@ pub(crate) struct Engine {
     /// The program's allocator's memory it can give up without a write-back
     /// ([`crate::RegionConfig::release_hook`]).
     pub(crate) release_hook: Option<fn(usize) -> usize>,
+    /// In a fork child: the budget it takes once its parent exits (`inherit.rs`).
+    pub(crate) heir: crate::inherit::Heir,
 }
 
 /// A gate the fault handlers (and the hint thread) pass to work on pages: a fork closes it and
@@ -240,7 +242,7 @@ impl Engine {
         let remote = get(&c.remote_faults);
         RegionStats {
             size_bytes: self.mem.mapping.len() as u64,
-            budget_pages: self.budget.pages as u64,
+            budget_pages: self.budget.pages() as u64,
             resident_pages: self.budget.resident() as u64,
             remote_pages: self.mem.table.census()[PageState::Remote as usize] as u64,
             faults: FaultStats {

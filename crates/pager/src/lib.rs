@@ -35,6 +35,7 @@ mod fetch;
 mod handler;
 mod hint;
 mod hint_thread;
+mod inherit;
 mod mapping;
 mod mem;
 mod pinned;

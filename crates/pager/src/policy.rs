@@ -32,6 +32,10 @@ pub trait EvictionPolicy: Send {
     fn on_reject(&mut self, page: usize);
     /// A short name for stats.
     fn name(&self) -> String;
+    /// The budget grew to `capacity` pages. Default: ignored.
+    fn set_capacity(&mut self, capacity: usize) {
+        let _ = capacity;
+    }
 }
 
 /// Builds the policy for `kind` over a budget of `budget` pages. LRU and Belady need every
@@ -67,6 +71,10 @@ impl SimPolicy {
 }
 
 impl EvictionPolicy for SimPolicy {
+    fn set_capacity(&mut self, capacity: usize) {
+        self.inner.set_capacity(capacity);
+    }
+
     fn on_install(&mut self, page: usize, prefetched: bool) {
         let at = self.tick();
         let how = if prefetched {

@@ -229,6 +229,14 @@ impl Reclaim {
         }
     }
 
+    /// The budget grew to `pages` (`inherit.rs`).
+    pub(crate) fn set_budget(&self, pages: usize) {
+        self.sched
+            .lock()
+            .expect("reclaim scheduler lock")
+            .set_budget(pages as u64);
+    }
+
     /// How many reclaim threads should run now.
     pub(crate) fn wanted(&self, budget: &Budget) -> usize {
         if budget.evict_paused.load(Ordering::SeqCst) {

@@ -63,7 +63,8 @@ pub(crate) fn charge(
                     "the memnode is full and the region has used its local budget ({} \
                      pages) plus the overflow allowance ({} pages); there is nowhere left \
                      to keep the program's data",
-                    b.pages, b.overflow
+                    b.pages(),
+                    b.overflow
                 ));
             }
         }

@@ -312,6 +312,7 @@ impl Region {
             gate: crate::engine::Gate::default(),
             evictors,
             release_hook: cfg.release_hook,
+            heir: Default::default(),
         });
         let mut threads = Vec::new();
         let hook = cfg.thread_start_hook;
@@ -426,7 +427,7 @@ impl Region {
 
     /// The local budget in pages.
     pub fn budget_pages(&self) -> usize {
-        self.engine.budget.pages
+        self.engine.budget.pages()
     }
 
     /// Whether kernel-mode accesses (e.g. `read(2)` into the region) are served.

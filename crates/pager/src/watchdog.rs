@@ -2,7 +2,8 @@
 //! taking its victims into its pipe, and zero-fills its victims the program dropped
 //! (`evictors.rs` says why a batch can get stuck and why that loses nothing); and every
 //! [`pinned::CHECK_PERIOD`] for buffers the program registered with io_uring in managed memory,
-//! which stop it (`pinned.rs`).
+//! which stop it (`pinned.rs`), and, in a fork child, whether its parent exited
+//! (`inherit.rs`).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -45,6 +46,7 @@ pub(crate) fn run(engine: Arc<Engine>) {
         if looked.elapsed() >= pinned::CHECK_PERIOD {
             looked = Instant::now();
             stop_if_pinned(&engine);
+            take_if_orphaned(&engine);
         }
     }
 }
@@ -62,4 +64,27 @@ fn stop_if_pinned(engine: &Engine) {
              gleaner (docs/compatibility.md)"
         ));
     }
+}
+
+/// If the region's process outlived the process that forked it, raises its budget to that
+/// process's (`inherit.rs`): the budget, the reclaim scheduler's and the eviction policy's.
+fn take_if_orphaned(engine: &Engine) {
+    let Some(pages) = engine.heir.due() else {
+        return;
+    };
+    let before = engine.budget.pages();
+    if !engine.budget.grow(pages) {
+        return;
+    }
+    engine.reclaim.set_budget(pages);
+    engine
+        .policy
+        .lock()
+        .expect("eviction policy lock")
+        .set_capacity(pages);
+    log::info!(
+        "pid {}: the process that forked it exited; its local budget of {pages} pages is this \
+         process's now (it had {before})",
+        std::process::id()
+    );
 }

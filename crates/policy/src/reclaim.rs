@@ -469,6 +469,14 @@ impl ReclaimScheduler {
         self.budget
     }
 
+    /// The budget is now `budget_pages` (it grew mid-run): the caps on the free-page thresholds
+    /// follow it, and the watermarks are set again from what the scheduler has learnt.
+    pub fn set_budget(&mut self, budget_pages: u64) {
+        self.budget = budget_pages;
+        self.cap = budget_pages / self.p.headroom_cap_divisor;
+        self.recompute_watermarks();
+    }
+
     /// How many reclaim threads the engine should create: `max_reclaimers` in Hermit mode, `N` in
     /// `static:N`, 0 in `direct`. No decision ever asks for more.
     pub fn pool_size(&self) -> usize {

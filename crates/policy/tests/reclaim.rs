@@ -873,3 +873,24 @@ fn invariants_hold_under_random_feedback() {
         }
     }
 }
+
+#[test]
+fn a_grown_budget_moves_the_watermarks_and_lifts_the_headroom_cap() {
+    // Budget 4,000: the headroom cap (a quarter, 1,000) bites the bootstrap 2,048.
+    let mut s = ReclaimScheduler::new(4_000, hermit(), ReclaimParams::default());
+    assert_eq!(s.snapshot().low_watermark_free, 1_000);
+    assert_eq!(
+        check_at(&mut s, 3_500, 0).threads,
+        1,
+        "500 free, under 1,000"
+    );
+    // Grown to 100,000 (a fork child that took over its parent's budget): the bootstrap
+    // threshold applies whole, against the new budget.
+    s.set_budget(100_000);
+    let snap = s.snapshot();
+    assert_eq!(snap.budget_pages, 100_000);
+    assert_eq!(snap.low_watermark_free, 2_048);
+    assert_eq!(snap.low_watermark_pages, 97_952);
+    assert_eq!(s.threads_for(3_500), 0, "96,500 free: nothing to reclaim");
+    assert_eq!(s.threads_for(98_000), 1, "2,000 free");
+}

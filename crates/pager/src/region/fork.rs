@@ -15,6 +15,9 @@ use crate::mem::Memory;
 use crate::state::{PageState, PageTable};
 use crate::{PagerError, PAGE_SIZE};
 
+/// The pid of the process that forked last (set in [`Region::prepare_fork`], read in the child).
+static FORKED_BY: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
 impl Region {
     /// Makes the region safe to `fork`; call [`Region::after_fork`] in the parent and
     /// [`Region::continue_in_child`] in the child. Pauses eviction and waits for the faults in
@@ -24,6 +27,9 @@ impl Region {
     /// for a while), so that a child, which then has no pager, sees exactly this process's
     /// memory.
     pub fn prepare_fork(&self) {
+        // The child learns its parent's pid from here, not from `getppid`: the parent may have
+        // exited before the child's handler runs (a daemon's launcher).
+        FORKED_BY.store(std::process::id() as libc::pid_t, Ordering::SeqCst);
         let e = &*self.engine;
         e.budget.evict_paused.store(true, Ordering::SeqCst);
         while e.reclaim.in_batch.load(Ordering::SeqCst) > 0 {
@@ -215,6 +221,14 @@ impl Region {
                 fork_child: true,
             },
         )?;
+        // A child on the default share of its parent's budget takes the parent's whole budget
+        // once the parent exits (`inherit.rs`); one given `--fork-local-mem` keeps that.
+        if self.cfg.fork_local_budget.is_none() {
+            region
+                .engine
+                .heir
+                .set(FORKED_BY.load(Ordering::SeqCst), old.budget.pages());
+        }
         Ok(Some(region))
     }
 }
@@ -228,7 +242,7 @@ impl Region {
 /// side, the child's becomes memory of its own, so it must be quick.
 pub(super) fn trim_inherited(e: &Engine) -> Result<(), PagerError> {
     let table = &e.mem.table;
-    let over = e.budget.resident().saturating_sub(e.budget.pages);
+    let over = e.budget.resident().saturating_sub(e.budget.pages());
     let mut picked = Vec::with_capacity(over);
     e.policy
         .lock()

@@ -125,6 +125,12 @@ pub trait EvictPolicy: Send {
     fn remove(&mut self, page: u64);
     /// Resident pages tracked.
     fn len(&self) -> usize;
+    /// The cache now holds `capacity` pages (a budget that grew mid-run): a policy whose
+    /// parameters follow the capacity sizes them anew, as [`EvictKind::build`] would have.
+    /// Default: nothing follows it.
+    fn set_capacity(&mut self, capacity: usize) {
+        let _ = capacity;
+    }
     /// Whether no page is resident.
     fn is_empty(&self) -> bool {
         self.len() == 0

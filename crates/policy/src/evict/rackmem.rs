@@ -187,8 +187,8 @@ pub struct RackMem {
 }
 
 impl RackMem {
-    /// RackMem for a cache of `capacity` pages.
-    pub fn new(capacity: usize, visibility: Visibility, cfg: RackMemConfig) -> Self {
+    /// `min_free` and the aging period for a cache of `capacity` pages under `cfg`.
+    fn sized(capacity: usize, cfg: &RackMemConfig) -> (usize, usize) {
         let mut min_free = cfg.min_free.max(1);
         if let Some(cap) = capacity.checked_div(cfg.small_cache_divisor) {
             min_free = min_free.min(cap.max(1));
@@ -198,6 +198,12 @@ impl RackMem {
         } else {
             cfg.age_period
         };
+        (min_free, age_period)
+    }
+
+    /// RackMem for a cache of `capacity` pages.
+    pub fn new(capacity: usize, visibility: Visibility, cfg: RackMemConfig) -> Self {
+        let (min_free, age_period) = Self::sized(capacity, &cfg);
         RackMem {
             cfg,
             capacity,
@@ -526,6 +532,13 @@ impl EvictPolicy for RackMem {
     fn len(&self) -> usize {
         self.meta.len()
     }
+
+    /// The capacity, and with it the small-cache cap on `min_free` and the aging period that
+    /// follows it; what the pages scored so far stays.
+    fn set_capacity(&mut self, capacity: usize) {
+        self.capacity = capacity;
+        (self.min_free, self.age_period) = Self::sized(capacity, &self.cfg);
+    }
 }
 
 #[cfg(test)]
@@ -620,6 +633,23 @@ mod tests {
             let expect = if rotate { 4 } else { 0 };
             assert_eq!(r.victim(7), Some(expect), "rotate {rotate}");
         }
+    }
+
+    #[test]
+    fn a_grown_capacity_lifts_the_small_cache_cap_and_keeps_the_pages() {
+        let mut r = RackMem::new(800, Visibility::Fault, RackMemConfig::default());
+        assert_eq!(r.min_free(), 100, "512 capped at 800 / 8");
+        for p in 0..700 {
+            r.insert(p, Insert::Demand, p as usize);
+        }
+        r.set_capacity(80_000);
+        assert_eq!(r.min_free(), 512, "the published value, uncapped");
+        assert_eq!(r.len(), 700, "what was resident is still tracked");
+        let mut seen = std::collections::HashSet::new();
+        while let Some(v) = r.victim(1_000) {
+            assert!(v < 700 && seen.insert(v), "victim {v}");
+        }
+        assert_eq!(seen.len(), 700);
     }
 
     #[test]

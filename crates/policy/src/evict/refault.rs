@@ -211,6 +211,12 @@ impl EvictPolicy for Refault {
     fn len(&self) -> usize {
         self.live.len()
     }
+
+    /// The promotion distance and the protected segment's bound, as [`Refault::new`] sizes them.
+    fn set_capacity(&mut self, capacity: usize) {
+        self.promote_distance = (capacity / 4).max(1) as u64;
+        self.protected_max = (capacity / 2).max(1);
+    }
 }
 
 #[cfg(test)]
@@ -219,6 +225,18 @@ mod tests {
 
     fn victims(p: &mut Refault, n: usize) -> Vec<u64> {
         (0..n).filter_map(|_| p.victim(0)).collect()
+    }
+
+    #[test]
+    fn a_grown_capacity_is_sized_as_new_would_size_it() {
+        let mut r = Refault::new(400);
+        assert_eq!((r.promote_distance(), r.protected_max()), (100, 200));
+        r.set_capacity(40_000);
+        let fresh = Refault::new(40_000);
+        assert_eq!(
+            (r.promote_distance(), r.protected_max()),
+            (fresh.promote_distance(), fresh.protected_max())
+        );
     }
 
     #[test]
