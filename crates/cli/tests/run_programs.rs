@@ -373,16 +373,38 @@ fn exit_from_a_thread_ends_the_run_cleanly() {
 /// memory and waits (it printed `ready`).
 fn start_waiting_program() -> std::process::Child {
     preload_library_is_built();
-    let mut child = Command::new(gleaner_bin())
-        .args(["run", "--local-mem", "8M", "--", program(), "sigterm", "32"])
+    spawned_until(
+        Command::new(gleaner_bin()).args([
+            "run",
+            "--local-mem",
+            "8M",
+            "--",
+            program(),
+            "sigterm",
+            "32",
+        ]),
+        "ready",
+    )
+}
+
+/// Spawns `cmd` with its output piped and returns once it has printed a line containing
+/// `marker` (what it printed until then is read; the rest stays in its stdout).
+fn spawned_until(cmd: &mut Command, marker: &str) -> std::process::Child {
+    let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let mut stdout = BufReader::new(child.stdout.take().unwrap());
     let mut line = String::new();
-    stdout.read_line(&mut line).unwrap();
-    assert_eq!(line.trim(), "ready");
+    while !line.contains(marker) {
+        line.clear();
+        assert!(
+            stdout.read_line(&mut line).unwrap() > 0,
+            "the program ended before it printed `{marker}`"
+        );
+    }
+    child.stdout = Some(stdout.into_inner());
     child
 }
 
@@ -1328,25 +1350,16 @@ fn a_program_that_drops_its_privileges_stays_in_gleaner_status() {
     let dir = TempDir::new("status-drop");
     // A scratch directory every user may create in, as /dev/shm is.
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
-    let mut child = Command::new(gleaner_bin())
-        .args(["run", "--local-mem", "16M", "--"])
-        .args([program(), "drop-privileges", "32"])
-        .env("TMPDIR", dir.path())
-        .env_remove("GLEANER_STATUS_DIR")
-        .env("DROP_PRIVILEGES_LINGER_MS", "4000")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    while !line.contains("filled") {
-        line.clear();
-        assert!(
-            stdout.read_line(&mut line).unwrap() > 0,
-            "the program ended before it filled its memory as nobody"
-        );
-    }
+    // It prints `filled` once it has filled its memory as nobody.
+    let mut child = spawned_until(
+        Command::new(gleaner_bin())
+            .args(["run", "--local-mem", "16M", "--"])
+            .args([program(), "drop-privileges", "32"])
+            .env("TMPDIR", dir.path())
+            .env_remove("GLEANER_STATUS_DIR")
+            .env("DROP_PRIVILEGES_LINGER_MS", "4000"),
+        "filled",
+    );
     let filled_at = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -1359,7 +1372,6 @@ fn a_program_that_drops_its_privileges_stays_in_gleaner_status() {
         .env_remove("GLEANER_STATUS_DIR")
         .output()
         .unwrap();
-    child.stdout = Some(stdout.into_inner());
     let (code, out, err) = wait_output(&mut child, LIMIT);
     assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
     let docs: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
