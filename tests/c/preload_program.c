@@ -52,10 +52,15 @@
  *                                   checks. Prints `dropped` once it runs as nobody, and
  *                                   `filled` after the second fill, then sleeps
  *                                   $DROP_PRIVILEGES_LINGER_MS (default 0) before the checks
- *   preload_program daemon MB OUT   a daemon: fill 4 MiB, fork, and leave at once; the child
- *                                   (its stdio on /dev/null, a session of its own) waits until
- *                                   its parent is gone and 1.5 s more, fills MB, checks all,
- *                                   and writes `rss KB` (its RssAnon) and `ok` to the file OUT
+ *   preload_program daemon MB OUT [title]  a daemon: fill 4 MiB, fork, and leave at once; the
+ *                                   child (its stdio on /dev/null, a session of its own) waits
+ *                                   until its parent is gone and 1.5 s more, fills MB, checks
+ *                                   all, and writes `rss KB` (its RssAnon) and `ok` to the file
+ *                                   OUT. With `title`, first moves its environment into its heap
+ *                                   and blanks the original, as redis's setproctitle does
+ *   preload_program env-far MB      moves its environment into its heap as `daemon ... title`
+ *                                   does, fills MB (so the environment's page goes far), prints
+ *                                   `filled`, then reads its memory over and over for 60 s
  *   preload_program big MB          big blocks (256 KiB to 4 MiB) freed and allocated again over
  *                                   and over with malloc, calloc, realloc and posix_memalign, as
  *                                   numpy does with its arrays: every calloc'd block must read
@@ -713,7 +718,39 @@ static int run_drop_privileges(size_t mb) {
 
 /* ---- daemon ---------------------------------------------------------------------------- */
 
-static int run_daemon(size_t mb, const char *out) {
+/* What setproctitle does (redis, nginx, postgres): copy the environment into the heap (managed
+ * memory here) and blank the original strings, which the process title then overwrites (and
+ * which /proc/PID/environ reads). */
+extern char **environ;
+static void move_environment_to_heap(void) {
+    size_t n = 0;
+    while (environ[n]) n++;
+    char **copy = malloc((n + 1) * sizeof *copy);
+    if (!copy) fail("malloc");
+    for (size_t i = 0; i < n; i++) {
+        copy[i] = strdup(environ[i]);
+        if (!copy[i]) fail("strdup");
+        memset(environ[i], 0, strlen(environ[i]));
+    }
+    copy[n] = NULL;
+    environ = copy;
+}
+
+static int run_env_far(size_t mb) {
+    move_environment_to_heap();
+    size_t len = mb << 20;
+    char *a = filled(mb, 71);
+    printf("filled\n");
+    fflush(stdout);
+    for (int pass = 0; pass < 600; pass++) {
+        if (!check(a, len, 71)) fail("data");
+        usleep(100 * 1000);
+    }
+    return 0;
+}
+
+static int run_daemon(size_t mb, const char *out, int title) {
+    if (title) move_environment_to_heap();
     char *warm = filled(4, 61); /* the launcher's own data, which the daemon inherits */
     pid_t parent = getpid();
     fflush(stdout);
@@ -950,7 +987,9 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "uring-plain")) return run_uring(mb, 0);
     if (!strcmp(argv[1], "drop-privileges")) return run_drop_privileges(mb);
     if (!strcmp(argv[1], "uring-fixed")) return run_uring(mb, 1);
-    if (!strcmp(argv[1], "daemon") && argc > 3) return run_daemon(mb, argv[3]);
+    if (!strcmp(argv[1], "daemon") && argc > 3)
+        return run_daemon(mb, argv[3], argc > 4 && !strcmp(argv[4], "title"));
+    if (!strcmp(argv[1], "env-far")) return run_env_far(mb);
     fprintf(stderr, "unknown mode %s\n", argv[1]);
     return 64;
 }

@@ -1448,6 +1448,100 @@ fn a_daemon_takes_over_the_budget_of_the_process_that_forked_it() {
     );
 }
 
+/// A daemon that moved its environment into its heap and wrote over the original, as
+/// `setproctitle` does (redis, nginx): `gleaner run` still sees it as one of its processes
+/// (it holds the run's report files open), so the private memnode stays for it, and it pages
+/// 48 MiB through a 32 MiB budget and finds every byte. `gleaner run` used to look only at
+/// `/proc/PID/environ`, which no longer named the run: it stopped the memnode with the
+/// program, and the daemon's first write-back failed.
+#[test]
+fn a_daemon_that_rewrites_its_environment_keeps_its_far_memory() {
+    preload_library_is_built();
+    let dir = TempDir::new("daemon-title");
+    let out = dir.path().join("daemon.out");
+    let out_s = out.to_string_lossy().into_owned();
+    let (code, stdout, stderr) = run_gleaner(
+        &[
+            "run",
+            "--local-mem",
+            "32M",
+            "--",
+            program(),
+            "daemon",
+            "48",
+            &out_s,
+            "title",
+        ],
+        LIMIT,
+    );
+    assert_eq!(code, Some(0), "stdout: {stdout}\nstderr: {stderr}");
+    assert!(
+        stderr.contains("processes it started still run"),
+        "{stderr}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !out.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the daemon never reported (its far memory failed?)"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let report = std::fs::read_to_string(&out).unwrap();
+    assert!(report.contains("\nok"), "{report}");
+}
+
+/// A program whose environment lives in its (managed) heap, as after `setproctitle`, whose
+/// memnode dies: it is stopped with exit 86 and the message. The pager thread that finds the
+/// loss reports it to `gleaner run`, and used to read `$GLEANER_REPORT_DIR` from the
+/// environment then: the environment's page was far, only that thread's fellows could serve
+/// it, and the program hung for good instead of stopping.
+#[test]
+fn a_program_whose_environment_went_far_is_stopped_when_its_memnode_dies() {
+    preload_library_is_built();
+    let mut node = MemnodeProc::start("127.0.0.1:0", "1G");
+    use std::os::unix::process::CommandExt;
+    let mut child = spawned_until(
+        Command::new(gleaner_bin())
+            .args(["run", "--local-mem", "8M", "--memnode"])
+            .arg(node.endpoint.to_string())
+            .arg("--token-file")
+            .arg(&node.token_file)
+            .args(["--", program(), "env-far", "64"])
+            .stdin(Stdio::null())
+            .process_group(0),
+        "filled",
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    node.kill();
+    // A hung program would hold its output open, and the test with it: after a minute the
+    // whole process group goes.
+    let group = child.id() as i32;
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reaper = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while Instant::now() < deadline && !done.load(std::sync::atomic::Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            if !done.load(std::sync::atomic::Ordering::SeqCst) {
+                // SAFETY: kill(2) on the process group this test started.
+                unsafe { libc::kill(-group, libc::SIGKILL) };
+            }
+        })
+    };
+    let (code, out, err) = wait_output(&mut child, Duration::from_secs(90));
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    reaper.join().unwrap();
+    assert_eq!(
+        code,
+        Some(gleaner_pager::FATAL_EXIT_CODE),
+        "stdout: {out}\nstderr: {err}"
+    );
+    assert!(err.contains("gleaner: FATAL"), "{err}");
+}
+
 /// A program that holds every descriptor its limit allows (as a busy server may, handling
 /// `EMFILE` itself) still gets its far memory: the pager keeps spare descriptors for what it
 /// makes mid-run (an evictor's pipe for a thread that reclaims late, a shared-memory grant's

@@ -17,7 +17,7 @@
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::json;
@@ -30,14 +30,29 @@ pub const STATUS_INTERVAL: Duration = Duration::from_secs(1);
 /// How long a region runs before its first status file (see the module documentation).
 pub const FIRST_STATUS_AFTER: Duration = Duration::from_millis(200);
 
+/// Where status directories go, read from the environment once (at a region's start): the
+/// directory `$GLEANER_STATUS_DIR` names, if any, and the scratch directory. The publisher thread
+/// must not read the environment later: a program may have moved it into managed memory
+/// (redis's `setproctitle` does), and a pager thread must not fault on it.
+fn places() -> &'static (Option<PathBuf>, PathBuf) {
+    static PLACES: OnceLock<(Option<PathBuf>, PathBuf)> = OnceLock::new();
+    PLACES.get_or_init(|| {
+        let explicit = std::env::var_os("GLEANER_STATUS_DIR")
+            .filter(|d| !d.is_empty())
+            .map(PathBuf::from);
+        (explicit, crate::scratch_dir())
+    })
+}
+
 /// The directory status files go to (see the module documentation).
 pub fn status_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("GLEANER_STATUS_DIR").filter(|d| !d.is_empty()) {
-        return PathBuf::from(d);
+    let (explicit, scratch) = places();
+    if let Some(d) = explicit {
+        return d.clone();
     }
     // SAFETY: getuid has no preconditions.
     let uid = unsafe { libc::getuid() };
-    crate::scratch_dir().join(format!("gleaner-status-{uid}"))
+    scratch.join(format!("gleaner-status-{uid}"))
 }
 
 /// Every directory `gleaner status` reads: `$GLEANER_STATUS_DIR` if set; else this user's, and,
@@ -45,12 +60,12 @@ pub fn status_dir() -> PathBuf {
 /// in the directory of the user it became).
 pub fn status_dirs() -> Vec<PathBuf> {
     let own = status_dir();
-    let explicit = std::env::var_os("GLEANER_STATUS_DIR").is_some_and(|d| !d.is_empty());
+    let (explicit, scratch) = places();
     // SAFETY: geteuid has no preconditions.
-    if explicit || unsafe { libc::geteuid() } != 0 {
+    if explicit.is_some() || unsafe { libc::geteuid() } != 0 {
         return vec![own];
     }
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(crate::scratch_dir())
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(scratch)
         .into_iter()
         .flatten()
         .flatten()
@@ -78,7 +93,7 @@ fn own_dir() -> std::io::Result<PathBuf> {
         .recursive(true)
         .mode(0o700)
         .create(&dir)?;
-    if std::env::var_os("GLEANER_STATUS_DIR").is_some_and(|d| !d.is_empty()) {
+    if places().0.is_some() {
         return Ok(dir);
     }
     let meta = std::fs::metadata(&dir)?;

@@ -438,6 +438,9 @@ fn mark_runtime_thread() {
 
 extern "C" fn init() {
     IN_RUNTIME.with(|c| c.set(true));
+    // Read now, while the environment is where the kernel put it: a pager thread that reports a
+    // stop later must not read it (`report_dir`).
+    let _ = report_dir();
     match start() {
         Ok(false) => {}
         Ok(true) => {
@@ -479,6 +482,20 @@ fn program_name() -> String {
         .unwrap_or_else(|| "this program".into())
 }
 
+/// `$GLEANER_REPORT_DIR`, read once at start-up ([`init`]). Later reads of the environment may
+/// touch managed memory: a program may move its environment into its heap (redis's
+/// `setproctitle` does), and the pager thread that reports a stop must not fault on a page that
+/// only it could serve.
+fn report_dir() -> Option<&'static PathBuf> {
+    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
+    DIR.get_or_init(|| {
+        std::env::var_os("GLEANER_REPORT_DIR")
+            .filter(|d| !d.is_empty())
+            .map(PathBuf::from)
+    })
+    .as_ref()
+}
+
 /// What [`report_pager`] found.
 #[derive(PartialEq)]
 enum Report {
@@ -503,10 +520,9 @@ fn report_stopped(message: &str) {
 /// `stopped` (its far memory failed mid-run and it was stopped). The launcher counts them, so no
 /// process of a run falls back to local memory, or ends for far memory's sake, unnoticed.
 fn report_pager(outcome: &str, error: Option<&str>) -> Report {
-    let Some(dir) = std::env::var_os("GLEANER_REPORT_DIR").filter(|d| !d.is_empty()) else {
+    let Some(dir) = report_dir() else {
         return Report::FirstFailure;
     };
-    let dir = PathBuf::from(dir);
     let pid = std::process::id();
     let line = serde_json::json!({
         "pid": pid,

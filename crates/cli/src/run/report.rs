@@ -98,8 +98,9 @@ pub(super) fn remove_status_files(reports: &[Value], running: &[(u64, String)]) 
 
 /// The processes of the run that still run once the program has exited (a daemon it
 /// started, which forked away from it): those whose environment names this run's report
-/// directory (`GLEANER_REPORT_DIR`, which every process of the run inherits). A zombie's
-/// environment reads empty. (pid, name).
+/// directory (`GLEANER_REPORT_DIR`, which every process of the run inherits), or that hold a
+/// file in it open (every process with a pager does: [`holds_a_file_in`]). A zombie's
+/// environment reads empty and it holds no files. (pid, name).
 pub(super) fn still_running(report_dir: &Path) -> Vec<(u64, String)> {
     let mut want = b"GLEANER_REPORT_DIR=".to_vec();
     want.extend_from_slice(report_dir.as_os_str().as_encoded_bytes());
@@ -109,9 +110,11 @@ pub(super) fn still_running(report_dir: &Path) -> Vec<(u64, String)> {
     let mut found: Vec<(u64, String)> = procs
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<u64>().ok())
+        .filter(|&pid| pid != u64::from(std::process::id()))
         .filter(|pid| {
             std::fs::read(format!("/proc/{pid}/environ"))
                 .is_ok_and(|env| env.split(|&b| b == 0).any(|v| v == want.as_slice()))
+                || holds_a_file_in(*pid, report_dir)
         })
         .map(|pid| {
             let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
@@ -120,6 +123,19 @@ pub(super) fn still_running(report_dir: &Path) -> Vec<(u64, String)> {
         .collect();
     found.sort();
     found
+}
+
+/// Whether process `pid` holds a file in `dir` open. Every process of the run with a pager
+/// holds its report files in the run's report directory open (and a fork child inherits its
+/// parent's at once), which holds where its environment no longer names the directory: a
+/// program may rewrite the memory `/proc/PID/environ` reads (redis's `setproctitle` writes its
+/// process title over it).
+fn holds_a_file_in(pid: u64, dir: &Path) -> bool {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|target| target.starts_with(dir)))
 }
 
 /// How many processes of the run started their pager, were stopped because it could not start,
