@@ -388,7 +388,8 @@ fn start_waiting_program() -> std::process::Child {
 }
 
 /// Spawns `cmd` with its output piped and returns once it has printed a line containing
-/// `marker` (what it printed until then is read; the rest stays in its stdout).
+/// `marker`. What it printed until then is consumed, and so may be some output after that
+/// line (read ahead into the buffer); the rest is left in its stdout.
 fn spawned_until(cmd: &mut Command, marker: &str) -> std::process::Child {
     let mut child = cmd
         .stdout(Stdio::piped())
