@@ -377,17 +377,21 @@ static int run_small(size_t mb) {
 
 /* ---- fork ------------------------------------------------------------------------------- */
 
-/* This process's RssAnon in KiB, from /proc/self/status (-1 if unreadable). */
-static long rss_anon_kb(void) {
+/* The field `name` of /proc/self/status, in KiB (-1 if unreadable). */
+static long status_kb(const char *name) {
     FILE *f = fopen("/proc/self/status", "r");
     if (!f) return -1;
-    char line[256];
+    char line[256], format[64];
+    snprintf(format, sizeof format, "%s: %%ld kB", name);
     long kb = -1;
     while (fgets(line, sizeof line, f))
-        if (sscanf(line, "RssAnon: %ld kB", &kb) == 1) break;
+        if (sscanf(line, format, &kb) == 1) break;
     fclose(f);
     return kb;
 }
+
+/* This process's private resident memory (RssAnon), in KiB. */
+static long rss_anon_kb(void) { return status_kb("RssAnon"); }
 
 static int run_fork(size_t mb) {
     size_t len = mb << 20;
@@ -512,13 +516,8 @@ static int run_fd_limit(size_t mb) {
 
 /* This process's locked memory (VmLck), in kB. */
 static long locked_kb(void) {
-    FILE *f = fopen("/proc/self/status", "r");
-    if (!f) fail("open /proc/self/status");
-    char line[256];
-    long kb = -1;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "VmLck: %ld kB", &kb) == 1) break;
-    fclose(f);
+    long kb = status_kb("VmLck");
+    if (kb < 0) fail("reading VmLck in /proc/self/status");
     return kb;
 }
 

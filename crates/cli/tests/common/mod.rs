@@ -232,7 +232,10 @@ pub fn run_gleaner(args: &[&str], limit: Duration) -> (Option<i32>, String, Stri
     wait_output(&mut child, limit)
 }
 
-/// Waits for `child` at most `limit` (killing it after) and collects its output.
+/// Waits for `child` at most `limit` (killing it after) and collects its output. A child that
+/// leads a process group of its own (`CommandExt::process_group(0)`) is killed with its group:
+/// a process under it that hangs holding the output open would hold the readers, and the
+/// test, for good.
 pub fn wait_output(child: &mut Child, limit: Duration) -> (Option<i32>, String, String) {
     let deadline = Instant::now() + limit;
     let mut out = child.stdout.take().unwrap();
@@ -252,6 +255,12 @@ pub fn wait_output(child: &mut Child, limit: Duration) -> (Option<i32>, String, 
             break s;
         }
         if Instant::now() > deadline {
+            let pid = child.id() as i32;
+            // SAFETY: getpgid and kill on the child we spawned, not yet reaped (its pid is still
+            // its own), and on the group it leads.
+            if unsafe { libc::getpgid(pid) } == pid {
+                unsafe { libc::kill(-pid, libc::SIGKILL) };
+            }
             let _ = child.kill();
             let s = child.wait().unwrap();
             let (o, e) = (t_out.join().unwrap(), t_err.join().unwrap());

@@ -153,13 +153,19 @@ mod tests {
         rustix::fs::fstat(fd).unwrap().st_blocks as u64
     }
 
-    #[test]
-    fn punching_through_the_mapping_frees_the_memfds_memory() {
-        let arena = Arena::reserve(64 * PAGE_SIZE).unwrap();
+    /// An arena of `arena_pages` with a fresh 16-page memfd mapped as a slab at page `first`.
+    fn arena_with_slab(arena_pages: usize, first: u64) -> (Arena, OwnedFd) {
+        let arena = Arena::reserve(arena_pages * PAGE_SIZE).unwrap();
         let memfd =
             rustix::fs::memfd_create("arena-test", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
         rustix::fs::ftruncate(&memfd, 16 * PAGE_SIZE as u64).unwrap();
-        arena.map_slab(8, 16, &memfd).unwrap();
+        arena.map_slab(first, 16, &memfd).unwrap();
+        (arena, memfd)
+    }
+
+    #[test]
+    fn punching_through_the_mapping_frees_the_memfds_memory() {
+        let (arena, memfd) = arena_with_slab(64, 8);
         let at = arena.addr + 8 * PAGE_SIZE;
         // SAFETY: pages 8..24 of the arena are the slab just mapped, shared and writable, and
         // nothing else uses them.
@@ -184,11 +190,7 @@ mod tests {
     /// punches no locked page (`EINVAL`): the arena unlocks itself and punches.
     #[test]
     fn punching_a_slab_the_program_locked_still_frees_the_memory() {
-        let arena = Arena::reserve(32 * PAGE_SIZE).unwrap();
-        let memfd =
-            rustix::fs::memfd_create("arena-locked", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
-        rustix::fs::ftruncate(&memfd, 16 * PAGE_SIZE as u64).unwrap();
-        arena.map_slab(0, 16, &memfd).unwrap();
+        let (arena, memfd) = arena_with_slab(32, 0);
         // SAFETY: the arena's first 16 pages are the slab just mapped, used by nothing else;
         // mlock faults them in and locks them, changing no contents.
         assert_eq!(
