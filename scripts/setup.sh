@@ -33,12 +33,12 @@ if ! command -v cargo >/dev/null; then
     [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
 fi
 if ! command -v cargo >/dev/null; then
-    echo "setup: Rust is not installed. gleaner needs Rust 1.80 or newer: install it with rustup" \
+    echo "setup: Rust is not installed. gleaner needs Rust 1.88 or newer: install it with rustup" \
          "(https://rustup.rs) and run this again." >&2
     exit 1
 fi
 ver=$(rustc --version | awk '{print $2}')
-if [ "$(printf '%s\n1.80.0\n' "$ver" | sort -V | head -1)" != "1.80.0" ]; then
-    echo "setup: rustc $ver is too old; gleaner needs 1.80 or newer (rustup update)." >&2
+if [ "$(printf '%s\n1.88.0\n' "$ver" | sort -V | head -1)" != "1.88.0" ]; then
+    echo "setup: rustc $ver is too old; gleaner needs 1.88 or newer (rustup update)." >&2
     exit 1
 fi

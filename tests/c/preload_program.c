@@ -24,7 +24,8 @@
  *   preload_program close-all MB    fill MB, then close every descriptor above 2 the ways
  *                                   daemons and fork children about to exec do (close_range, a
  *                                   loop of close, closefrom), in a fork child too; any number
- *                                   still open must refuse dup2 with EBUSY, and low numbers
+ *                                   still open must refuse dup2 with EBUSY (and look closed to
+ *                                   fcntl: EBADF), and low numbers
  *                                   (a shell's `exec 3>file`) must be free; the data must be
  *                                   intact, then rewritten and intact again. Prints how many
  *                                   descriptors it could not close (`kept N`)
@@ -66,6 +67,37 @@
  *                                   numpy does with its arrays: every calloc'd block must read
  *                                   as zeros and every block keep its data; then half of them
  *                                   freed, a pause, and as much allocated again in larger blocks
+ *   preload_program dlopen-tls MB DIR N  dlopen DIR/tls_0.so .. DIR/tls_{N-1}.so (copies of
+ *                                   tests/c/tls_module.c: the dynamic linker's records of them
+ *                                   are made now, from the program's heap), fill MB so that they
+ *                                   go far, then start a thread that uses every module's
+ *                                   thread-local storage, fork (the child starts a thread too,
+ *                                   and forks again after filling MB more), and load one more;
+ *                                   each thread must see its own fresh counters. Prints
+ *                                   `dlopen-tls ok`; a hang is the failure (the test's limit)
+ *   preload_program setgroups MB    as root, with two threads of its own: make a list of groups
+ *                                   in its heap, fill MB so that it goes far, setgroups(list)
+ *                                   (the C library has every thread of the process repeat the
+ *                                   call with the same list), check getgroups; then the same
+ *                                   through initgroups("root", 0). Prints `setgroups ok`; a hang
+ *                                   is the failure (the test's limit)
+ *   preload_program signal-blocked MB  block SIGUSR1 in every thread of its own, fill MB, send
+ *                                   itself SIGUSR1: no thread may run the handler (the signal
+ *                                   stays pending) until the main thread unblocks it, and then
+ *                                   the main thread runs it. Prints `signal-blocked ok`
+ *   preload_program low-limit MB    set the soft descriptor limit to 29 (the hard one as it
+ *                                   is), then exec itself as `count-fds MB`, which prints how
+ *                                   many descriptors below 29 were open at its start and how
+ *                                   many more it could open (`below N opened M`), then fills
+ *                                   MB and checks it (`count-fds ok`)
+ *   preload_program fork-libc-state MB PATH  use the name service (getpwuid) and open PATH
+ *                                   with stdio, writing a line left in the FILE's buffer; fill MB
+ *                                   so that the C library's records of both go far; fork. The C
+ *                                   library's fork reads the name service's state in the parent
+ *                                   and resets every FILE's lock in the child before any fork
+ *                                   handler runs. The child writes a line and looks a user up;
+ *                                   the parent too, after it. PATH must end up with the parent's
+ *                                   and the child's lines. Prints `fork-libc-state ok`
  * Exit status 0 means every check passed; a failed check prints what and exits 1.
  */
 #define _GNU_SOURCE
@@ -453,12 +485,18 @@ static int close_everything(void) {
     if (close_range(3, ~0U, 0)) fail("close_range");
     for (int fd = 3; fd < 4096; fd++) close(fd);
     closefrom(3);
+    /* What is left is not the program's: a number it cannot take (dup2 refuses it with EBUSY),
+     * though it looks closed (fcntl says EBADF, as for a number never opened). */
     int kept = 0;
-    for (int fd = 3; fd < 1 << 16; fd++) {
-        if (fcntl(fd, F_GETFD) < 0) continue;
+    long limit = sysconf(_SC_OPEN_MAX); /* dup2 takes no number at or past it */
+    for (int fd = 3; fd < limit && fd < 1 << 16; fd++) {
+        if (dup2(1, fd) == fd) {
+            close(fd);
+            continue;
+        }
+        if (errno != EBUSY) fail("dup2 onto a number");
+        if (fcntl(fd, F_GETFD) != -1 || errno != EBADF) fail("fcntl on a number left open");
         kept++;
-        /* A number that is still open is not the program's to take. */
-        if (dup2(1, fd) != -1 || errno != EBUSY) fail("dup2 onto a descriptor left open");
     }
     return kept;
 }
@@ -962,6 +1000,245 @@ static int run_big(size_t mb) {
     return 0;
 }
 
+/* ---- setgroups: a list the kernel reads on every thread --------------------------------- */
+
+static volatile int g_spin_stop;
+static void *spinner(void *arg) {
+    (void)arg;
+    while (!g_spin_stop) usleep(1000);
+    return NULL;
+}
+
+static int same_groups(const gid_t *want, int n) {
+    gid_t got[64];
+    int m = getgroups(64, got);
+    if (m != n) return 0;
+    for (int i = 0; i < n; i++) {
+        int found = 0;
+        for (int j = 0; j < m; j++) found |= got[j] == want[i];
+        if (!found) return 0;
+    }
+    return 1;
+}
+
+static int run_setgroups(size_t mb) {
+    if (geteuid() != 0) {
+        printf("setgroups: SKIPPED, not root\n");
+        return 2;
+    }
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++)
+        if (pthread_create(&t[i], NULL, spinner, NULL)) fail("pthread_create");
+    const int n = 5;
+    /* In the heap, on pages of its own (a big block), written once, then left alone. */
+    gid_t *list = malloc(1 << 20);
+    if (!list) fail("malloc");
+    for (int i = 0; i < n; i++) list[i] = 100 + i;
+    char *a = filled(mb, 81); /* the list's page goes far */
+    if (setgroups(n, list)) fail("setgroups");
+    if (!same_groups(list, n)) fail("getgroups after setgroups");
+    char *b = filled(mb, 82);
+    if (initgroups("root", 0)) fail("initgroups");
+    gid_t got[64];
+    int m = getgroups(64, got);
+    int root = 0;
+    for (int i = 0; i < m; i++) {
+        root |= got[i] == 0;
+        if (got[i] >= 100 && got[i] < 100 + (gid_t)n) fail("a group setgroups gave outlived initgroups");
+    }
+    if (m < 1 || !root) fail("getgroups after initgroups");
+    g_spin_stop = 1;
+    for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+    if (!check(a, mb << 20, 81) || !check(b, mb << 20, 82)) fail("data after setgroups");
+    printf("setgroups ok\n");
+    return 0;
+}
+
+/* ---- signal-blocked: a signal no thread of the program takes ----------------------------- */
+
+static volatile pid_t g_handled_by;
+static char *g_far;
+static void on_usr1(int sig) {
+    (void)sig;
+    g_handled_by = (pid_t)syscall(SYS_gettid);
+    g_far[12345] ^= 1; /* the handler touches the program's memory, as handlers do */
+}
+
+static int run_signal_blocked(size_t mb) {
+    sigset_t usr1;
+    sigemptyset(&usr1);
+    sigaddset(&usr1, SIGUSR1);
+    if (pthread_sigmask(SIG_BLOCK, &usr1, NULL)) fail("pthread_sigmask");
+    g_far = filled(mb, 91);
+    signal(SIGUSR1, on_usr1);
+    char *b = filled(mb, 92); /* g_far goes far */
+    if (kill(getpid(), SIGUSR1)) fail("kill");
+    usleep(300 * 1000);
+    if (g_handled_by != 0) {
+        fprintf(stderr, "the handler ran on thread %d while every thread of the program "
+                        "blocked the signal\n", (int)g_handled_by);
+        fail("a blocked signal was handled");
+    }
+    if (pthread_sigmask(SIG_UNBLOCK, &usr1, NULL)) fail("pthread_sigmask");
+    if (g_handled_by != (pid_t)syscall(SYS_gettid)) fail("the handler ran on another thread");
+    g_far[12345] ^= 1;
+    if (!check(g_far, mb << 20, 91) || !check(b, mb << 20, 92)) fail("data after the signal");
+    printf("signal-blocked ok\n");
+    return 0;
+}
+
+/* ---- low-limit: a program started under a low descriptor limit ---------------------------- */
+
+#include <sys/resource.h>
+
+static int run_low_limit(size_t mb, const char *self) {
+    struct rlimit lim;
+    if (getrlimit(RLIMIT_NOFILE, &lim)) fail("getrlimit");
+    lim.rlim_cur = 29;
+    if (setrlimit(RLIMIT_NOFILE, &lim)) fail("setrlimit");
+    char arg[32];
+    snprintf(arg, sizeof arg, "%zu", mb);
+    fflush(stdout);
+    execl(self, self, "count-fds", arg, (char *)NULL);
+    fail("execl");
+    return 1;
+}
+
+static int run_count_fds(size_t mb) {
+    int below = 0;
+    for (int fd = 0; fd < 29; fd++)
+        if (fcntl(fd, F_GETFD) >= 0) below++;
+    int opened = 0;
+    while (open("/dev/null", O_RDONLY | O_CLOEXEC) >= 0) opened++;
+    if (errno != EMFILE) fail("open stopped short of the descriptor limit");
+    printf("below %d opened %d\n", below, opened);
+    char *a = filled(mb, 101); /* at the limit, with every number taken */
+    if (!check(a, mb << 20, 101)) fail("data at the descriptor limit");
+    printf("count-fds ok\n");
+    return 0;
+}
+
+/* ---- fork-libc-state: what the C library's fork itself touches ------------------------------ */
+
+#include <pwd.h>
+
+static int run_fork_libc_state(size_t mb, const char *path) {
+    if (!getpwuid(0)) fail("getpwuid"); /* the name service's state now exists, in the heap */
+    FILE *f = fopen(path, "w");
+    if (!f) fail("fopen");
+    if (fprintf(f, "before the fork\n") < 0) fail("fprintf"); /* left in the FILE's buffer */
+    char *a = filled(mb, 111); /* both go far */
+    char *b = filled(mb, 112);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0) fail("fork");
+    if (pid == 0) {
+        if (fprintf(f, "the child\n") < 0 || fflush(f)) _exit(2);
+        if (!getpwuid(0)) _exit(3);
+        if (!check(a, mb << 20, 111)) _exit(4);
+        _exit(0);
+    }
+    int st;
+    if (waitpid(pid, &st, 0) != pid) fail("waitpid");
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        fprintf(stderr, "child status %d\n", st);
+        fail("the fork child's checks");
+    }
+    if (fprintf(f, "the parent\n") < 0 || fclose(f)) fail("the parent's write");
+    if (!getpwuid(0)) fail("getpwuid after the fork");
+    FILE *r = fopen(path, "r");
+    if (!r) fail("fopen to read");
+    char text[256] = {0};
+    size_t n = fread(text, 1, sizeof text - 1, r);
+    fclose(r);
+    const char *want = "before the fork\nthe child\nbefore the fork\nthe parent\n";
+    if (n != strlen(want) || strcmp(text, want)) {
+        fprintf(stderr, "%s holds:\n%s", path, text);
+        fail("the file's contents");
+    }
+    if (!check(a, mb << 20, 111) || !check(b, mb << 20, 112)) fail("data after the fork");
+    printf("fork-libc-state ok\n");
+    return 0;
+}
+
+/* ---- dlopen-tls: the dynamic linker's records in the program's heap ------------------------ */
+
+#define MAX_TLS_MODULES 256
+static long (*g_bump[MAX_TLS_MODULES + 1])(long);
+static int g_modules;
+
+static void load_tls_module(const char *dir, int i) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tls_%d.so", dir, i);
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        fprintf(stderr, "dlopen %s: %s\n", path, dlerror());
+        fail("dlopen");
+    }
+    g_bump[g_modules] = (long (*)(long))dlsym(h, "tls_bump");
+    if (!g_bump[g_modules]) fail("dlsym tls_bump");
+    g_modules++;
+}
+
+/* A new thread's counters start at zero in every module, and are its own. */
+static void *use_every_module(void *arg) {
+    (void)arg;
+    for (int i = 0; i < g_modules; i++)
+        if (g_bump[i](i + 1) != i + 1 || g_bump[i](1) != i + 2) return (void *)1;
+    return NULL;
+}
+
+static void thread_using_every_module(const char *who) {
+    pthread_t t;
+    void *bad;
+    if (pthread_create(&t, NULL, use_every_module, NULL)) fail("pthread_create");
+    if (pthread_join(t, &bad)) fail("pthread_join");
+    if (bad) {
+        fprintf(stderr, "%s: a new thread's thread-local storage was not its own\n", who);
+        fail("thread-local storage");
+    }
+}
+
+static int run_dlopen_tls(size_t mb, const char *dir, int n) {
+    if (n < 1 || n >= MAX_TLS_MODULES) fail("module count");
+    for (int i = 0; i < n; i++) load_tls_module(dir, i);
+    char *a = filled(mb, 71); /* the records made above go far */
+    thread_using_every_module("parent");
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0) fail("fork");
+    if (pid == 0) {
+        thread_using_every_module("child");
+        char *b = filled(mb, 72);
+        if (!check(a, mb << 20, 71)) _exit(2);
+        fflush(stdout);
+        pid_t grandchild = fork();
+        if (grandchild < 0) _exit(3);
+        if (grandchild == 0) {
+            thread_using_every_module("grandchild");
+            _exit(check(b, mb << 20, 72) ? 0 : 4);
+        }
+        int st;
+        if (waitpid(grandchild, &st, 0) != grandchild || !WIFEXITED(st) || WEXITSTATUS(st))
+            _exit(5);
+        _exit(0);
+    }
+    int st;
+    if (waitpid(pid, &st, 0) != pid) fail("waitpid");
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        fprintf(stderr, "child status %d\n", st);
+        fail("the fork child's checks");
+    }
+    /* One more module after the others went far: every thread's next use of thread-local
+     * storage (the pager's own included) brings its records up to date. */
+    load_tls_module(dir, n);
+    char *c = filled(mb, 73);
+    thread_using_every_module("parent, after one more module");
+    if (!check(a, mb << 20, 71) || !check(c, mb << 20, 73)) fail("data after the last module");
+    printf("dlopen-tls ok\n");
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: %s mixed|small|fork|exec|hint|thread-exit|sigterm|crash|hog MB\n",
@@ -989,6 +1266,12 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "daemon") && argc > 3)
         return run_daemon(mb, argv[3], argc > 4 && !strcmp(argv[4], "title"));
     if (!strcmp(argv[1], "env-far")) return run_env_far(mb);
+    if (!strcmp(argv[1], "setgroups")) return run_setgroups(mb);
+    if (!strcmp(argv[1], "signal-blocked")) return run_signal_blocked(mb);
+    if (!strcmp(argv[1], "low-limit")) return run_low_limit(mb, "/proc/self/exe");
+    if (!strcmp(argv[1], "count-fds")) return run_count_fds(mb);
+    if (!strcmp(argv[1], "fork-libc-state") && argc > 3) return run_fork_libc_state(mb, argv[3]);
+    if (!strcmp(argv[1], "dlopen-tls") && argc > 4) return run_dlopen_tls(mb, argv[3], atoi(argv[4]));
     fprintf(stderr, "unknown mode %s\n", argv[1]);
     return 64;
 }

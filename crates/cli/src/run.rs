@@ -23,9 +23,11 @@ use gleaner_proto::units::{default_token_path, parse_size};
 use gleaner_proto::{ConnectOptions, Connection, Endpoint};
 use serde_json::json;
 
+mod hang;
 mod report;
 mod signals;
 
+use hang::HangWatch;
 use report::{remove_status_files, still_running, sum_stats, summary, PagerCounts, StatsDir};
 use signals::{signal_name, SignalForwarder, CHILD_PID};
 
@@ -435,13 +437,21 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
         )
     })?;
     CHILD_PID.store(child.id() as i32, Ordering::SeqCst);
+    // A process of the run whose pager waits for itself is ended (`hang.rs`).
+    let hangs = HangWatch::start(stats_dir.path());
     let status = child.wait();
     CHILD_PID.store(0, Ordering::SeqCst);
     signals.stop();
     let wall = started.elapsed();
+    let mut hung = hangs.stop();
     // A process the program started that still runs (a daemon: `memcached -d`) keeps the
-    // private memnode: it serves on until no session is left.
-    let running = still_running(stats_dir.path());
+    // private memnode: it serves on until no session is left. One that hangs does not.
+    let mut running = still_running(stats_dir.path());
+    if !running.is_empty() {
+        let pids: Vec<u32> = running.iter().map(|(pid, _)| *pid as u32).collect();
+        hung.extend(hang::settle_leftovers(stats_dir.path(), &pids));
+        running.retain(|(pid, _)| !hung.contains(&(*pid as u32)));
+    }
     match embedded {
         Some(node) if !running.is_empty() => {
             let pid = node.linger();
@@ -469,6 +479,10 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
     let status = status.map_err(|e| SetupError::new(format!("waiting for the program: {e}")))?;
     let name = args.command[0].to_string_lossy().into_owned();
     let (mut exit, outcome) = match (status.code(), status.signal()) {
+        _ if hung.contains(&child.id()) => (
+            gleaner_pager::FATAL_EXIT_CODE as u8,
+            "hung on its own far memory and was ended (see the message above)".to_string(),
+        ),
         (Some(c), _) => (c as u8, format!("exited with status {c}")),
         (None, Some(s)) => {
             let outcome = format!("was killed by signal {s} ({})", signal_name(s));

@@ -1365,6 +1365,16 @@ fn a_program_that_drops_its_privileges_stays_in_gleaner_status() {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs_f64();
+    // The program, among `gleaner run`'s children (the private memnode is one too).
+    let program_pid = std::fs::read_to_string(format!("/proc/{}/task/{0}/children", child.id()))
+        .unwrap_or_default()
+        .split_whitespace()
+        .find(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|c| c.starts_with("gleaner_preload"))
+        })
+        .map(str::to_string)
+        .expect("the program runs under gleaner run");
     // The status files are rewritten every second.
     std::thread::sleep(Duration::from_millis(2500));
     let status = Command::new(gleaner_bin())
@@ -1376,12 +1386,12 @@ fn a_program_that_drops_its_privileges_stays_in_gleaner_status() {
     let (code, out, err) = wait_output(&mut child, LIMIT);
     assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
     let docs: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
-    let name = std::path::Path::new(program()).file_name().unwrap();
+    // Ours is the program `gleaner run` started (other tests' programs publish beside it).
     let ours: Vec<_> = docs
         .as_array()
         .unwrap()
         .iter()
-        .filter(|d| d["program"].as_str() == name.to_str())
+        .filter(|d| d["pid"].as_u64().map(|p| p.to_string()).as_ref() == Some(&program_pid))
         .collect();
     assert_eq!(ours.len(), 1, "{docs}");
     let updated = ours[0]["updated_unix_s"].as_f64().unwrap();
@@ -1391,22 +1401,31 @@ fn a_program_that_drops_its_privileges_stays_in_gleaner_status() {
          memory: {docs}",
         filled_at - updated
     );
+    let system = gleaner_pager::system_dir();
     assert!(
-        dir.path().join("gleaner-status-65534").is_dir(),
+        system.join("gleaner-status-65534").is_dir(),
         "the program published as nobody in nobody's directory"
     );
-    for d in std::fs::read_dir(dir.path()).unwrap().flatten() {
-        if d.file_name()
-            .to_string_lossy()
-            .starts_with("gleaner-status-")
-        {
-            let left: Vec<_> = std::fs::read_dir(d.path())
-                .unwrap()
-                .flatten()
-                .map(|e| e.file_name())
-                .collect();
-            assert!(left.is_empty(), "{}: {left:?}", d.path().display());
-        }
+    // Nothing in the program's TMPDIR, and nothing of the program left in the status
+    // directories once the run is over.
+    let in_tmpdir: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(
+        in_tmpdir.is_empty(),
+        "in the program's TMPDIR: {in_tmpdir:?}"
+    );
+    for user in ["0", "65534"] {
+        let left: Vec<_> = std::fs::read_dir(system.join(format!("gleaner-status-{user}")))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(&format!("{program_pid}-")))
+            .collect();
+        assert!(left.is_empty(), "gleaner-status-{user}: {left:?}");
     }
 }
 

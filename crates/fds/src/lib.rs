@@ -28,12 +28,17 @@
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
 
+mod limit;
+
+pub use limit::{after_fork_in_child, confined, headroom, Headroom};
+
 /// Descriptor numbers below this are recorded; one above it cannot be (it is left where it is,
 /// unprotected, which only a program with this many descriptors open would meet).
 pub const TRACKED: usize = 1 << 16;
 
-/// The lowest number [`adopt`] moves a descriptor to, at most: with a soft `RLIMIT_NOFILE` below
-/// twice this, half the limit instead.
+/// The lowest number [`adopt`] moves a descriptor to: above a soft `RLIMIT_NOFILE` lower than
+/// this, which is raised while gleaner makes descriptors ([`headroom`]), or, where no limit can
+/// be raised that far ([`confined`]), half the soft limit instead.
 pub const PREFERRED_FLOOR: RawFd = 1024;
 
 const WORDS: usize = TRACKED / 64;
@@ -65,6 +70,7 @@ pub fn keep_spares(n: usize) {
 /// Makes up the spares given up by [`make_room`], as far as the descriptor limit allows now
 /// (nothing unless [`keep_spares`] was called).
 pub fn refill() {
+    let _room = headroom();
     for spare in &SPARE[..SPARES.load(Ordering::Relaxed)] {
         if spare.load(Ordering::Acquire) >= 0 {
             continue;
@@ -111,6 +117,7 @@ pub fn make_room(n: usize) -> usize {
 /// threads making room at once could take more spares than there are.
 pub fn with_room<T>(n: usize, make: impl FnOnce() -> T) -> T {
     let _turn = Turn::take();
+    let _room = headroom();
     make_room(n);
     let made = make();
     refill();
@@ -174,12 +181,17 @@ fn slot(fd: RawFd) -> Option<(usize, u64)> {
     Some((i / 64, 1 << (i % 64)))
 }
 
-/// The number descriptors are moved above: [`PREFERRED_FLOOR`], or half the soft descriptor
-/// limit where that is lower, so that the moved descriptors stay below the limit.
+/// The number descriptors are moved above: [`PREFERRED_FLOOR`], where the soft limit reaches
+/// past it or can be raised to ([`headroom`]); else half the soft descriptor limit, so that the
+/// moved descriptors stay below the limit ([`confined`]).
 pub fn floor() -> RawFd {
     let known = FLOOR.load(Ordering::Relaxed);
     if known > 0 {
         return known;
+    }
+    if limit::floor_reachable() {
+        FLOOR.store(PREFERRED_FLOOR, Ordering::Relaxed);
+        return PREFERRED_FLOOR;
     }
     let mut lim = libc::rlimit {
         rlim_cur: 0,
@@ -201,6 +213,7 @@ pub fn floor() -> RawFd {
 /// reached), or the number would be beyond what is recorded, it is recorded where it is, if it
 /// can be.
 pub fn adopt(fd: OwnedFd) -> OwnedFd {
+    let _room = headroom();
     // SAFETY: F_DUPFD_CLOEXEC makes a new descriptor for the same file or returns -1; `fd` is
     // live for the call.
     let moved = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, floor()) };

@@ -186,7 +186,8 @@ fn private_dir() -> Result<PathBuf, PagerError> {
     let base = std::env::var_os("XDG_RUNTIME_DIR")
         .map(PathBuf::from)
         .filter(|p| p.is_dir())
-        .unwrap_or_else(std::env::temp_dir);
+        // Not `$TMPDIR`: that is the program's (`scratch.rs`).
+        .unwrap_or_else(crate::system_dir);
     let suffix: [u8; 6] = gleaner_proto::random_bytes();
     let name = format!(
         "gleaner-{}-{}",

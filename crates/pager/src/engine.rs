@@ -81,10 +81,20 @@ pub(crate) struct Engine {
 
 /// A gate the fault handlers (and the hint thread) pass to work on pages: a fork closes it and
 /// waits until nobody is inside, so the child inherits no page in the middle of an install.
+///
+/// While it is closed, the faults of the thread that forks are still served, outside the gate
+/// (`handler.rs`): between the fork handlers and the fork itself the C library's fork reads and
+/// locks memory the program's threads allocated (its name-service state), and that thread then
+/// waits for a page that only a handler can fetch. Serving it is safe: the thread is stopped
+/// until its page is installed, and only that thread makes the fork.
 #[derive(Default)]
 pub(crate) struct Gate {
     closed: AtomicBool,
     inside: std::sync::atomic::AtomicUsize,
+    /// The thread id of the thread that forks, while the gate is closed (0: none).
+    forker: std::sync::atomic::AtomicU32,
+    /// When the gate was last closed (for the watchdog: a fork that never ends).
+    closed_at: Mutex<Option<std::time::Instant>>,
 }
 
 /// Being inside the [`Gate`]; leaving when dropped.
@@ -97,16 +107,29 @@ impl Gate {
             while self.closed.load(Ordering::SeqCst) {
                 std::thread::sleep(Duration::from_micros(50));
             }
-            self.inside.fetch_add(1, Ordering::SeqCst);
-            if !self.closed.load(Ordering::SeqCst) {
-                return Inside(self);
+            if let Some(inside) = self.try_enter() {
+                return inside;
             }
-            self.inside.fetch_sub(1, Ordering::SeqCst);
         }
     }
 
-    /// Closes the gate and waits until everyone inside has left.
+    /// Enters if the gate is open.
+    pub(crate) fn try_enter(&self) -> Option<Inside<'_>> {
+        self.inside.fetch_add(1, Ordering::SeqCst);
+        if !self.closed.load(Ordering::SeqCst) {
+            return Some(Inside(self));
+        }
+        self.inside.fetch_sub(1, Ordering::SeqCst);
+        None
+    }
+
+    /// Closes the gate for a fork made by the calling thread (its faults are still served, see
+    /// the type's documentation) and waits until everyone inside has left.
     pub(crate) fn close(&self) {
+        // SAFETY: gettid has no preconditions.
+        let me = unsafe { libc::gettid() } as u32;
+        self.forker.store(me, Ordering::SeqCst);
+        *self.closed_at.lock().unwrap_or_else(|e| e.into_inner()) = Some(std::time::Instant::now());
         self.closed.store(true, Ordering::SeqCst);
         while self.inside.load(Ordering::SeqCst) > 0 {
             std::thread::yield_now();
@@ -116,6 +139,24 @@ impl Gate {
     /// Opens the gate again.
     pub(crate) fn open(&self) {
         self.closed.store(false, Ordering::SeqCst);
+        self.forker.store(0, Ordering::SeqCst);
+    }
+
+    /// The thread that forks, while the gate is closed.
+    pub(crate) fn forker(&self) -> Option<u32> {
+        if !self.closed.load(Ordering::SeqCst) {
+            return None;
+        }
+        Some(self.forker.load(Ordering::SeqCst)).filter(|&tid| tid != 0)
+    }
+
+    /// How long the gate has been closed (zero when open).
+    pub(crate) fn closed_for(&self) -> Duration {
+        if !self.closed.load(Ordering::SeqCst) {
+            return Duration::ZERO;
+        }
+        let at = *self.closed_at.lock().unwrap_or_else(|e| e.into_inner());
+        at.map_or(Duration::ZERO, |t| t.elapsed())
     }
 }
 

@@ -32,6 +32,9 @@ pub(crate) struct Handler {
     zero_window: usize,
     /// Remote faults served, to pick the ones whose install is timed.
     remote_served: u32,
+    /// Serving the faults of a thread that forks ([`Handler::serve_forker`]): no prefetch, which
+    /// would go on installing pages after the faulting thread is woken, and so during its fork.
+    skip_prefetch: bool,
 }
 
 /// One remote fault in this many is timed: its steps (`fault_breakdown`), its install and its
@@ -53,7 +56,23 @@ impl Handler {
             zero_next: usize::MAX,
             zero_window: 0,
             remote_served: 0,
+            skip_prefetch: false,
         }
+    }
+
+    /// Around a fork, with the gate closed (`engine.rs`'s `Gate`): serves the faults of the
+    /// thread that forks (`forker`) among `events`, taking them out, and leaves the others. Each
+    /// is done when its thread wakes: nothing of it runs on into the fork.
+    pub(crate) fn serve_forker(&mut self, engine: &Engine, forker: u32, events: &mut Vec<Event>) {
+        self.skip_prefetch = true;
+        events.retain(|ev| match *ev {
+            Event::Fault { kind, addr, tid } if tid == forker => {
+                self.on_fault(engine, kind, addr, tid);
+                false
+            }
+            _ => true,
+        });
+        self.skip_prefetch = false;
     }
 
     /// Serves `events` (read from the userfaultfd, drained here). The evicting threads' faults
@@ -76,6 +95,9 @@ impl Handler {
 
     /// Resolves one fault message.
     pub(crate) fn on_fault(&mut self, engine: &Engine, kind: FaultKind, addr: usize, tid: u32) {
+        if crate::stuck::is_test_page(addr) {
+            return; // The test hook's page is never served (`stuck.rs`).
+        }
         let Some(page) = engine.mem.page_of(addr) else {
             log::warn!("fault at {addr:#x} outside the region; ignored");
             return;
@@ -161,7 +183,9 @@ impl Handler {
                             Some(&st.window),
                             &mut self.prefetch.candidates,
                         );
-                        fetch::prefetch(engine, &mut *self.store, &mut self.prefetch);
+                        if !self.skip_prefetch {
+                            fetch::prefetch(engine, &mut *self.store, &mut self.prefetch);
+                        }
                         return;
                     }
                     self.fetch_remote(engine, page, tid, write, started);
@@ -347,7 +371,9 @@ impl Handler {
             Counters::add(&c.install_ns, (mapped - fetched).as_nanos() as u64);
             engine.remote_latency.record(mapped - started);
         }
-        fetch::prefetch(engine, &mut *self.store, &mut self.prefetch);
+        if !self.skip_prefetch {
+            fetch::prefetch(engine, &mut *self.store, &mut self.prefetch);
+        }
     }
 }
 

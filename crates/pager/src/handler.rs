@@ -37,7 +37,9 @@ use std::time::{Duration, Instant};
 
 use crate::counters::Counters;
 use crate::cpus::pin_to;
-use crate::engine::Engine;
+use gleaner_uffd::Event;
+
+use crate::engine::{Engine, Inside};
 use crate::fatal::fatal;
 use crate::fault::Handler;
 use crate::store::StoreHandle;
@@ -60,6 +62,7 @@ pub(crate) fn run(
         pin_to(cpu);
     }
     let mut events = Vec::with_capacity(BATCH);
+    let mut more = Vec::with_capacity(BATCH);
     let mut h = Handler::new(store);
     let mut last_message = Instant::now();
     let uffd = &engine.mem.uffd;
@@ -96,22 +99,58 @@ pub(crate) fn run(
             }
             Err(e) => fatal(&format!("reading userfaultfd events failed: {e}")),
         }
+        // A fork waits for the faults being served to finish, and holds the next ones back,
+        // but for the forking thread's own (`engine.rs`'s `Gate`).
+        let inside = pass_gate(&engine, &mut h, &mut events, &mut more);
         // The region is stopping and this handler's turn to go came in (`doorbell.rs`).
         let rang = engine
             .doorbell
             .as_ref()
             .and_then(|bell| Some((bell, bell.take_ring(&mut events)?)));
-        {
-            // A fork waits for the faults being served to finish, and holds the next ones back.
-            let _inside = engine.gate.enter();
-            h.serve(&engine, &mut events);
-        }
+        h.serve(&engine, &mut events);
+        drop(inside);
+        crate::stuck::test_hang_here(crate::stuck::HangSite::Handler);
         if let Some((bell, addr)) = rang {
             bell.answer(uffd, addr);
             return;
         }
     }
 }
+
+/// Enters the gate for `events`. While a fork holds it closed, serves the forking thread's
+/// faults among them (and among the messages that come meanwhile, which join `events`): that
+/// thread may fault in the C library's own fork code, and no other thread could serve it.
+fn pass_gate<'e>(
+    engine: &'e Engine,
+    h: &mut Handler,
+    events: &mut Vec<Event>,
+    more: &mut Vec<Event>,
+) -> Inside<'e> {
+    loop {
+        if let Some(inside) = engine.gate.try_enter() {
+            return inside;
+        }
+        let Some(forker) = engine.gate.forker() else {
+            std::thread::sleep(GATE_NAP);
+            continue;
+        };
+        h.serve_forker(engine, forker, events);
+        // Its next fault may be in a message not read yet: look, without blocking.
+        let read = if engine.doorbell.is_some() {
+            engine.mem.uffd.read_events_nowait(more, BATCH)
+        } else {
+            engine.mem.uffd.read_events(more, BATCH)
+        };
+        match read {
+            Ok(0) => std::thread::sleep(GATE_NAP),
+            Ok(_) => events.append(more),
+            Err(e) => fatal(&format!("reading userfaultfd events failed: {e}")),
+        }
+    }
+}
+
+/// How long a handler sleeps between looks while a fork holds the gate closed.
+const GATE_NAP: Duration = Duration::from_micros(50);
 
 /// Serves faults on the calling thread until `done()` (checked at least every millisecond): a
 /// fork child's only thread, while the threads it starts come up (the C library's thread

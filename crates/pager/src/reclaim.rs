@@ -12,7 +12,7 @@
 //! ([`ReclaimScheduler::on_reclaimed`], S_out); every fault on a page that was evicted reports the
 //! page's turnaround, the time since its eviction, from a per-page eviction clock.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -42,6 +42,9 @@ pub(crate) struct Reclaim {
     wake: Box<[(Mutex<bool>, Condvar)]>,
     /// Pool threads not asleep.
     awake: AtomicUsize,
+    /// The first pool thread has its evictor (`Region::launch` waits for it, so that its
+    /// descriptors are made before the program runs).
+    first_ready: AtomicBool,
     /// Batches in progress (pool and direct); `prepare_fork` waits for none.
     pub(crate) in_batch: AtomicUsize,
     /// Thread CPU time the pool spent in batches.
@@ -123,6 +126,7 @@ impl Reclaim {
                 .map(|_| (Mutex::new(false), Condvar::new()))
                 .collect(),
             awake: AtomicUsize::new(0),
+            first_ready: AtomicBool::new(false),
             in_batch: AtomicUsize::new(0),
             pool_cpu_ns: AtomicU64::new(0),
             pool_busy_ns: AtomicU64::new(0),
@@ -250,6 +254,16 @@ impl Reclaim {
     }
 
     /// A pool thread starts: it counts as awake until [`Reclaim::pool_thread_stops`].
+    /// The first pool thread has made what eviction needs (its evictor's descriptors).
+    pub(crate) fn first_thread_ready(&self) {
+        self.first_ready.store(true, Ordering::Release);
+    }
+
+    /// Whether [`Reclaim::first_thread_ready`] was called.
+    pub(crate) fn is_first_thread_ready(&self) -> bool {
+        self.first_ready.load(Ordering::Acquire)
+    }
+
     pub(crate) fn pool_thread_starts(&self) {
         self.awake.fetch_add(1, Ordering::Relaxed);
     }

@@ -132,6 +132,9 @@ pub(crate) fn run_pool_thread(shared: Arc<Engine>, id: usize, mut store: Box<dyn
     // counts against its user's pipe pages (`Pipe::new`), and on a large machine most of them
     // never run.
     let mut ev = (id == 0).then(|| Evictor::new(&shared, false));
+    if id == 0 {
+        r.first_thread_ready();
+    }
     r.pool_thread_starts();
     let mut refused_pause = Duration::ZERO;
     loop {

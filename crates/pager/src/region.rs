@@ -365,6 +365,12 @@ impl Region {
                 crate::reclaimer::run_pool_thread(e, id, handle)
             })?);
         }
+        // The first reclaim thread makes its evictor's descriptors at once: before the program
+        // goes on, while the descriptor limit is raised for the pager's start
+        // (`gleaner_fds::headroom`), not at a moment when the program could see it raised.
+        while pool > 0 && !engine.reclaim.is_first_thread_ready() {
+            std::thread::yield_now();
+        }
         {
             let e = engine.clone();
             threads.push(spawn("gleaner-watch", hook, move || {

@@ -5,7 +5,16 @@
 //! iteration creates files as fast as it forks. On this VM's ext4 `/tmp` creating and writing a
 //! 4 KiB file took 230 µs against 17 µs on `/dev/shm` (tmpfs): the difference was a tenth of a
 //! `/bin/true` started under `gleaner run`. So the files go to `/dev/shm` where it is a writable
-//! directory, unless `TMPDIR` names a directory for temporary files, which is then honoured.
+//! directory.
+//!
+//! Two places, by who makes the files:
+//!
+//! * [`scratch_dir`], for the launcher (`gleaner run`'s report directory): `TMPDIR`, where the
+//!   user names one, is honoured.
+//! * [`system_dir`], for what a pager makes inside the program's processes (the live status
+//!   files, an embedded memnode's directory): never `TMPDIR`, which is the program's. A test
+//!   runner that gives each worker a `TMPDIR` of its own and checks it is left empty (CPython's
+//!   `regrtest -j`) found a `gleaner-status-UID` there after every module.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -16,6 +25,16 @@ const SHM: &str = "/dev/shm";
 /// else `/dev/shm` if this process can write there, else the system's temporary directory.
 pub fn scratch_dir() -> PathBuf {
     choose(std::env::var_os("TMPDIR"), writable(SHM))
+}
+
+/// The directory for files a pager makes in the program's processes (see the module
+/// documentation): `/dev/shm` if this process can write there, else `/tmp`; never `$TMPDIR`.
+pub fn system_dir() -> PathBuf {
+    choose_system(writable(SHM))
+}
+
+fn choose_system(shm_writable: bool) -> PathBuf {
+    PathBuf::from(if shm_writable { SHM } else { "/tmp" })
 }
 
 fn choose(tmpdir: Option<OsString>, shm_writable: bool) -> PathBuf {
@@ -50,5 +69,13 @@ mod tests {
         assert_eq!(choose(None, false), std::env::temp_dir());
         assert!(!writable("/nonexistent-gleaner-dir"));
         assert!(writable(&std::env::temp_dir().to_string_lossy()));
+    }
+
+    #[test]
+    fn a_pagers_files_go_to_dev_shm_or_tmp_whatever_tmpdir_says() {
+        assert_eq!(choose_system(true), PathBuf::from(SHM));
+        assert_eq!(choose_system(false), PathBuf::from("/tmp"));
+        // `system_dir` reads no environment: the same under any TMPDIR.
+        assert!([PathBuf::from(SHM), PathBuf::from("/tmp")].contains(&system_dir()));
     }
 }

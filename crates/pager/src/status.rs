@@ -2,8 +2,9 @@
 //! small JSON document every [`STATUS_INTERVAL`] into the status directory, and removes it when
 //! the region stops. Like the stats trace, the publisher only reads counters.
 //!
-//! The directory is `$GLEANER_STATUS_DIR`, else `gleaner-status-UID` in the scratch directory
-//! ([`crate::scratch_dir`], created owner-only). A process publishes once it has run for
+//! The directory is `$GLEANER_STATUS_DIR`, else `gleaner-status-UID` in the system's directory
+//! for such files ([`crate::system_dir`]: `/dev/shm`, else `/tmp`, never the program's
+//! `$TMPDIR`), created owner-only. A process publishes once it has run for
 //! [`FIRST_STATUS_AFTER`]: most processes of a shell script end before that, and writing a
 //! document each would cost them more than their own work. Each file is `PID-N.json` (N counts
 //! the process's regions), replaced atomically (written beside, then renamed), so a reader never
@@ -31,7 +32,7 @@ pub const STATUS_INTERVAL: Duration = Duration::from_secs(1);
 pub const FIRST_STATUS_AFTER: Duration = Duration::from_millis(200);
 
 /// Where status directories go, read from the environment once (at a region's start): the
-/// directory `$GLEANER_STATUS_DIR` names, if any, and the scratch directory. The publisher thread
+/// directory `$GLEANER_STATUS_DIR` names, if any, and the system directory. The publisher thread
 /// must not read the environment later: a program may have moved it into managed memory
 /// (redis's `setproctitle` does), and a pager thread must not fault on it.
 fn places() -> &'static (Option<PathBuf>, PathBuf) {
@@ -40,7 +41,7 @@ fn places() -> &'static (Option<PathBuf>, PathBuf) {
         let explicit = std::env::var_os("GLEANER_STATUS_DIR")
             .filter(|d| !d.is_empty())
             .map(PathBuf::from);
-        (explicit, crate::scratch_dir())
+        (explicit, crate::system_dir())
     })
 }
 
@@ -249,7 +250,10 @@ pub(crate) fn run(engine: Arc<Engine>, publication: Arc<Publication>) {
     }
 }
 
-/// Writes `text` to `path` through a temporary file beside it and a rename.
+/// Writes `text` to `path` through a temporary file beside it and a rename. The file is open
+/// for a moment, under the program's descriptor limit as it is: raising it
+/// (`gleaner_fds::headroom`) every second would let another thread of the program see a limit
+/// it did not set; at its limit, a document is skipped.
 fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
     let tmp = path.with_extension("json.tmp");
     std::fs::write(&tmp, text)?;

@@ -7,6 +7,11 @@
 //! this trampoline runs the caller's start hook (which marks the thread as a runtime thread)
 //! before any other code of the thread.
 //!
+//! Each thread starts with every signal blocked (the C library keeps the two it needs for itself
+//! deliverable): a signal sent to the process goes to a thread that does not block it, and the
+//! program's handler must never run on a pager thread, where its first touch of a far page
+//! could wait for the thread itself.
+//!
 //! Each thread gets a stack of its own mapping, not one from the C library's cache: reusing a
 //! cached stack makes `pthread_create` free the thread-local storage of the thread that last
 //! used it, and in a fork child that storage (allocated by a program thread that does not exist
@@ -118,7 +123,13 @@ pub(crate) fn spawn(
     let mut id: libc::pthread_t = 0;
     // SAFETY: attributes initialised, given the stack (usable from above its guard page) and
     // destroyed before returning; the trampoline takes ownership of `start` if the thread starts.
+    // The new thread inherits the calling thread's signal mask: every signal is blocked for the
+    // call, and the caller's mask put back after it.
     let rc = unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut caller: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut caller);
         let mut attr: libc::pthread_attr_t = std::mem::zeroed();
         libc::pthread_attr_init(&mut attr);
         let rc = libc::pthread_attr_setstack(
@@ -132,6 +143,7 @@ pub(crate) fn spawn(
             rc
         };
         libc::pthread_attr_destroy(&mut attr);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &caller, std::ptr::null_mut());
         rc
     };
     if rc != 0 {

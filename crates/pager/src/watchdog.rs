@@ -3,15 +3,17 @@
 //! (`evictors.rs` says why a batch can get stuck and why that loses nothing); and every
 //! [`pinned::CHECK_PERIOD`] for buffers the program registered with io_uring in managed memory,
 //! which stop it (`pinned.rs`), and, in a fork child, whether its parent exited
-//! (`inherit.rs`).
+//! (`inherit.rs`); and, as often, whether a pager thread waits for a page of its own process's
+//! far memory, which stops the program (`stuck.rs`).
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::engine::Engine;
 use crate::evictors::{STUCK_AFTER, WATCH_PERIOD};
 use crate::fatal::fatal;
 use crate::pinned;
+use crate::stuck::{self, StuckWatch};
 
 /// The watchdog thread's loop, until the region stops. It runs at the idle scheduling class:
 /// woken every 10 ms at the normal class, it preempted the thread it woke beside
@@ -29,6 +31,7 @@ pub(crate) fn run(engine: Arc<Engine>) {
         );
     }
     let mut looked = Instant::now();
+    let mut waits = StuckWatch::default();
     loop {
         let mut fd = libc::pollfd {
             fd: engine.stop.fd(),
@@ -45,8 +48,14 @@ pub(crate) fn run(engine: Arc<Engine>) {
         });
         if looked.elapsed() >= pinned::CHECK_PERIOD {
             looked = Instant::now();
+            // Both read files in /proc, each open for a moment, without raising the
+            // program's descriptor limit (`gleaner_fds::headroom`, which another thread of
+            // the program would see): at its limit, a check is skipped.
+            stuck::test_hang_here(stuck::HangSite::Watchdog);
             stop_if_pinned(&engine);
             take_if_orphaned(&engine);
+            stop_if_waiting_for_itself(&mut waits);
+            stop_if_a_fork_never_ends(&engine);
         }
     }
 }
@@ -62,6 +71,42 @@ fn stop_if_pinned(engine: &Engine) {
              follow, so what it wrote may be lost. Allocate such buffers with \
              mmap(MAP_SHARED | MAP_ANONYMOUS), which stays local, or run the program without \
              gleaner (docs/compatibility.md)"
+        ));
+    }
+}
+
+/// Stops the program if every fault handler has waited for a page of this process's managed
+/// memory for [`stuck::OWN_CHECKS`] checks in a row, or one pager thread for
+/// [`stuck::LONG_WAIT_CHECKS`] (`stuck.rs`): the process would hang for good.
+fn stop_if_waiting_for_itself(waits: &mut StuckWatch) {
+    let Some(look) = waits.check(None) else {
+        return;
+    };
+    if let Some(why) = look.hung(stuck::OWN_CHECKS, 0) {
+        fatal(&format!(
+            "{why}, so the process would hang for good (a gleaner bug: please report it with \
+             this message)"
+        ));
+    }
+}
+
+/// How long a fork may hold the fault handlers back (`engine.rs`'s `Gate`) before the program
+/// is stopped: a fork takes milliseconds (its page tables are copied in about a second for
+/// 100 GiB resident).
+const FORK_STUCK_AFTER: Duration = Duration::from_secs(10);
+
+/// Stops the program if a fork has held the fault handlers back for [`FORK_STUCK_AFTER`]: the
+/// forking thread waits for something that waits for a fault, which waits for the fork (a
+/// thread holding the C library's list of stdio streams while it waits for a far page, at the
+/// moment another thread forks); the process would hang for good.
+fn stop_if_a_fork_never_ends(engine: &Engine) {
+    let held = engine.gate.closed_for();
+    if held >= FORK_STUCK_AFTER {
+        fatal(&format!(
+            "a fork has held this process's fault handlers back for {} s: the thread that \
+             forks waits for another, which waits for a page that the fork holds back, so the \
+             process would hang for good (a gleaner limit: please report it with this message)",
+            held.as_secs()
         ));
     }
 }

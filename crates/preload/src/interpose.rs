@@ -10,7 +10,7 @@ use std::ffi::c_void;
 
 use gleaner_pager::PAGE_SIZE;
 
-use crate::{arena, heap, real};
+use crate::{arena, heap, loader, real};
 
 fn managed_allocations() -> bool {
     arena::get().is_some() && !crate::in_runtime()
@@ -22,13 +22,81 @@ pub(crate) fn set_errno(e: i32) {
     unsafe { *libc::__errno_location() = e };
 }
 
-/// `malloc(3)`.
+// The allocation entry points learn their caller, so that the dynamic linker's requests stay
+// out of managed memory (`loader.rs`): each is a trampoline. At a function's first instruction
+// the caller's return address is the word on top of the stack (x86-64) or in the link register
+// (AArch64); each passes it as the argument after the function's own and jumps to the
+// allocator, which returns to the caller.
+
+/// `malloc(3)`: [`malloc_from`] with the caller's address.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
 #[no_mangle]
 pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
+    core::arch::naked_asm!(
+        "mov rsi, qword ptr [rsp]",
+        "jmp {f}",
+        f = sym malloc_from,
+    )
+}
+
+/// `calloc(3)`: [`calloc_from`] with the caller's address.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+#[no_mangle]
+pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
+    core::arch::naked_asm!(
+        "mov rdx, qword ptr [rsp]",
+        "jmp {f}",
+        f = sym calloc_from,
+    )
+}
+
+/// `realloc(3)`: [`realloc_from`] with the caller's address.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+#[no_mangle]
+pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
+    core::arch::naked_asm!(
+        "mov rdx, qword ptr [rsp]",
+        "jmp {f}",
+        f = sym realloc_from,
+    )
+}
+
+/// `malloc(3)`: [`malloc_from`] with the caller's address.
+#[cfg(target_arch = "aarch64")]
+#[unsafe(naked)]
+#[no_mangle]
+pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
+    core::arch::naked_asm!("mov x1, x30", "b {f}", f = sym malloc_from)
+}
+
+/// `calloc(3)`: [`calloc_from`] with the caller's address.
+#[cfg(target_arch = "aarch64")]
+#[unsafe(naked)]
+#[no_mangle]
+pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
+    core::arch::naked_asm!("mov x2, x30", "b {f}", f = sym calloc_from)
+}
+
+/// `realloc(3)`: [`realloc_from`] with the caller's address.
+#[cfg(target_arch = "aarch64")]
+#[unsafe(naked)]
+#[no_mangle]
+pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
+    core::arch::naked_asm!("mov x2, x30", "b {f}", f = sym realloc_from)
+}
+
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+compile_error!("the preload library's allocator trampolines exist for x86-64 and AArch64 only");
+
+/// `malloc(3)`, called from `caller` (the trampoline above exports it as `malloc`).
+pub(crate) unsafe extern "C" fn malloc_from(size: usize, caller: usize) -> *mut c_void {
     if real::resolving() {
         return real::boot_alloc(size, false);
     }
-    if managed_allocations() {
+    if managed_allocations() && !loader::is_loader(caller) {
         let p = heap::alloc(size, 16);
         if p.is_null() {
             set_errno(libc::ENOMEM);
@@ -54,9 +122,8 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
     }
 }
 
-/// `calloc(3)`.
-#[no_mangle]
-pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
+/// `calloc(3)`, called from `caller` (the trampoline above exports it as `calloc`).
+pub(crate) unsafe extern "C" fn calloc_from(n: usize, size: usize, caller: usize) -> *mut c_void {
     let Some(total) = n.checked_mul(size) else {
         set_errno(libc::ENOMEM);
         return std::ptr::null_mut();
@@ -64,7 +131,7 @@ pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
     if real::resolving() {
         return real::boot_alloc(total, true);
     }
-    if managed_allocations() {
+    if managed_allocations() && !loader::is_loader(caller) {
         let p = heap::alloc_zeroed(total);
         if p.is_null() {
             set_errno(libc::ENOMEM);
@@ -75,17 +142,22 @@ pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
     unsafe { real::calloc(n, size) }
 }
 
-/// `realloc(3)`.
-#[no_mangle]
-pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
+/// `realloc(3)`, called from `caller` (the trampoline above exports it as `realloc`). A
+/// block keeps the memory it was made in (managed or not), except that the dynamic linker's
+/// requests never move a block into managed memory.
+pub(crate) unsafe extern "C" fn realloc_from(
+    p: *mut c_void,
+    size: usize,
+    caller: usize,
+) -> *mut c_void {
     if p.is_null() {
         // SAFETY: realloc(NULL, n) is malloc(n).
-        return unsafe { malloc(size) };
+        return unsafe { malloc_from(size, caller) };
     }
     if real::is_boot(p) {
         // SAFETY: copy out of the bootstrap buffer (its blocks are at most the buffer's size).
         unsafe {
-            let n = malloc(size);
+            let n = malloc_from(size, caller);
             if !n.is_null() {
                 std::ptr::copy_nonoverlapping(p as *const u8, n as *mut u8, size);
             }
@@ -123,7 +195,7 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
 pub unsafe extern "C" fn reallocarray(p: *mut c_void, n: usize, size: usize) -> *mut c_void {
     match n.checked_mul(size) {
         // SAFETY: forwarding.
-        Some(total) => unsafe { realloc(p, total) },
+        Some(total) => unsafe { realloc_from(p, total, 0) },
         None => {
             set_errno(libc::ENOMEM);
             std::ptr::null_mut()

@@ -41,12 +41,13 @@
 //! | `GLEANER_PREDICT_WRITES` | install pages seen rewritten writable on their next read fetches: `on` or `off` | `on` |
 //! | `GLEANER_TRACE` | record every fault here for `gleaner trace replay` (`%p`: pid) | — |
 //! | `GLEANER_STATS_TRACE` | append a JSON line of reclaim and fault counters here every 100 ms (`%p`: pid) | — |
-//! | `GLEANER_STATUS_DIR` | where each process publishes its live status for `gleaner status` | `$TMPDIR/gleaner-status-UID` |
+//! | `GLEANER_STATUS_DIR` | where each process publishes its live status for `gleaner status` | `/dev/shm/gleaner-status-UID` (`/tmp/...` where `/dev/shm` is not writable; never `$TMPDIR`) |
 //! | `GLEANER_LOG` | pager messages on stderr: `error`, `warn`, `info`, `debug`, `trace` | `warn` |
 //! | `GLEANER_BIN` | the `gleaner` executable, to start an embedded memnode | on `PATH` |
 //! | `GLEANER_FORK` | what a fork child gets: `far` (a pager of its own on a snapshot of the far pages) or `home` (every page brought home before the fork) | `far` |
 //! | `GLEANER_FORK_LOCAL_MEM` | a fork child's local budget | a quarter of `GLEANER_LOCAL_MEM` |
 //! | `GLEANER_FAIL_OPEN` | `1`: a process whose pager cannot start runs all-local, with a warning, instead of stopping with exit 86 | `0` |
+//! | `GLEANER_TEST_HANG` | a test hook: `handlers` makes every fault handler wait for a page of its own far memory (the watchdog must stop the process), `all` the watchdog too (`gleaner run` must end it) | — |
 //! | `GLEANER_REPORT_DIR` | write `pager-PID.json` here saying whether this process's pager started (set by `gleaner run`, which counts them) | — |
 //!
 //! `fork` (`GLEANER_FORK=far`, the default): the child gets a pager of its own, started in the
@@ -61,10 +62,13 @@
 #![deny(missing_docs)]
 
 mod arena;
+mod credentials;
 mod descriptors;
 mod dump;
 mod heap;
+mod hidden;
 mod interpose;
+mod loader;
 mod lock;
 mod locking;
 mod logger;
@@ -72,6 +76,7 @@ mod real;
 mod report_files;
 mod retain;
 mod slab;
+mod stdio;
 mod wipe;
 
 use std::cell::Cell;
@@ -375,6 +380,14 @@ fn start() -> Result<bool, String> {
                 .map_or("a quarter".into(), format_size),
         );
     }
+    if gleaner_fds::confined() {
+        log::warn!(
+            "the descriptor limit (ulimit -n: {}) cannot be raised for gleaner's own \
+             descriptors: they take numbers from {} up, which the program may miss",
+            descriptor_limits(),
+            gleaner_fds::floor()
+        );
+    }
     let arena = arena_within_address_limit(cfg.arena)?;
     let mut rc = RegionConfig::new(arena as usize, cfg.local as usize);
     if let Some(addrs) = &cfg.memnode {
@@ -417,6 +430,11 @@ fn start() -> Result<bool, String> {
     rc.thread_start_hook = Some(mark_runtime_thread);
     rc.release_hook = Some(release_kept_blocks);
     let region = Region::new(rc).map_err(|e| e.to_string())?;
+    if let Some(mode) = test_hang()? {
+        // The region's last page: the arena carves from its start and never reaches it.
+        let last = region.as_ptr() as usize + region.len() - gleaner_pager::PAGE_SIZE;
+        gleaner_pager::stuck::arm_test_hang(mode, last);
+    }
     gleaner_pager::on_fatal(report_stopped);
     arena::install(region, cfg.heap_retain as usize, HEAP_RETAIN_MS);
     let _ = STATS_TEMPLATE.set(cfg.stats);
@@ -432,6 +450,32 @@ fn start() -> Result<bool, String> {
     Ok(true)
 }
 
+/// `GLEANER_TEST_HANG`: a test hook that makes the pager wait for itself (`handlers`: every
+/// fault handler; `all`: the watchdog too), for the tests of what finds such a hang
+/// (`gleaner_pager::stuck`). Unset or empty: off.
+fn test_hang() -> Result<Option<gleaner_pager::stuck::TestHang>, String> {
+    use gleaner_pager::stuck::TestHang;
+    match std::env::var("GLEANER_TEST_HANG").as_deref() {
+        Err(_) | Ok("") => Ok(None),
+        Ok("handlers") => Ok(Some(TestHang::Handlers)),
+        Ok("all") => Ok(Some(TestHang::HandlersAndWatchdog)),
+        Ok(other) => Err(format!(
+            "GLEANER_TEST_HANG={other}: give `handlers` or `all` (a test hook)"
+        )),
+    }
+}
+
+/// This process's descriptor limits, for messages: `soft, hard HARD`.
+fn descriptor_limits() -> String {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit into the live local.
+    unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
+    format!("{}, hard {}", lim.rlim_cur, lim.rlim_max)
+}
+
 fn mark_runtime_thread() {
     IN_RUNTIME.with(|c| c.set(true));
 }
@@ -441,6 +485,11 @@ extern "C" fn init() {
     // Read now, while the environment is where the kernel put it: a pager thread that reports a
     // stop later must not read it (`report_dir`).
     let _ = report_dir();
+    // Before managed memory exists: from then on the dynamic linker's records stay out of it.
+    loader::locate();
+    // The pager's descriptors are made above the program's descriptor limit, which is raised
+    // meanwhile: the program keeps every number it would have without gleaner.
+    let room = gleaner_fds::headroom();
     match start() {
         Ok(false) => {}
         Ok(true) => {
@@ -471,6 +520,7 @@ extern "C" fn init() {
             }
         }
     }
+    drop(room);
     IN_RUNTIME.with(|c| c.set(false));
 }
 
@@ -510,6 +560,7 @@ enum Report {
 /// carries on after a helper stopped so must not make the run look successful.
 fn report_stopped(message: &str) {
     let was = IN_RUNTIME.with(|c| c.replace(true));
+    let _room = gleaner_fds::headroom();
     gleaner_fds::make_room(1);
     report_pager("stopped", Some(message));
     IN_RUNTIME.with(|c| c.set(was));
@@ -644,6 +695,7 @@ pub(crate) fn finish_process() {
         if let Some(path) = stats_path(pid) {
             // A spare descriptor for the file: the program may hold every other one. (Not
             // `with_room`: at exit, no waiting for another thread's turn, a grant's say.)
+            let room = gleaner_fds::headroom();
             gleaner_fds::make_room(1);
             let written = report_files::write(
                 report_files::Kind::Stats,
@@ -651,6 +703,7 @@ pub(crate) fn finish_process() {
                 a.region().stats_json().as_bytes(),
             );
             gleaner_fds::refill();
+            drop(room);
             if let Err(e) = written {
                 eprintln!(
                     "gleaner: writing stats to {}: {e}{}",
@@ -672,7 +725,14 @@ extern "C" fn fork_prepare() {
     }
     // The allocator's locks first, while the fault handlers still serve: a thread holding
     // one may be waiting for a far page. `prepare_fork` then stops the handlers until the fork
-    // is over (no allocator lock is taken while they are stopped).
+    // is over (no allocator lock is taken while they are stopped), but for this thread's own
+    // faults. The stdio streams' records, which the C library rewrites in the child before any
+    // fork handler runs there, are brought in now (`stdio.rs`).
+    {
+        let _in = InPager::enter();
+        a.region().pause_eviction_for_fork();
+    }
+    stdio::touch_streams();
     heap::lock_for_fork();
     a.lock_for_fork();
     LOCKED_FOR_FORK.store(true, Ordering::Release);
@@ -708,6 +768,8 @@ extern "C" fn fork_parent() {
 
 extern "C" fn fork_child() {
     let Some(a) = arena::get() else { return };
+    // A descriptor limit raised for a parent's thread at the fork goes back to the program's.
+    gleaner_fds::after_fork_in_child();
     // SAFETY: taken in fork_prepare, whenever the arena exists (in the child, by its only
     // thread's parent).
     unsafe { a.unlock_fork_advice() };
@@ -720,6 +782,7 @@ extern "C" fn fork_child() {
     // Before the program goes on: until the child's own userfaultfd covers the arena, a page
     // held only on the memnode would read as zeros.
     let was = IN_RUNTIME.with(|c| c.replace(true));
+    let room = gleaner_fds::headroom();
     match a.region().continue_in_child() {
         Ok(Some(region)) => {
             a.replace_region(region);
@@ -742,6 +805,7 @@ extern "C" fn fork_child() {
             gleaner_pager::exit_now(gleaner_pager::FATAL_EXIT_CODE);
         }
     }
+    drop(room);
     // Before the program goes on, with the child's own pager (or plain memory).
     a.wipe_for_fork_child();
     IN_RUNTIME.with(|c| c.set(was));

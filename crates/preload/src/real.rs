@@ -135,6 +135,26 @@ pub(crate) unsafe fn usable_size(p: *mut c_void) -> usize {
     unsafe { f_usable()(p) }
 }
 
+/// The next definition after this library of the C function `name` (NUL-terminated): the C
+/// library's, for the functions this library interposes beyond the allocator. Found once into
+/// `slot`; a missing one aborts with a message (it is in every C library gleaner runs on).
+pub(crate) fn next(slot: &AtomicUsize, name: &[u8]) -> *mut c_void {
+    let known = slot.load(Ordering::Acquire);
+    if known != 0 {
+        return known as *mut c_void;
+    }
+    // SAFETY: RTLD_NEXT with a NUL-terminated name: the next definition after this library.
+    let p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr().cast()) };
+    if p.is_null() {
+        let mut msg = b"gleaner: cannot find the C library's ".to_vec();
+        msg.extend_from_slice(&name[..name.len() - 1]);
+        msg.push(b'\n');
+        abort_with(&msg);
+    }
+    slot.store(p as usize, Ordering::Release);
+    p
+}
+
 /// `mmap(2)` by system call, bypassing the interposed symbol.
 pub(crate) unsafe fn mmap(
     addr: *mut c_void,

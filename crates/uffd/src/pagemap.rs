@@ -57,18 +57,36 @@ pub struct Pagemap {
 }
 
 /// Opens `/proc/self/pagemap` with the process dumpable for the open ([`Pagemap::open`]).
+///
+/// Each thread's change of user makes the process undumpable again: while the C library has
+/// every thread of a program that gives up root change its credentials in turn, another
+/// thread's change can land between the toggle and the open (a fork child's reclaim thread
+/// opening its pagemap while the child's `setreuid` went round, in CPython's
+/// `test_subprocess.test_user`). So the toggle is tried again, a few times, until the open
+/// is not refused.
 fn open_while_dumpable() -> io::Result<File> {
-    // SAFETY: PR_GET_DUMPABLE takes no pointer and returns the flag.
-    let was = unsafe { libc::prctl(libc::PR_GET_DUMPABLE) };
-    if was != 0 {
-        return File::open("/proc/self/pagemap");
+    const TRIES: usize = 100;
+    let mut tries = 0;
+    loop {
+        // SAFETY: PR_GET_DUMPABLE takes no pointer and returns the flag.
+        let was = unsafe { libc::prctl(libc::PR_GET_DUMPABLE) };
+        if was == 0 {
+            // SAFETY: PR_SET_DUMPABLE takes the flag by value.
+            unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 1) };
+        }
+        let opened = File::open("/proc/self/pagemap");
+        if was == 0 {
+            // SAFETY: as above, back to what it was.
+            unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0) };
+        }
+        tries += 1;
+        match opened {
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied && tries < TRIES => {
+                std::thread::yield_now()
+            }
+            other => return other,
+        }
     }
-    // SAFETY: PR_SET_DUMPABLE takes the flag by value.
-    unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 1) };
-    let opened = File::open("/proc/self/pagemap");
-    // SAFETY: as above, back to what it was.
-    unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0) };
-    opened
 }
 
 impl Pagemap {

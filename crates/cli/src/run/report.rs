@@ -315,7 +315,12 @@ pub(super) fn summary(report: &Value, wall: Duration) -> String {
     let procs = n(&t["process_count"]);
     if procs == 0 {
         let still = report["still_running"].as_array().map_or(0, Vec::len);
-        let why = if report["exit_status"] == gleaner_pager::FATAL_EXIT_CODE {
+        let hung = report["outcome"]
+            .as_str()
+            .is_some_and(|o| o.starts_with("hung"));
+        let why = if hung {
+            "its stats went with it"
+        } else if report["exit_status"] == gleaner_pager::FATAL_EXIT_CODE {
             "far memory failed and the program was stopped: see the FATAL message above"
         } else if still > 0 {
             "the processes it started on far memory still run (above)"

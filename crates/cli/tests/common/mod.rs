@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
@@ -222,7 +223,10 @@ impl Drop for MemnodeProc {
 
 /// Runs `gleaner` with `args`, waiting at most `limit`; returns (status code, stdout, stderr).
 pub fn run_gleaner(args: &[&str], limit: Duration) -> (Option<i32>, String, String) {
+    // A group of its own: past the limit, the program is killed with the launcher (a hung
+    // program that outlived its killed launcher held the output open, and the test, for good).
     let mut child = Command::new(gleaner_bin())
+        .process_group(0)
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

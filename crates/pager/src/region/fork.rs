@@ -30,11 +30,8 @@ impl Region {
         // The child learns its parent's pid from here, not from `getppid`: the parent may have
         // exited before the child's handler runs (a daemon's launcher).
         FORKED_BY.store(std::process::id() as libc::pid_t, Ordering::SeqCst);
+        self.pause_eviction_for_fork();
         let e = &*self.engine;
-        e.budget.evict_paused.store(true, Ordering::SeqCst);
-        while e.reclaim.in_batch.load(Ordering::SeqCst) > 0 {
-            std::thread::yield_now();
-        }
         if self.cfg.fork == ForkMode::Far {
             if e.store.can_share_with_child() {
                 // No install may be half done in the child: handlers finish theirs and hold the
@@ -83,6 +80,18 @@ impl Region {
             }
         }
         self.bring_home();
+    }
+
+    /// The first step of [`Region::prepare_fork`], which may be taken before it: pauses
+    /// eviction (until [`Region::after_fork`] in the parent) and waits for the batches in
+    /// progress. Pages the caller then touches stay resident through the fork (the preload
+    /// library touches what the C library rewrites in the child before the child's pager runs).
+    pub fn pause_eviction_for_fork(&self) {
+        let e = &*self.engine;
+        e.budget.evict_paused.store(true, Ordering::SeqCst);
+        while e.reclaim.in_batch.load(Ordering::SeqCst) > 0 {
+            std::thread::yield_now();
+        }
     }
 
     /// Brings every page held only on the memnode into local memory (eviction paused).
