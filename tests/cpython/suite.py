@@ -1,0 +1,264 @@
+#!/usr/bin/env python3
+"""CPython's own regression tests, all-local and under `gleaner run`, compared.
+
+Runs the modules of `modules.txt` (CPython's `python3 -m test`, from the interpreter's own
+standard library) three times: all-local, then under `gleaner run --local-mem LOCAL`
+sequentially (every module in one interpreter, as a long-lived process that loads extension
+modules and forks), then under `gleaner run` with `-j JOBS` (each module in a worker process of
+its own, with a `$TMPDIR` of its own that regrtest checks is left clean). Each run's outcome per
+module (passed, failed, skipped, "env changed", ...) is read from regrtest's summary, and what is
+still running afterwards that the run started is looked for.
+
+It passes (exit 0) when both gleaner runs give every module the outcome the all-local run gave,
+no run hit the time limit, and no process of a gleaner run (nor a memnode it started) is left
+behind beyond what the all-local run leaves. The last line of its output is one JSON object:
+the outcomes, the wall times, and the verdict.
+
+    python3 tests/cpython/suite.py --gleaner target/release/gleaner [--local-mem 32M] [--jobs 2]
+"""
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# regrtest's summary headings (Lib/test/libregrtest/results.py, 3.11) and the outcome each
+# names; a module in none of them passed ("All N tests OK.").
+SECTIONS = [
+    (re.compile(r"^\d+ tests? failed"), "failed"),
+    (re.compile(r"^\d+ tests? skipped \(resource denied\):"), "resource_denied"),
+    (re.compile(r"^\d+ tests? skipped:"), "skipped"),
+    (re.compile(r"^\d+ tests? altered the execution environment"), "env_changed"),
+    (re.compile(r"^\d+ tests? omitted:"), "omitted"),
+    (re.compile(r"^\d+ tests? run no tests:"), "no_tests"),
+    (re.compile(r"^\d+ re-run tests?:"), "rerun"),
+]
+
+
+def read_modules(path):
+    with open(path) as f:
+        return [line.split("#", 1)[0].strip() for line in f if line.split("#", 1)[0].strip()]
+
+
+def outcomes(output, modules):
+    """Each module's outcome from regrtest's closing summary: `passed` unless a section names
+    it; `missing` for all of them when no summary was printed (a crash or a hang)."""
+    if "== Tests result:" not in output:
+        return {m: "missing" for m in modules}
+    tail = output[output.rindex("== Tests result:"):]
+    found = {}
+    section = None
+    for line in tail.splitlines():
+        stripped = line.strip()
+        heading = next((name for rx, name in SECTIONS if rx.match(stripped)), None)
+        if heading is not None:
+            section = heading
+            continue
+        if not line.startswith("    "):
+            section = None
+            continue
+        if section is not None:
+            for name in stripped.split():
+                # A module named in two sections (failed, then passed when re-run) keeps the
+                # first: regrtest lists failures first.
+                found.setdefault(name, section)
+    return {m: found.get(m, "passed") for m in modules}
+
+
+def processes_with(marker):
+    """The pids of processes whose environment holds `marker` (`NAME=VALUE`), or whose command
+    line does (the memnode a run started: its private directory's name)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        for name in ("environ", "cmdline"):
+            try:
+                with open(f"/proc/{entry}/{name}", "rb") as f:
+                    data = f.read()
+            except OSError:
+                continue
+            if marker.encode() in data:
+                pids.append(int(entry))
+                break
+    return sorted(set(pids))
+
+
+def describe(pids):
+    out = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        out.append({"pid": pid, "command": cmd[:200]})
+    return out
+
+
+def run(label, argv, env, limit):
+    """Runs `argv` in a process group of its own under `limit` seconds; returns its output,
+    status, wall time and whether it ran out of time. Prints progress as it goes."""
+    print(f"== {label}: {' '.join(argv[:8])} ...", flush=True)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="gleaner-cpython-") as cwd:
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, errors="replace",
+                                start_new_session=True)
+        try:
+            output, _ = proc.communicate(timeout=limit)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            output, _ = proc.communicate()
+            timed_out = True
+    wall = time.monotonic() - started
+    tail = output.splitlines()[-6:]
+    print("\n".join("   " + line for line in tail), flush=True)
+    print(f"   ({label}: status {proc.returncode}, {wall:.1f} s{', TIMED OUT' if timed_out else ''})",
+          flush=True)
+    return output, proc.returncode, wall, timed_out
+
+
+def leftovers(marker, grace):
+    """Processes holding `marker` still alive after `grace` seconds (zombies excepted)."""
+    deadline = time.monotonic() + grace
+    while True:
+        alive = [p for p in processes_with(marker) if not is_zombie(p)]
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.2)
+
+
+def is_zombie(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--gleaner", required=True, help="the gleaner executable")
+    ap.add_argument("--python", default=sys.executable,
+                    help="the interpreter whose test suite runs (default: this one)")
+    ap.add_argument("--local-mem", default="32M", help="gleaner run's --local-mem")
+    ap.add_argument("--jobs", type=int, default=2, help="regrtest -j for the parallel run")
+    ap.add_argument("--modules", default=os.path.join(HERE, "modules.txt"))
+    ap.add_argument("--module-timeout", type=int, default=300,
+                    help="regrtest --timeout: a module taking longer is stopped, and fails")
+    ap.add_argument("--limit", type=int, default=900, help="seconds each whole run may take")
+    ap.add_argument("--sequential-baseline", action="store_true",
+                    help="also run all-local sequentially, for the wall time beside gleaner's "
+                         "sequential run (a benchmark; the comparison uses the -j run)")
+    ap.add_argument("--out", help="also write the closing JSON object to this file")
+    args = ap.parse_args()
+
+    modules = read_modules(args.modules)
+    gleaner = os.path.abspath(args.gleaner)
+    test_cmd = [args.python, "-m", "test", "--timeout", str(args.module_timeout)]
+    runs = {}
+    left = {}
+    plan = [
+        ("all-local", [], ["-j", str(args.jobs)]),
+        ("gleaner", [gleaner, "run", "--local-mem", args.local_mem, "--"], []),
+        (f"gleaner -j{args.jobs}", [gleaner, "run", "--local-mem", args.local_mem, "--"],
+         ["-j", str(args.jobs)]),
+    ]
+    if args.sequential_baseline:
+        plan.insert(1, ("all-local sequential", [], []))
+    for label, prefix, extra in plan:
+        marker = f"GLEANER_CPYTHON_SUITE={uuid.uuid4().hex}"
+        env = dict(os.environ)
+        env[marker.split("=")[0]] = marker.split("=")[1]
+        argv = prefix + test_cmd + extra + modules
+        output, status, wall, timed_out = run(label, argv, env, args.limit)
+        runs[label] = {
+            "status": status,
+            "wall_seconds": round(wall, 1),
+            "timed_out": timed_out,
+            "outcomes": outcomes(output, modules),
+        }
+        if "missing" in runs[label]["outcomes"].values() or timed_out:
+            print(output[-4000:], flush=True)
+        # A memnode the run started is named after the launcher's pid in its private
+        # directory; the launcher is gone by now, so look by the marker in the environment.
+        left[label] = describe(leftovers(marker, grace=3.0))
+        for p in left[label]:
+            try:
+                os.kill(p["pid"], signal.SIGKILL)
+            except OSError:
+                pass
+
+    base = runs["all-local"]["outcomes"]
+    differences = {}
+    retried = {}
+    for label in runs:
+        if label.startswith("all-local"):
+            continue
+        diff = {m: {"all-local": base[m], label: o}
+                for m, o in runs[label]["outcomes"].items() if o != base[m]}
+        # A timing-sensitive module (signals, sleeps) may fail once on a loaded machine: each
+        # difference is tried again, the module alone, all-local and under gleaner; it stands
+        # only if it repeats. Retries are reported.
+        for m in list(diff):
+            again = {}
+            gleaner_prefix = [gleaner, "run", "--local-mem", args.local_mem, "--"]
+            for again_label, prefix in (("all-local", []), (label, gleaner_prefix)):
+                out, _, _, _ = run(f"{again_label} again: {m}", prefix + test_cmd + [m],
+                                   dict(os.environ), args.limit)
+                again[again_label] = outcomes(out, [m])[m]
+            retried.setdefault(label, {})[m] = {"first": diff[m], "again": again}
+            if again["all-local"] == again[label]:
+                del diff[m]
+        if diff:
+            differences[label] = diff
+    # What a gleaner run leaves beyond what the all-local run left (by command: pids differ).
+    local_left = {p["command"] for p in left["all-local"]}
+    extra_left = {label: [p for p in procs if p["command"] not in local_left]
+                  for label, procs in left.items() if not label.startswith("all-local")}
+    extra_left = {k: v for k, v in extra_left.items() if v}
+    timed_out = [label for label, r in runs.items() if r["timed_out"]]
+    ok = not differences and not extra_left and not timed_out
+    for label, diff in differences.items():
+        for m, d in diff.items():
+            print(f"DIFFERENT under {label}: {m}: all-local {d['all-local']}, {label} {d[label]}")
+    for label, procs in extra_left.items():
+        for p in procs:
+            print(f"LEFT RUNNING after {label}: pid {p['pid']}: {p['command']}")
+    for label in timed_out:
+        print(f"TIMED OUT: {label} ran past {args.limit} s")
+    summary = {
+        "modules": len(modules),
+        "local_mem": args.local_mem,
+        "wall_seconds": {label: r["wall_seconds"] for label, r in runs.items()},
+        "counts": {label: {o: list(r["outcomes"].values()).count(o)
+                           for o in sorted(set(r["outcomes"].values()))}
+                   for label, r in runs.items()},
+        "differences": differences,
+        "retried": retried,
+        "left_running": left,
+        "extra_left_running": extra_left,
+        "timed_out": timed_out,
+        "same_outcomes": not differences,
+        "ok": ok,
+    }
+    line = json.dumps(summary)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(json.dumps(summary, indent=1) + "\n")
+    print(line)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
