@@ -10,8 +10,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -22,7 +21,9 @@ const PERIOD: Duration = Duration::from_secs(1);
 
 /// The watching thread; [`HangWatch::stop`] ends it.
 pub(super) struct HangWatch {
-    stop: Arc<AtomicBool>,
+    /// Dropped to stop the thread at once (it waits on the other end between looks): a
+    /// thread that slept its period out kept every run's exit waiting up to a second.
+    stop: Option<mpsc::Sender<()>>,
     ended: Arc<Mutex<Vec<u32>>>,
     thread: Option<JoinHandle<()>>,
 }
@@ -30,24 +31,27 @@ pub(super) struct HangWatch {
 impl HangWatch {
     /// Starts watching the processes that report to `report_dir` (their `pager-PID.json`).
     pub(super) fn start(report_dir: &Path) -> HangWatch {
-        let stop = Arc::new(AtomicBool::new(false));
+        let (stop, stopped) = mpsc::channel::<()>();
         let ended = Arc::new(Mutex::new(Vec::new()));
         let dir = report_dir.to_path_buf();
         let thread = {
-            let (stop, ended) = (stop.clone(), ended.clone());
+            let ended = ended.clone();
             std::thread::Builder::new()
                 .name("gleaner-hangs".into())
                 .spawn(move || {
                     let mut watches = HashMap::new();
-                    while !stop.load(Ordering::Relaxed) {
+                    loop {
                         look(&dir, &mut watches, &ended, None);
-                        std::thread::sleep(PERIOD);
+                        match stopped.recv_timeout(PERIOD) {
+                            Err(mpsc::RecvTimeoutError::Timeout) => {}
+                            _ => break,
+                        }
                     }
                 })
                 .ok()
         };
         HangWatch {
-            stop,
+            stop: Some(stop),
             ended,
             thread,
         }
@@ -55,7 +59,7 @@ impl HangWatch {
 
     /// Stops watching; returns the pids it ended.
     pub(super) fn stop(mut self) -> Vec<u32> {
-        self.stop.store(true, Ordering::Relaxed);
+        drop(self.stop.take());
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
