@@ -160,3 +160,23 @@ fn holds(pid: u32, file: &Path) -> bool {
         .flatten()
         .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|t| t == file))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stopping_the_watcher_does_not_wait_out_its_period() {
+        let dir = std::env::temp_dir().join(format!("gleaner-hangwatch-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let watch = HangWatch::start(&dir);
+        // Let it finish its first look and start waiting.
+        std::thread::sleep(Duration::from_millis(50));
+        let t = std::time::Instant::now();
+        assert!(watch.stop().is_empty());
+        // Every `gleaner run` waits for this at its end: a watcher that slept its period out
+        // made each run a second longer.
+        assert!(t.elapsed() < PERIOD / 2, "stopping took {:?}", t.elapsed());
+        std::fs::remove_dir_all(dir).ok();
+    }
+}
