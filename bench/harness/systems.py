@@ -11,6 +11,7 @@ recorded command shows them), and GLEANER_HARNESS_KEEP_STATS=FILE keeps the last
 whole stats file.
 """
 
+import glob
 import json
 import os
 import shutil
@@ -130,6 +131,35 @@ class Launch:
             if comm(p).startswith(name[:15]):
                 return p
         return None
+
+    def far_faults_now(self, launcher_pid, name):
+        """The run's far faults so far, for counting them over one phase: under gleaner the
+        program's remote faults from its live status (`gleaner status`'s files), waited for until
+        a status written after this call is there (they are rewritten every second; between
+        phases the program is idle, so the count is exact); under Linux swap the cgroup's major
+        faults; 0 all-local. None when it cannot be read."""
+        if self.system in ("gleaner", "gleaner-memnode"):
+            pid = self.program_pid(launcher_pid, name)
+            if pid is None:
+                return None
+            asked = time.time()
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                docs = []
+                for f in glob.glob(f"/dev/shm/gleaner-status-*/{pid}-*.json") + \
+                        glob.glob(f"/tmp/gleaner-status-*/{pid}-*.json"):
+                    try:
+                        with open(f) as fh:
+                            docs.append(json.load(fh))
+                    except (OSError, ValueError):
+                        pass
+                if docs and all(d.get("updated_unix_s", 0) > asked for d in docs):
+                    return sum(d["stats"]["faults"]["remote"] for d in docs)
+                time.sleep(0.1)
+            return None
+        if self.system == "linux-swap":
+            return self.cgroup.stats().get("pgmajfault")
+        return 0
 
     def collect(self):
         """Far-memory and swap counters for the run, normalised: faults, bytes moved."""

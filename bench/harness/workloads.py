@@ -169,6 +169,22 @@ class Server(Workload):
         """Runs the clients against the server; fills rec['metrics'], returns an error or None."""
         raise NotImplementedError
 
+    def far_faults_mark(self, rec):
+        """Reads the run's far-fault count now (between phases, the server idle)."""
+        far = getattr(self, "_far_faults", None)
+        return far() if far else None
+
+    def phase_far_faults(self, rec, phase, before, requests):
+        """Records the far faults of one measured phase (`before`: the count at its start) and
+        per 1,000 requests: gleaner's remote faults, or the cgroup's major faults under Linux
+        swap, over the same phase. Returns the count at its end."""
+        after = self.far_faults_mark(rec)
+        if before is not None and after is not None and requests:
+            rec.setdefault("phase_far_faults", {})[phase] = {
+                "far_faults": after - before, "requests": requests,
+                "per_1000_requests": round(1000 * (after - before) / requests, 1)}
+        return after
+
     def run(self, launch, tmp):
         port = free_port()
         cmd = launch.wrap(self.server_cmd(port, tmp))
@@ -179,6 +195,7 @@ class Server(Workload):
                       timeout=self.timeout() + 120, name=self.name)
         rec = {"command": fmt_cmd(cmd, launch.env), "metrics": {}}
         err = None
+        self._far_faults = lambda: launch.far_faults_now(child.pid, self.binary)
         try:
             if not wait_port(port, child.proc, timeout=60):
                 err = f"server did not start listening on {port}"
@@ -252,14 +269,17 @@ class Memcached(Server):
         ph["load"], err = self._mc(["load"] + base, 300)
         if err:
             return err
+        mark = self.far_faults_mark(rec)
         ph["open"], err = self._mc(["open"] + base + [p["rate"], p["open_s"], p["get_pct"], p["zipf_s"],
                                                      p["conns"], 1], p["open_s"] + 120)
         if err:
             return err
+        mark = self.phase_far_faults(rec, "open", mark, ph["open"]["completed"])
         ph["closed"], err = self._mc(["closed"] + base + [p["closed_s"], p["get_pct"], p["zipf_s"],
                                                          p["conns"], p["depth"], 2], p["closed_s"] + 120)
         if err:
             return err
+        self.phase_far_faults(rec, "closed", mark, ph["closed"]["completed"])
         ph["verify"], err = self._mc(["verify"] + base + [7], 300)
         if err:
             return err
@@ -384,10 +404,12 @@ class Redis(Server):
         checked, bad = self._verify(port, values, p["keys"], 7)
         if bad:
             return f"{bad} of {checked} values wrong after preload"
+        mark = self.far_faults_mark(rec)
         g, err = self._bench(port, "get")
         if err:
             return err
         ph["get"] = g
+        self.phase_far_faults(rec, "get", mark, p["requests"])
         checked2, bad = self._verify(port, values, p["keys"], 7)
         if bad:
             return f"{bad} of {checked2} values wrong after the GET benchmark"

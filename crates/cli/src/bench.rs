@@ -119,9 +119,13 @@ pub struct MicroArgs {
     /// installed at once) or `staged` (every page waits unmapped; each first use is a local fault).
     #[arg(long, default_value = "marker")]
     prefetch_install: PrefetchInstall,
-    /// Eviction order: `rackmem` (default), `fifo`, `refault` or `clock`.
+    /// Eviction order: `recency` (default), `rackmem`, `fifo`, `refault` or `clock`.
     #[arg(long, default_value_t = gleaner_pager::DEFAULT_EVICT)]
     evict: EvictKind,
+    /// The access scan feeding the eviction order with written bits: `auto` (default), `off` or
+    /// a period such as `100ms` (`gleaner run --help`).
+    #[arg(long, value_name = "auto|off|MS", default_value = "auto")]
+    access_scan: gleaner_pager::AccessScanSetting,
     /// Write prediction: `on` installs a page that was rewritten after coming back from the
     /// memnode writable on its next 3 read fetches (saving the write-protect fault its next write
     /// would take); `off` tracks every read fetch and reports how often prediction would have
@@ -318,6 +322,7 @@ fn micro_region_config(args: &MicroArgs) -> Result<RegionConfig, String> {
     cfg.prefetch = args.prefetch;
     cfg.prefetch_install = args.prefetch_install;
     cfg.evict = args.evict;
+    cfg.access_scan = args.access_scan;
     cfg.predict_writes = args.predict_writes;
     cfg.data_path = args.data_path;
     cfg.compression = args.compress;

@@ -165,12 +165,22 @@ pub struct RunArgs {
     /// first use.
     #[arg(long, value_name = "US")]
     prefetch_deadline: Option<u64>,
-    /// Eviction order: `rackmem` (default: pages that keep coming back stay, prefetched pages
-    /// not yet seen in use leave first), `fifo` (in the order pages arrived), `refault` (FIFO,
-    /// but pages that come back soon after leaving are protected) or `clock`. User space sees
-    /// page-ins, not reads: each order works from what the pager sees.
+    /// Eviction order: `recency` (default: the page seen used longest ago leaves first; a page
+    /// is seen used when it comes in and whenever the access scan finds it written),
+    /// `rackmem` (pages that keep coming back stay, prefetched pages not yet seen in use leave
+    /// first), `fifo` (in the order pages arrived), `refault` (FIFO, but pages that come back
+    /// soon after leaving are protected) or `clock`. User space sees page-ins and writes, not
+    /// reads of resident pages: each order works from those.
     #[arg(long, value_name = "NAME", default_value_t = gleaner_pager::DEFAULT_EVICT)]
     evict: gleaner_pager::EvictKind,
+    /// The access scan: a reclaim thread reads which resident pages the program wrote since its
+    /// last look (the kernel's written bits under asynchronous dirty tracking, with one
+    /// PAGEMAP_SCAN) and tells the eviction order, so pages in use stay. `auto` (default: on
+    /// where dirty tracking is asynchronous, its period adapted to how fast the budget turns
+    /// over and held under 2% of a CPU), `off`, or a fixed period such as `100ms`. The stats'
+    /// `access` section says which signals were on, and why others were not.
+    #[arg(long, value_name = "auto|off|MS", default_value = "auto")]
+    access_scan: gleaner_pager::AccessScanSetting,
     /// Write prediction: `on` installs a page that was rewritten after coming back from the
     /// memnode writable on its next 3 read fetches (saving the write-protect fault its next write
     /// would take); `off` tracks every read fetch and reports how often prediction would have
@@ -397,6 +407,7 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
                 .map_or(String::new(), |us| us.to_string()),
         )
         .env("GLEANER_EVICT", args.evict.to_string())
+        .env("GLEANER_ACCESS_SCAN", args.access_scan.to_string())
         .env("GLEANER_PREDICT_WRITES", args.predict_writes.to_string())
         .env("GLEANER_MEMNODE", &endpoint)
         .env("GLEANER_TOKEN_FILE", &token_file)
@@ -533,6 +544,7 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
         "reclaim": args.reclaim.to_string(),
         "prefetch": args.prefetch.to_string(),
         "evict": args.evict.to_string(),
+        "access_scan": args.access_scan.to_string(),
         "predict_writes": args.predict_writes.to_string(),
         "data_path": args.data_path.to_string(),
         "compress": args.compress.to_string(),

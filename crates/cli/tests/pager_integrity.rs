@@ -128,6 +128,13 @@ fn random_ops_then_verify_all(region: &Region, threads: usize, ops_per_thread: u
             s.faults.write_protect, 0,
             "asynchronous tracking takes no write faults"
         );
+        // The access scan ran (its first scan comes before the first batch) and re-protected
+        // written pages under the evictions checked above.
+        assert!(
+            s.access.scans > 0 && s.access.pages_referenced > 0,
+            "the access scan must run under asynchronous tracking: {:?}",
+            s.access
+        );
     } else if s.write_prediction.enabled && s.faults.write_protect == 0 {
         assert!(
             s.write_prediction.predicted > 0,
@@ -492,6 +499,8 @@ fn writes_racing_with_eviction(mode: &str, tracking: &str, path: &str) {
     cfg.reclaim = mode.parse().unwrap();
     cfg.dirty_tracking = tracking.parse().unwrap();
     cfg.data_path = path.parse().unwrap();
+    // The access scan as often as it goes, re-protecting pages while batches evict them.
+    cfg.access_scan = "1ms".parse().unwrap();
     let region = Region::new(cfg).unwrap();
     let pages = region.len() / PAGE_SIZE;
     let base = region.as_ptr() as usize;
@@ -532,6 +541,9 @@ fn writes_racing_with_eviction(mode: &str, tracking: &str, path: &str) {
         "too little eviction to test the race"
     );
     assert!(s.faults.remote > 1000);
+    if tracking == "async" {
+        assert!(s.access.scans > 10, "{:?}", s.access);
+    }
 }
 
 /// Drops page `p` with a raw `madvise(MADV_DONTNEED)` system call, which the preload does not
@@ -1208,8 +1220,10 @@ fn fault_trace_records_every_fault() {
     );
     assert!(records.iter().all(|r| (r.page as usize) < pages));
     assert!(
-        records.iter().all(|r| r.tid != 0),
-        "faulting thread ids are recorded"
+        records
+            .iter()
+            .all(|r| r.tid != 0 || r.kind == Kind::Referenced),
+        "faulting thread ids are recorded (the access scan's records have none)"
     );
     assert!(
         count(Kind::MissingWrite) + fault("zero_filled_ahead") >= pages as u64,
@@ -1218,6 +1232,10 @@ fn fault_trace_records_every_fault() {
     assert!(
         count(Kind::MissingRead) > 0,
         "the second pass reads evicted pages"
+    );
+    assert!(
+        count(Kind::Referenced) > 0,
+        "the access scan's reports are recorded for the replay"
     );
 }
 

@@ -77,6 +77,8 @@ pub(crate) struct Engine {
     pub(crate) release_hook: Option<fn(usize) -> usize>,
     /// In a fork child: the budget it takes once its parent exits (`inherit.rs`).
     pub(crate) heir: crate::inherit::Heir,
+    /// Which resident pages the program wrote since the last look (`access.rs`).
+    pub(crate) access: crate::access::AccessScan,
 }
 
 /// A gate the fault handlers (and the hint thread) pass to work on pages: a fork closes it and
@@ -329,6 +331,7 @@ impl Engine {
             bytes_out: get(&c.bytes_out),
             remote_fault_latency: self.remote_latency.summary(),
             policy: self.policy.lock().expect("policy lock").name(),
+            access: self.access.stats(),
             prefetch: self
                 .prefetch
                 .stats(remote, self.batch.prefetch_window_cap()),

@@ -25,10 +25,12 @@
 //!
 //! * **Asynchronous tracking** (`UFFD_FEATURE_WP_ASYNC`): pages are installed write-protected and
 //!   the kernel lets the first write through itself. A `PAGEMAP_SCAN` before the drop says which
-//!   victims were written since they were installed; those are written back. The others are
-//!   compared with their far copy after the drop (a write could have landed between the scan and
-//!   the drop) and written back only if they differ; where the far copy cannot be compared (a
-//!   socket), they are written back.
+//!   victims were written since they were installed, or since the access scan last protected
+//!   them again (`access.rs`); those are written back. The others are compared with their far
+//!   copy after the drop (a write could have landed between the scan and the drop, or before
+//!   an access scan) and written back only if they differ; where the far copy cannot be
+//!   compared (a socket), they are written back. The written bit is therefore only a shortcut:
+//!   no victim's data depends on it.
 //!
 //!   A victim without a far copy (the default drops a page's far copy when it is fetched) is
 //!   written back whatever the scan says, and so is every victim over a socket: a reclaim
@@ -164,6 +166,11 @@ impl Evictor {
     /// This thread's slot among the region's evicting threads.
     pub(crate) fn slot(&self) -> usize {
         self.slot
+    }
+
+    /// The pagemap file this evictor scans victims through (the access scan uses it too).
+    pub(crate) fn pagemap(&self) -> &Pagemap {
+        &self.pagemap
     }
 
     /// Evicts one batch through `store`. Returns the number of pages evicted (0 when nothing

@@ -16,6 +16,8 @@
 //! ```
 #![deny(missing_docs)]
 
+mod access;
+mod access_walk;
 mod batch_size;
 mod budget;
 pub mod codec;
@@ -58,11 +60,11 @@ mod trace;
 mod watchdog;
 
 pub use config::{
-    default_max_reclaim_threads, Compression, DataPath, DecodeBudget, DirtyTracking, Encryption,
-    EvictKind, FarCopies, ForkMode, MemnodeTarget, PrefetchInstall, PrefetcherKind, ReclaimCpus,
-    ReclaimMode, RegionConfig, WritePrediction, DEFAULT_EVICT, DEFAULT_EVICT_BATCH,
-    DEFAULT_PREFETCH, FORK_CHILD_BUDGET_DIVISOR, MAX_AUTO_HANDLERS, MIN_AUTO_EVICT_BATCH,
-    MIN_BUDGET_BATCHES,
+    default_max_reclaim_threads, AccessScanSetting, Compression, DataPath, DecodeBudget,
+    DirtyTracking, Encryption, EvictKind, FarCopies, ForkMode, MemnodeTarget, PrefetchInstall,
+    PrefetcherKind, ReclaimCpus, ReclaimMode, RegionConfig, WritePrediction, DEFAULT_EVICT,
+    DEFAULT_EVICT_BATCH, DEFAULT_PREFETCH, FORK_CHILD_BUDGET_DIVISOR, MAX_AUTO_HANDLERS,
+    MIN_AUTO_EVICT_BATCH, MIN_BUDGET_BATCHES,
 };
 pub use counters::{FaultBreakdown, LatencySummary};
 pub use embedded::{capacity_for_region, EmbeddedMemnode};
@@ -73,7 +75,7 @@ pub use reclaim::ReclaimStats;
 pub use region::Region;
 pub use sampler::STATS_TRACE_INTERVAL;
 pub use scratch::{scratch_dir, system_dir};
-pub use stats::{EvictionStats, FaultStats, HintStats, RegionStats};
+pub use stats::{AccessStats, EvictionStats, FaultStats, HintStats, RegionStats};
 pub use status::{status_dir, status_dirs, STATUS_INTERVAL};
 pub use store::pool::MAX_REPLICAS;
 pub use store::StoreStats;

@@ -21,6 +21,13 @@ pub trait EvictionPolicy: Send {
     fn on_access(&mut self, page: usize) {
         let _ = page;
     }
+    /// The access scan saw `pages` written since its last scan (`access.rs`). Default: each is
+    /// an access.
+    fn on_referenced(&mut self, pages: &[usize]) {
+        for &p in pages {
+            self.on_access(p);
+        }
+    }
     /// `page` left for another reason than eviction (discarded). Default: ignored (a stale
     /// candidate is harmless).
     fn on_discard(&mut self, page: usize) {
@@ -43,7 +50,10 @@ pub trait EvictionPolicy: Send {
 pub fn build(kind: EvictKind, budget: usize) -> Result<Box<dyn EvictionPolicy>, String> {
     match kind {
         EvictKind::Fifo => Ok(Box::new(Fifo::default())),
-        EvictKind::Clock | EvictKind::Refault | EvictKind::RackMem(_) => Ok(Box::new(SimPolicy {
+        EvictKind::Clock
+        | EvictKind::Refault
+        | EvictKind::RackMem(_)
+        | EvictKind::Recency => Ok(Box::new(SimPolicy {
             inner: kind
                 .build(budget, Visibility::Fault, None)
                 .map_err(|e| e.to_string())?,
@@ -51,7 +61,7 @@ pub fn build(kind: EvictKind, budget: usize) -> Result<Box<dyn EvictionPolicy>, 
         })),
         EvictKind::Lru | EvictKind::Belady => Err(format!(
             "eviction policy `{kind}` needs every access (or the future) and exists only in \
-             the simulator (`gleaner trace replay`); the engine offers fifo, clock and rackmem"
+             the simulator (`gleaner trace replay`); the engine offers fifo, clock, refault, rackmem and recency"
         )),
     }
 }
@@ -90,6 +100,13 @@ impl EvictionPolicy for SimPolicy {
         // A fault on a resident page is what the simulator calls a re-fault under fault
         // visibility: the one access signal user space gets.
         self.inner.touch(page as u64, Touch::Refault, at);
+    }
+
+    fn on_referenced(&mut self, pages: &[usize]) {
+        let at = self.tick();
+        for &p in pages {
+            self.inner.touch(p as u64, Touch::Scanned, at);
+        }
     }
 
     fn on_discard(&mut self, page: usize) {

@@ -111,6 +111,8 @@ fn reclaim_directly(
         if !enter_batch(shared) {
             break;
         }
+        // Where no reclaim thread runs (`--reclaim direct`), the access scan is due here.
+        crate::access_walk::scan_if_due(shared, ev.pagemap());
         let n = ev.evict_batch(shared, store);
         leave_batch(shared);
         if n == 0 {
@@ -170,6 +172,8 @@ pub(crate) fn run_pool_thread(shared: Arc<Engine>, id: usize, mut store: Box<dyn
             shared.budget.wait_progress(Duration::from_millis(2));
             continue;
         }
+        // The access scan, when due, before the batch picks its victims (`access.rs`).
+        crate::access_walk::scan_if_due(&shared, ev.pagemap());
         let cpu0 = thread_cpu_ns();
         let t0 = Instant::now();
         let refusals = shared.counters.evict_aborted.load(Ordering::Relaxed);

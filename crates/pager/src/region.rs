@@ -313,6 +313,7 @@ impl Region {
             evictors,
             release_hook: cfg.release_hook,
             heir: Default::default(),
+            access: crate::access::AccessScan::new(cfg.access_scan, tracking == Tracking::Async),
         });
         let mut threads = Vec::new();
         let hook = cfg.thread_start_hook;
@@ -414,6 +415,17 @@ impl Region {
             cfg,
             _embedded: l.embedded,
         })
+    }
+
+    /// Runs the access scan now, on the calling thread, and returns the pages (numbered from
+    /// the region's start) that the program wrote since the previous scan, which are
+    /// write-protected again (`access.rs`). The reclaim threads scan by themselves when due;
+    /// this is for tests and diagnostics. An error says why the scan is off (synchronous dirty
+    /// tracking, `--access-scan off`, or a kernel that refused it).
+    pub fn scan_accesses_now(&self) -> Result<Vec<usize>, String> {
+        let pagemap = gleaner_uffd::pagemap::Pagemap::open()
+            .map_err(|e| format!("opening /proc/self/pagemap: {e}"))?;
+        crate::access_walk::scan_now(&self.engine, &pagemap)
     }
 
     /// The first byte of the region.

@@ -1,6 +1,8 @@
 //! A region's statistics as reported (the stats JSON), gathered from the live counters
 //! (`counters.rs`) and from each part of the pager.
 
+use std::collections::BTreeMap;
+
 use serde::Serialize;
 
 use crate::counters::{FaultBreakdown, LatencySummary};
@@ -149,6 +151,8 @@ pub struct RegionStats {
     pub remote_fault_latency: LatencySummary,
     /// Eviction order: `fifo`, `clock` or `rackmem`.
     pub policy: String,
+    /// The access scan: which signals feed the eviction order, and what they cost.
+    pub access: AccessStats,
     /// The memnode this region uses.
     pub memnode: String,
     /// How writes are tracked: `async` (the kernel lets first writes through; eviction scans)
@@ -158,4 +162,23 @@ pub struct RegionStats {
     pub store: crate::store::StoreStats,
     /// Whether kernel-mode faults are served (`full`) or fail with EFAULT (`user-only`).
     pub uffd_mode: &'static str,
+}
+
+/// The access scan's stats.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct AccessStats {
+    /// The signals in use (`written-bits`), empty when none is.
+    pub signals: Vec<&'static str>,
+    /// Signals not in use, each with why.
+    pub unavailable: BTreeMap<String, String>,
+    /// Scans done.
+    pub scans: u64,
+    /// Pages reported written (references handed to the eviction policy), over all scans.
+    pub pages_referenced: u64,
+    /// The scans' CPU time, in ms, over all scans.
+    pub cpu_ms: f64,
+    /// The scans' CPU time per second of the region's life, in ms (the share of a CPU, x1000).
+    pub cpu_ms_per_s: f64,
+    /// The period chosen after the last scan, in ms.
+    pub period_ms: f64,
 }

@@ -1,4 +1,5 @@
-//! The fault trace (`RegionConfig::trace`): every fault message, for `gleaner trace replay`.
+//! The fault trace (`RegionConfig::trace`): every fault message, and the pages each access scan
+//! saw written (`access.rs`), for `gleaner trace replay`.
 
 use std::fs::File;
 use std::io::BufWriter;
@@ -38,6 +39,17 @@ impl FaultTrace {
         let mut w = self.0.lock().expect("trace lock");
         if let Err(e) = w.record_fault(t_ns, page as u64, tid, kind) {
             log::warn!("fault trace: {e}");
+        }
+    }
+
+    /// Appends the pages an access scan at `t_ns` saw written (`Kind::Referenced` records).
+    pub(crate) fn record_referenced(&self, t_ns: u64, pages: &[usize]) {
+        let mut w = self.0.lock().expect("trace lock");
+        for &page in pages {
+            if let Err(e) = w.record_fault(t_ns, page as u64, 0, Kind::Referenced) {
+                log::warn!("fault trace: {e}");
+                return;
+            }
         }
     }
 

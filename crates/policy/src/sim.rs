@@ -40,7 +40,7 @@ use serde::Serialize;
 
 use crate::evict::{EvictKind, EvictPolicy, Future, Insert, PageMap, PageSet, Touch, Visibility};
 use crate::prefetch::{Fault, Prefetcher, PrefetcherKind};
-use crate::trace::Record;
+use crate::trace::{Kind, Record};
 
 /// The default fetch latency: 20 µs, a 4 KiB remote fetch over TCP in the engine's measured range.
 pub const DEFAULT_LATENCY_NS: u64 = 20_000;
@@ -101,6 +101,9 @@ pub struct SimResult {
     pub prefetch_redundant: u64,
     /// Pages evicted.
     pub evictions: u64,
+    /// [`Kind::Referenced`] records on resident pages, handed to the policy as
+    /// [`Touch::Scanned`].
+    pub scan_referenced: u64,
     /// Misses ÷ references.
     pub miss_ratio: f64,
     /// Prefetch hits ÷ prefetches issued (0 when none issued).
@@ -149,6 +152,7 @@ pub fn simulate(
         prefetch_unused_at_end: 0,
         prefetch_redundant: 0,
         evictions: 0,
+        scan_referenced: 0,
         miss_ratio: 0.0,
         accuracy: 0.0,
         coverage: 0.0,
@@ -175,6 +179,15 @@ pub fn simulate(
 
     for (i, rec) in records.iter().enumerate() {
         let page = rec.page;
+        if rec.kind == Kind::Referenced {
+            // A reference bit, not a reference (`Kind::Referenced`).
+            r.references -= 1;
+            if resident.get(&page) == Some(&None) {
+                r.scan_referenced += 1;
+                policy.touch(page, Touch::Scanned, i);
+            }
+            continue;
+        }
         let fault = match resident.get_mut(&page) {
             Some(slot @ Some(_)) => {
                 let issued = slot.take().expect("matched Some");
@@ -401,8 +414,8 @@ mod tests {
             &EvictKind::all(),
             &[Visibility::Fault, Visibility::Oracle],
         );
-        // fifo, clock ×2, refault, rackmem ×2, lru, belady
-        assert_eq!(c.len(), 8);
+        // fifo, clock ×2, refault, rackmem ×2, recency ×2, lru, belady
+        assert_eq!(c.len(), 10);
         let t = refs(&[1, 2, 3, 1, 2, 3, 4, 1]);
         let serial = run_all(&t, &SimConfig::new(3), &c, 1);
         let parallel = run_all(&t, &SimConfig::new(3), &c, 4);

@@ -37,7 +37,8 @@
 //! | `GLEANER_PREFETCH` | prefetcher: `none`, `next:N`, `stride`, `readahead`, `leap`, `leap:PWMAX` | `leap:32` |
 //! | `GLEANER_PREFETCH_DEADLINE_US` | how long a prefetch may wait for a scheduling memnode's link (`--bandwidth`) before it is dropped, µs | learnt: the 95th percentile of prefetched pages' wait for their first use |
 //! | `GLEANER_PREFETCH_INSTALL` | how prefetched pages reach the program: `marker` or `staged` | `marker` |
-//! | `GLEANER_EVICT` | eviction order: `fifo`, `refault`, `clock` or `rackmem` | `fifo` |
+//! | `GLEANER_EVICT` | eviction order: `recency`, `rackmem`, `fifo`, `refault` or `clock` | `recency` |
+//! | `GLEANER_ACCESS_SCAN` | the access scan feeding the eviction order with written bits: `auto`, `off` or a period (`100ms`) | `auto` |
 //! | `GLEANER_PREDICT_WRITES` | install pages seen rewritten writable on their next read fetches: `on` or `off` | `on` |
 //! | `GLEANER_TRACE` | record every fault here for `gleaner trace replay` (`%p`: pid) | — |
 //! | `GLEANER_STATS_TRACE` | append a JSON line of reclaim and fault counters here every 100 ms (`%p`: pid) | — |
@@ -170,6 +171,7 @@ struct Config {
     prefetch_install: PrefetchInstall,
     prefetch_deadline_us: Option<u64>,
     evict: EvictKind,
+    access_scan: gleaner_pager::AccessScanSetting,
     predict_writes: WritePrediction,
     trace: Option<PathBuf>,
     fork: ForkMode,
@@ -241,6 +243,7 @@ fn config_from_env() -> Result<Option<Config>, String> {
         prefetch_install: parsed("GLEANER_PREFETCH_INSTALL")?.unwrap_or_default(),
         prefetch_deadline_us: parsed("GLEANER_PREFETCH_DEADLINE_US")?,
         evict: parsed("GLEANER_EVICT")?.unwrap_or(gleaner_pager::DEFAULT_EVICT),
+        access_scan: parsed("GLEANER_ACCESS_SCAN")?.unwrap_or_default(),
         predict_writes: parsed("GLEANER_PREDICT_WRITES")?.unwrap_or_default(),
         trace: per_process_path("GLEANER_TRACE"),
         fork: parsed("GLEANER_FORK")?.unwrap_or_default(),
@@ -420,6 +423,7 @@ fn start() -> Result<bool, String> {
         .prefetch_deadline_us
         .map(std::time::Duration::from_micros);
     rc.evict = cfg.evict;
+    rc.access_scan = cfg.access_scan;
     rc.predict_writes = cfg.predict_writes;
     rc.trace = cfg.trace;
     rc.fork_visible = true;

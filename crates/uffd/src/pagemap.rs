@@ -141,6 +141,40 @@ impl Pagemap {
         Ok(arg.walk_end as usize)
     }
 
+    /// As [`Pagemap::take_written`], for a range that may also hold mappings without
+    /// asynchronous write protection (a file the program mapped over it with `MAP_FIXED`):
+    /// those are skipped instead of failing the walk. This is the access scan's reference bit:
+    /// a page reported here was written since the previous call covering it.
+    pub fn harvest_written(
+        &self,
+        start: usize,
+        end: usize,
+        out: &mut Vec<PageRegion>,
+    ) -> io::Result<usize> {
+        let spare = out.capacity() - out.len();
+        assert!(spare > 0, "reserve room in `out` first");
+        let mut arg = PmScanArg {
+            size: std::mem::size_of::<PmScanArg>() as u64,
+            flags: PM_SCAN_WP_MATCHING,
+            start: start as u64,
+            end: end as u64,
+            vec: out.as_mut_ptr().wrapping_add(out.len()) as u64,
+            vec_len: spare as u64,
+            category_mask: PAGE_IS_WRITTEN,
+            return_mask: PAGE_IS_WRITTEN,
+            ..PmScanArg::default()
+        };
+        // SAFETY: as in `take_written`: the kernel writes at most `vec_len` entries into `out`'s
+        // spare capacity and returns how many.
+        let n = unsafe { libc::ioctl(self.file.as_raw_fd(), PAGEMAP_SCAN as _, &mut arg) };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: the kernel initialised the first `n` (<= spare) entries past the old length.
+        unsafe { out.set_len(out.len() + n as usize) };
+        Ok(arg.walk_end as usize)
+    }
+
     /// Appends to `out` the runs of pages in `[start, end)` that are present or swapped, with
     /// their `PAGE_IS_PRESENT`, `PAGE_IS_SWAPPED` and `PAGE_IS_WRITTEN` categories (written:
     /// no asynchronous write protection on the page since it was protected). Changes nothing.

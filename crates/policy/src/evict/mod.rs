@@ -34,6 +34,7 @@ mod clock;
 mod fifo;
 mod lru;
 mod rackmem;
+mod recency;
 mod refault;
 
 use std::collections::{HashMap, HashSet};
@@ -47,6 +48,7 @@ pub use clock::Clock;
 pub use fifo::Fifo;
 pub use lru::Lru;
 pub use rackmem::{MinFree, RackMem, RackMemConfig, RackMemStats};
+pub use recency::Recency;
 pub use refault::Refault;
 
 /// How much of the access stream a policy is given (see the module documentation).
@@ -101,6 +103,10 @@ pub enum Touch {
     /// A fault on a page the policy unmapped but kept ([`EvictPolicy::is_mapped`] was false):
     /// always delivered. The page is mapped again afterwards.
     Refault,
+    /// A periodic scan saw the resident page written since the previous scan (the engine's
+    /// access scan: a reference bit, not a reference): always delivered. The page stays as
+    /// mapped as it was.
+    Scanned,
 }
 
 /// A simulator-facing eviction policy. `at` is the index of the current reference in the trace.
@@ -150,6 +156,8 @@ pub enum EvictKind {
     /// `rackmem` (ALGORITHMS.md §3.3–3.5 with the published parameters), `rackmem:N` (`min_free`
     /// = N pages) or `rackmem:N%` (`min_free` = N% of the capacity).
     RackMem(MinFree),
+    /// `recency`: the page seen used longest ago leaves first ([`Recency`]).
+    Recency,
     /// `lru` (exact; reference).
     Lru,
     /// `belady` (optimal; reference, needs the future).
@@ -164,6 +172,7 @@ impl EvictKind {
             EvictKind::Clock,
             EvictKind::Refault,
             EvictKind::RackMem(MinFree::Published),
+            EvictKind::Recency,
             EvictKind::Lru,
             EvictKind::Belady,
         ]
@@ -176,7 +185,10 @@ impl EvictKind {
 
     /// Whether results depend on [`Visibility`]: CLOCK and RackMem.
     pub fn depends_on_visibility(&self) -> bool {
-        matches!(self, EvictKind::Clock | EvictKind::RackMem(_))
+        matches!(
+            self,
+            EvictKind::Clock | EvictKind::RackMem(_) | EvictKind::Recency
+        )
     }
 
     /// A fresh policy for a cache of `capacity` pages. `future` is needed for Belady and ignored
@@ -196,6 +208,7 @@ impl EvictKind {
                 visibility,
                 RackMemConfig::with_min_free(capacity, *min_free),
             )),
+            EvictKind::Recency => Box::new(Recency::new(visibility)),
             EvictKind::Lru => Box::new(Lru::new()),
             EvictKind::Belady => {
                 Box::new(Belady::new(future.ok_or(BuildError::NeedsFuture)?.clone()))
@@ -221,6 +234,7 @@ impl fmt::Display for EvictKind {
             EvictKind::RackMem(MinFree::Published) => f.write_str("rackmem"),
             EvictKind::RackMem(MinFree::Pages(n)) => write!(f, "rackmem:{n}"),
             EvictKind::RackMem(MinFree::Percent(p)) => write!(f, "rackmem:{p}%"),
+            EvictKind::Recency => f.write_str("recency"),
             EvictKind::Lru => f.write_str("lru"),
             EvictKind::Belady => f.write_str("belady"),
         }
@@ -232,7 +246,7 @@ impl fmt::Display for EvictKind {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
     "invalid eviction policy `{0}` (expected fifo, clock, refault, rackmem, rackmem:N with \
-     N >= 1 pages, rackmem:N% with 1 <= N <= 50, lru or belady)"
+     N >= 1 pages, rackmem:N% with 1 <= N <= 50, recency, lru or belady)"
 )]
 pub struct ParseEvictError(String);
 
@@ -247,6 +261,7 @@ impl FromStr for EvictKind {
             "clock" => Ok(EvictKind::Clock),
             "refault" => Ok(EvictKind::Refault),
             "rackmem" => Ok(EvictKind::RackMem(MinFree::Published)),
+            "recency" => Ok(EvictKind::Recency),
             "lru" => Ok(EvictKind::Lru),
             "belady" | "opt" | "min" => Ok(EvictKind::Belady),
             _ => {
@@ -347,7 +362,7 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("lfu"));
-        assert_eq!(parse_list("all").unwrap().len(), 6);
+        assert_eq!(parse_list("all").unwrap().len(), 7);
         assert_eq!(
             parse_list("fifo,lru").unwrap(),
             vec![EvictKind::Fifo, EvictKind::Lru]

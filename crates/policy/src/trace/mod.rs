@@ -44,6 +44,10 @@
 //!   faults; the fault stream itself still depends on the recording's eviction order.
 //!
 //! Synthetic traces ([`Kind::Access`]) record every access and have none of these limits.
+//!
+//! A trace recorded with the access scan on (the default under asynchronous dirty tracking)
+//! also holds [`Kind::Referenced`] records: the pages each scan saw written, the information the
+//! engine's eviction order had beyond faults. They are not references.
 
 pub mod synth;
 
@@ -79,6 +83,11 @@ pub enum Kind {
     Refault = 4,
     /// A plain access (synthetic traces record every access, not only faults).
     Access = 5,
+    /// Not a reference: the engine's access scan saw this resident page written since its
+    /// previous scan (a reference bit). A replay hands it to the eviction policy as
+    /// [`Touch::Scanned`](crate::evict::Touch::Scanned) when the page is resident, and does not
+    /// count it as a reference.
+    Referenced = 6,
 }
 
 impl Kind {
@@ -91,6 +100,7 @@ impl Kind {
             3 => Kind::PrefetchHit,
             4 => Kind::Refault,
             5 => Kind::Access,
+            6 => Kind::Referenced,
             _ => return None,
         })
     }
