@@ -36,7 +36,7 @@ pub(crate) fn scan_now(s: &Engine, pagemap: &Pagemap) -> Result<Vec<usize>, Stri
 /// when given.
 fn walk(s: &Engine, pagemap: &Pagemap, w: &mut Work, mut seen: Option<&mut Vec<usize>>) -> usize {
     let started = Instant::now();
-    let cpu0 = thread_cpu_ns();
+    let cpu0 = crate::cpus::thread_cpu_ns();
     let end_page = s.mem.table.touched_end();
     let (start, end) = (s.mem.addr_of(0), s.mem.addr_of(end_page));
     let mut at = start;
@@ -80,7 +80,7 @@ fn walk(s: &Engine, pagemap: &Pagemap, w: &mut Work, mut seen: Option<&mut Vec<u
             stop
         };
     }
-    let cpu = Duration::from_nanos(thread_cpu_ns().saturating_sub(cpu0));
+    let cpu = Duration::from_nanos(crate::cpus::thread_cpu_ns().saturating_sub(cpu0));
     let evicted = s
         .counters
         .evicted_clean
@@ -91,18 +91,4 @@ fn walk(s: &Engine, pagemap: &Pagemap, w: &mut Work, mut seen: Option<&mut Vec<u
     s.access
         .finish(w, started, cpu, referenced, evicted, s.budget.pages());
     referenced
-}
-
-/// This thread's CPU time in nanoseconds.
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec into the live local `ts`.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    if rc != 0 {
-        return 0;
-    }
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }

@@ -1,5 +1,5 @@
 //! The process's CPUs: which it may run on, and placing the pager's threads on them (fault
-//! handlers pinned one per CPU, reclaim threads let onto every CPU).
+//! handlers pinned one per CPU, reclaim threads let onto every CPU), and a thread's CPU time.
 
 /// The CPUs this process may run on (its affinity mask), in order.
 pub(crate) fn allowed_cpus() -> Vec<usize> {
@@ -49,4 +49,18 @@ fn set_affinity(cpus: impl Iterator<Item = usize>) -> std::io::Result<()> {
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// This thread's CPU time in nanoseconds.
+pub(crate) fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into the live local `ts`.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return 0;
+    }
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }

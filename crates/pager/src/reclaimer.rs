@@ -174,13 +174,13 @@ pub(crate) fn run_pool_thread(shared: Arc<Engine>, id: usize, mut store: Box<dyn
         }
         // The access scan, when due, before the batch picks its victims (`access.rs`).
         crate::access_walk::scan_if_due(&shared, ev.pagemap());
-        let cpu0 = thread_cpu_ns();
+        let cpu0 = crate::cpus::thread_cpu_ns();
         let t0 = Instant::now();
         let refusals = shared.counters.evict_aborted.load(Ordering::Relaxed);
         let n = ev.evict_batch(&shared, &mut *store);
         let busy = t0.elapsed().as_nanos() as u64;
         leave_batch(&shared);
-        r.record_pool_cpu(thread_cpu_ns().saturating_sub(cpu0));
+        r.record_pool_cpu(crate::cpus::thread_cpu_ns().saturating_sub(cpu0));
         if shared.counters.evict_aborted.load(Ordering::Relaxed) > refusals {
             // The memnode refused the batch (full): retry less and less often.
             refused_pause = (refused_pause * 2).clamp(REFUSED_RETRY_FIRST, REFUSED_RETRY_MAX);
@@ -199,18 +199,4 @@ pub(crate) fn run_pool_thread(shared: Arc<Engine>, id: usize, mut store: Box<dyn
         r.record_pool_batch(id, n, busy);
     }
     r.pool_thread_stops();
-}
-
-/// This thread's CPU time in nanoseconds.
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec into the live local `ts`.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    if rc != 0 {
-        return 0;
-    }
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }

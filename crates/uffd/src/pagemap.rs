@@ -117,28 +117,17 @@ impl Pagemap {
         end: usize,
         out: &mut Vec<PageRegion>,
     ) -> io::Result<usize> {
-        let spare = out.capacity() - out.len();
-        assert!(spare > 0, "reserve room in `out` first");
-        let mut arg = PmScanArg {
-            size: std::mem::size_of::<PmScanArg>() as u64,
-            flags: PM_SCAN_WP_MATCHING | PM_SCAN_CHECK_WPASYNC,
-            start: start as u64,
-            end: end as u64,
-            vec: out.as_mut_ptr().wrapping_add(out.len()) as u64,
-            vec_len: spare as u64,
-            category_mask: PAGE_IS_WRITTEN,
-            return_mask: PAGE_IS_WRITTEN,
-            ..PmScanArg::default()
-        };
-        // SAFETY: PAGEMAP_SCAN reads `arg` and writes at most `vec_len` PageRegion entries into
-        // `out`'s spare capacity, whose address and length `arg` carries; it returns how many.
-        let n = unsafe { libc::ioctl(self.file.as_raw_fd(), PAGEMAP_SCAN as _, &mut arg) };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: the kernel initialised the first `n` (<= spare) entries past the old length.
-        unsafe { out.set_len(out.len() + n as usize) };
-        Ok(arg.walk_end as usize)
+        self.walk(
+            PmScanArg {
+                flags: PM_SCAN_WP_MATCHING | PM_SCAN_CHECK_WPASYNC,
+                category_mask: PAGE_IS_WRITTEN,
+                return_mask: PAGE_IS_WRITTEN,
+                ..PmScanArg::default()
+            },
+            start,
+            end,
+            out,
+        )
     }
 
     /// As [`Pagemap::take_written`], for a range that may also hold mappings without
@@ -151,28 +140,17 @@ impl Pagemap {
         end: usize,
         out: &mut Vec<PageRegion>,
     ) -> io::Result<usize> {
-        let spare = out.capacity() - out.len();
-        assert!(spare > 0, "reserve room in `out` first");
-        let mut arg = PmScanArg {
-            size: std::mem::size_of::<PmScanArg>() as u64,
-            flags: PM_SCAN_WP_MATCHING,
-            start: start as u64,
-            end: end as u64,
-            vec: out.as_mut_ptr().wrapping_add(out.len()) as u64,
-            vec_len: spare as u64,
-            category_mask: PAGE_IS_WRITTEN,
-            return_mask: PAGE_IS_WRITTEN,
-            ..PmScanArg::default()
-        };
-        // SAFETY: as in `take_written`: the kernel writes at most `vec_len` entries into `out`'s
-        // spare capacity and returns how many.
-        let n = unsafe { libc::ioctl(self.file.as_raw_fd(), PAGEMAP_SCAN as _, &mut arg) };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: the kernel initialised the first `n` (<= spare) entries past the old length.
-        unsafe { out.set_len(out.len() + n as usize) };
-        Ok(arg.walk_end as usize)
+        self.walk(
+            PmScanArg {
+                flags: PM_SCAN_WP_MATCHING,
+                category_mask: PAGE_IS_WRITTEN,
+                return_mask: PAGE_IS_WRITTEN,
+                ..PmScanArg::default()
+            },
+            start,
+            end,
+            out,
+        )
     }
 
     /// Appends to `out` the runs of pages in `[start, end)` that are present or swapped, with
@@ -180,21 +158,36 @@ impl Pagemap {
     /// no asynchronous write protection on the page since it was protected). Changes nothing.
     /// Returns where the walk stopped (`end` unless `out`'s spare capacity filled up first).
     pub fn scan(&self, start: usize, end: usize, out: &mut Vec<PageRegion>) -> io::Result<usize> {
+        self.walk(
+            PmScanArg {
+                category_anyof_mask: PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
+                return_mask: PAGE_IS_PRESENT | PAGE_IS_SWAPPED | PAGE_IS_WRITTEN,
+                ..PmScanArg::default()
+            },
+            start,
+            end,
+            out,
+        )
+    }
+
+    /// One `PAGEMAP_SCAN` over `[start, end)` with `arg`'s flags and masks, its runs appended
+    /// to `out`'s spare capacity. Returns where the walk stopped.
+    fn walk(
+        &self,
+        mut arg: PmScanArg,
+        start: usize,
+        end: usize,
+        out: &mut Vec<PageRegion>,
+    ) -> io::Result<usize> {
         let spare = out.capacity() - out.len();
         assert!(spare > 0, "reserve room in `out` first");
-        let mut arg = PmScanArg {
-            size: std::mem::size_of::<PmScanArg>() as u64,
-            flags: 0,
-            start: start as u64,
-            end: end as u64,
-            vec: out.as_mut_ptr().wrapping_add(out.len()) as u64,
-            vec_len: spare as u64,
-            category_anyof_mask: PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
-            return_mask: PAGE_IS_PRESENT | PAGE_IS_SWAPPED | PAGE_IS_WRITTEN,
-            ..PmScanArg::default()
-        };
-        // SAFETY: as in `take_written`: the kernel writes at most `vec_len` entries into `out`'s
-        // spare capacity and returns how many.
+        arg.size = std::mem::size_of::<PmScanArg>() as u64;
+        arg.start = start as u64;
+        arg.end = end as u64;
+        arg.vec = out.as_mut_ptr().wrapping_add(out.len()) as u64;
+        arg.vec_len = spare as u64;
+        // SAFETY: PAGEMAP_SCAN reads `arg` and writes at most `vec_len` PageRegion entries into
+        // `out`'s spare capacity, whose address and length `arg` carries; it returns how many.
         let n = unsafe { libc::ioctl(self.file.as_raw_fd(), PAGEMAP_SCAN as _, &mut arg) };
         if n < 0 {
             return Err(io::Error::last_os_error());
