@@ -1128,6 +1128,12 @@ fn integrity_with_rackmem_eviction_and_leap() {
     integrity_under_policies("leap", "marker", "rackmem");
 }
 
+#[test]
+fn integrity_with_recency_eviction_and_its_probation() {
+    integrity_under_policies("leap", "marker", "recency");
+    integrity_under_policies("none", "marker", "recency:25%");
+}
+
 /// Staged prefetched pages that the program discards (munmap, MADV_DONTNEED) must read as zeros
 /// afterwards, never as the staged copy, and rewritten pages must never come back stale.
 #[test]

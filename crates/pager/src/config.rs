@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use gleaner_policy::evict::EvictKind;
+use gleaner_policy::evict::DEFAULT_PROBATION_PCT;
 pub use gleaner_policy::prefetch::PrefetcherKind;
 pub use gleaner_policy::reclaim::ReclaimMode;
 
@@ -231,7 +232,7 @@ pub const DEFAULT_PREFETCH: PrefetcherKind = PrefetcherKind::Leap { pw_max: 32 }
 /// fed by the access scan's written bits (measured in `docs/BENCHMARKS.md`, "Evicting what is
 /// cold": against RackMem, the order before, memcached at 50% local took 10% fewer far faults
 /// per request, redis 2% fewer, the demo job a quarter fewer, `bench micro` unchanged).
-pub const DEFAULT_EVICT: EvictKind = EvictKind::Recency;
+pub const DEFAULT_EVICT: EvictKind = EvictKind::Recency(DEFAULT_PROBATION_PCT);
 
 /// Pages per eviction batch for budgets of 8 MiB and more (measured in `docs/BENCHMARKS.md`,
 /// defaults); smaller budgets get a sixteenth of themselves.

@@ -53,7 +53,7 @@ pub fn build(kind: EvictKind, budget: usize) -> Result<Box<dyn EvictionPolicy>, 
         EvictKind::Clock
         | EvictKind::Refault
         | EvictKind::RackMem(_)
-        | EvictKind::Recency => Ok(Box::new(SimPolicy {
+        | EvictKind::Recency(_) => Ok(Box::new(SimPolicy {
             inner: kind
                 .build(budget, Visibility::Fault, None)
                 .map_err(|e| e.to_string())?,

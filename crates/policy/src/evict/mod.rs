@@ -48,7 +48,7 @@ pub use clock::Clock;
 pub use fifo::Fifo;
 pub use lru::Lru;
 pub use rackmem::{MinFree, RackMem, RackMemConfig, RackMemStats};
-pub use recency::Recency;
+pub use recency::{Recency, DEFAULT_PROBATION_PCT};
 pub use refault::Refault;
 
 /// How much of the access stream a policy is given (see the module documentation).
@@ -156,8 +156,10 @@ pub enum EvictKind {
     /// `rackmem` (ALGORITHMS.md §3.3–3.5 with the published parameters), `rackmem:N` (`min_free`
     /// = N pages) or `rackmem:N%` (`min_free` = N% of the capacity).
     RackMem(MinFree),
-    /// `recency`: the page seen used longest ago leaves first ([`Recency`]).
-    Recency,
+    /// `recency` or `recency:N%`: the page seen used longest ago leaves first, pages seen only
+    /// at their fault from a probation of at most N% of the resident pages (default
+    /// [`DEFAULT_PROBATION_PCT`]; 0: plain LRU over what is seen) ([`Recency`]).
+    Recency(u8),
     /// `lru` (exact; reference).
     Lru,
     /// `belady` (optimal; reference, needs the future).
@@ -172,7 +174,7 @@ impl EvictKind {
             EvictKind::Clock,
             EvictKind::Refault,
             EvictKind::RackMem(MinFree::Published),
-            EvictKind::Recency,
+            EvictKind::Recency(DEFAULT_PROBATION_PCT),
             EvictKind::Lru,
             EvictKind::Belady,
         ]
@@ -187,7 +189,7 @@ impl EvictKind {
     pub fn depends_on_visibility(&self) -> bool {
         matches!(
             self,
-            EvictKind::Clock | EvictKind::RackMem(_) | EvictKind::Recency
+            EvictKind::Clock | EvictKind::RackMem(_) | EvictKind::Recency(_)
         )
     }
 
@@ -208,7 +210,7 @@ impl EvictKind {
                 visibility,
                 RackMemConfig::with_min_free(capacity, *min_free),
             )),
-            EvictKind::Recency => Box::new(Recency::new(visibility)),
+            EvictKind::Recency(pct) => Box::new(Recency::new(visibility, *pct)),
             EvictKind::Lru => Box::new(Lru::new()),
             EvictKind::Belady => {
                 Box::new(Belady::new(future.ok_or(BuildError::NeedsFuture)?.clone()))
@@ -234,7 +236,8 @@ impl fmt::Display for EvictKind {
             EvictKind::RackMem(MinFree::Published) => f.write_str("rackmem"),
             EvictKind::RackMem(MinFree::Pages(n)) => write!(f, "rackmem:{n}"),
             EvictKind::RackMem(MinFree::Percent(p)) => write!(f, "rackmem:{p}%"),
-            EvictKind::Recency => f.write_str("recency"),
+            EvictKind::Recency(DEFAULT_PROBATION_PCT) => f.write_str("recency"),
+            EvictKind::Recency(p) => write!(f, "recency:{p}%"),
             EvictKind::Lru => f.write_str("lru"),
             EvictKind::Belady => f.write_str("belady"),
         }
@@ -246,7 +249,7 @@ impl fmt::Display for EvictKind {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
     "invalid eviction policy `{0}` (expected fifo, clock, refault, rackmem, rackmem:N with \
-     N >= 1 pages, rackmem:N% with 1 <= N <= 50, recency, lru or belady)"
+     N >= 1 pages, rackmem:N% with 1 <= N <= 50, recency, recency:N% with 0 <= N <= 90, lru or belady)"
 )]
 pub struct ParseEvictError(String);
 
@@ -261,10 +264,16 @@ impl FromStr for EvictKind {
             "clock" => Ok(EvictKind::Clock),
             "refault" => Ok(EvictKind::Refault),
             "rackmem" => Ok(EvictKind::RackMem(MinFree::Published)),
-            "recency" => Ok(EvictKind::Recency),
+            "recency" => Ok(EvictKind::Recency(DEFAULT_PROBATION_PCT)),
             "lru" => Ok(EvictKind::Lru),
             "belady" | "opt" | "min" => Ok(EvictKind::Belady),
             _ => {
+                if let Some(arg) = t.strip_prefix("recency:") {
+                    return match arg.strip_suffix('%').map(str::parse::<u8>) {
+                        Some(Ok(p)) if p <= 90 => Ok(EvictKind::Recency(p)),
+                        _ => Err(err()),
+                    };
+                }
                 let arg = t.strip_prefix("rackmem:").ok_or_else(err)?;
                 if let Some(p) = arg.strip_suffix('%') {
                     match p.parse::<u8>() {
