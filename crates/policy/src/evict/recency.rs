@@ -96,7 +96,7 @@ impl Recency {
     }
 
     /// Puts `page` at the young end of the LRU order.
-    fn to_lru(&mut self, page: u64) {
+    fn promote(&mut self, page: u64) {
         let stamp = self.fresh();
         if let Some(m) = self.meta.get(&page) {
             if m.probation.is_some() {
@@ -183,7 +183,7 @@ impl EvictPolicy for Recency {
                 self.probation.push_back((page, stamp));
                 self.compact_if_stale();
             }
-            Insert::Demand => self.to_lru(page),
+            Insert::Demand => self.promote(page),
             Insert::Prefetch => {
                 self.meta.insert(
                     page,
@@ -207,7 +207,7 @@ impl EvictPolicy for Recency {
         match (m.probation, how) {
             // The first report after a demand fault is most likely that fault's own access.
             (Some(0), Touch::Scanned) => m.probation = Some(1),
-            _ => self.to_lru(page),
+            _ => self.promote(page),
         }
     }
 
