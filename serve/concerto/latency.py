@@ -193,3 +193,24 @@ def load_latency(d: dict) -> LatencyModel:
         return ProfiledLatency.from_json(d)
     kw = {k: v for k, v in d.items() if k not in ("kind", "name")}
     return RooflineLatency(**kw)
+
+
+class CalibratedLatency(LatencyModel):
+    """A latency model scaled by how the last steps actually compared with its estimates (an
+    exponentially weighted ratio, clipped to [0.5, 4]): the profile is measured on an idle
+    engine with a synthetic grid, real batches (scattered KV, warm or cold caches) run
+    somewhat differently, and the budget must hold for the real ones."""
+
+    def __init__(self, base: LatencyModel, alpha: float = 0.1):
+        self.base, self.alpha, self.factor = base, alpha, 1.0
+        self.n_layers = base.n_layers
+        self.name = base.name
+
+    def estimate(self, shape: BatchShape) -> float:
+        return self.factor * self.base.estimate(shape)
+
+    def observe(self, shape: BatchShape, seconds: float) -> None:
+        est = self.base.estimate(shape)
+        if est > 0 and seconds > 0:
+            ratio = min(max(seconds / est, 0.5), 4.0)
+            self.factor += self.alpha * (ratio - self.factor)

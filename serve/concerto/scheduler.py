@@ -20,6 +20,7 @@ import sys
 import threading
 from collections import deque
 
+from .latency import BatchShape
 from .model import SeqWork
 from .policy import SLO, AdaptiveCheckpointer, SystemConfig, blocks_needed, plan_batch, step_target, victims_for_arrival
 from .request import FAILED, FINISHED, PREEMPTED, RUNNING, SWAPPED, WAITING, Request
@@ -125,6 +126,8 @@ class Scheduler:
             for r in out.dropped:
                 self.stats["preempted_at_safepoint"] += 1
                 self._preempt(r)
+            if out.layers_run == self.ex.n_layers and hasattr(self.latency, "observe"):
+                self.latency.observe(BatchShape.of((n, r.num_computed - n) for r, n in items if r in out.completed), now - t0)
             if self.record:
                 self.trace.append({"t0": t0, "t1": now, "layers": out.layers_run,
                                    "items": [(r.rid, r.kind, n) for r, n in items],
