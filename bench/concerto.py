@@ -117,7 +117,7 @@ def main():
     ap.add_argument("--rate", type=float, default=14.0, help="online requests per second on the CPU engine")
     ap.add_argument("--model", default="small", choices=sorted(CONFIGS))
     ap.add_argument("--backend", default="auto", help="numpy, torch (CUDA) or auto")
-    ap.add_argument("--kv-blocks", type=int, default=2048)
+    ap.add_argument("--kv-blocks", type=int, default=640, help="KV blocks of 16 tokens (default 640: offline batching fills them, as it fills a GPU)")
     ap.add_argument("--sim-duration", type=float, help="simulated seconds per run")
     ap.add_argument("--no-sim", action="store_true")
     ap.add_argument("--out", help="results file (default bench/results/concerto/{quick,full}.json)")
