@@ -149,7 +149,7 @@ def cmd_simulate(args):
     lat = RooflineLatency()
     kv_blocks = int((40e9 * 0.9 - 13.5e9) / lat.kv_bytes_per_token / 16)
     w = {"seed": args.seed, "rate": args.rate, "cv": args.cv, "duration": args.duration, "on_prompt": 1024, "on_tokens": 128,
-         "offline_n": 3000, "off_prompt": (1500, 3000), "off_tokens": (128, 256), "vocab": 32000}
+         "offline_n": 3000, "off_prompt": (512, 1024), "off_tokens": (128, 256), "vocab": 32000}
     res = compare(w, sim_executor_factory(lat, kv_blocks, 16), lat, {"max_batch_tokens": 2048, "max_batch_seqs": 256},
                   log=lambda m: print(m, file=sys.stderr))
     print(json.dumps(res["summary"], indent=1))

@@ -55,6 +55,7 @@ class EngineExecutor:
         self.allocator = engine.cache.allocator
         self.n_layers = engine.n_layers
         self.busy = 0.0  # engine time spent in steps
+        self.restore_s_per_token = 5e-6  # updated from the restores done
 
     def run(self, work, safepoint) -> StepOutcome:
         last = [time.thread_time()]
@@ -82,7 +83,11 @@ class EngineExecutor:
         c = self.engine.cache
         row = (c.n_layers, 2) + c.kv_shape
         c.write_tokens(req.blocks, 0, self.store.get(req.ckpt, req.ckpt_tokens, row))
-        self.clock.charge(time.monotonic() - t0)  # a synchronous restore stalls the engine
+        dt = time.monotonic() - t0
+        self.clock.charge(dt)  # a synchronous restore stalls the engine
+        self.busy += dt
+        if req.ckpt_tokens:
+            self.restore_s_per_token += 0.2 * (dt / req.ckpt_tokens - self.restore_s_per_token)
 
     def release(self, req) -> None:
         if self.store is not None and req.ckpt is not None:
@@ -102,6 +107,7 @@ class SimExecutor:
         self.busy = 0.0
         self.kv_bytes_per_token = getattr(latency, "kv_bytes_per_token", 0)
         self.pcie = getattr(latency, "pcie", 3.2e10)
+        self.restore_s_per_token = self.kv_bytes_per_token / self.pcie
 
     def run(self, work, safepoint) -> StepOutcome:
         out = StepOutcome()

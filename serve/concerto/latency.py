@@ -196,13 +196,16 @@ def load_latency(d: dict) -> LatencyModel:
 
 
 class CalibratedLatency(LatencyModel):
-    """A latency model scaled by how the last steps actually compared with its estimates (an
-    exponentially weighted ratio, clipped to [0.5, 4]): the profile is measured on an idle
-    engine with a synthetic grid, real batches (scattered KV, warm or cold caches) run
-    somewhat differently, and the budget must hold for the real ones."""
+    """A latency model scaled by how the last steps actually compared with its estimates.
 
-    def __init__(self, base: LatencyModel, alpha: float = 0.1):
-        self.base, self.alpha, self.factor = base, alpha, 1.0
+    The profile is measured on an idle engine with a synthetic grid; real batches (scattered
+    KV, warm or cold caches) run somewhat differently, and the budget must hold for them. The
+    factor follows the ratio actual / estimated of each completed step, rising fast (weight
+    `up`) and falling slowly (weight `down`), so it tracks the upper range of the ratio rather
+    than its mean; clipped to [0.5, 4]."""
+
+    def __init__(self, base: LatencyModel, up: float = 0.3, down: float = 0.03):
+        self.base, self.up, self.down, self.factor = base, up, down, 1.0
         self.n_layers = base.n_layers
         self.name = base.name
 
@@ -213,4 +216,5 @@ class CalibratedLatency(LatencyModel):
         est = self.base.estimate(shape)
         if est > 0 and seconds > 0:
             ratio = min(max(seconds / est, 0.5), 4.0)
-            self.factor += self.alpha * (ratio - self.factor)
+            w = self.up if ratio > self.factor else self.down
+            self.factor += w * (ratio - self.factor)

@@ -40,7 +40,7 @@ class SystemConfig:
     checkpoint: str = "adaptive"
     max_batch_tokens: int = 128
     max_batch_seqs: int = 64
-    safety: float = 0.85  # aim at this fraction of an SLO, for the latency model's error
+    safety: float = 0.75  # aim at this fraction of an SLO (latency model error; future prefill steps)
     checkpoint_threshold: float = 0.5  # adaptive: start when this fraction of KV blocks is used
 
     @staticmethod
@@ -54,17 +54,31 @@ class SystemConfig:
         raise ValueError(f"unknown system {name!r}")
 
 
-def step_target(slo: SLO | None, has_online_decode: bool, oldest_online_wait: float | None, safety: float) -> float | None:
+def tpot_allowance(online_decoding, tpot: float, now: float) -> float:
+    """The longest next step that still lets every decoding online request finish with a mean
+    time per output token within `tpot`, if every later step took as long (gleaner refinement:
+    a request's TPOT is a mean over steps that include other requests' long prefill chunks, so
+    holding each step to `tpot` alone does not hold the mean). Never above `tpot`, never below 0."""
+    allow = tpot
+    for r in online_decoding:
+        left = max(r.max_tokens - len(r.output), 1)
+        spent = now - r.first_token_time
+        allow = min(allow, (tpot * (r.max_tokens - 1) - spent) / left)
+    return max(allow, 0.0)
+
+
+def step_target(slo: SLO | None, has_online_decode: bool, oldest_online_wait: float | None, safety: float,
+                tpot_left: float | None = None) -> float | None:
     """The step latency the next batch must meet (calc_budget's objective, 6.4.5): the TPOT
     objective if the batch holds a decode-phase request while online work is present
     (`has_online_decode`), and the TTFT objective less what the oldest waiting online request
     has already waited; the smaller. None when no online request is present (offline batching
-    mode: no budget)."""
+    mode: no budget). `tpot_left`: `tpot_allowance` of the decoding online requests."""
     if slo is None or (not has_online_decode and oldest_online_wait is None):
         return None
     targets = []
     if has_online_decode:
-        targets.append(slo.tpot)
+        targets.append(slo.tpot if tpot_left is None else min(slo.tpot, tpot_left))
     if oldest_online_wait is not None:
         targets.append(max(slo.ttft - oldest_online_wait, 0.0))
     return safety * min(targets)
@@ -120,7 +134,7 @@ def blocks_needed(req, n: int, block_size: int) -> int:
 
 
 def plan_batch(online_running, online_queue, offline_running, offline_queue, latency: LatencyModel,
-               target: float | None, cfg: SystemConfig, free_blocks: int, block_size: int) -> Plan:
+               target: float | None, cfg: SystemConfig, free_blocks: int, block_size: int, restore_cost=None) -> Plan:
     """Algorithm 1 (one iteration) with Algorithm 2, as a pure plan.
 
     Online work goes first: running online requests, then queued ones in arrival order, in
@@ -129,7 +143,10 @@ def plan_batch(online_running, online_queue, offline_running, offline_queue, lat
     ones that do not fit (the most recently admitted) are preempted (Algorithm 2), unless the
     system does not preempt (naive), which keeps them all. Then queued offline requests fill
     what budget remains; with no online work in the batch the budget is lifted (offline
-    batching mode) up to the engine's batch limits. `free_blocks` counts KV blocks free or
+    batching mode) up to the engine's batch limits. A swapped request's restore (its KV copied
+    back from the checkpoint store before the step, `restore_cost(req)` seconds) counts against
+    the budget too: a restore that does not fit waits for a step that has room (the same rule
+    caps swap-ins, 6.4.5). `free_blocks` counts KV blocks free or
     reclaimable from preempted requests; running offline requests' blocks are freed for online
     work if needed (Algorithm 2's memory condition).
     """
@@ -193,10 +210,15 @@ def plan_batch(online_running, online_queue, offline_running, offline_queue, lat
         plan.add(req, n, need)
 
     # Queued offline requests fill the rest.
+    restoring = 0.0
     for req in offline_queue:
         n = chunk(req, plan.shape)
         if n == 0:
             break
+        cost = restore_cost(req) if restore_cost is not None else 0.0
+        if budgeted and cost and latency.estimate(plan.shape + chunk_shape(req, n)) + restoring + cost > target:
+            continue
+        restoring += cost
         need = blocks_needed(req, n, block_size)
         if need > free:
             break

@@ -22,7 +22,7 @@ from collections import deque
 
 from .latency import BatchShape
 from .model import SeqWork
-from .policy import SLO, AdaptiveCheckpointer, SystemConfig, blocks_needed, plan_batch, step_target, victims_for_arrival
+from .policy import SLO, AdaptiveCheckpointer, SystemConfig, blocks_needed, plan_batch, step_target, tpot_allowance, victims_for_arrival
 from .request import FAILED, FINISHED, PREEMPTED, RUNNING, SWAPPED, WAITING, Request
 from .store import CheckpointLost
 
@@ -143,13 +143,16 @@ class Scheduler:
         offline_running = [r for r in self.running if not r.online]
         now = self.clock.now()
         waiting = [r.arrival for r in list(self.online_queue) + online_running if r.first_token_time is None]
+        decoding = [r for r in online_running if r.first_token_time is not None]
         target = step_target(self.slo if self.system.budget else None,
                              bool(online_running or self.online_queue) and any(r.output for r in self.running),
                              (now - min(waiting)) if waiting else None,
-                             self.system.safety)
+                             self.system.safety,
+                             tpot_allowance(decoding, self.slo.tpot, now) if (self.slo and decoding) else None)
         reclaimable = sum(len(r.blocks) for r in self.offline_queue if r.state == PREEMPTED)
         plan = plan_batch(online_running, list(self.online_queue), offline_running, list(self.offline_queue),
-                          self.latency, target, self.system, self.alloc.num_free + reclaimable, self.alloc.block_size)
+                          self.latency, target, self.system, self.alloc.num_free + reclaimable, self.alloc.block_size,
+                          restore_cost=lambda r: r.ckpt_tokens * self.ex.restore_s_per_token if r.state == SWAPPED else 0.0)
         for r in plan.preempt:
             self.stats["preempted_at_schedule"] += 1
             self._preempt(r)
