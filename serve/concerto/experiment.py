@@ -83,6 +83,7 @@ def run_system(name: str, w: dict, make_executor, latency, slo: SLO | None, sys_
         res["tpot_attainment"] = float(np.mean([t <= slo.tpot for t in tpots])) if tpots else None
     res["_offline_outputs"] = {r.rid: list(r.output) for r in offl if r.state != FAILED and len(r.output) == r.max_tokens}
     res["_offline_touched"] = {r.rid for r in offl if r.preemptions}
+    res["_offline_restored"] = {r.rid for r in offl if r.restores}
     return res
 
 
@@ -106,6 +107,7 @@ def compare(w: dict, make_executor, latency, sys_kw: dict, slo_factor: float = 1
     ref = off["_offline_outputs"]
     common = [k for k in con["_offline_outputs"] if k in ref]
     touched = [k for k in common if k in con["_offline_touched"]]
+    restored = [k for k in common if k in con["_offline_restored"] or k in off["_offline_restored"]]
     summary = {
         "slo": {"ttft_s": slo.ttft, "tpot_s": slo.tpot, "factor": slo_factor},
         "slo_met": bool(con["slo_met"]),
@@ -120,11 +122,13 @@ def compare(w: dict, make_executor, latency, sys_kw: dict, slo_factor: float = 1
         "naive_p99_tpot_vs_online_only": nai["p99_tpot_s"] / base["p99_tpot_s"],
         "outputs_compared": len(common),
         "outputs_compared_preempted": len(touched),
+        "outputs_compared_restored": len(restored),  # restored from a checkpoint in either run
         "outputs_identical": bool(common) and all(con["_offline_outputs"][k] == ref[k] for k in common),
     }
     for r in out.values():
         r.pop("_offline_outputs", None)
         r.pop("_offline_touched", None)
+        r.pop("_offline_restored", None)
     return {"systems": out, "summary": summary}
 
 
