@@ -145,7 +145,7 @@ def main():
     if not args.no_sim:
         results["sim"] = run_sim(args, log)
     results["elapsed_s"] = time.monotonic() - t0
-    out = Path(args.out) if args.out else ROOT / "bench" / "results" / "concerto" / ("quick.json" if args.quick else "full.json")
+    out = Path(args.out).absolute() if args.out else ROOT / "bench" / "results" / "concerto" / ("quick.json" if args.quick else "full.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=1, default=str) + "\n")
     line = {}

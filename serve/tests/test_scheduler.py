@@ -88,6 +88,29 @@ class TestPolicy(unittest.TestCase):
         # Impossible: every offline request goes.
         self.assertEqual(len(victims_for_arrival(offs, [on], LAT, ttft=1e-6, elapsed=0.0)), 3)
 
+    def test_tpot_allowance_keeps_the_mean(self):
+        from concerto.policy import tpot_allowance
+
+        r = req(ONLINE, 4, max_tokens=11, output=[1, 2, 3])
+        r.first_token_time = 0.0
+        # 10 intervals of 10 ms allowed; 50 ms spent on 2; 8 tokens left: 50 / 8 ms per step.
+        self.assertAlmostEqual(tpot_allowance([r], 0.01, now=0.05), 0.05 / 8)
+        self.assertAlmostEqual(tpot_allowance([r], 0.01, now=0.0), 0.01)  # never above the objective
+        self.assertEqual(tpot_allowance([r], 0.01, now=1.0), 0.0)  # already late: no room for offline
+
+    def test_restore_counts_against_the_budget(self):
+        on = req(ONLINE, 10)
+        swapped = req(OFFLINE, 20, computed=16)
+        swapped.state = "swapped"
+        fresh = req(OFFLINE, 20)
+        target = 0.006
+        plan = plan_batch([], [on], [], [swapped, fresh], LAT, target, self.cfg, 100, 16,
+                          restore_cost=lambda r: 0.005 if r is swapped else 0.0)
+        self.assertNotIn(swapped, [r for r, _ in plan.items])  # its 5 ms restore does not fit
+        self.assertIn(fresh, [r for r, _ in plan.items])
+        plan = plan_batch([], [], [], [swapped], LAT, None, self.cfg, 100, 16, restore_cost=lambda r: 0.005)
+        self.assertIn(swapped, [r for r, _ in plan.items])  # offline batching mode: no budget
+
     def test_calc_budget(self):
         b = calc_budget(LAT, 0.005, self.cfg)
         self.assertEqual(b.tokens, 38)  # 1 + 0.2 + 0.1 * 38 = 5.0 ms
