@@ -47,6 +47,14 @@ class Memnode:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()
+        self._close_pipes()
+
+    def _close_pipes(self) -> None:
+        for f in (self.proc.stdin, self.proc.stdout):
+            try:
+                f.close()
+            except OSError:
+                pass
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -55,6 +63,7 @@ class Memnode:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self.kill()
+        self._close_pipes()
         self.dir.cleanup()
 
     def __enter__(self):

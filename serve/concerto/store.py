@@ -205,3 +205,8 @@ class FarStore(KVStore):
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        for f in (self.proc.stdin, self.proc.stdout, self._stderr):
+            try:
+                f.close()
+            except OSError:
+                pass

@@ -41,6 +41,7 @@ class TestHTTP(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         cls.httpd.shutdown()
+        cls.httpd.server_close()
         cls.svc.shutdown()
 
     def post(self, path, body, raw=None):
