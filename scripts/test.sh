@@ -40,6 +40,10 @@ else
     HARNESS_RUN_QUICK=1 make -s bench-test
 fi
 
+step "concerto (LLM co-serving, serve/): model numerics, scheduler, far-memory checkpoints, HTTP"
+# Uses target/release/libgleaner.so and gleaner-memnode built above; numpy only (no torch needed).
+(cd serve && OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 /usr/bin/python3 -m unittest discover -s tests -t . -v)
+
 devnull_ok || { echo "FAIL: a test replaced /dev/null with a regular file" >&2; exit 1; }
 
 step "fuzz the protocol decoder (${GLEANER_FUZZ_SECONDS:-30} s)"
