@@ -3,7 +3,7 @@
 //! link is, so that contention between tenants shows on loopback): reads (`Read`, `Prefetch`)
 //! go out on one lane, write-backs come in on the other, and the two never wait for each other.
 //! On each lane, requests waiting for it are served in start-time fair queuing order by tenant
-//! weight (Canvas, section 4.5 of docs/ALGORITHMS.md): each request gets a start tag
+//! weight (Canvas, Canvas, NSDI 2023, two-dimensional scheduling): each request gets a start tag
 //! `S = max(V, F_tenant)` and a finish tag `F = S + bytes / weight`, the waiting request with the
 //! smallest start tag goes next, and the lane's virtual time `V` is the start tag of the request
 //! last sent. A tenant with three times the weight of another gets three times its bytes while

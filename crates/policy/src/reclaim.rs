@@ -1,4 +1,4 @@
-//! Hermit's feedback-directed reclaim scheduler (`docs/ALGORITHMS.md` §1.3 and §1.3.1), with the
+//! Hermit's feedback-directed reclaim scheduler (Hermit, NSDI 2023, its reclaim scheduler, and the public code's probe of the low watermark), with the
 //! static "Hermit\*" / Fastswap ablation (§1.3, §8.3) and a Linux-like direct-reclaim ablation
 //! (§8.1).
 //!
@@ -9,7 +9,7 @@
 //! should run. There is no thread spinning to watch memory: this is Hermit's *decentralised*
 //! scheduler, "inlined in the budget-charge step of every swap-in" (§1.3).
 //!
-//! # Feedback signals (ALGORITHMS.md §1.2)
+//! # Feedback signals (Hermit, NSDI 2023, feedback signals)
 //!
 //! * **S_in**, the fault-in rate (pages/s): charges counted over windows of at least
 //!   [`RATE_WINDOW_NS`]; by default the running maximum over windows, like the public code.
@@ -20,7 +20,7 @@
 //! * **Average page turnaround (APT)**: time from a page's eviction to its next fault, reported
 //!   through [`ReclaimScheduler::on_refault`] and averaged per rate window.
 //!
-//! # Watermarks and the thread ramp (ALGORITHMS.md §1.3)
+//! # Watermarks and the thread ramp (Hermit, NSDI 2023, its reclaim scheduler)
 //!
 //! Watermarks are kept as *free pages* (`free = budget - resident`), like the pseudo-code:
 //!
@@ -76,35 +76,35 @@ use serde::Serialize;
 
 /// Pages of high-watermark headroom per unit of swap intensity: the high watermark is
 /// `budget - ALPHA * SI`. Published value (Hermit, NSDI 2023, §4.2: "α = 128 works well in
-/// practice"); ALGORITHMS.md §1.3.
+/// practice"); Hermit, NSDI 2023, its reclaim scheduler.
 pub const ALPHA: u64 = 128;
 
 /// The scheduler re-reads its counters every this many charges; the charges in between take the
-/// fast path. Published value (Hermit §4.2); ALGORITHMS.md §1.3.
+/// fast path. Published value (Hermit §4.2); Hermit, NSDI 2023, its reclaim scheduler.
 pub const CHECK_EVERY: u64 = 128;
 
 /// Minimum length of a fault-in rate window, in nanoseconds (1 ms). The low-watermark probe also
-/// runs once per window. From the public code; ALGORITHMS.md §1.3.
+/// runs once per window. From the public code; Hermit, NSDI 2023, its reclaim scheduler.
 pub const RATE_WINDOW_NS: u64 = 1_000_000;
 
-/// Maximum number of reclaim threads. From the public code; ALGORITHMS.md §1.3. The engine passes
+/// Maximum number of reclaim threads. From the public code; Hermit, NSDI 2023, its reclaim scheduler. The engine passes
 /// a smaller cap in [`ReclaimParams::max_reclaimers`] on small machines.
 pub const MAX_RECLAIMERS: usize = 16;
 
 /// The public code's low watermark, as free pages, is at least `BETA * H_free`. From the public
-/// code; ALGORITHMS.md §1.3 and §1.3.1.
+/// code; Hermit's scheduler and the public code's watermark probe.
 pub const BETA: u64 = 16;
 
 /// The low-watermark probe grows by `resident / GAMMA` pages per window in which the turnaround
-/// did not move the wrong way. From the public code; ALGORITHMS.md §1.3.1.
+/// did not move the wrong way. From the public code; Hermit's public code, its probe of the low watermark.
 pub const GAMMA: u64 = 2000;
 
 /// Until both rates are known, the public code runs one thread when fewer than this many pages
-/// (8 MiB) are free, and none otherwise. ALGORITHMS.md §1.3 (last line of the pseudo-code).
+/// (8 MiB) are free, and none otherwise. Hermit's scheduler, the last line of its pseudo-code.
 pub const BOOTSTRAP_FREE: u64 = 2048;
 
 /// The static ablation starts all its threads when fewer than this many pages (8 MiB) are free:
-/// Fastswap's `MAX_RECLAIM_OFFLOAD` and the public code's `reclaim_mode` 1. ALGORITHMS.md §1.3
+/// Fastswap's `MAX_RECLAIM_OFFLOAD` and the public code's `reclaim_mode` 1. Hermit, NSDI 2023, its reclaim scheduler
 /// ("Static ablation") and §8.3. The direct ablation uses the same threshold as its low watermark,
 /// so the two ablations differ only in who reclaims.
 pub const STATIC_START_FREE: u64 = 2048;
@@ -120,7 +120,7 @@ pub const HEADROOM_CAP_DIVISOR: u64 = 4;
 
 const NS_PER_SEC: u128 = 1_000_000_000;
 
-/// How the low watermark is probed from the average page turnaround (ALGORITHMS.md §1.3.1).
+/// How the low watermark is probed from the average page turnaround (Hermit's public code, its probe of the low watermark).
 ///
 /// Both rules grow a probe by `max(1, resident / GAMMA)` pages per window in which the turnaround
 /// did not move the wrong way, and reset it to 0 at once when it did; they differ in which way is
@@ -141,15 +141,15 @@ pub enum ProbeRule {
 /// Which reclaim policy the scheduler applies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReclaimMode {
-    /// Hermit's feedback-directed scheduler (ALGORITHMS.md §1.3); `hermit` or `hermit:paper`.
+    /// Hermit's feedback-directed scheduler (Hermit, NSDI 2023, its reclaim scheduler); `hermit` or `hermit:paper`.
     Hermit {
         /// How the low watermark is probed.
         probe: ProbeRule,
     },
-    /// "Hermit\*" / Fastswap (ALGORITHMS.md §1.3, §8.3): all `N` threads run while fewer than
+    /// "Hermit\*" / Fastswap (Hermit, NSDI 2023; Fastswap, EuroSys 2020): all `N` threads run while fewer than
     /// [`STATIC_START_FREE`] pages are free, none otherwise; `static:N`.
     Static(usize),
-    /// Linux-like (ALGORITHMS.md §8.1): no reclaim thread; a faulting thread reclaims
+    /// Linux-like (the kernel's own reclaim): no reclaim thread; a faulting thread reclaims
     /// synchronously whenever fewer than [`STATIC_START_FREE`] pages are free; `direct`.
     Direct,
 }
@@ -226,7 +226,7 @@ impl FromStr for ReclaimMode {
 /// How S_in, the fault-in rate, is estimated from the per-window rates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RateEstimate {
-    /// The running maximum over all windows, as the public code keeps it (ALGORITHMS.md §1.3:
+    /// The running maximum over all windows, as the public code keeps it (Hermit's public code:
     /// `S_in = max(S_in, rate)`). Swap intensity then never falls after a burst.
     #[default]
     RunningMax,
@@ -350,7 +350,7 @@ pub struct ReclaimSnapshot {
     pub high_watermark_free: u64,
     /// Low watermark as free pages (`L_free`).
     pub low_watermark_free: u64,
-    /// The low-watermark probe, in pages (ALGORITHMS.md §1.3.1).
+    /// The low-watermark probe, in pages (Hermit's public code, its probe of the low watermark).
     pub probe_pages: u64,
     /// Average page turnaround of the last window that had re-faults, in nanoseconds.
     pub turnaround_avg_ns: Option<u64>,
@@ -362,7 +362,7 @@ pub struct ReclaimSnapshot {
     pub direct_reclaims: u64,
     /// Pages reclaimed by direct reclaims.
     pub direct_reclaimed_pages: u64,
-    /// Direct reclaims per charge (Hermit's "direct-reclamation ratio", ALGORITHMS.md §1.6).
+    /// Direct reclaims per charge (Hermit's "direct-reclamation ratio", Hermit, NSDI 2023).
     pub direct_reclaim_ratio: f64,
 }
 
@@ -496,7 +496,7 @@ impl ReclaimScheduler {
     /// including the page just charged and the current time.
     ///
     /// Fast path: all but every `check_every`-th call only count the charge and return the last
-    /// target with `wake: false`. A check (ALGORITHMS.md §1.3, `on_charge`):
+    /// target with `wake: false`. A check (Hermit's scheduler, `on_charge`):
     /// 1. if at least `rate_window_ns` passed since the window started, closes the window:
     ///    `rate = charges in window / elapsed`, `S_in = max(S_in, rate)` (or the last rate, per
     ///    [`RateEstimate`]), and runs the low-watermark probe (§1.3.1);
@@ -702,7 +702,7 @@ impl ReclaimScheduler {
 
     /// Reports a reclaim batch: reclaim thread `thread_id` evicted `pages` pages in `busy_ns`
     /// nanoseconds of work. S_out is the running average over thread 0's batches,
-    /// `S_out = Σ pages / Σ busy time` (public code, ALGORITHMS.md §1.3); other threads' batches
+    /// `S_out = Σ pages / Σ busy time` (Hermit's public code); other threads' batches
     /// only count towards `reclaimed_pages`. Batches with no time contribute pages but no rate
     /// until some time is reported. The new S_out is used from the next check.
     pub fn on_reclaimed(&mut self, thread_id: usize, pages: u64, busy_ns: u64) {
@@ -719,7 +719,7 @@ impl ReclaimScheduler {
 
     /// Reports one re-fault: a page evicted `turnaround_ns` nanoseconds ago was faulted in again
     /// (turnaround = time of the fault - time of the eviction). Averaged per rate window into the
-    /// APT that drives the low-watermark probe (ALGORITHMS.md §1.3.1).
+    /// APT that drives the low-watermark probe (Hermit's public code, its probe of the low watermark).
     pub fn on_refault(&mut self, turnaround_ns: u64) {
         self.on_refaults(1, turnaround_ns);
     }

@@ -23,7 +23,7 @@
 //! Making room means asking the policy for victims until fewer than `capacity` pages are
 //! resident; a victim that was prefetched and never used is *wasted*.
 //!
-//! # Metrics (Leap's definitions, ALGORITHMS.md §2.2)
+//! # Metrics (Leap's definitions, Leap, USENIX ATC 2020)
 //!
 //! * **accuracy** = prefetch hits ÷ prefetches issued (pages actually fetched);
 //! * **coverage** = prefetch hits ÷ (prefetch hits + demand misses), i.e. the share of page-in

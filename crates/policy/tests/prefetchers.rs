@@ -128,7 +128,7 @@ fn leap_follows_interleaved_threads_per_thread_but_not_with_one_stream() {
         }),
         2_000,
     );
-    // Perfectly interleaved strides have no majority in one history (ALGORITHMS.md §2.4).
+    // Perfectly interleaved strides have no majority in one history (Leap's FINDTREND).
     assert!(one.coverage < 0.5, "{one:?}");
 }
 

@@ -1,6 +1,6 @@
 //! Hermit's reclaim scheduler against scripted feedback: charges at chosen rates with explicit
 //! timestamps, reclaim-batch reports, re-fault turnarounds and resident levels, checking the
-//! thread count and the watermarks after each step (ALGORITHMS.md §1.3, §1.3.1, §8.3).
+//! thread count and the watermarks after each step (Hermit, NSDI 2023, its scheduler and the public code's watermark probe; Fastswap, EuroSys 2020).
 //!
 //! Conventions used in the hand computations below:
 //! * `free = budget - resident`; `H` / `L` are the high / low watermarks as free pages, and the

@@ -1,4 +1,4 @@
-//! Leap's trend detector (FINDTREND, ALGORITHMS.md §2.4) on the paper's worked example and on
+//! Leap's trend detector (FINDTREND, Leap's FINDTREND) on the paper's worked example and on
 //! adversarial histories.
 
 use gleaner_policy::prefetch::{delta, find_trend, Fault, History, Leap, LeapConfig, Prefetcher};
@@ -34,9 +34,9 @@ fn worked_example_deltas_and_trends() {
     assert_eq!(
         deltas,
         vec![0, -3, -3, -3, -3, -58, 2, 2, 2, 2, 2, 4, 41, -39, 2, 2],
-        "the deltas ALGORITHMS.md lists"
+        "the deltas of Leap's worked example"
     );
-    // The outcomes ALGORITHMS.md states:
+    // The outcomes of Leap's worked example:
     assert_eq!(trends[3], Some(-3), "t3: window t0-t3 -> majority -3");
     assert_eq!(
         trends[7], None,

@@ -4,7 +4,7 @@
 //! # What a policy can see
 //!
 //! In far memory, user space sees *faults*, not accesses: a mapped page is read and written
-//! without the handler knowing, and hardware accessed bits need privileges (ALGORITHMS.md §3.5).
+//! without the handler knowing, and hardware accessed bits need privileges (RackMem, PACT 2020).
 //! The simulator therefore offers two [`Visibility`] levels, and every policy states which one
 //! it was built for:
 //!
@@ -153,7 +153,7 @@ pub enum EvictKind {
     /// `refault`: segmented FIFO whose pages that refault soon after eviction are protected
     /// ([`Refault`]).
     Refault,
-    /// `rackmem` (ALGORITHMS.md §3.3–3.5 with the published parameters), `rackmem:N` (`min_free`
+    /// `rackmem` (RackMem, PACT 2020, with the published parameters), `rackmem:N` (`min_free`
     /// = N pages) or `rackmem:N%` (`min_free` = N% of the capacity).
     RackMem(MinFree),
     /// `recency` or `recency:N%`: the page seen used longest ago leaves first, pages seen only

@@ -1,4 +1,4 @@
-//! RackMem's per-region residency policy (RackMem, PACT 2020; ALGORITHMS.md §3.3–3.5).
+//! RackMem's per-region residency policy (RackMem, PACT 2020; its per-region lists, fault handler and proactive reclaim).
 //!
 //! # Structures (§3.3)
 //!
@@ -63,7 +63,7 @@ use serde::Serialize;
 
 use super::{EvictPolicy, Insert, PageMap, Touch, Visibility};
 
-/// RackMem's tunables; [`Default`] gives the published values (ALGORITHMS.md §3.9).
+/// RackMem's tunables; [`Default`] gives the published values (RackMem, PACT 2020).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RackMemConfig {
     /// Proactive reclaim starts below this many free slots (512).

@@ -1,4 +1,4 @@
-//! Leap's majority-trend prefetcher (Leap, USENIX ATC 2020; ALGORITHMS.md §2).
+//! Leap's majority-trend prefetcher (Leap, USENIX ATC 2020).
 //!
 //! # What follows the paper
 //!
@@ -15,7 +15,7 @@
 //!   window (8 → 4 → 2 → 1 → 0).
 //! * **Candidates** (§2.5): with a majority Δ, `P_t + i·Δ` for `i = 1..PW`; without one, the same
 //!   walk along the previous trend (speculative prefetch; "around P_t" is read as the forward
-//!   walk, as ALGORITHMS.md suggests). With PW = 0 nothing is fetched.
+//!   walk, as a user-space port suggests). With PW = 0 nothing is fetched.
 //!
 //! # gleaner adaptations
 //!
@@ -61,7 +61,7 @@ pub fn delta(prev: u64, cur: u64) -> i64 {
 }
 
 /// FINDTREND over a history given most-recent-first (`hist[0]` is the latest delta), as
-/// ALGORITHMS.md §2.4 writes it.
+/// Leap's FINDTREND is written.
 ///
 /// Windows of `w = h_size / n_split` (at least 1), `2w`, … up to `h_size` entries are examined in
 /// turn; the first window with a majority (`≥ ⌊w/2⌋ + 1` occurrences, found by a Boyer–Moore
@@ -172,7 +172,7 @@ impl History {
     }
 }
 
-/// Leap's parameters. [`Default`] gives the published ones (ALGORITHMS.md §2.8).
+/// Leap's parameters. [`Default`] gives the published ones (Leap, USENIX ATC 2020).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LeapConfig {
     /// History length H_size (32).

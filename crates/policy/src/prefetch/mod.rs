@@ -19,8 +19,8 @@
 //! | `none` | nothing | — |
 //! | `next:N` | the N pages after the faulting one | every fault |
 //! | `stride` | constant stride of the last two deltas, depth from past accuracy ([`Stride`]) | every fault |
-//! | `readahead` | Linux VMA swap readahead, ALGORITHMS.md §8.2 ([`Readahead`]) | misses |
-//! | `leap` / `leap:PWMAX` | Leap's majority trend and hit-sized window, ALGORITHMS.md §2 ([`Leap`]) | misses and window markers |
+//! | `readahead` | Linux VMA swap readahead, Linux's swap readahead ([`Readahead`]) | misses |
+//! | `leap` / `leap:PWMAX` | Leap's majority trend and hit-sized window, Leap, USENIX ATC 2020 ([`Leap`]) | misses and window markers |
 
 mod leap;
 mod readahead;
@@ -85,7 +85,7 @@ impl Prefetcher for NoPrefetch {
 }
 
 /// Next-N-line: on every page-in fault, the `n` pages after the faulting one (Leap's baseline,
-/// ALGORITHMS.md §8.2). Acting on prefetch hits too keeps it `n` pages ahead of a sequential scan
+/// Linux's swap readahead). Acting on prefetch hits too keeps it `n` pages ahead of a sequential scan
 /// once the caller drops the candidates already resident.
 #[derive(Debug, Clone)]
 pub struct NextN {

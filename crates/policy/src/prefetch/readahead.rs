@@ -1,4 +1,4 @@
-//! Linux VMA-based swap readahead (ALGORITHMS.md §8.2, `prefetch=linux-vma`), the rule RackMem
+//! Linux VMA-based swap readahead (Linux's `swap_vma_readahead`), the rule RackMem
 //! starts from (§3.6) and Leap's "Linux Read-Ahead" baseline in its VMA form.
 //!
 //! State per process (the region plays the VMA): the previous fault page, the previous window and

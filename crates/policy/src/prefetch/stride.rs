@@ -1,4 +1,4 @@
-//! Stride prefetcher (Leap's "Stride" baseline, ALGORITHMS.md §8.2): a stride is the delta the
+//! Stride prefetcher (Leap's "Stride" baseline, Linux's swap readahead): a stride is the delta the
 //! last two faults of a thread agree on; its depth follows the prefetcher's past accuracy.
 //!
 //! Per thread: the last fault page and delta. When the current delta is nonzero and equals the
