@@ -9,8 +9,9 @@
 //! * [`Midas`] with [`Estimator::Rebuild`]: the dissertation's policy (Midas, NSDI 2024,
 //!   section 4.3; Qiao's dissertation, chapter 3): maximise `sum w_i * Gamma_i(m_i)` with
 //!   `Gamma_i = -(CPU time in reconstructors)`. Each round every full pool is probed by
-//!   `+-probe` bytes (alternately); the slope of its rebuild cost against what it held is its
-//!   marginal utility `u_i`. Memory moves (up to `move_max`) from the lowest `w*u` to the
+//!   `+-probe` bytes (alternately); the slope of its rebuild cost per access against what it
+//!   held, times its accesses per second, is its marginal utility `u_i` (per access, so that a
+//!   closed-loop program starved into rebuilding all the time still shows what memory saves). Memory moves (up to `move_max`) from the lowest `w*u` to the
 //!   highest, and only to a pool that used what it was granted last round (anti-oscillation).
 //! * [`Midas`] with [`Estimator::VictimPenalty`]: the released code's estimator,
 //!   `gain = w * miss_penalty * victim_hits` (penalty = rebuild ns per byte), EWMA-smoothed
@@ -277,13 +278,15 @@ struct ProbeState {
     base: u64,
     /// The probe in effect during the round that just ended (+1, -1, or 0 for none).
     phase: i8,
-    /// (resident, rebuild ns/s) measured at +probe and at -probe.
-    up: Option<(u64, f64)>,
-    down: Option<(u64, f64)>,
+    /// (resident, rebuild ns per access, accesses per second) measured at +probe and -probe.
+    up: Option<(u64, f64, f64)>,
+    down: Option<(u64, f64, f64)>,
     /// The marginal utility: rebuild ns/s saved per byte.
     utility: f64,
     /// The released code's smoothed gain.
     gain: f64,
+    /// Whether `utility` comes from a probe pair (else it is the prior).
+    measured: bool,
 }
 
 /// Marginal-utility allocation (Midas) with either estimator.
@@ -322,24 +325,36 @@ impl Midas {
         });
         match self.estimator {
             Estimator::Rebuild => {
-                let rate = p.delta.rebuild_ns as f64 / p.secs.max(1e-3);
+                // Rebuild cost per access, and accesses per second: their product is the
+                // dissertation's Gamma (rebuild CPU per second) under the pool's current load.
+                // The slope is taken per access and then scaled by the load, because a program
+                // in a closed loop that is starved of memory spends all its time rebuilding: its
+                // rebuild CPU per second is flat in memory until its cache is nearly whole, and
+                // the raw slope would send memory away from the very pool that needs it most.
+                let accesses = (p.delta.hits + p.delta.misses).max(1) as f64;
+                let per_access = p.delta.rebuild_ns as f64 / accesses;
+                let rate = accesses / p.secs.max(1e-3);
                 match st.phase {
-                    1 => st.up = Some((p.resident, rate)),
-                    -1 => st.down = Some((p.resident, rate)),
+                    1 => st.up = Some((p.resident, per_access, rate)),
+                    -1 => st.down = Some((p.resident, per_access, rate)),
                     _ => {}
                 }
-                if let (Some((ru, cu)), Some((rd, cd))) = (st.up, st.down) {
+                if let (Some((ru, cu, qu)), Some((rd, cd, qd))) = (st.up, st.down) {
                     // The slope of rebuild cost against the memory the pool really held: a probe
                     // the pool did not fill (or give back) says nothing, and keeps the old slope.
                     if ru > rd + params.probe / 4 {
-                        st.utility = ((cd - cu) / (ru - rd) as f64).max(0.0);
+                        st.utility = ((cd - cu) / (ru - rd) as f64 * (qu + qd) / 2.0).max(0.0);
                     }
                     st.up = None;
                     st.down = None;
+                    st.measured = true;
                 }
-                if !p.full(&params) {
-                    // More memory is worth nothing to a pool that does not use what it has.
-                    st.utility = 0.0;
+                if !st.measured {
+                    // Until a probe pair has measured a slope: the rebuild CPU it spends per
+                    // byte it holds (as much memory again would save at most all of it).
+                    st.utility = p.delta.rebuild_ns as f64
+                        / p.secs.max(1e-3)
+                        / p.resident.max(params.probe) as f64;
                 }
             }
             Estimator::VictimPenalty => {
@@ -461,9 +476,10 @@ impl Policy for Midas {
                     base[k].saturating_sub(prm.probe)
                 };
                 limits[k] = clamp(p, l);
+                // A down probe clamped at the floor still measures the lower point.
                 st.phase = if limits[k] > base[k] {
                     1
-                } else if limits[k] < base[k] {
+                } else if phase < 0 {
                     -1
                 } else {
                     0
