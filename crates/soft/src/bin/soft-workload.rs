@@ -7,7 +7,8 @@
 //! * `--kind file --file PATH`: a storage server's block cache, rebuilt by reading the block
 //!   from the file (plus `--cost-us`, default 0).
 //!
-//! Every value read is checked in full against what it must be (a torn or foreign read would
+//! Reports carry the process's CPU seconds (`cpu_s`), so throughput can be taken per CPU
+//! second on a machine whose CPUs others share. Every value read is checked in full against what it must be (a torn or foreign read would
 //! count in `bad`). Prints one JSON line of counters every `--report-ms` and at the end; exits
 //! 0 if every read was right, 3 otherwise, 2 on bad flags. With `--node SOCKET` the pool
 //! registers with the node daemon (`--autostart` starts one if none answers).
@@ -69,6 +70,19 @@ impl Zipf {
     fn sample(&self, u: f64) -> usize {
         self.cdf.partition_point(|&c| c < u).min(self.cdf.len() - 1)
     }
+}
+
+/// This process's CPU time (user + system), seconds, from `/proc/self/stat`.
+fn cpu_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // Fields after the command (which may hold spaces) start after the last ')'.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // utime and stime are fields 14 and 15 of stat(5): 12 and 13 after the state field.
+    (ticks(11) + ticks(12)) / 100.0
 }
 
 fn main() {
@@ -228,6 +242,7 @@ fn main() {
         let s = pool.stats();
         let line = serde_json::json!({
             "name": name, "pid": std::process::id(), "t": start.elapsed().as_secs_f64(),
+            "cpu_s": cpu_seconds(),
             "ops": ops.load(std::sync::atomic::Ordering::Relaxed),
             "bad": bad.load(std::sync::atomic::Ordering::Relaxed),
             "hits": s.hits, "misses": s.misses, "victim_hits": s.victim_hits,
