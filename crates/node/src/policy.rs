@@ -287,6 +287,8 @@ struct ProbeState {
     gain: f64,
     /// Whether `utility` comes from a probe pair (else it is the prior).
     measured: bool,
+    /// The probe size last used.
+    probe: u64,
 }
 
 /// Marginal-utility allocation (Midas) with either estimator.
@@ -342,7 +344,7 @@ impl Midas {
                 if let (Some((ru, cu, qu)), Some((rd, cd, qd))) = (st.up, st.down) {
                     // The slope of rebuild cost against the memory the pool really held: a probe
                     // the pool did not fill (or give back) says nothing, and keeps the old slope.
-                    if ru > rd + params.probe / 4 {
+                    if ru > rd + st.probe.min(params.probe) / 4 {
                         st.utility = ((cd - cu) / (ru - rd) as f64 * (qu + qd) / 2.0).max(0.0);
                     }
                     st.up = None;
@@ -470,10 +472,14 @@ impl Policy for Midas {
                 } else {
                     -1
                 };
+                // A probe is at most a quarter of the pool's grant (at least one segment): a
+                // 64 MiB probe of a 48 MiB pool would empty it every other round.
+                let probe = prm.probe.min((base[k] / 4).max(2 << 20));
+                st.probe = probe;
                 let l = if phase > 0 {
-                    base[k].saturating_add(prm.probe)
+                    base[k].saturating_add(probe)
                 } else {
-                    base[k].saturating_sub(prm.probe)
+                    base[k].saturating_sub(probe)
                 };
                 limits[k] = clamp(p, l);
                 // A down probe clamped at the floor still measures the lower point.
