@@ -82,6 +82,7 @@ fn c_program_uses_soft_memory_through_the_c_api() {
     let _ = node.kill();
     let _ = node.wait();
     let _ = std::fs::remove_file(&sock);
+    let _ = std::fs::remove_file(format!("{}.lock", sock.display()));
     assert!(
         out.status.success(),
         "{}\n{}",

@@ -27,11 +27,36 @@ fn gleaner() -> PathBuf {
     g
 }
 
-fn sock(tag: &str) -> PathBuf {
-    std::env::temp_dir().join(format!(
+/// A socket path for one test; its socket and lock files go when the guard drops.
+struct Sock(PathBuf);
+impl std::ops::Deref for Sock {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+impl AsRef<std::ffi::OsStr> for Sock {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.0.as_os_str()
+    }
+}
+impl AsRef<Path> for Sock {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+impl Drop for Sock {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+        let _ = std::fs::remove_file(format!("{}.lock", self.0.display()));
+    }
+}
+
+fn sock(tag: &str) -> Sock {
+    Sock(std::env::temp_dir().join(format!(
         "gleaner-node-test-{tag}-{}.sock",
         std::process::id()
-    ))
+    )))
 }
 
 struct Proc(Child);
