@@ -3,10 +3,11 @@
 //! Subcommands: `memnode` (the memory node daemon and its stats), `bench` (micro-benchmarks with
 //! their same-run floors), `trace` (offline replay of fault traces under every policy), `run` (an
 //! unmodified program with its heap on far memory, through the LD_PRELOAD library), `status`
-//! (the programs running on far memory on this machine).
+//! (the programs running on far memory on this machine), `node` (the soft-memory coordinator).
 #![deny(missing_docs)]
 
 mod bench;
+mod node;
 mod run;
 mod status;
 
@@ -49,6 +50,12 @@ enum Command {
     /// and their memnodes (for a pool: each memnode's state, extents and pages). Your own
     /// programs; run as root, every user's.
     Status(status::StatusArgs),
+    /// The node coordinator: one daemon per machine that grants soft-memory pools idle memory
+    /// by marginal utility and takes it back under pressure (`gleaner node status` shows it).
+    ///
+    /// Runs in the foreground. Soft pools (the gleaner-soft runtime, its C and Python APIs)
+    /// register on its Unix socket and start one on demand when none answers.
+    Node(node::NodeArgs),
     /// Fault traces: replay one offline under every prefetcher and eviction policy (with exact
     /// LRU and Belady's optimum as references), or synthesise one.
     Trace(gleaner_policy::cli::TraceCommand),
@@ -65,5 +72,6 @@ fn main() -> ExitCode {
         Command::Bench(cmd) => bench::main(cmd),
         Command::Trace(cmd) => gleaner_policy::cli::main(cmd),
         Command::Status(args) => status::main(args),
+        Command::Node(args) => node::main(args),
     }
 }

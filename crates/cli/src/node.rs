@@ -1,0 +1,162 @@
+//! `gleaner node`: the node coordinator daemon (soft-memory pools, Midas) and its status.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use gleaner_node::daemon::{Config, Daemon};
+use gleaner_node::policy::{Params, PolicyKind};
+use gleaner_node::pressure::Source;
+use gleaner_proto::units::parse_size;
+
+/// Flags of `gleaner node`.
+#[derive(Args, Debug)]
+#[command(
+    after_help = "Examples:\n  gleaner node                          # foreground, default socket\n  \
+                  gleaner node --policy static --soft-budget 2G\n  \
+                  gleaner node status"
+)]
+pub struct NodeArgs {
+    #[command(subcommand)]
+    cmd: Option<NodeCommand>,
+    /// The registration socket. Default: $GLEANER_NODE_SOCKET, else /run/gleaner/node.sock for
+    /// root, else /dev/shm/gleaner-node-UID.sock.
+    #[arg(long, value_name = "PATH", global = true)]
+    socket: Option<PathBuf>,
+    /// Allocation policy: midas (marginal utility by rebuild cost, the dissertation's),
+    /// midas-victim (victim hits x miss penalty, the released code's), static (equal
+    /// partition) or cliffhanger (hit-ratio gradient).
+    #[arg(long, default_value = "midas", value_parser = |s: &str| s.parse::<PolicyKind>())]
+    policy: PolicyKind,
+    /// Seconds between allocation rounds.
+    #[arg(long, default_value_t = 5.0, value_name = "SECS", value_parser = positive)]
+    interval: f64,
+    /// Milliseconds between pressure readings (and enforcement of grants).
+    #[arg(long, default_value_t = 50, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    tick_ms: u64,
+    /// Milliseconds a pool's runtime has to shrink by itself before the daemon punches its
+    /// coldest segments (immediately under severe pressure).
+    #[arg(long, default_value_t = 500, value_name = "MS")]
+    grace_ms: u64,
+    /// Probe size of the midas policy.
+    #[arg(long, default_value = "64M", value_name = "SIZE", value_parser = parse_size)]
+    probe: u64,
+    /// The most one round moves between two pools.
+    #[arg(long, default_value = "256M", value_name = "SIZE", value_parser = parse_size)]
+    move_max: u64,
+    /// Cliffhanger's step (and the victim estimator's least step).
+    #[arg(long, default_value = "32M", value_name = "SIZE", value_parser = parse_size)]
+    step: u64,
+    /// A new pool's first grant when memory is free.
+    #[arg(long, default_value = "100M", value_name = "SIZE", value_parser = parse_size)]
+    initial: u64,
+    /// Memory kept free for everything else. Default: 5% of the machine (or cgroup), at least
+    /// 64 MiB.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    reserve: Option<u64>,
+    /// The most all soft pools hold together. Default: all idle memory beyond the reserve.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    soft_budget: Option<u64>,
+    /// Coordinate one cgroup v2 (read its memory.max, memory.current and memory.pressure)
+    /// rather than the whole machine.
+    #[arg(long, value_name = "DIR")]
+    cgroup: Option<PathBuf>,
+    /// Exit after this many seconds with no registered pool (daemons started on demand).
+    #[arg(long, value_name = "SECS", value_parser = positive)]
+    exit_when_idle: Option<f64>,
+}
+
+#[derive(Subcommand, Debug)]
+enum NodeCommand {
+    /// Print the running daemon's state as JSON: each pool's grant, what it holds, its
+    /// counters, and the daemon's last decisions.
+    Status,
+}
+
+fn positive(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!("`{s}`: give a number of seconds above 0")),
+    }
+}
+
+/// Runs `gleaner node`.
+pub fn main(args: NodeArgs) -> ExitCode {
+    let socket = args
+        .socket
+        .clone()
+        .unwrap_or_else(gleaner_node::client::default_socket);
+    if let Some(NodeCommand::Status) = args.cmd {
+        return match gleaner_node::client::status(&socket) {
+            Ok(v) => {
+                println!("{}", serde_json::to_string_pretty(&v).unwrap());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("gleaner node status: no daemon answered: {e}");
+                ExitCode::from(1)
+            }
+        };
+    }
+    let source = match &args.cgroup {
+        Some(d) => Source::Cgroup(d.clone()),
+        None => Source::Machine,
+    };
+    let total = match source.sample() {
+        Ok(s) => s.total,
+        Err(e) => {
+            eprintln!("gleaner node: cannot read memory pressure: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let cfg = Config {
+        socket: socket.clone(),
+        policy: args.policy,
+        params: Params {
+            probe: args.probe,
+            move_max: args.move_max,
+            step: args.step,
+            full_fraction: 0.9,
+            initial: args.initial,
+        },
+        interval: Duration::from_secs_f64(args.interval),
+        tick: Duration::from_millis(args.tick_ms),
+        grace: Duration::from_millis(args.grace_ms),
+        reserve: args.reserve.unwrap_or((total / 20).max(64 << 20)),
+        soft_budget: args.soft_budget,
+        source,
+        exit_when_idle: args.exit_when_idle.map(Duration::from_secs_f64),
+    };
+    let (daemon, listener) = match Daemon::bind(cfg) {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("gleaner node: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut signals = match signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+    ]) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("gleaner node: signals: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let d = daemon.clone();
+    std::thread::spawn(move || {
+        if signals.forever().next().is_some() {
+            d.stop();
+        }
+    });
+    println!("listening on {}", socket.display());
+    log::info!(
+        "gleaner node: policy {:?}, socket {}",
+        args.policy,
+        socket.display()
+    );
+    daemon.serve(listener);
+    ExitCode::SUCCESS
+}

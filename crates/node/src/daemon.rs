@@ -1,0 +1,617 @@
+//! The node daemon: one per machine. It accepts registrations on a Unix socket, watches memory
+//! pressure, runs the allocation policy every round and enforces every pool's grant.
+//!
+//! Enforcement, every tick: a pool holding more than its grant (measured from its memfd, not
+//! taken from the runtime's word) is first asked to shrink (its grant is written to its control
+//! area and pushed on its connection: the runtime evacuates and releases segments itself); if it
+//! still holds too much after the grace period, or at once under severe pressure, the daemon
+//! punches its segments itself, coldest first by the runtime's published order (a hint it
+//! validates), bumping each segment's generation before the punch.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::policy::{self, Params, Policy, PolicyKind, PoolView};
+use crate::pressure::{self, Level, Sample, Source};
+use crate::proto::{self, Kind, ProtoError, Reply, Request};
+use crate::shared::{self, Control, Counters, SEGMENT_BYTES};
+
+/// The daemon's settings (the flags of `gleaner node`).
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The registration socket.
+    pub socket: PathBuf,
+    /// The allocation policy.
+    pub policy: PolicyKind,
+    /// The policy's tunables.
+    pub params: Params,
+    /// Time between policy rounds (the dissertation: 5 s).
+    pub interval: Duration,
+    /// Time between pressure readings and enforcement passes.
+    pub tick: Duration,
+    /// How long a runtime has to shrink by itself before the daemon punches.
+    pub grace: Duration,
+    /// Memory to keep free for everything else, bytes.
+    pub reserve: u64,
+    /// The most all soft pools may hold together, bytes (default: idle memory).
+    pub soft_budget: Option<u64>,
+    /// Where pressure is read.
+    pub source: Source,
+    /// Exit after this long with no registration (for daemons started on demand).
+    pub exit_when_idle: Option<Duration>,
+}
+
+struct Pool {
+    id: u64,
+    pid: i32,
+    name: String,
+    cgroup: String,
+    memfd: OwnedFd,
+    ctrl: Control,
+    nseg: u64,
+    weight: f64,
+    floor: u64,
+    ceiling: u64,
+    limit: u64,
+    lowered_at: Option<Instant>,
+    conn: UnixStream,
+    last: Counters,
+    registered: Instant,
+    punched: u64,
+}
+
+impl Pool {
+    fn resident(&self) -> u64 {
+        shared::resident_bytes(&self.memfd).unwrap_or(0)
+    }
+
+    fn set_limit(&mut self, limit: u64, direct: bool) {
+        let limit = limit.min(self.ceiling);
+        if limit < self.limit {
+            self.lowered_at = Some(Instant::now());
+        }
+        let changed = limit != self.limit;
+        self.limit = limit;
+        self.ctrl
+            .word(shared::OFF_LIMIT)
+            .store(limit, Ordering::SeqCst);
+        if changed || direct {
+            // A runtime that does not read (stopped) must not stall the daemon: the write has a
+            // timeout and its failure is ignored (the control area carries the grant anyway).
+            let _ = proto::send(
+                &self.conn,
+                &Reply::Limit {
+                    limit_bytes: limit,
+                    direct,
+                },
+                None,
+            );
+        }
+    }
+}
+
+struct State {
+    pools: BTreeMap<u64, Pool>,
+    next_id: u64,
+    policy: Box<dyn Policy>,
+    decisions: VecDeque<serde_json::Value>,
+    sample: Sample,
+    level: Level,
+    budget: u64,
+    direct_bytes: u64,
+    direct_secs: f64,
+    last_registration: Instant,
+    errors: u64,
+}
+
+/// A running daemon's shared state.
+pub struct Daemon {
+    cfg: Config,
+    state: Mutex<State>,
+    stop: AtomicBool,
+    _lock: std::fs::File,
+}
+
+/// Errors starting the daemon.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// Another daemon holds the socket's lock.
+    #[error("another gleaner node is running on {0} (its lock {0}.lock is held)")]
+    Running(String),
+    /// The socket could not be set up.
+    #[error("{0}: {1}")]
+    Io(String, io::Error),
+    /// Pressure cannot be read.
+    #[error("{0}")]
+    Pressure(String),
+}
+
+impl Daemon {
+    /// Takes the socket's lock, binds it and returns the daemon and its listener.
+    pub fn bind(cfg: Config) -> Result<(Arc<Daemon>, UnixListener), StartError> {
+        let sock = cfg.socket.clone();
+        let show = sock.display().to_string();
+        if let Some(dir) = sock.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| StartError::Io(dir.display().to_string(), e))?;
+        }
+        let lock_path = PathBuf::from(format!("{show}.lock"));
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| StartError::Io(lock_path.display().to_string(), e))?;
+        if rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
+            return Err(StartError::Running(show));
+        }
+        // We hold the lock: a socket file left there is a dead daemon's.
+        let _ = std::fs::remove_file(&sock);
+        let listener = UnixListener::bind(&sock).map_err(|e| StartError::Io(show.clone(), e))?;
+        let sample = cfg.source.sample().map_err(StartError::Pressure)?;
+        let policy = policy::build(cfg.policy, cfg.params.clone());
+        // The budget is known before the first tick, so the first registrations get grants.
+        let budget = pressure::budget(&sample, 0, cfg.reserve, cfg.soft_budget);
+        let d = Arc::new(Daemon {
+            state: Mutex::new(State {
+                pools: BTreeMap::new(),
+                next_id: 1,
+                policy,
+                decisions: VecDeque::new(),
+                sample,
+                level: Level::None,
+                budget,
+                direct_bytes: 0,
+                direct_secs: 0.0,
+                last_registration: Instant::now(),
+                errors: 0,
+            }),
+            cfg,
+            stop: AtomicBool::new(false),
+            _lock: lock,
+        });
+        Ok((d, listener))
+    }
+
+    /// Asks the daemon to stop (its control loop and accept loop end soon after).
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // Wake the accept loop.
+        let _ = UnixStream::connect(&self.cfg.socket);
+    }
+
+    /// Whether [`Daemon::stop`] was called.
+    pub fn stopping(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+
+    /// Serves until stopped: the control loop on its own thread, connections on theirs.
+    pub fn serve(self: &Arc<Daemon>, listener: UnixListener) {
+        let me = self.clone();
+        let control = std::thread::Builder::new()
+            .name("node-control".into())
+            .spawn(move || me.control_loop())
+            .expect("spawn the control thread");
+        for conn in listener.incoming() {
+            if self.stopping() {
+                break;
+            }
+            match conn {
+                Ok(c) => {
+                    let me = self.clone();
+                    let _ = std::thread::Builder::new()
+                        .name("node-conn".into())
+                        .spawn(move || me.connection(c));
+                }
+                Err(e) => log::warn!("accept: {e}"),
+            }
+        }
+        let _ = control.join();
+        let _ = std::fs::remove_file(&self.cfg.socket);
+    }
+
+    fn connection(self: Arc<Daemon>, conn: UnixStream) {
+        let (req, fd) = match proto::recv::<Request>(&conn) {
+            Ok(r) => r,
+            Err(ProtoError::Closed) => return,
+            Err(e) => {
+                self.refuse(&conn, &e.to_string());
+                return;
+            }
+        };
+        match req {
+            Request::Status => {
+                let state = self.status();
+                let _ = proto::send(&conn, &Reply::Status { state }, None);
+            }
+            Request::Register {
+                version,
+                kind,
+                name,
+                weight,
+                floor_bytes,
+                ceiling_bytes,
+                resident_bytes,
+            } => {
+                let reg = self.register(
+                    &conn,
+                    fd,
+                    RegisterArgs {
+                        version,
+                        kind,
+                        name,
+                        weight,
+                        floor: floor_bytes,
+                        ceiling: ceiling_bytes,
+                        resident: resident_bytes,
+                    },
+                );
+                let id = match reg {
+                    Ok(id) => id,
+                    Err(e) => {
+                        self.refuse(&conn, &e);
+                        return;
+                    }
+                };
+                // The registration lives as long as the connection. Anything further the
+                // client sends is a protocol error (and ends the registration).
+                let r = proto::recv_raw(&conn);
+                if let Ok((body, _)) = r {
+                    let msg = String::from_utf8_lossy(&body)
+                        .chars()
+                        .take(80)
+                        .collect::<String>();
+                    self.refuse(&conn, &format!("unexpected message after register: {msg}"));
+                }
+                let mut st = self.state.lock().unwrap();
+                if let Some(p) = st.pools.remove(&id) {
+                    log::info!("pool {id} ({}, pid {}) left", p.name, p.pid);
+                }
+                st.last_registration = Instant::now();
+            }
+        }
+    }
+
+    fn refuse(&self, conn: &UnixStream, error: &str) {
+        log::warn!("refused a client: {error}");
+        self.state.lock().unwrap().errors += 1;
+        let _ = proto::send(
+            conn,
+            &Reply::Error {
+                error: error.to_string(),
+            },
+            None,
+        );
+    }
+
+    fn register(
+        &self,
+        conn: &UnixStream,
+        fd: Option<OwnedFd>,
+        a: RegisterArgs,
+    ) -> Result<u64, String> {
+        if a.version != proto::VERSION {
+            return Err(format!(
+                "protocol version {} (this daemon speaks {})",
+                a.version,
+                proto::VERSION
+            ));
+        }
+        if a.kind != Kind::SoftPool {
+            return Err(format!(
+                "kind {:?} is not served by this daemon yet (only soft_pool)",
+                a.kind
+            ));
+        }
+        if a.name.is_empty() || a.name.len() > 200 {
+            return Err("name: give 1 to 200 bytes".into());
+        }
+        if !a.weight.is_finite() || a.weight <= 0.0 || a.weight > 1e6 {
+            return Err(format!(
+                "weight {}: give a number above 0 and at most 1e6",
+                a.weight
+            ));
+        }
+        let fd = fd.ok_or("register a soft_pool with its memfd attached (SCM_RIGHTS)")?;
+        let (nseg, ctrl) = shared::adopt_pool_memfd(&fd)?;
+        let capacity = nseg * SEGMENT_BYTES;
+        let ceiling = if a.ceiling == 0 {
+            capacity
+        } else {
+            a.ceiling.min(capacity)
+        };
+        if a.floor > ceiling {
+            return Err(format!("floor {} above ceiling {ceiling}", a.floor));
+        }
+        let cred =
+            rustix::net::sockopt::socket_peercred(conn).map_err(|e| format!("SO_PEERCRED: {e}"))?;
+        let pid = cred.pid.as_raw_nonzero().get();
+        let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+            .map(|s| s.trim().rsplit("::").next().unwrap_or("").to_string())
+            .unwrap_or_default();
+        let write_conn = conn.try_clone().map_err(|e| e.to_string())?;
+        write_conn
+            .set_write_timeout(Some(Duration::from_millis(100)))
+            .map_err(|e| e.to_string())?;
+        let mut st = self.state.lock().unwrap();
+        let granted: u64 = st.pools.values().map(|p| p.limit).sum();
+        let budget = st.budget;
+        let admit = st
+            .policy
+            .admit(granted, budget, a.resident, &self.cfg.params);
+        // A re-registration (after a daemon restart) keeps what it holds if the budget allows.
+        let free = budget.saturating_sub(granted);
+        let limit = admit
+            .max(a.resident.min(free))
+            .max(a.floor.min(free))
+            .min(ceiling);
+        let id = st.next_id;
+        st.next_id += 1;
+        let counters = ctrl.counters();
+        let mut pool = Pool {
+            id,
+            pid,
+            name: a.name,
+            cgroup,
+            memfd: fd,
+            ctrl,
+            nseg,
+            weight: a.weight,
+            floor: a.floor,
+            ceiling,
+            limit: 0,
+            lowered_at: None,
+            conn: write_conn,
+            last: counters,
+            registered: Instant::now(),
+            punched: 0,
+        };
+        pool.ctrl
+            .word(shared::OFF_LIMIT)
+            .store(limit, Ordering::SeqCst);
+        pool.limit = limit;
+        if pool.resident() > limit + SEGMENT_BYTES {
+            pool.lowered_at = Some(Instant::now());
+        }
+        proto::send(
+            conn,
+            &Reply::Registered {
+                id,
+                limit_bytes: limit,
+            },
+            None,
+        )
+        .map_err(|e| e.to_string())?;
+        log::info!(
+            "pool {id} ({}, pid {pid}) registered: {nseg} segments, grant {} MiB",
+            pool.name,
+            limit >> 20
+        );
+        st.pools.insert(id, pool);
+        st.last_registration = Instant::now();
+        Ok(id)
+    }
+
+    fn control_loop(&self) {
+        let mut last_round = Instant::now();
+        while !self.stopping() {
+            std::thread::sleep(self.cfg.tick);
+            let sample = match self.cfg.source.sample() {
+                Ok(s) => s,
+                Err(e) => {
+                    log::warn!("reading pressure: {e}");
+                    continue;
+                }
+            };
+            let mut st = self.state.lock().unwrap();
+            let st = &mut *st;
+            let resident: BTreeMap<u64, u64> =
+                st.pools.iter().map(|(&id, p)| (id, p.resident())).collect();
+            let soft: u64 = resident.values().sum();
+            st.sample = sample;
+            st.level = pressure::level(&sample, self.cfg.reserve);
+            st.budget = pressure::budget(&sample, soft, self.cfg.reserve, self.cfg.soft_budget);
+            let now = Instant::now();
+            let round_due = now.duration_since(last_round) >= self.cfg.interval;
+            let granted: u64 = st.pools.values().map(|p| p.limit).sum();
+            if round_due && !st.pools.is_empty() {
+                let secs = now.duration_since(last_round).as_secs_f64();
+                last_round = now;
+                self.round(st, &resident, secs);
+            } else if granted > st.budget {
+                // Pressure between rounds: cut at once, the cheapest rebuilders first.
+                self.cut(st, &resident);
+            }
+            self.enforce(st, &resident);
+            if let Some(idle) = self.cfg.exit_when_idle {
+                if st.pools.is_empty() && st.last_registration.elapsed() >= idle {
+                    log::info!("no registration for {idle:?}: exiting");
+                    self.stop();
+                }
+            }
+        }
+    }
+
+    fn views(&self, st: &State, resident: &BTreeMap<u64, u64>, secs: f64) -> Vec<PoolView> {
+        st.pools
+            .values()
+            .map(|p| PoolView {
+                id: p.id,
+                weight: p.weight,
+                floor: p.floor,
+                ceiling: p.ceiling,
+                limit: p.limit,
+                resident: resident.get(&p.id).copied().unwrap_or(0),
+                delta: p.ctrl.counters().since(&p.last),
+                secs,
+                ghost_bytes: p.ctrl.word(shared::OFF_GHOST_BYTES).load(Ordering::Relaxed),
+            })
+            .collect()
+    }
+
+    fn round(&self, st: &mut State, resident: &BTreeMap<u64, u64>, secs: f64) {
+        let views = self.views(st, resident, secs);
+        let decisions = st.policy.round(&views, st.budget);
+        let direct = st.level == Level::Severe;
+        let mut record = Vec::new();
+        for d in &decisions {
+            if let Some(p) = st.pools.get_mut(&d.id) {
+                p.last = p.ctrl.counters();
+                if d.limit != p.limit {
+                    record.push(json!({"pool": d.id, "name": p.name, "from": p.limit, "to": d.limit, "why": d.why}));
+                }
+                p.set_limit(d.limit, direct);
+            }
+        }
+        if !record.is_empty() {
+            st.decisions.push_back(json!({"at_ms": unix_ms(), "budget": st.budget, "level": st.level, "changes": record}));
+            while st.decisions.len() > 32 {
+                st.decisions.pop_front();
+            }
+        }
+    }
+
+    fn cut(&self, st: &mut State, resident: &BTreeMap<u64, u64>) {
+        let views = self.views(st, resident, 1.0);
+        let mut order: Vec<usize> = (0..views.len()).collect();
+        let cost = |v: &PoolView| v.weight * v.delta.rebuild_ns as f64;
+        order.sort_by(|&a, &b| cost(&views[a]).total_cmp(&cost(&views[b])));
+        let mut limits: Vec<u64> = views.iter().map(|v| v.limit).collect();
+        policy::fit(&views, &mut limits, st.budget, &order);
+        let direct = st.level == Level::Severe;
+        for (v, l) in views.iter().zip(limits) {
+            if let Some(p) = st.pools.get_mut(&v.id) {
+                if l < p.limit {
+                    p.set_limit(l, direct);
+                }
+            }
+        }
+    }
+
+    fn enforce(&self, st: &mut State, resident: &BTreeMap<u64, u64>) {
+        let severe = st.level == Level::Severe;
+        for p in st.pools.values_mut() {
+            let held = resident.get(&p.id).copied().unwrap_or(0);
+            // One segment of slack covers the control area's own pages.
+            if held <= p.limit + SEGMENT_BYTES {
+                p.lowered_at = None;
+                continue;
+            }
+            let late = p.lowered_at.is_none_or(|t| t.elapsed() >= self.cfg.grace);
+            if !(severe || late) {
+                continue;
+            }
+            let count = (held - p.limit).div_ceil(SEGMENT_BYTES) as usize;
+            let t0 = Instant::now();
+            let n = direct_shrink(p, count);
+            let freed = held.saturating_sub(p.resident());
+            st.direct_secs += t0.elapsed().as_secs_f64();
+            st.direct_bytes += freed;
+            if n > 0 {
+                log::info!(
+                    "pool {} ({}, pid {}): punched {n} segments ({} MiB) {}",
+                    p.id,
+                    p.name,
+                    p.pid,
+                    freed >> 20,
+                    if severe {
+                        "under severe pressure"
+                    } else {
+                        "after the grace period"
+                    }
+                );
+            }
+        }
+    }
+
+    /// The daemon's state as JSON (`gleaner node status`).
+    pub fn status(&self) -> serde_json::Value {
+        let st = self.state.lock().unwrap();
+        let pools: Vec<serde_json::Value> = st
+            .pools
+            .values()
+            .map(|p| {
+                let c = p.ctrl.counters();
+                json!({
+                    "id": p.id, "pid": p.pid, "name": p.name, "kind": Kind::SoftPool, "cgroup": p.cgroup,
+                    "segments": p.nseg, "weight": p.weight, "floor": p.floor, "ceiling": p.ceiling,
+                    "limit": p.limit, "resident": p.resident(),
+                    "used_reported": p.ctrl.word(shared::OFF_USED).load(Ordering::Relaxed),
+                    "hits": c.hits, "misses": c.misses, "victim_hits": c.vhits,
+                    "rebuild_ns": c.rebuild_ns, "miss_bytes": c.miss_bytes,
+                    "punched_segments": p.punched,
+                    "released_segments": p.ctrl.word(shared::OFF_RELEASED).load(Ordering::Relaxed),
+                    "heartbeat": p.ctrl.word(shared::OFF_HEARTBEAT).load(Ordering::Relaxed),
+                    "utility": st.policy.utility(p.id),
+                    "registered_secs": p.registered.elapsed().as_secs_f64(),
+                })
+            })
+            .collect();
+        json!({
+            "pid": std::process::id(),
+            "policy": self.cfg.policy,
+            "budget": st.budget,
+            "level": st.level,
+            "total": st.sample.total,
+            "available": st.sample.available,
+            "psi_some_avg10": st.sample.some_avg10,
+            "psi_full_avg10": st.sample.full_avg10,
+            "direct_punched_bytes": st.direct_bytes,
+            "direct_punch_secs": st.direct_secs,
+            "refused_clients": st.errors,
+            "pools": pools,
+            "decisions": st.decisions,
+        })
+    }
+}
+
+struct RegisterArgs {
+    version: u32,
+    kind: Kind,
+    name: String,
+    weight: f64,
+    floor: u64,
+    ceiling: u64,
+    resident: u64,
+}
+
+/// Punches up to `count` of `p`'s segments, coldest first; returns how many.
+fn direct_shrink(p: &mut Pool, count: usize) -> usize {
+    let nseg = p.nseg as u32;
+    let len =
+        (p.ctrl.word(shared::OFF_COLD_LEN).load(Ordering::Acquire) as usize).min(nseg as usize);
+    let hint: Vec<u32> = (0..len)
+        .map(|i| p.ctrl.cold(i).load(Ordering::Relaxed))
+        .collect();
+    let fd = p.memfd.as_fd();
+    let pick = crate::evict::pick(&hint, nseg, count, &|s| shared::segment_has_data(fd, s));
+    let mut n = 0;
+    for s in pick {
+        // The generation moves first: a reader that copies while (or after) the punch runs sees
+        // it changed when it re-checks, and takes a miss.
+        p.ctrl.gen(s).fetch_add(1, Ordering::SeqCst);
+        if shared::punch_segment(fd, s).is_ok() {
+            n += 1;
+        }
+    }
+    p.punched += n as u64;
+    p.ctrl
+        .word(shared::OFF_PUNCHED)
+        .fetch_add(n as u64, Ordering::Relaxed);
+    n
+}
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}

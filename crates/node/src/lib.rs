@@ -1,0 +1,23 @@
+//! gleaner's node coordinator (Midas, NSDI 2024): one daemon per machine that hands idle memory
+//! to soft-memory pools by marginal utility and takes it back under pressure, cooperatively
+//! first and directly (punching a pool's memfd) when the pool's runtime is slow or pressure is
+//! severe.
+//!
+//! * [`shared`]: the pool memfd and control-area layout both sides use (the contract);
+//! * [`proto`]: the registration protocol on the daemon's Unix socket;
+//! * [`client`]: finding, connecting to and starting a daemon;
+//! * [`policy`], [`pressure`], [`evict`]: pure decisions (allocation, pressure level and
+//!   budget, which segments to punch), unit-tested apart from the mechanisms;
+//! * [`daemon`]: the daemon itself (`gleaner node`).
+#![deny(missing_docs)]
+
+pub mod client;
+pub mod daemon;
+pub mod evict;
+mod map;
+pub mod policy;
+pub mod pressure;
+pub mod proto;
+pub mod shared;
+
+pub use map::Mapping;

@@ -1,0 +1,108 @@
+//! A shared mapping of (part of) a soft pool's memfd, and the one place that turns it into
+//! references. Everything unsafe about shared memory in this crate is in this module.
+//!
+//! The memfd is sealed against shrinking (`F_SEAL_SHRINK`, checked at registration), so no
+//! offset inside its size can ever raise `SIGBUS`; a punched range reads as zeros.
+
+use std::io;
+use std::os::fd::AsFd;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, AtomicU64};
+
+use rustix::mm::{mmap, munmap, MapFlags, ProtFlags};
+
+/// A `MAP_SHARED` read-write mapping of the first `len` bytes of a file.
+#[derive(Debug)]
+pub struct Mapping {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain shared memory; every access that may race with another thread or
+// process goes through atomics or through copies whose result is validated afterwards.
+unsafe impl Send for Mapping {}
+// SAFETY: as above: `&Mapping` only hands out atomics and raw copies.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    /// Maps the first `len` bytes of `fd` shared, read and write.
+    pub fn new(fd: impl AsFd, len: usize) -> io::Result<Mapping> {
+        // SAFETY: a fresh mapping at an address of the kernel's choosing cannot alias any Rust
+        // object; `fd` is a valid descriptor for the call's duration.
+        let p = unsafe {
+            mmap(
+                std::ptr::null_mut(),
+                len,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::SHARED,
+                fd,
+                0,
+            )
+        }?;
+        let ptr = NonNull::new(p.cast::<u8>()).ok_or_else(|| io::Error::other("mmap gave null"))?;
+        Ok(Mapping { ptr, len })
+    }
+
+    /// The mapping's length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the mapping is empty (never: a zero-length mmap fails).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The atomic `u64` at byte offset `off` (8-aligned, inside the mapping).
+    pub fn u64_at(&self, off: usize) -> &AtomicU64 {
+        assert!(
+            off.is_multiple_of(8) && off + 8 <= self.len,
+            "u64 at {off} out of bounds"
+        );
+        // SAFETY: in bounds and aligned (checked), the mapping lives as long as `&self`, and
+        // AtomicU64 has the layout of u64 and tolerates concurrent writers (other processes).
+        unsafe { &*self.ptr.as_ptr().add(off).cast::<AtomicU64>() }
+    }
+
+    /// The atomic `u32` at byte offset `off` (4-aligned, inside the mapping).
+    pub fn u32_at(&self, off: usize) -> &AtomicU32 {
+        assert!(
+            off.is_multiple_of(4) && off + 4 <= self.len,
+            "u32 at {off} out of bounds"
+        );
+        // SAFETY: as for `u64_at`.
+        unsafe { &*self.ptr.as_ptr().add(off).cast::<AtomicU32>() }
+    }
+
+    /// Copies `dst.len()` bytes from offset `off` out of the mapping. The bytes may be changing
+    /// under the copy (another process punching or writing): the caller must validate them
+    /// afterwards (a seqlock-style re-check) before trusting them.
+    pub fn copy_out(&self, off: usize, dst: &mut [u8]) {
+        assert!(off.checked_add(dst.len()).is_some_and(|e| e <= self.len));
+        // SAFETY: the source range is inside the mapping (checked) and cannot overlap `dst`, a
+        // Rust buffer. Concurrent changes can only make the copied bytes stale or mixed, never
+        // invalid: `u8` has no invalid values, and callers validate before use.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(off), dst.as_mut_ptr(), dst.len())
+        }
+    }
+
+    /// Copies `src` into the mapping at offset `off`.
+    pub fn copy_in(&self, off: usize, src: &[u8]) {
+        assert!(off.checked_add(src.len()).is_some_and(|e| e <= self.len));
+        // SAFETY: the destination range is inside the mapping (checked) and cannot overlap
+        // `src`, a Rust slice; nobody holds a Rust reference into the mapping's bytes (only
+        // atomics, at offsets the callers keep apart from object data).
+        unsafe {
+            std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(off), src.len())
+        }
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: `ptr`/`len` are exactly what mmap returned, and no reference into the mapping
+        // outlives `self` (they all borrow it).
+        let _ = unsafe { munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}

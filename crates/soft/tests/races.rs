@@ -1,0 +1,234 @@
+//! Reads racing evacuation (compaction, release, shrinking grants) and direct punches of the
+//! pool's memfd (exactly as the daemon does them: generation first, then `fallocate`) must
+//! never return torn or foreign bytes; and the debug mode's comparison catches a reconstructor
+//! that is not a function of its arguments.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use gleaner_soft::{Pool, PoolConfig, SoftArray, SoftBox, SoftHashMap, SoftQueue, SoftShared};
+
+fn value(key: &[u8], len: usize) -> Vec<u8> {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in key {
+        h = (h ^ *b as u64).wrapping_mul(0x100_0000_01b3);
+    }
+    (0..len)
+        .map(|i| (h.rotate_left((i % 61) as u32) as u8) ^ i as u8)
+        .collect()
+}
+
+fn pool(limit: u64, verify: bool) -> Pool {
+    let cfg = PoolConfig {
+        name: "race".into(),
+        capacity: 64 << 20,
+        limit,
+        verify,
+        tick: Duration::from_millis(2),
+        ..Default::default()
+    };
+    Pool::new(cfg, Arc::new(|k: &[u8]| Some(value(k, 3000)))).unwrap()
+}
+
+#[test]
+fn reads_racing_evacuation_and_direct_punches_never_see_torn_data() {
+    let pool = pool(12 << 20, false);
+    let map = Arc::new(SoftHashMap::new(&pool));
+    let stop = Arc::new(AtomicBool::new(false));
+    let bad = Arc::new(AtomicU64::new(0));
+    let reads = Arc::new(AtomicU64::new(0));
+    let mut threads = Vec::new();
+    for t in 0..2u64 {
+        let (map, stop, bad, reads) = (map.clone(), stop.clone(), bad.clone(), reads.clone());
+        threads.push(std::thread::spawn(move || {
+            let mut x = 88172645463325252u64 ^ t;
+            let mut out = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let key = format!("k{}", x % 6000);
+                assert!(map.get_into(key.as_bytes(), &mut out));
+                if out != value(key.as_bytes(), 3000) {
+                    bad.fetch_add(1, Ordering::Relaxed);
+                }
+                reads.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    // A writer rewriting values (same bytes, new places): dead bytes for compaction.
+    {
+        let (map, stop) = (map.clone(), stop.clone());
+        threads.push(std::thread::spawn(move || {
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let key = format!("k{}", i % 6000);
+                map.insert(key.as_bytes(), &value(key.as_bytes(), 3000));
+                i += 7;
+                if i.is_multiple_of(64) {
+                    std::thread::yield_now();
+                }
+            }
+        }));
+    }
+    // Chaos: punch used segments as the daemon would, and move the grant up and down.
+    let t0 = Instant::now();
+    let mut n = 0u64;
+    while t0.elapsed() < Duration::from_millis(2500) {
+        let used = pool.used_segments();
+        if n.is_multiple_of(3) && !used.is_empty() {
+            let s = used[(n as usize * 7919) % used.len()];
+            pool.punch_as_daemon(s).unwrap();
+        }
+        if n.is_multiple_of(10) {
+            pool.set_limit(((n / 10) % 4 + 2) * (2 << 20));
+        }
+        n += 1;
+        std::thread::sleep(Duration::from_millis(3));
+    }
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().unwrap();
+    }
+    let s = pool.stats();
+    assert_eq!(
+        bad.load(Ordering::Relaxed),
+        0,
+        "torn or foreign reads: {s:?}"
+    );
+    assert!(reads.load(Ordering::Relaxed) > 1000, "{s:?}");
+    assert!(s.revoked_segments > 10, "the punches were noticed: {s:?}");
+    assert!(s.hits > 0 && s.misses > 0, "{s:?}");
+    assert!(
+        s.released_segments > 0,
+        "shrinking grants released segments: {s:?}"
+    );
+}
+
+#[test]
+fn a_punch_between_copy_and_check_is_a_miss_not_zeros() {
+    let pool = pool(8 << 20, false);
+    let b = pool.new_unique();
+    assert!(b.write(&[7u8; 5000]));
+    let seg = pool.used_segments()[0];
+    pool.punch_as_daemon(seg).unwrap();
+    // The bytes are zeros now; the read must not return them, but the reconstruction.
+    assert_eq!(b.read(b"abc").unwrap(), value(b"abc", 3000));
+    assert_eq!(pool.stats().revoked_segments, 1);
+    // The revoked segment's memory was given back (and punched again after the read).
+    assert!(
+        pool.resident_bytes() <= 2 << 20,
+        "{}",
+        pool.resident_bytes()
+    );
+}
+
+#[test]
+fn compaction_keeps_live_objects_and_frees_dead_space() {
+    let pool = pool(8 << 20, false);
+    let boxes: Vec<SoftBox> = (0..2000).map(|_| pool.new_unique()).collect();
+    for (i, b) in boxes.iter().enumerate() {
+        assert!(b.write(&value(&(i as u64).to_le_bytes(), 4000)));
+    }
+    // Free three objects in four: the pool is at its grant, its segments mostly dead.
+    let keep: Vec<(usize, SoftBox)> = boxes
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| i % 4 == 0)
+        .collect();
+    let before = pool.stats().resident_segments;
+    for _ in 0..20 {
+        pool.evacuate_now();
+    }
+    let s = pool.stats();
+    assert!(s.resident_segments <= 2, "{before} -> {s:?}");
+    assert!(s.compacted_segments >= 2 && s.moved_objects > 0, "{s:?}");
+    for (i, b) in &keep {
+        assert!(b.is_present(), "compaction lost object {i}");
+        assert_eq!(
+            b.read(&[]).unwrap(),
+            value(&(*i as u64).to_le_bytes(), 4000)
+        );
+    }
+}
+
+#[test]
+fn big_objects_span_segments_and_survive_a_punch_as_a_miss() {
+    let pool = pool(16 << 20, false);
+    let b = pool.new_unique();
+    let big = value(b"big", 5 << 20);
+    assert!(b.write(&big));
+    assert_eq!(b.read(&[]).unwrap(), big);
+    assert!(pool.used_segments().len() >= 3);
+    pool.punch_as_daemon(pool.used_segments()[1]).unwrap();
+    assert_eq!(
+        b.read(b"k").unwrap(),
+        value(b"k", 3000),
+        "the whole object is a miss"
+    );
+}
+
+#[test]
+fn pointers_collections_and_cmpxchg() {
+    let pool = pool(8 << 20, false);
+    let b = pool.new_unique();
+    assert!(!b.cmpxchg(b"x", b"y"), "absent: no swap");
+    b.write(b"x");
+    assert!(!b.cmpxchg(b"z", b"y"));
+    assert!(b.cmpxchg(b"x", b"y"));
+    assert_eq!(b.read(&[]).unwrap(), b"y");
+    let s1 = SoftShared::new(&pool);
+    let s2 = s1.clone();
+    s1.write(b"shared");
+    assert_eq!(s2.read(&[]).unwrap(), b"shared");
+    assert_eq!(s2.count(), 2);
+    let arr = SoftArray::new(&pool, 10);
+    assert_eq!(arr.get(3).unwrap(), value(&3u64.to_le_bytes(), 3000));
+    assert!(arr.get(10).is_none());
+    let q = SoftQueue::new(&pool);
+    q.push(b"a", b"first");
+    q.push(b"b", b"second");
+    pool.set_limit(0);
+    pool.evacuate_now();
+    assert_eq!(
+        q.pop().unwrap(),
+        value(b"a", 3000),
+        "taken: rebuilt from its args"
+    );
+    assert_eq!(q.len(), 1);
+}
+
+#[test]
+fn debug_mode_compares_hits_with_their_reconstruction() {
+    // A correct reconstructor under a shrinking grant: no mismatch.
+    let pool = pool(4 << 20, true);
+    let map = SoftHashMap::new(&pool);
+    for round in 0..3 {
+        for i in 0..3000 {
+            let k = format!("{i}");
+            assert_eq!(map.get(k.as_bytes()).unwrap(), value(k.as_bytes(), 3000));
+        }
+        pool.set_limit((3 - round) << 20);
+    }
+    let s = pool.stats();
+    assert!(s.hits > 0);
+    assert_eq!(s.verify_mismatches, 0, "{s:?}");
+    // A reconstructor that is not a function of its arguments is caught.
+    let n = Arc::new(AtomicU64::new(0));
+    let n2 = n.clone();
+    let cfg = PoolConfig {
+        verify: true,
+        capacity: 8 << 20,
+        ..Default::default()
+    };
+    let bad = Pool::new(
+        cfg,
+        Arc::new(move |_: &[u8]| Some(n2.fetch_add(1, Ordering::Relaxed).to_le_bytes().to_vec())),
+    )
+    .unwrap();
+    let b = bad.new_unique();
+    b.read(&[]).unwrap();
+    b.read(&[]).unwrap();
+    assert_eq!(bad.stats().verify_mismatches, 1);
+}
