@@ -23,6 +23,7 @@
 
 mod collections;
 mod link;
+mod open;
 pub mod plan;
 mod pool;
 mod ptr;

@@ -227,9 +227,9 @@ impl std::fmt::Debug for Pool {
 }
 
 impl Pool {
-    /// Creates a pool whose misses run `recon`. With `cfg.node`, registers with the daemon (up
-    /// to 2 s for the first answer; after that, in the background, again after any restart).
-    pub fn new(cfg: PoolConfig, recon: Reconstructor) -> io::Result<Pool> {
+    /// Creates a pool whose misses run `recon`, with its evacuator running; its link to the
+    /// node daemon is started by [`Pool::new`] (`open.rs`).
+    pub(crate) fn create(cfg: PoolConfig, recon: Reconstructor) -> io::Result<Pool> {
         let nseg = cfg.capacity.div_ceil(SEG).clamp(1, shared::MAX_SEGMENTS);
         let (memfd, ctrl) = shared::create_pool_memfd(&cfg.name, nseg)?;
         let map = Mapping::new(&memfd, ((nseg + 1) * SEG) as usize)?;
@@ -266,24 +266,7 @@ impl Pool {
         std::thread::Builder::new()
             .name("soft-evacuator".into())
             .spawn(move || evacuator(weak))?;
-        if let Some(path) = inner.cfg.node.clone() {
-            let (tx, rx) = std::sync::mpsc::channel();
-            let weak = Arc::downgrade(&inner);
-            std::thread::Builder::new()
-                .name("soft-link".into())
-                .spawn(move || crate::link::run(weak, path, tx))?;
-            let _ = rx.recv_timeout(Duration::from_secs(2));
-        }
         Ok(Pool { inner })
-    }
-
-    /// A new soft unique pointer (empty: its first read runs the reconstructor).
-    pub fn new_unique(&self) -> crate::SoftBox {
-        let slot = self.inner.new_slot();
-        crate::SoftBox {
-            pool: self.clone(),
-            slot,
-        }
     }
 
     /// The counters now.

@@ -6,6 +6,17 @@ use std::sync::Arc;
 
 use crate::pool::Pool;
 
+impl Pool {
+    /// A new soft unique pointer (empty: its first read runs the reconstructor).
+    pub fn new_unique(&self) -> SoftBox {
+        let slot = self.inner.new_slot();
+        SoftBox {
+            pool: self.clone(),
+            slot,
+        }
+    }
+}
+
 /// A soft unique pointer (Midas's `SoftUniquePtr`): one object in a [`Pool`]. Dropping it frees
 /// the object.
 pub struct SoftBox {
