@@ -44,9 +44,9 @@
 //! # Other signals
 //!
 //! DAMON's virtual-address monitoring and idle page tracking would also see reads. They are
-//! detected at the start and listed in the stats with why they are not used: this kernel offers
-//! DAMON's physical-address operations only and no idle page tracking, and neither is built
-//! here yet. Synchronous dirty tracking has no written bits to read (its clean pages' writes
+//! probed once (when the stats are first read, not at every process's start) and listed in the
+//! stats with why they are not used: this kernel offers DAMON's physical-address operations
+//! only and no idle page tracking, and neither is built here yet. Synchronous dirty tracking has no written bits to read (its clean pages' writes
 //! are faults the policy already sees): the scan is off there, and the stats say so.
 
 use std::collections::BTreeMap;
@@ -84,7 +84,8 @@ pub(crate) struct AccessScan {
     failed: OnceLock<String>,
     /// Held by the thread scanning (`try_lock`: one scan at a time; others skip).
     work: Mutex<Work>,
-    unavailable: BTreeMap<String, String>,
+    /// The other signals, probed at the first look at the stats (not at every process's start).
+    unavailable: OnceLock<BTreeMap<String, String>>,
     started: Instant,
     scans: AtomicU64,
     pages_referenced: AtomicU64,
@@ -133,7 +134,7 @@ impl AccessScan {
                 last: now,
                 last_evicted: 0,
             }),
-            unavailable: probe_other_signals(),
+            unavailable: OnceLock::new(),
             started: now,
             scans: AtomicU64::new(0),
             pages_referenced: AtomicU64::new(0),
@@ -212,7 +213,7 @@ impl AccessScan {
 
     /// The stats.
     pub(crate) fn stats(&self) -> AccessStats {
-        let mut unavailable = self.unavailable.clone();
+        let mut unavailable = self.unavailable.get_or_init(probe_other_signals).clone();
         if let Some(why) = self.off {
             unavailable.insert("written-bits".into(), why.into());
         } else if let Some(why) = self.failure() {
