@@ -169,6 +169,13 @@ impl EvictPolicy for Recency {
     }
 
     fn insert(&mut self, page: u64, how: Insert, _at: usize) {
+        // Inserted again while resident (the engine never does; a stale entry would be
+        // skipped): count it once.
+        if let Some(m) = self.meta.remove(&page) {
+            if m.probation.is_some() {
+                self.in_probation -= 1;
+            }
+        }
         match how {
             Insert::Demand if self.probation_pct > 0 => {
                 let stamp = self.fresh();
