@@ -11,9 +11,22 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use common::{gleaner_bin, preload_program as program, real_python, run_gleaner, TempDir};
+use common::{
+    compile_c, gleaner_bin, preload_program as program, real_python, run_gleaner, TempDir,
+};
 
 const LIMIT: Duration = Duration::from_secs(120);
+
+/// Runs tests/c/preload_program.c with `args` under `gleaner run --local-mem 8M`, and checks
+/// that it exits 0 and prints `ok_line`; returns its (stdout, stderr).
+fn program_ok_at_8m(args: &[&str], ok_line: &str) -> (String, String) {
+    let mut all = vec!["run", "--local-mem", "8M", "--", program()];
+    all.extend_from_slice(args);
+    let (code, out, err) = run_gleaner(&all, LIMIT);
+    assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
+    assert!(out.contains(ok_line), "{out}");
+    (out, err)
+}
 
 /// A directory holding `tls_0.so` .. `tls_{N-1}.so`, copies of tests/c/tls_module.c built once
 /// per test binary (each copy is a module of its own to the dynamic linker).
@@ -27,17 +40,10 @@ fn tls_modules(n: usize) -> &'static Path {
             .join(format!("gleaner-tls-modules-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let first = dir.join("tls_0.so");
-        let cc = Command::new("cc")
-            .args(["-O1", "-Wall", "-Werror", "-shared", "-fPIC"])
-            .arg(root.join("tests/c/tls_module.c"))
-            .arg("-o")
-            .arg(&first)
-            .output()
-            .expect("a C compiler (cc)");
-        assert!(
-            cc.status.success(),
-            "{}",
-            String::from_utf8_lossy(&cc.stderr)
+        compile_c(
+            &["-O1", "-Wall", "-Werror", "-shared", "-fPIC"],
+            &root.join("tests/c/tls_module.c"),
+            &first,
         );
         for i in 1..n {
             std::fs::copy(&first, dir.join(format!("tls_{i}.so"))).unwrap();
@@ -59,22 +65,7 @@ fn pager_threads_start_and_run_after_the_program_loads_modules_with_thread_local
     let modules = 90;
     let dir = tls_modules(modules + 1).to_string_lossy().into_owned();
     let n = modules.to_string();
-    let (code, out, err) = run_gleaner(
-        &[
-            "run",
-            "--local-mem",
-            "8M",
-            "--",
-            program(),
-            "dlopen-tls",
-            "48",
-            &dir,
-            &n,
-        ],
-        LIMIT,
-    );
-    assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
-    assert!(out.contains("dlopen-tls ok"), "{out}");
+    let (_, err) = program_ok_at_8m(&["dlopen-tls", "48", &dir, &n], "dlopen-tls ok");
     // It did page: most of the 3 x 48 MiB went far.
     assert!(err.contains("dirty"), "{err}");
 }
@@ -90,20 +81,7 @@ fn setgroups_with_a_far_list_does_not_hang_the_pager() {
     if unsafe { libc::geteuid() } != 0 {
         panic!("this test needs root (scripts/test.sh runs as root): setgroups is privileged");
     }
-    let (code, out, err) = run_gleaner(
-        &[
-            "run",
-            "--local-mem",
-            "8M",
-            "--",
-            program(),
-            "setgroups",
-            "48",
-        ],
-        LIMIT,
-    );
-    assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
-    assert!(out.contains("setgroups ok"), "{out}");
+    program_ok_at_8m(&["setgroups", "48"], "setgroups ok");
 }
 
 /// A signal every thread of the program blocks stays pending (no pager thread takes it and
@@ -111,20 +89,7 @@ fn setgroups_with_a_far_list_does_not_hang_the_pager() {
 /// once that thread unblocks it.
 #[test]
 fn a_signal_the_program_blocks_never_runs_on_a_pager_thread() {
-    let (code, out, err) = run_gleaner(
-        &[
-            "run",
-            "--local-mem",
-            "8M",
-            "--",
-            program(),
-            "signal-blocked",
-            "32",
-        ],
-        LIMIT,
-    );
-    assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
-    assert!(out.contains("signal-blocked ok"), "{out}");
+    program_ok_at_8m(&["signal-blocked", "32"], "signal-blocked ok");
 }
 
 /// `(below, opened)` of `preload_program low-limit MB`: the descriptors open below the limit of
@@ -155,20 +120,7 @@ fn a_program_under_a_low_descriptor_limit_keeps_every_number_below_it() {
         .unwrap();
     let alone_out = String::from_utf8_lossy(&alone.stdout).into_owned();
     assert!(alone.status.success(), "{alone_out}");
-    let (code, out, err) = run_gleaner(
-        &[
-            "run",
-            "--local-mem",
-            "8M",
-            "--",
-            program(),
-            "low-limit",
-            "48",
-        ],
-        LIMIT,
-    );
-    assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
-    assert!(out.contains("count-fds ok"), "{out}");
+    let (out, err) = program_ok_at_8m(&["low-limit", "48"], "count-fds ok");
     assert_eq!(
         low_limit_counts(&out),
         low_limit_counts(&alone_out),
@@ -279,20 +231,6 @@ fn a_fork_after_the_c_librarys_own_records_went_far_keeps_them() {
     let dir = TempDir::new("fork-libc-state");
     let path = dir.path().join("out.txt").to_string_lossy().into_owned();
     for _ in 0..3 {
-        let (code, out, err) = run_gleaner(
-            &[
-                "run",
-                "--local-mem",
-                "8M",
-                "--",
-                program(),
-                "fork-libc-state",
-                "48",
-                &path,
-            ],
-            LIMIT,
-        );
-        assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
-        assert!(out.contains("fork-libc-state ok"), "{out}");
+        program_ok_at_8m(&["fork-libc-state", "48", &path], "fork-libc-state ok");
     }
 }

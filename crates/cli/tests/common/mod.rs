@@ -19,6 +19,23 @@ pub fn gleaner_bin() -> PathBuf {
     p
 }
 
+/// Compiles the C file `src` to `out` with `cc` and `flags`; a compiler error fails the test
+/// with the compiler's message.
+pub fn compile_c(flags: &[&str], src: &Path, out: &Path) {
+    let cc = Command::new("cc")
+        .args(flags)
+        .arg(src)
+        .arg("-o")
+        .arg(out)
+        .output()
+        .expect("a C compiler (cc)");
+    assert!(
+        cc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+}
+
 /// tests/c/preload_program.c (a C program that knows nothing of gleaner and checks its own
 /// data), compiled once per test binary; its path.
 pub fn preload_program() -> &'static str {
@@ -33,17 +50,10 @@ pub fn preload_program() -> &'static str {
         // may be executing the one there, and one half written failed its exec ("Permission
         // denied", seen with two test binaries at once).
         let building = out.with_extension(format!("building-{}", std::process::id()));
-        let cc = Command::new("cc")
-            .args(["-O1", "-Wall", "-Werror", "-pthread"])
-            .arg(root.join("tests/c/preload_program.c"))
-            .arg("-o")
-            .arg(&building)
-            .output()
-            .expect("a C compiler (cc)");
-        assert!(
-            cc.status.success(),
-            "{}",
-            String::from_utf8_lossy(&cc.stderr)
+        compile_c(
+            &["-O1", "-Wall", "-Werror", "-pthread"],
+            &root.join("tests/c/preload_program.c"),
+            &building,
         );
         std::fs::rename(&building, &out).expect("renaming the test program into place");
         out.to_string_lossy().into_owned()
