@@ -125,6 +125,16 @@ static void fail(const char *what) {
     exit(1);
 }
 
+/* Waits for child `pid`; fails with `what` unless it exited with status 0. */
+static void wait_ok(pid_t pid, const char *what) {
+    int st;
+    if (waitpid(pid, &st, 0) != pid) fail("waitpid");
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        fprintf(stderr, "%s: status %d\n", what, st);
+        fail(what);
+    }
+}
+
 /* A deterministic 64-bit value for word `i` of stream `seed`. */
 static uint64_t word(uint64_t seed, uint64_t i) {
     uint64_t x = seed * 0x9E3779B97F4A7C15ULL + i + 1;
@@ -464,12 +474,7 @@ static int run_fork(size_t mb) {
     fill(a, len, 11); /* the parent moves on (and evicts back under its budget) */
     free(c);
     if (write(pipefd[1], "g", 1) != 1) fail("write to pipe");
-    int st;
-    if (waitpid(pid, &st, 0) != pid) fail("waitpid");
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-        fprintf(stderr, "child status %d\n", st);
-        fail("the fork child's checks");
-    }
+    wait_ok(pid, "the fork child's checks");
     if (!check(a, len, 11)) fail("parent memory after fork");
     free(a);
     printf("fork ok\n");
@@ -516,12 +521,7 @@ static int run_close_all(size_t mb) {
         }
         _exit(0);
     }
-    int st;
-    if (waitpid(pid, &st, 0) != pid) fail("waitpid");
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-        fprintf(stderr, "child status %d\n", st);
-        fail("the fork child's checks");
-    }
+    wait_ok(pid, "the fork child's checks");
     int kept = close_everything();
     /* A shell's `exec 3>file`, `exec 4<&0`: low numbers are the program's to name. */
     for (int fd = 3; fd < 10; fd++)
@@ -608,15 +608,6 @@ static void refill_wiped(const struct wipe_layout *w, uint64_t seed) {
     fill(w->map, all, seed);
     fill(w->block, all / 2, seed);
     fill(w->moved, all, seed + 2);
-}
-
-static void wait_ok(pid_t pid, const char *what) {
-    int st;
-    if (waitpid(pid, &st, 0) != pid) fail("waitpid");
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-        fprintf(stderr, "%s: status %d\n", what, st);
-        fail(what);
-    }
 }
 
 static int run_wipe_on_fork(size_t mb) {
@@ -1138,12 +1129,7 @@ static int run_fork_libc_state(size_t mb, const char *path) {
         if (!check(a, mb << 20, 111)) _exit(4);
         _exit(0);
     }
-    int st;
-    if (waitpid(pid, &st, 0) != pid) fail("waitpid");
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-        fprintf(stderr, "child status %d\n", st);
-        fail("the fork child's checks");
-    }
+    wait_ok(pid, "the fork child's checks");
     if (fprintf(f, "the parent\n") < 0 || fclose(f)) fail("the parent's write");
     if (!getpwuid(0)) fail("getpwuid after the fork");
     FILE *r = fopen(path, "r");
@@ -1223,12 +1209,7 @@ static int run_dlopen_tls(size_t mb, const char *dir, int n) {
             _exit(5);
         _exit(0);
     }
-    int st;
-    if (waitpid(pid, &st, 0) != pid) fail("waitpid");
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-        fprintf(stderr, "child status %d\n", st);
-        fail("the fork child's checks");
-    }
+    wait_ok(pid, "the fork child's checks");
     /* One more module after the others went far: every thread's next use of thread-local
      * storage (the pager's own included) brings its records up to date. */
     load_tls_module(dir, n);
