@@ -8,10 +8,10 @@ use gleaner_policy::evict::DEFAULT_PROBATION_PCT;
 pub use gleaner_policy::prefetch::PrefetcherKind;
 pub use gleaner_policy::reclaim::ReclaimMode;
 
+pub use crate::codec::decode_budget::DecodeBudget;
 pub use crate::codec::{Compression, Encryption};
-pub use crate::decode_budget::DecodeBudget;
-pub use crate::predict::WritePrediction;
-pub use crate::prefetch::PrefetchInstall;
+pub use crate::fault::predict::WritePrediction;
+pub use crate::fault::prefetch::PrefetchInstall;
 pub use crate::store::DataPath;
 
 /// Which pages give up their far copy when they come back: see
@@ -330,7 +330,7 @@ pub struct RegionConfig {
     /// (zero: it blocks at once). Default zero (measured in `docs/BENCHMARKS.md`).
     pub handler_spin: Duration,
     /// Handlers wait in `poll` and then read, even where they could wait inside `read` on a
-    /// blocking userfaultfd (`doorbell.rs`): the path kernels without `RWF_NOWAIT` on a
+    /// blocking userfaultfd (`fault/doorbell.rs`): the path kernels without `RWF_NOWAIT` on a
     /// userfaultfd take, kept measurable and tested here. Default false.
     pub handlers_poll: bool,
     /// How writes to resident pages are tracked: `auto` (default: asynchronous where the kernel
@@ -429,7 +429,7 @@ pub struct RegionConfig {
     /// Eviction order: [`DEFAULT_EVICT`] (`recency`), `rackmem`, `fifo`, `refault` or `clock`.
     pub evict: EvictKind,
     /// Whether a reclaim thread scans the region for pages written since its last scan and
-    /// tells the eviction order (`access.rs`): `auto` (default: where asynchronous dirty
+    /// tells the eviction order (`evict/access.rs`): `auto` (default: where asynchronous dirty
     /// tracking is, with an adaptive period), `off`, or a fixed period.
     pub access_scan: AccessScanSetting,
     /// If set, every fault is recorded here (the `gleaner trace` format) for offline replay.

@@ -8,11 +8,11 @@ use gleaner_uffd::{Uffd, UffdOptions};
 
 use super::{Launch, Region};
 use crate::config::ForkMode;
-use crate::counters::Counters;
 use crate::engine::{Engine, Tracking};
 use crate::fatal::fatal;
-use crate::mem::Memory;
-use crate::state::{PageState, PageTable};
+use crate::fault::state::{PageState, PageTable};
+use crate::memory::mem::Memory;
+use crate::observe::counters::Counters;
 use crate::{PagerError, PAGE_SIZE};
 
 /// The pid of the process that forked last (set in [`Region::prepare_fork`], read in the child).
@@ -127,7 +127,7 @@ impl Region {
                     page += 1;
                 }
                 if !batch.is_empty() {
-                    crate::fetch::bring_home(e, &mut *store, &batch);
+                    crate::fault::fetch::bring_home(e, &mut *store, &batch);
                 }
             }
             // Faults in flight on other threads finish their installs before the child is made.
@@ -231,7 +231,7 @@ impl Region {
             },
         )?;
         // A child on the default share of its parent's budget takes the parent's whole budget
-        // once the parent exits (`inherit.rs`); one given `--fork-local-mem` keeps that.
+        // once the parent exits (`evict/inherit.rs`); one given `--fork-local-mem` keeps that.
         if self.cfg.fork_local_budget.is_none() {
             region
                 .engine

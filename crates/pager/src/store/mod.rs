@@ -13,6 +13,7 @@
 
 mod arena;
 mod blobs;
+pub(crate) mod embedded;
 pub(crate) mod pool;
 pub(crate) mod shm;
 pub(crate) mod socket;
@@ -239,7 +240,7 @@ pub(crate) trait StoreHandle: Send {
         data: &mut dyn FnMut(usize) -> &'d [u8],
     ) -> Result<(), StoreError>;
     /// Under `--compress auto`, asks the pages staged next to be compressed with zstd (`true`)
-    /// or LZ4 (`compressor_choice.rs`); returns whether the store follows such choices: only one
+    /// or LZ4 (`codec/choice.rs`); returns whether the store follows such choices: only one
     /// with a link whose time the bytes make (a socket), not shared memory (always LZ4).
     fn choose_compressor(&mut self, _zstd: bool) -> bool {
         false

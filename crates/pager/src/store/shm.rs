@@ -7,7 +7,7 @@
 //!
 //! # Blobs
 //!
-//! Pages are stored as the codec's blobs (compressed, sealed: see `codec.rs`), packed by size
+//! Pages are stored as the codec's blobs (compressed, sealed: see `codec/mod.rs`), packed by size
 //! class, so the memory the host spends on far pages follows their compressed size. A page made
 //! of one repeated word is not stored at all: its index entry keeps the word. Only the thread that
 //! owns a page (the page-state table's owned states: FETCHING, PREFETCHING, EVICTING,

@@ -1,5 +1,5 @@
 //! The fault trace (`RegionConfig::trace`): every fault message, and the pages each access scan
-//! saw written (`access.rs`), for `gleaner trace replay`.
+//! saw written (`evict/access.rs`), for `gleaner trace replay`.
 
 use std::fs::File;
 use std::io::BufWriter;

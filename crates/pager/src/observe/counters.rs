@@ -1,5 +1,5 @@
 //! The live counters the fault, eviction and prefetch paths bump, and the remote-fault latency
-//! histogram: what `stats.rs` reports from.
+//! histogram: what `observe/stats.rs` reports from.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -45,7 +45,7 @@ pub(crate) struct Counters {
     pub reused_far: AtomicU64,
     pub surrendered: AtomicU64,
     pub prefetch_hit_faults: AtomicU64,
-    /// Remote faults whose steps were timed (one in [`crate::fault::TIMED_INSTALL_EVERY`]), and
+    /// Remote faults whose steps were timed (one in [`crate::fault::resolve::TIMED_INSTALL_EVERY`]), and
     /// the time each step took in all.
     pub timed_faults: AtomicU64,
     pub lookup_ns: AtomicU64,

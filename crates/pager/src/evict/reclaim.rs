@@ -1,7 +1,7 @@
 //! Who evicts, and when: a pool of reclaim threads driven by Hermit's feedback-directed scheduler
 //! (`gleaner_policy::reclaim`), its ablations (`static:N`, `direct`), and direct reclaim by a
 //! faulting thread as the last resort. This module is the state they share with the rest of
-//! the region; the reclaim threads' loop and direct reclaim are `reclaimer.rs`.
+//! the region; the reclaim threads' loop and direct reclaim are `evict/reclaimer.rs`.
 //!
 //! The scheduler is consulted inline where a page is charged to the budget
 //! ([`Reclaim::on_charge`]); no thread spins to watch memory. Reclaim thread `i` runs batches
@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 use gleaner_policy::reclaim::{ReclaimMode, ReclaimParams, ReclaimScheduler, ReclaimSnapshot};
 use serde::Serialize;
 
-use crate::budget::Budget;
-use crate::counters::Counters;
+use crate::evict::budget::Budget;
+use crate::observe::counters::Counters;
 
 /// Resolution of the per-page eviction clock: 64 µs, so a `u32` covers about 76 hours.
 const EVICT_TICK_NS: u64 = 64_000;
@@ -233,7 +233,7 @@ impl Reclaim {
         }
     }
 
-    /// The budget grew to `pages` (`inherit.rs`).
+    /// The budget grew to `pages` (`evict/inherit.rs`).
     pub(crate) fn set_budget(&self, pages: usize) {
         self.sched
             .lock()

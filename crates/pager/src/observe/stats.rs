@@ -1,11 +1,11 @@
 //! A region's statistics as reported (the stats JSON), gathered from the live counters
-//! (`counters.rs`) and from each part of the pager.
+//! (`observe/counters.rs`) and from each part of the pager.
 
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::counters::{FaultBreakdown, LatencySummary};
+use crate::observe::counters::{FaultBreakdown, LatencySummary};
 
 /// Faults by kind.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
@@ -121,13 +121,13 @@ pub struct RegionStats {
     /// Where remote faults' time goes inside the handler.
     pub fault_breakdown: FaultBreakdown,
     /// Prefetching: issued, used, late, wasted; accuracy and coverage.
-    pub prefetch: crate::prefetch::PrefetchStats,
+    pub prefetch: crate::fault::prefetch::PrefetchStats,
     /// Runtime prefetch hints (`Region::prefetch_hint`, `gleaner_prefetch`).
     pub hints: HintStats,
     /// Write prediction: read fetches installed writable, or (off) its shadow precision.
-    pub write_prediction: crate::predict::WritePredictionStats,
+    pub write_prediction: crate::fault::predict::WritePredictionStats,
     /// Reclaim: the scheduler's watermarks and feedback, the pool, direct reclaims.
-    pub reclaim: crate::reclaim::ReclaimStats,
+    pub reclaim: crate::evict::reclaim::ReclaimStats,
     /// Evictions.
     pub evictions: EvictionStats,
     /// Pages the program discarded (`munmap`, `MADV_DONTNEED`, a freed big block the

@@ -21,7 +21,7 @@ pub trait EvictionPolicy: Send {
     fn on_access(&mut self, page: usize) {
         let _ = page;
     }
-    /// The access scan saw `pages` written since its last scan (`access.rs`). Default: each is
+    /// The access scan saw `pages` written since its last scan (`evict/access.rs`). Default: each is
     /// an access.
     fn on_referenced(&mut self, pages: &[usize]) {
         for &p in pages {

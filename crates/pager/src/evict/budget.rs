@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::state::PageTable;
+use crate::fault::state::PageTable;
 
 /// Resident pages against the budget, and the signal that eviction made progress.
 pub(crate) struct Budget {

@@ -13,7 +13,7 @@
 //! # Waiting
 //!
 //! A handler blocks in `read` on the userfaultfd, made blocking for it, and the region stops it
-//! through a doorbell (`doorbell.rs`): one system call a fault. Where the kernel cannot tell
+//! through a doorbell (`fault/doorbell.rs`): one system call a fault. Where the kernel cannot tell
 //! one read not to block (needed while a fork child's first thread serves faults beside the
 //! starting handlers), handlers block in `poll` on the userfaultfd and the stop eventfd, then
 //! read. With a spin time set, a handler first keeps reading the userfaultfd without blocking
@@ -35,13 +35,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::counters::Counters;
 use crate::cpus::pin_to;
+use crate::observe::counters::Counters;
 use gleaner_uffd::Event;
 
 use crate::engine::{Engine, Inside};
 use crate::fatal::fatal;
-use crate::fault::Handler;
+use crate::fault::resolve::Handler;
 use crate::store::StoreHandle;
 
 /// Messages read per `read` call.
@@ -102,14 +102,14 @@ pub(crate) fn run(
         // A fork waits for the faults being served to finish, and holds the next ones back,
         // but for the forking thread's own (`engine.rs`'s `Gate`).
         let inside = pass_gate(&engine, &mut h, &mut events, &mut more);
-        // The region is stopping and this handler's turn to go came in (`doorbell.rs`).
+        // The region is stopping and this handler's turn to go came in (`fault/doorbell.rs`).
         let rang = engine
             .doorbell
             .as_ref()
             .and_then(|bell| Some((bell, bell.take_ring(&mut events)?)));
         h.serve(&engine, &mut events);
         drop(inside);
-        crate::stuck::test_hang_here(crate::stuck::HangSite::Handler);
+        crate::observe::stuck::test_hang_here(crate::observe::stuck::HangSite::Handler);
         if let Some((bell, addr)) = rang {
             bell.answer(uffd, addr);
             return;
@@ -160,7 +160,7 @@ pub(crate) fn serve_until(engine: &Engine, store: Box<dyn StoreHandle>, done: im
     let mut h = Handler::new(store);
     while !done() {
         let read = if engine.doorbell.is_some() {
-            // A blocking descriptor (`doorbell.rs`), on which `poll` reports only an error at
+            // A blocking descriptor (`fault/doorbell.rs`), on which `poll` reports only an error at
             // once: look without blocking, and sleep a little when nothing came. Spinning
             // instead kept a handler pinned to this CPU from starting for a whole scheduler
             // slice (3.5 ms a fork, measured).

@@ -1,19 +1,19 @@
 //! The eviction watchdog: a thread that looks every [`WATCH_PERIOD`] for an eviction batch stuck
 //! taking its victims into its pipe, and zero-fills its victims the program dropped
-//! (`evictors.rs` says why a batch can get stuck and why that loses nothing); and every
+//! (`evict/evictors.rs` says why a batch can get stuck and why that loses nothing); and every
 //! [`pinned::CHECK_PERIOD`] for buffers the program registered with io_uring in managed memory,
-//! which stop it (`pinned.rs`), and, in a fork child, whether its parent exited
-//! (`inherit.rs`); and, as often, whether a pager thread waits for a page of its own process's
-//! far memory, which stops the program (`stuck.rs`).
+//! which stop it (`memory/pinned.rs`), and, in a fork child, whether its parent exited
+//! (`evict/inherit.rs`); and, as often, whether a pager thread waits for a page of its own process's
+//! far memory, which stops the program (`observe/stuck.rs`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::engine::Engine;
-use crate::evictors::{STUCK_AFTER, WATCH_PERIOD};
+use crate::evict::evictors::{STUCK_AFTER, WATCH_PERIOD};
 use crate::fatal::fatal;
-use crate::pinned;
-use crate::stuck::{self, StuckWatch};
+use crate::memory::pinned;
+use crate::observe::stuck::{self, StuckWatch};
 
 /// The watchdog thread's loop, until the region stops. It runs at the idle scheduling class:
 /// woken every 10 ms at the normal class, it preempted the thread it woke beside
@@ -60,7 +60,7 @@ pub(crate) fn run(engine: Arc<Engine>) {
     }
 }
 
-/// Stops the program if it registered a buffer in managed memory with io_uring (`pinned.rs`).
+/// Stops the program if it registered a buffer in managed memory with io_uring (`memory/pinned.rs`).
 fn stop_if_pinned(engine: &Engine) {
     let mapping = &engine.mem.mapping;
     let buffers = pinned::registered_buffers();
@@ -77,7 +77,7 @@ fn stop_if_pinned(engine: &Engine) {
 
 /// Stops the program if every fault handler has waited for a page of this process's managed
 /// memory for [`stuck::OWN_CHECKS`] checks in a row, or one pager thread for
-/// [`stuck::LONG_WAIT_CHECKS`] (`stuck.rs`): the process would hang for good.
+/// [`stuck::LONG_WAIT_CHECKS`] (`observe/stuck.rs`): the process would hang for good.
 fn stop_if_waiting_for_itself(waits: &mut StuckWatch) {
     let Some(look) = waits.check(None) else {
         return;
@@ -112,7 +112,7 @@ fn stop_if_a_fork_never_ends(engine: &Engine) {
 }
 
 /// If the region's process outlived the process that forked it, raises its budget to that
-/// process's (`inherit.rs`): the budget, the reclaim scheduler's and the eviction policy's.
+/// process's (`evict/inherit.rs`): the budget, the reclaim scheduler's and the eviction policy's.
 fn take_if_orphaned(engine: &Engine) {
     let Some(pages) = engine.heir.due() else {
         return;

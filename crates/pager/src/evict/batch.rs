@@ -1,5 +1,5 @@
 //! Evicting one batch of pages (run by reclaim threads, or by a faulting thread as the last
-//! resort; `reclaim.rs` decides who and when, `reclaimer.rs` runs them).
+//! resort; `evict/reclaim.rs` decides who and when, `evict/reclaimer.rs` runs them).
 //!
 //! # The drop: a pipe holds the pages, one TLB flush drops them all
 //!
@@ -26,7 +26,7 @@
 //! * **Asynchronous tracking** (`UFFD_FEATURE_WP_ASYNC`): pages are installed write-protected and
 //!   the kernel lets the first write through itself. A `PAGEMAP_SCAN` before the drop says which
 //!   victims were written since they were installed, or since the access scan last protected
-//!   them again (`access.rs`); those are written back. The others are compared with their far
+//!   them again (`evict/access.rs`); those are written back. The others are compared with their far
 //!   copy after the drop (a write could have landed between the scan and the drop, or before
 //!   an access scan) and written back only if they differ; where the far copy cannot be
 //!   compared (a socket), they are written back. The written bit is therefore only a shortcut:
@@ -41,20 +41,20 @@
 //!   `madvise` system call) faults when the pipe takes it, and the fault handler, seeing the
 //!   fault come from a reclaim thread on a page being evicted, installs zeros there (what the
 //!   program would read after its own drop), which are written back. (Handlers never wait for a
-//!   batch: `state.rs`.) A fault handler reclaiming directly scans every run, so that a fault
+//!   batch: `fault/state.rs`.) A fault handler reclaiming directly scans every run, so that a fault
 //!   of its own, which another handler must serve, stays rare: only a page dropped between that
 //!   scan and the pipe (microseconds) makes its pipe fault. Should every handler be stuck at
 //!   once, a watchdog thread zero-fills the victims of a batch stuck in its pipe
-//!   (`evictors.rs`).
+//!   (`evict/evictors.rs`).
 //! * **Synchronous tracking**: a clean page is write-protected, so a write to a victim blocks in a
 //!   write-protect fault until the batch is over; only dirty victims go through the pipe and back.
 //!
 //! # A fault on a victim: handed back, not kept waiting
 //!
-//! A fault on a victim is left waiting for the batch (`state.rs`), but not necessarily for all
+//! A fault on a victim is left waiting for the batch (`fault/state.rs`), but not necessarily for all
 //! of it. Once the pipe is read, the batch holds each captured victim's latest contents, as
 //! Linux's swap cache holds a page whose write-out is in flight: the handler that leaves the
-//! fault waiting tells the evicting threads (`evictors.rs`: a flag, and a bell for a thread
+//! fault waiting tells the evicting threads (`evict/evictors.rs`: a flag, and a bell for a thread
 //! waiting on its memnode), and the batch installs the page again from its copy, writable, at
 //! once: after reading the pipe, before each page it encodes (over a slow link zstd takes about
 //! 0.5 ms for a batch), whenever the bell rings while its write-back is in flight, and before
@@ -74,12 +74,12 @@ use gleaner_uffd::pagemap::{
     PageRegion, Pagemap, PAGE_IS_PRESENT, PAGE_IS_SWAPPED, PAGE_IS_WRITTEN,
 };
 
-use crate::compressor_choice::Compressor;
-use crate::counters::Counters;
+use crate::codec::choice::Compressor;
 use crate::engine::{Engine, Tracking};
 use crate::fatal::fatal;
+use crate::fault::state::PageState;
+use crate::observe::counters::Counters;
 use crate::runs::runs;
-use crate::state::PageState;
 use crate::store::{Bell, StoreError, StoreHandle};
 use crate::PAGE_SIZE;
 
@@ -87,7 +87,7 @@ use crate::PAGE_SIZE;
 /// scratch lists. Reclaim threads own one each; a fault handler makes one when it first has to
 /// reclaim directly.
 pub(crate) struct Evictor {
-    /// This thread's slot among the region's evicting threads (`evictors.rs`).
+    /// This thread's slot among the region's evicting threads (`evict/evictors.rs`).
     slot: usize,
     /// Scan every run, not only those with a far copy to compare (an evictor running in a
     /// fault handler: see the module's doc).
@@ -639,7 +639,7 @@ impl Evictor {
     }
 
     /// Wakes the threads whose faults on the victims, released just now, were left to the batch
-    /// (`state.rs`).
+    /// (`fault/state.rs`).
     fn wake_waiters(&self, s: &Engine) {
         s.mem.wake_deferred(self.victims.iter().map(|v| v.page));
     }
@@ -828,7 +828,7 @@ impl Pipe {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mapping::Mapping;
+    use crate::memory::mapping::Mapping;
     use std::sync::{Mutex, MutexGuard, PoisonError};
 
     /// Held by every test here that forks, and by the one whose pages must not be shared with

@@ -1,17 +1,17 @@
 //! Who reclaims: the reclaim threads' loop, and a faulting thread charging the budget and
 //! reclaiming directly when it must. What they share with the rest of the region (the
-//! scheduler, the pool's wake-ups, the accounting) is `reclaim.rs`'s [`Reclaim`].
+//! scheduler, the pool's wake-ups, the accounting) is `evict/reclaim.rs`'s [`Reclaim`].
 //!
-//! [`Reclaim`]: crate::reclaim::Reclaim
+//! [`Reclaim`]: crate::evict::reclaim::Reclaim
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::counters::Counters;
 use crate::engine::Engine;
-use crate::evict::Evictor;
+use crate::evict::batch::Evictor;
 use crate::fatal::fatal;
+use crate::observe::counters::Counters;
 use crate::store::StoreHandle;
 
 /// How long a reclaim thread waits before its first retry after the memnode refused its batch
@@ -112,7 +112,7 @@ fn reclaim_directly(
             break;
         }
         // Where no reclaim thread runs (`--reclaim direct`), the access scan is due here.
-        crate::access_walk::scan_if_due(shared, ev.pagemap());
+        crate::evict::access_walk::scan_if_due(shared, ev.pagemap());
         let n = ev.evict_batch(shared, store);
         leave_batch(shared);
         if n == 0 {
@@ -172,8 +172,8 @@ pub(crate) fn run_pool_thread(shared: Arc<Engine>, id: usize, mut store: Box<dyn
             shared.budget.wait_progress(Duration::from_millis(2));
             continue;
         }
-        // The access scan, when due, before the batch picks its victims (`access.rs`).
-        crate::access_walk::scan_if_due(&shared, ev.pagemap());
+        // The access scan, when due, before the batch picks its victims (`evict/access.rs`).
+        crate::evict::access_walk::scan_if_due(&shared, ev.pagemap());
         let cpu0 = crate::cpus::thread_cpu_ns();
         let t0 = Instant::now();
         let refusals = shared.counters.evict_aborted.load(Ordering::Relaxed);

@@ -5,10 +5,10 @@
 //! with `vmsplice`, which faults, inside the kernel, on a victim with nothing mapped: one the
 //! program dropped behind the pager's back (a raw `madvise` system call) after the batch
 //! claimed it. That fault waits in the kernel until another thread installs the page. A fault
-//! handler reading its message installs zeros, what the program's drop left (`fault.rs`). But
+//! handler reading its message installs zeros, what the program's drop left (`fault/resolve.rs`). But
 //! the handlers may all be stuck at once: each in its own batch's `vmsplice`, or one waiting for
 //! budget that only the stuck batch would free while it holds that batch's message unread. Then
-//! nobody would; the watchdog thread (`watchdog.rs`) looks every [`WATCH_PERIOD`] for a batch
+//! nobody would; the watchdog thread (`evict/watchdog.rs`) looks every [`WATCH_PERIOD`] for a batch
 //! that has been taking pages into its pipe for longer than [`STUCK_AFTER`] and zero-fills that
 //! batch's victims that have nothing mapped (a stuck batch's program waits that long). A batch
 //! merely slow (its thread preempted) loses nothing by it: a victim with nothing mapped before
@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 use rustix::event::{eventfd, EventfdFlags};
 
 use crate::fatal::fatal;
-use crate::mem::Memory;
-use crate::state::PageState;
+use crate::fault::state::PageState;
+use crate::memory::mem::Memory;
 
 /// How often the watchdog looks for a stuck batch.
 pub(crate) const WATCH_PERIOD: Duration = Duration::from_millis(50);
@@ -200,9 +200,9 @@ impl Evictors {
         }
     }
 
-    /// A fault waits for an evicting page (its thread is left asleep for the batch: `state.rs`):
+    /// A fault waits for an evicting page (its thread is left asleep for the batch: `fault/state.rs`):
     /// tells every evicting thread, and rings the bell of those waiting for their memnode,
-    /// which can hand the page back from what their batch captured (`evict.rs`).
+    /// which can hand the page back from what their batch captured (`evict/batch.rs`).
     pub(crate) fn page_wanted(&self) {
         for slot in self.slots.iter() {
             if slot.tid.load(Ordering::Relaxed) == 0 {

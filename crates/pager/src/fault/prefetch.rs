@@ -33,7 +33,7 @@ use std::time::Instant;
 use gleaner_policy::prefetch::{Fault, Prefetcher, PrefetcherKind};
 use serde::Serialize;
 
-use crate::counters::{Counters, LatencyHistogram};
+use crate::observe::counters::{Counters, LatencyHistogram};
 use crate::PAGE_SIZE;
 
 /// How prefetched pages reach the program.

@@ -3,11 +3,11 @@
 
 use std::time::Instant;
 
-use crate::counters::Counters;
 use crate::engine::Engine;
 use crate::fatal::fatal;
-use crate::prefetch::PrefetchInstall;
-use crate::state::PageState;
+use crate::fault::prefetch::PrefetchInstall;
+use crate::fault::state::PageState;
+use crate::observe::counters::Counters;
 use crate::store::{StoreError, StoreHandle};
 use crate::PAGE_SIZE;
 
@@ -31,7 +31,7 @@ pub(crate) fn install_fetched(
 }
 
 /// [`install_fetched`] of a demand fault the handler times: returns the moment the page was
-/// mapped, read before the faulting thread is woken ([`crate::mem::Memory::install_timed`]).
+/// mapped, read before the faulting thread is woken ([`crate::memory::mem::Memory::install_timed`]).
 pub(crate) fn install_fetched_timed(
     engine: &Engine,
     page: usize,
@@ -92,7 +92,7 @@ pub(crate) struct PrefetchBufs {
 }
 
 /// Fetches the candidates in `bufs` that are still remote through `store`, in one batched read
-/// (after the demand fetch, on a fault), and installs or stages them (see `prefetch.rs`);
+/// (after the demand fetch, on a fault), and installs or stages them (see `fault/prefetch.rs`);
 /// returns how many it fetched.
 pub(crate) fn prefetch(
     engine: &Engine,

@@ -1,4 +1,4 @@
-//! Resolving one fault message: the page-state machine of `state.rs` driven from a handler.
+//! Resolving one fault message: the page-state machine of `fault/state.rs` driven from a handler.
 //!
 //! A handler never dereferences the region: it installs pages with `UFFDIO_COPY` from memory
 //! outside it (the zero page, a store's data, a staging buffer) and changes protection with
@@ -8,13 +8,13 @@ use std::time::Instant;
 
 use gleaner_uffd::{Event, FaultKind};
 
-use crate::counters::Counters;
 use crate::engine::Engine;
-use crate::evict::Evictor;
+use crate::evict::batch::Evictor;
 use crate::fatal::fatal;
-use crate::fetch::{self, lost, PrefetchBufs};
-use crate::mem::MAX_ZERO_RUN;
-use crate::state::PageState;
+use crate::fault::fetch::{self, lost, PrefetchBufs};
+use crate::fault::state::PageState;
+use crate::memory::mem::MAX_ZERO_RUN;
+use crate::observe::counters::Counters;
 use crate::store::{page_buf, PageBuf, StoreHandle};
 
 /// What one handler thread owns: its store handle and scratch state.
@@ -39,7 +39,7 @@ pub(crate) struct Handler {
 
 /// One remote fault in this many is timed: its steps (`fault_breakdown`), its install and its
 /// whole service time (`remote_fault_latency`). Timing the install takes a separate wake, one
-/// more system call ([`crate::mem::Memory::install_timed`]), and the steps' clock reads and
+/// more system call ([`crate::memory::mem::Memory::install_timed`]), and the steps' clock reads and
 /// counters cost every fault 0.2-0.3 µs of a handler's time when all are timed (`bench micro
 /// --pattern random` on the 2-vCPU VM, alternated: p50 6.35-6.58 µs against 6.52-6.82 timing
 /// every fault; `bench/results/sampled-timing/`).
@@ -95,8 +95,8 @@ impl Handler {
 
     /// Resolves one fault message.
     pub(crate) fn on_fault(&mut self, engine: &Engine, kind: FaultKind, addr: usize, tid: u32) {
-        if crate::stuck::is_test_page(addr) {
-            return; // The test hook's page is never served (`stuck.rs`).
+        if crate::observe::stuck::is_test_page(addr) {
+            return; // The test hook's page is never served (`observe/stuck.rs`).
         }
         let Some(page) = engine.mem.page_of(addr) else {
             log::warn!("fault at {addr:#x} outside the region; ignored");
@@ -126,7 +126,7 @@ impl Handler {
             // behind the pager's back (a raw madvise system call), so it reads as zeros, which
             // the batch then writes back. Waiting for that batch would wait forever; fetching
             // the page for it (the message already served: stale) would be wasted.
-            // (`evictors.rs` has the details.)
+            // (`evict/evictors.rs` has the details.)
             if zeroed {
                 engine.note_dropped_behind_back(page);
             }
@@ -146,7 +146,12 @@ impl Handler {
                     if !table.transition(page, PageState::Absent, PageState::Fetching) {
                         continue;
                     }
-                    crate::reclaimer::charge(engine, &mut *self.store, &mut self.evictor, None);
+                    crate::evict::reclaimer::charge(
+                        engine,
+                        &mut *self.store,
+                        &mut self.evictor,
+                        None,
+                    );
                     // First touch never goes to the network. A program filling memory in order
                     // (upward or downward) gets the neighbouring pages zero-filled with this one.
                     let (first, count) = self.zero_run(engine, page);
@@ -201,7 +206,7 @@ impl Handler {
                 }
                 st @ (PageState::Fetching | PageState::Marking) => {
                     // Another handler owns this page; its install (or unprotect) wakes our
-                    // thread, or its release does (see `state.rs`), unless it just ended.
+                    // thread, or its release does (see `fault/state.rs`), unless it just ended.
                     if table.defer_to_owner(page, st) {
                         Counters::add(&c.duplicate_faults, 1);
                         return;
@@ -225,8 +230,8 @@ impl Handler {
                     return;
                 }
                 PageState::Evicting => {
-                    // Left asleep for the batch to wake (see `state.rs`), unless it just ended;
-                    // the batch hands the page back early if it can (`evict.rs`).
+                    // Left asleep for the batch to wake (see `fault/state.rs`), unless it just ended;
+                    // the batch hands the page back early if it can (`evict/batch.rs`).
                     if table.defer_to_owner(page, PageState::Evicting) {
                         Counters::add(&c.waited_on_eviction, 1);
                         engine.evictors.page_wanted();
@@ -353,7 +358,12 @@ impl Handler {
             lost(engine, page, &e);
         }
         if !charged {
-            crate::reclaimer::charge(engine, &mut *self.store, &mut self.evictor, Some(page));
+            crate::evict::reclaimer::charge(
+                engine,
+                &mut *self.store,
+                &mut self.evictor,
+                Some(page),
+            );
             if timed {
                 fetched = Some(Instant::now());
             }
@@ -409,7 +419,7 @@ fn on_write_protect(engine: &Engine, page: usize) {
             }
             PageState::Evicting => {
                 // Being written back or dropped: the batch wakes the thread when it is done
-                // (see `state.rs`); the retry finds the page kept or missing (refetched).
+                // (see `fault/state.rs`); the retry finds the page kept or missing (refetched).
                 if mem.table.defer_to_owner(page, PageState::Evicting) {
                     Counters::add(&c.waited_on_eviction, 1);
                     engine.evictors.page_wanted();
@@ -426,7 +436,7 @@ fn on_write_protect(engine: &Engine, page: usize) {
             }
             PageState::Marking => {
                 // Another handler is lifting the protection; that ioctl wakes our thread, or
-                // its release does (see `state.rs`), unless it just ended.
+                // its release does (see `fault/state.rs`), unless it just ended.
                 if mem.table.defer_to_owner(page, PageState::Marking) {
                     Counters::add(&c.duplicate_faults, 1);
                     return;

@@ -90,7 +90,7 @@ pub enum DecodeBudget {
 
 impl DecodeBudget {
     /// The budget in nanoseconds, `auto` standing for `auto_ns` (the compressor's own default:
-    /// `codec.rs`), or `None` for no bound.
+    /// `codec/mod.rs`), or `None` for no bound.
     pub fn nanos(&self, auto_ns: Option<u64>) -> Option<u64> {
         match self {
             DecodeBudget::Off => None,

@@ -7,8 +7,8 @@ use std::time::Instant;
 use gleaner_uffd::{Installed, Uffd};
 
 use crate::fatal::fatal;
-use crate::mapping::Mapping;
-use crate::state::{PageState, PageTable};
+use crate::fault::state::{PageState, PageTable};
+use crate::memory::mapping::Mapping;
 use crate::PAGE_SIZE;
 
 /// The most pages zero-filled in one go (a sequential fill's window).
@@ -104,7 +104,7 @@ impl Memory {
     /// read, and that reading is returned: the moment the page was mapped. A thread woken on the
     /// handler's own CPU may run at once in its place, and then the clock read after a waking
     /// install counts the program's own time until the handler runs again. The separate wake costs
-    /// a system call: handlers time one fault in [`crate::fault::TIMED_INSTALL_EVERY`] this way.
+    /// a system call: handlers time one fault in [`crate::fault::resolve::TIMED_INSTALL_EVERY`] this way.
     pub(crate) fn install_timed(&self, page: usize, data: &[u8], writable: bool) -> Instant {
         let r = self.copy_page_waking(page, data, writable, false);
         let mapped = Instant::now();

@@ -1,4 +1,4 @@
-//! The access scan's walk over a region (`access.rs` says what it is for): one `PAGEMAP_SCAN`
+//! The access scan's walk over a region (`evict/access.rs` says what it is for): one `PAGEMAP_SCAN`
 //! call after another over the touched pages, each reporting runs of pages written since the
 //! previous scan and protecting them again; the pages go to the eviction policy and the fault
 //! trace.
@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use gleaner_uffd::pagemap::Pagemap;
 
-use crate::access::{Work, POLICY_CHUNK};
 use crate::engine::Engine;
+use crate::evict::access::{Work, POLICY_CHUNK};
 use crate::PAGE_SIZE;
 
 /// Scans `s` through `pagemap` if a scan is due and no other thread is scanning. Returns the

@@ -29,13 +29,16 @@
 //! `auto` by default: LZ4 (the reference C library through the `lz4` crate: 1.2 us to
 //! decompress a page here, against 1.45 us for `lz4_flex`), or zstd level 1 for the write-back
 //! batches over a link where it is measured cheaper per page (a better ratio at four times the
-//! decompression cost: worth it where the link is slow per byte, `compressor_choice.rs`);
+//! decompression cost: worth it where the link is slow per byte, `codec/choice.rs`);
 //! `lz4` or `zstd` when asked for. A page whose compressed form saves nothing is stored raw, and a
 //! page made of one repeated 8-byte word (most often zeros) as that word alone. Decompression's
 //! cost depends on the data (0.3 us for a page of text, 2.9 us for a page of 8-byte counters), so
 //! its mean per page is kept within a budget (1.5 us with LZ4 by default): the codec learns which
 //! chunks of neighbouring pages decode slower, and stores their pages raw when the mean has no
-//! room left for them (`decode_budget.rs`).
+//! room left for them (`codec/decode_budget.rs`).
+
+pub(crate) mod choice;
+pub mod decode_budget;
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -46,7 +49,7 @@ use std::time::Instant;
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
 use serde::Serialize;
 
-use crate::decode_budget::{Choice, DecodeBudget, SpeedMap, DEFAULT_MAX_DECODE_NS};
+use crate::codec::decode_budget::{Choice, DecodeBudget, SpeedMap, DEFAULT_MAX_DECODE_NS};
 use crate::{PagerError, PAGE_SIZE};
 
 /// Bytes the AEAD tag adds to a sealed blob.
@@ -76,7 +79,7 @@ pub enum Compression {
     /// zstd at level 1: smaller, slower to decompress.
     Zstd,
     /// LZ4, or zstd where it is measured cheaper over the link to the store (the bytes it saves
-    /// are worth its CPU there: `compressor_choice.rs`); default.
+    /// are worth its CPU there: `codec/choice.rs`); default.
     #[default]
     Auto,
 }
@@ -342,7 +345,7 @@ impl Codec {
 
     /// A codec for a region of `pages` pages: makes (or derives) the region's key; pages whose
     /// compressed form decodes slower than `max_decode` are stored raw when the mean decode
-    /// leaves no room for them (`decode_budget.rs`).
+    /// leaves no room for them (`codec/decode_budget.rs`).
     pub fn for_region(
         compression: Compression,
         encryption: Encryption,
@@ -545,7 +548,7 @@ pub struct CodecCtx {
 
 impl CodecCtx {
     /// Under `auto`, makes the pages encoded from now on use zstd (`true`) or LZ4: the choice
-    /// of the batch being encoded (`compressor_choice.rs`). Blobs of either kind decode alike,
+    /// of the batch being encoded (`codec/choice.rs`). Blobs of either kind decode alike,
     /// whenever they were written. Ignored with any other compression.
     pub fn use_zstd(&mut self, zstd: bool) {
         self.zstd = zstd;
@@ -639,7 +642,7 @@ impl CodecCtx {
                         c.compressed_fast.fetch_add(1, Ordering::Relaxed);
                     }
                     let mode = fast.then_some(lz4::block::CompressionMode::FAST(
-                        crate::decode_budget::LZ4_FAST_ACCELERATION,
+                        crate::codec::decode_budget::LZ4_FAST_ACCELERATION,
                     ));
                     let n = lz4::block::compress_to_buffer(page, mode, false, body).ok();
                     if let Some(map) = &codec.speed {
@@ -1221,7 +1224,7 @@ mod tests {
 
     #[test]
     fn pages_of_a_chunk_whose_pages_save_little_are_compressed_in_lz4s_fast_mode() {
-        use crate::decode_budget::CHUNK_PAGES;
+        use crate::codec::decode_budget::CHUNK_PAGES;
         // A budget every decode meets: only the compression's outcome steers the mode.
         let codec = lz4_region_codec(1e6, 4 * CHUNK_PAGES);
         let mut ctx = codec.ctx();
@@ -1256,7 +1259,7 @@ mod tests {
 
     #[test]
     fn pages_of_a_chunk_that_decodes_over_the_budget_are_stored_raw_and_still_round_trip() {
-        use crate::decode_budget::CHUNK_PAGES;
+        use crate::codec::decode_budget::CHUNK_PAGES;
         // A budget no decode can meet (1 ns), then one every decode meets (1 s): the decision
         // is the trial's, whatever this machine's speed.
         for (budget_us, expect_raw) in [(0.001, true), (1e6, false)] {
@@ -1295,7 +1298,7 @@ mod tests {
 
     #[test]
     fn a_slow_chunk_is_compressed_on_credit_and_stored_raw_once_the_credit_is_spent() {
-        use crate::decode_budget::CHUNK_PAGES;
+        use crate::codec::decode_budget::CHUNK_PAGES;
         // A budget every decode misses (1 ns): the chunk is learnt slow whatever this machine's
         // speed, and every decompression spends credit.
         let codec = lz4_region_codec(0.001, CHUNK_PAGES);
@@ -1324,7 +1327,7 @@ mod tests {
 
     #[test]
     fn a_chunk_of_pages_that_do_not_compress_is_stored_raw_without_attempts() {
-        use crate::decode_budget::CHUNK_PAGES;
+        use crate::codec::decode_budget::CHUNK_PAGES;
         // A budget no decode misses, even on a loaded machine (the test suite runs tests side
         // by side): what is tested is the incompressible chunk, not the speed of a trial.
         let codec = lz4_region_codec(1000.0, 2 * CHUNK_PAGES);

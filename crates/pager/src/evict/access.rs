@@ -19,7 +19,7 @@
 //! CPython's reference counts, a garbage collector's marks. Pages only read stay invisible, as
 //! before; a fault on one (it was evicted) still counts as its use.
 //!
-//! The reported pages go to the eviction policy as accesses ([`EvictionPolicy::on_referenced`],
+//! The reported pages go to the eviction policy as accesses ([`EvictionPolicy::on_referenced`](crate::evict::order::EvictionPolicy::on_referenced),
 //! in chunks, so a fault handler never waits long for the policy's lock), and into the fault
 //! trace as `referenced` records, so `gleaner trace replay` compares orders with the same
 //! information.
@@ -28,7 +28,7 @@
 //! installed. It no longer can rely on that: a victim the scan re-protected reads as unwritten.
 //! Nothing is lost by it: a victim that reads as unwritten is compared with its far copy and
 //! written back if it differs, or written back when there is no far copy to compare (the
-//! default drops a page's far copy when it comes back) (`evict.rs`).
+//! default drops a page's far copy when it comes back) (`evict/batch.rs`).
 //!
 //! # Cost and period
 //!
@@ -57,7 +57,7 @@ use std::time::{Duration, Instant};
 use gleaner_uffd::pagemap::PageRegion;
 
 use crate::config::AccessScanSetting;
-use crate::stats::AccessStats;
+use crate::observe::stats::AccessStats;
 
 /// The shortest adaptive period between scans.
 pub const MIN_PERIOD: Duration = Duration::from_millis(20);
@@ -149,7 +149,7 @@ impl AccessScan {
     }
 
     /// The scan's schedule and scratch, if a scan is due and no other thread is scanning
-    /// (the walk itself: `access_walk.rs`).
+    /// (the walk itself: `evict/access_walk.rs`).
     pub(crate) fn due(&self) -> Option<MutexGuard<'_, Work>> {
         if !self.is_on() {
             return None;

@@ -1,11 +1,11 @@
-//! The hint thread: fetches the ranges a program hinted (`hint.rs` queues them) through the
+//! The hint thread: fetches the ranges a program hinted (`fault/hint.rs` queues them) through the
 //! prefetch path, a batch at a time.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::engine::Engine;
-use crate::fetch::{self, PrefetchBufs};
+use crate::fault::fetch::{self, PrefetchBufs};
 use crate::store::StoreHandle;
 
 /// The hint thread: fetches hinted ranges, a batch at a time, until the region stops.

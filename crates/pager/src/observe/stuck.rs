@@ -13,7 +13,7 @@
 //! watchers look for the sign that none is left, every fault handler waiting (or any pager
 //! thread waiting far longer than anything could make it, [`LONG_WAIT_CHECKS`]):
 //!
-//! * the process's own watchdog thread ([`crate::watchdog`]) stops the process with exit 86 and a
+//! * the process's own watchdog thread (the eviction watchdog) stops the process with exit 86 and a
 //!   message naming the threads, once they have waited for [`OWN_CHECKS`] checks in a row;
 //! * `gleaner run` looks at every process of the run the same way, and ends one whose handlers
 //!   have waited for [`LAUNCHER_CHECKS`]: the backstop for a process where even the watchdog
@@ -191,7 +191,7 @@ pub enum TestHang {
     HandlersAndWatchdog,
 }
 
-/// The test hook's mode (0: off, 1: [`TestHang::Handler`], 2: [`TestHang::HandlerAndWatchdog`]).
+/// The test hook's mode (0: off, 1: [`TestHang::Handlers`], 2: [`TestHang::HandlersAndWatchdog`]).
 static TEST_HANG: AtomicU8 = AtomicU8::new(0);
 /// The page the hook's threads read, which no handler serves.
 static TEST_PAGE: AtomicUsize = AtomicUsize::new(usize::MAX);

@@ -30,9 +30,9 @@
 //! the page *waited for* and returns, leaving the thread asleep in the kernel, and the owner
 //! wakes the marked page's threads once it has released it (they retry, and find the page
 //! mapped, or fault again). For an EVICTING page that is the batch, which may also hand the
-//! page back sooner from what it captured (`evict.rs`): a handler that blocked for it (about a
+//! page back sooner from what it captured (`evict/batch.rs`): a handler that blocked for it (about a
 //! millisecond) could serve no other fault meanwhile, and a batch may itself need a handler
-//! (taking a page the program dropped behind the pager's back faults: `evict.rs`). For
+//! (taking a page the program dropped behind the pager's back faults: `evict/batch.rs`). For
 //! a FETCHING or MARKING page the owner's install or unprotect wakes the threads whose faults
 //! came before it; the mark covers a fault that came after it, before the release: possible
 //! only if the program dropped the page behind the pager's back in between, and then nothing
