@@ -1,5 +1,7 @@
-//! `gleaner bench micro`: an access pattern over a far-memory region, verified on every access,
-//! beside the same pattern all-local and the floors measured in the same run.
+//! `gleaner bench`, the micro-benchmarks, in a crate of its own (it holds nearly all of the
+//! command's unsafe code). `gleaner bench micro`: an access pattern over a far-memory region,
+//! verified on every access, beside the same pattern all-local and the floors measured in the
+//! same run.
 
 mod dirty;
 mod floor;

@@ -261,7 +261,7 @@ mod tests {
     fn args(extra: &[&str]) -> MicroArgs {
         let mut argv = vec!["micro", "--system", "plain", "--json"];
         argv.extend_from_slice(extra);
-        crate::bench::parse_micro_args(&argv).unwrap()
+        crate::parse_micro_args(&argv).unwrap()
     }
 
     /// The first CPU this thread may run on (the tests must not assume CPU 0 is allowed).
