@@ -11,6 +11,7 @@
 use std::time::Instant;
 
 use gleaner_pager::{LatencySummary, PAGE_SIZE};
+use gleaner_sys::anon::AnonMapping;
 use gleaner_uffd::pagemap::{PageRegion, Pagemap};
 use gleaner_uffd::{features, Event, FaultKind, Uffd, UffdOptions};
 use serde::Serialize;
@@ -59,39 +60,16 @@ pub struct DirtyReport {
     pub sync_over_async: f64,
 }
 
-struct Map(usize, usize);
-
-impl Map {
-    fn populated(pages: usize) -> Result<Map, String> {
-        let len = pages * PAGE_SIZE;
-        // SAFETY: a fresh anonymous private mapping; checked; unmapped on drop.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(format!("mmap: {}", std::io::Error::last_os_error()));
-        }
-        let m = Map(p as usize, len);
-        for i in 0..pages {
-            // SAFETY: inside the mapping just created; makes every page a private anonymous page.
-            unsafe { ((m.0 + i * PAGE_SIZE) as *mut u64).write_volatile(i as u64) };
-        }
-        Ok(m)
+/// `pages` pages of private anonymous memory, populated, each page made the process's own by a
+/// write.
+fn populated(pages: usize) -> Result<AnonMapping, String> {
+    let m = AnonMapping::new(pages * PAGE_SIZE, libc::MAP_POPULATE)
+        .map_err(|e| format!("mmap: {e}"))?;
+    for i in 0..pages {
+        // SAFETY: inside the mapping just created; makes every page a private anonymous page.
+        unsafe { ((m.addr() + i * PAGE_SIZE) as *mut u64).write_volatile(i as u64) };
     }
-}
-
-impl Drop for Map {
-    fn drop(&mut self) {
-        // SAFETY: unmapping exactly what `populated` mapped.
-        unsafe { libc::munmap(self.0 as *mut _, self.1) };
-    }
+    Ok(m)
 }
 
 /// Writes one word to each page from a fresh thread, timing each write.
@@ -109,18 +87,19 @@ fn timed_writes(base: usize, pages: usize) -> std::thread::JoinHandle<LatencySum
 }
 
 fn sync_wp(pages: usize) -> Result<SchemeCost, String> {
-    let m = Map::populated(pages)?;
+    let m = populated(pages)?;
     let uffd = Uffd::open(UffdOptions {
         features: features::PAGEFAULT_FLAG_WP,
         allow_user_mode_only: false,
     })
     .map_err(|e| e.to_string())?;
-    uffd.register(m.0, m.1, true).map_err(|e| e.to_string())?;
+    uffd.register(m.addr(), m.len(), true)
+        .map_err(|e| e.to_string())?;
     let t = Instant::now();
-    uffd.write_protect(m.0, m.1, true, false)
+    uffd.write_protect(m.addr(), m.len(), true, false)
         .map_err(|e| e.to_string())?;
     let protect = t.elapsed().as_nanos() as f64 / pages as f64;
-    let writer = timed_writes(m.0, pages);
+    let writer = timed_writes(m.addr(), pages);
     let mut events = Vec::new();
     let mut found = 0;
     while found < pages {
@@ -157,18 +136,19 @@ fn sync_wp(pages: usize) -> Result<SchemeCost, String> {
 }
 
 fn wp_async(pages: usize, chunk: usize) -> Result<SchemeCost, String> {
-    let m = Map::populated(pages)?;
+    let m = populated(pages)?;
     let uffd = Uffd::open(UffdOptions {
         features: features::PAGEFAULT_FLAG_WP | features::WP_ASYNC,
         allow_user_mode_only: false,
     })
     .map_err(|e| e.to_string())?;
-    uffd.register(m.0, m.1, true).map_err(|e| e.to_string())?;
+    uffd.register(m.addr(), m.len(), true)
+        .map_err(|e| e.to_string())?;
     let t = Instant::now();
-    uffd.write_protect(m.0, m.1, true, false)
+    uffd.write_protect(m.addr(), m.len(), true, false)
         .map_err(|e| e.to_string())?;
     let protect = t.elapsed().as_nanos() as f64 / pages as f64;
-    let write = timed_writes(m.0, pages)
+    let write = timed_writes(m.addr(), pages)
         .join()
         .map_err(|_| "writer panicked")?;
     let pm = Pagemap::open().map_err(|e| format!("/proc/self/pagemap: {e}"))?;
@@ -179,8 +159,12 @@ fn wp_async(pages: usize, chunk: usize) -> Result<SchemeCost, String> {
         for start in (0..pages).step_by(chunk) {
             let end = (start + chunk).min(pages);
             out.clear();
-            pm.take_written(m.0 + start * PAGE_SIZE, m.0 + end * PAGE_SIZE, out)
-                .map_err(|e| format!("PAGEMAP_SCAN: {e}"))?;
+            pm.take_written(
+                m.addr() + start * PAGE_SIZE,
+                m.addr() + end * PAGE_SIZE,
+                out,
+            )
+            .map_err(|e| format!("PAGEMAP_SCAN: {e}"))?;
             found += out
                 .iter()
                 .map(|r| (r.end - r.start) as usize / PAGE_SIZE)

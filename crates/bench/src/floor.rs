@@ -12,6 +12,7 @@ use std::time::Instant;
 
 use gleaner_pager::{LatencySummary, PAGE_SIZE};
 use gleaner_proto::{ConnectOptions, Connection, Endpoint, Token};
+use gleaner_sys::anon::AnonMapping;
 use gleaner_uffd::{Event, Uffd, UffdOptions};
 use serde::Serialize;
 
@@ -64,21 +65,8 @@ fn touch_with_handler(
     conn: Option<&mut Connection>,
 ) -> Result<LatencySummary, String> {
     let len = samples * PAGE_SIZE;
-    // SAFETY: a fresh anonymous private mapping; checked for MAP_FAILED; unmapped below.
-    let base = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-            -1,
-            0,
-        )
-    };
-    if base == libc::MAP_FAILED {
-        return Err(format!("mmap: {}", std::io::Error::last_os_error()));
-    }
-    let base = base as usize;
+    let mapping = AnonMapping::new(len, libc::MAP_NORESERVE).map_err(|e| format!("mmap: {e}"))?;
+    let base = mapping.addr();
     let result = (|| {
         let uffd = Arc::new(Uffd::open(UffdOptions::default()).map_err(|e| e.to_string())?);
         uffd.register(base, len, false).map_err(|e| e.to_string())?;
@@ -136,7 +124,7 @@ fn touch_with_handler(
             .map_err(|_| "toucher thread panicked".to_string())?;
         Ok(LatencySummary::of(&h))
     })();
-    // SAFETY: unmapping exactly the mapping created above; the toucher has finished.
-    unsafe { libc::munmap(base as *mut _, len) };
+    // The toucher has finished (or never started): the mapping goes.
+    drop(mapping);
     result
 }

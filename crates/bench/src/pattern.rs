@@ -4,6 +4,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use gleaner_pager::PAGE_SIZE;
+use gleaner_sys::rng::XorShift64;
 
 /// Which pages a pass visits, in which order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,13 +85,8 @@ impl Pattern {
                 Box::new((0..n).flat_map(move |start| (start..pages).step_by(n)))
             }
             Pattern::Random => {
-                let mut state = splitmix(0xC0FFEE ^ pass as u64) | 1;
-                Box::new((0..pages).map(move |_| {
-                    state ^= state << 13;
-                    state ^= state >> 7;
-                    state ^= state << 17;
-                    (state % pages as u64) as usize
-                }))
+                let mut rng = XorShift64::from_state(splitmix(0xC0FFEE ^ pass as u64) | 1);
+                Box::new((0..pages).map(move |_| rng.below(pages as u64) as usize))
             }
         }
     }

@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use gleaner_pager::{LatencySummary, PAGE_SIZE};
 use gleaner_proto::units::format_size;
+use gleaner_sys::anon::AnonMapping;
 use serde::Serialize;
 
 use super::pattern::fill_page;
@@ -83,51 +84,13 @@ impl FaultCounts {
     }
 }
 
-/// An anonymous private mapping, unmapped on drop.
-struct Mapping {
-    ptr: *mut u8,
-    len: usize,
-}
-
-impl Mapping {
-    /// `len` bytes of MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE memory; returns it and whether
-    /// MADV_NOHUGEPAGE took (so the kernel pages it 4 KiB at a time, as gleaner does).
-    fn new(len: usize) -> Result<(Mapping, bool), String> {
-        // SAFETY: a fresh anonymous mapping at an address the kernel picks; no existing memory
-        // is affected.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(format!(
-                "mmap of {}: {}",
-                format_size(len as u64),
-                std::io::Error::last_os_error()
-            ));
-        }
-        let map = Mapping {
-            ptr: ptr as *mut u8,
-            len,
-        };
-        // SAFETY: advice on the whole of the mapping just created, which this process owns.
-        let rc = unsafe { libc::madvise(ptr, len, libc::MADV_NOHUGEPAGE) };
-        Ok((map, rc == 0))
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: unmaps exactly the mapping `new` created; nothing refers to it any more (the
-        // stream threads that read it have been joined).
-        unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.len) };
-    }
+/// `len` bytes of MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE memory, and whether
+/// MADV_NOHUGEPAGE took (so the kernel pages it 4 KiB at a time, as gleaner does).
+fn mapping(len: usize) -> Result<(AnonMapping, bool), String> {
+    let map = AnonMapping::new(len, libc::MAP_NORESERVE)
+        .map_err(|e| format!("mmap of {}: {e}", format_size(len as u64)))?;
+    let nohugepage = map.advise(libc::MADV_NOHUGEPAGE).is_ok();
+    Ok((map, nohugepage))
 }
 
 /// VmRSS, RssAnon and RssFile of this process, in bytes (0 where unreadable).
@@ -153,8 +116,8 @@ pub fn run(args: &MicroArgs) -> Result<PlainReport, String> {
     let progress = !args.json;
     // Pinned before anything runs: the stream threads spawned below inherit the affinity.
     let _pinned = args.pin_cpu.map(pin::pin_current_thread).transpose()?;
-    let (map, nohugepage) = Mapping::new(pages * PAGE_SIZE)?;
-    let base = map.ptr;
+    let (map, nohugepage) = mapping(pages * PAGE_SIZE)?;
+    let base = map.as_ptr();
     let (baseline, baseline_anon, baseline_file) = rss();
     if progress {
         eprintln!(

@@ -8,13 +8,14 @@
 //! handler waiting on the shared userfaultfd; all but one lose the race). Threads are joined and
 //! the region unmapped before the next configuration.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Barrier};
 use std::time::{Duration, Instant};
 
 use gleaner_pager::{LatencySummary, PAGE_SIZE};
+use gleaner_sys::anon::AnonMapping;
 use gleaner_uffd::{features, Event, Installed, Uffd, UffdOptions};
 use hdrhistogram::Histogram;
 use serde::Serialize;
@@ -479,53 +480,14 @@ enum Outcome {
     Skipped(String),
 }
 
-/// An anonymous private mapping, unmapped on drop.
-struct Mapping {
-    base: usize,
-    len: usize,
-}
-
-impl Mapping {
-    fn new(len: usize) -> Result<Mapping, String> {
-        // SAFETY: a fresh anonymous private mapping at an address the kernel picks; checked for
-        // MAP_FAILED; unmapped by Drop.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(format!(
-                "mmap of {len} bytes: {}",
-                std::io::Error::last_os_error()
-            ));
-        }
-        let m = Mapping {
-            base: p as usize,
-            len,
-        };
-        // SAFETY: advice on exactly the mapping created above.
-        if unsafe { libc::madvise(p, len, libc::MADV_NOHUGEPAGE) } != 0 {
-            return Err(format!(
-                "madvise(MADV_NOHUGEPAGE): {}",
-                std::io::Error::last_os_error()
-            ));
-        }
-        Ok(m)
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: unmapping exactly the mapping created in `new`; every thread that touched it
-        // has been joined (the mapping outlives the thread scope that uses it).
-        unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
-    }
+/// `len` bytes of MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE memory paged 4 KiB at a time
+/// (MADV_NOHUGEPAGE), unmapped on drop.
+fn mapping(len: usize) -> Result<AnonMapping, String> {
+    let m = AnonMapping::new(len, libc::MAP_NORESERVE)
+        .map_err(|e| format!("mmap of {len} bytes: {e}"))?;
+    m.advise(libc::MADV_NOHUGEPAGE)
+        .map_err(|e| format!("madvise(MADV_NOHUGEPAGE): {e}"))?;
+    Ok(m)
 }
 
 /// What the handlers and app threads of one configuration share.
@@ -581,13 +543,7 @@ impl Shared {
 }
 
 fn eventfd() -> Result<OwnedFd, String> {
-    // SAFETY: eventfd(2) with an initial count and flags; returns a new descriptor or -1.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-    if fd < 0 {
-        return Err(format!("eventfd: {}", std::io::Error::last_os_error()));
-    }
-    // SAFETY: the kernel just returned this descriptor; nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    gleaner_sys::eventfd::eventfd(true).map_err(|e| format!("eventfd: {e}"))
 }
 
 /// Why a configuration did not measure anything.
@@ -621,7 +577,7 @@ fn measure(plan: &Plan, pages: usize) -> Result<Outcome, String> {
         .checked_mul(PAGE_SIZE)
         .ok_or_else(|| format!("--pages {pages} is too large"))?;
     // Unmapped (on every path) only after the scope below has joined every thread that uses it.
-    let mapping = Mapping::new(len)?;
+    let mapping = mapping(len)?;
     let options = UffdOptions {
         features: if plan.in_thread() {
             features::SIGBUS
@@ -639,7 +595,7 @@ fn measure(plan: &Plan, pages: usize) -> Result<Outcome, String> {
         }
         Err(e) => return Err(e.to_string()),
     };
-    uffd.register(mapping.base, len, false)
+    uffd.register(mapping.addr(), len, false)
         .map_err(|e| e.to_string())?;
     if bells > 0 {
         if !uffd.nowait_reads() {
@@ -656,7 +612,7 @@ fn measure(plan: &Plan, pages: usize) -> Result<Outcome, String> {
     let sigbus = if plan.in_thread() {
         Some(SigbusServer::install(
             uffd.as_raw_fd(),
-            mapping.base,
+            mapping.addr(),
             len,
             &src,
         )?)
@@ -665,9 +621,9 @@ fn measure(plan: &Plan, pages: usize) -> Result<Outcome, String> {
     };
     let shared = Shared {
         uffd,
-        base: mapping.base,
+        base: mapping.addr(),
         len,
-        bells_at: mapping.base + (region_pages - bells) * PAGE_SIZE,
+        bells_at: mapping.addr() + (region_pages - bells) * PAGE_SIZE,
         reading: AtomicUsize::new(0),
         stop: AtomicBool::new(false),
         stop_fd: eventfd()?,
@@ -1035,22 +991,7 @@ fn allowed_cpus() -> Result<Vec<usize>, String> {
 
 /// Pins the calling thread to `cpu` (one of `allowed_cpus`).
 fn pin_to(cpu: usize) -> Result<(), String> {
-    if cpu >= libc::CPU_SETSIZE as usize {
-        return Err(format!("CPU {cpu} is beyond CPU_SETSIZE"));
-    }
-    // SAFETY: cpu_set_t is plain data, for which all zeroes is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: CPU_SET writes bit `cpu` of the live set; cpu < CPU_SETSIZE was checked above.
-    unsafe { libc::CPU_SET(cpu, &mut set) };
-    // SAFETY: sets the calling thread's affinity from a live set of the size given.
-    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
-    if rc != 0 {
-        return Err(format!(
-            "sched_setaffinity to CPU {cpu}: {}",
-            std::io::Error::last_os_error()
-        ));
-    }
-    Ok(())
+    gleaner_sys::affinity::pin_to(cpu).map_err(|e| format!("pinning to CPU {cpu}: {e}"))
 }
 
 /// Puts the calling thread in SCHED_FIFO at `priority`.

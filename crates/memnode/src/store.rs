@@ -936,13 +936,8 @@ mod tests {
     /// `used` always equals the sum of the stored blobs' lengths.
     #[test]
     fn used_bytes_always_equal_the_blobs_held() {
-        let mut x = 0x2545_F491_4F6C_DD1Du64;
-        let mut next = move |n: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % n
-        };
+        let mut rng = gleaner_sys::rng::XorShift64::from_state(0x2545_F491_4F6C_DD1D);
+        let mut next = move |n: u64| rng.below(n);
         let cap = Capacity::new(20 * P);
         let mut s = PageStore::new(5);
         let mut model: HashMap<u64, usize> = HashMap::new();

@@ -17,7 +17,7 @@
 //! module (`crates/cli/tests/module_graph.rs` checks that no modules import each other in a
 //! circle).
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -363,15 +363,9 @@ pub(crate) struct Stop {
 impl Stop {
     /// A stop signal not yet given.
     pub(crate) fn new() -> std::io::Result<Stop> {
-        // SAFETY: eventfd(2) returns a new descriptor or -1; checked before taking ownership.
-        let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-        if efd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
         Ok(Stop {
             flag: AtomicBool::new(false),
-            // SAFETY: `efd` was just returned by the kernel and is owned by nothing else.
-            fd: gleaner_fds::adopt(unsafe { OwnedFd::from_raw_fd(efd) }),
+            fd: gleaner_fds::adopt(gleaner_sys::eventfd::eventfd(true)?),
         })
     }
 

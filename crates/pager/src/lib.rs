@@ -88,15 +88,8 @@ pub const PAGE_SIZE: usize = gleaner_proto::PAGE_SIZE;
 /// A page of pseudo-random bytes (incompressible), different for every `seed` (tests).
 #[cfg(test)]
 pub(crate) fn noise_page(seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..PAGE_SIZE)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    let mut rng = gleaner_sys::rng::XorShift64::new(seed);
+    (0..PAGE_SIZE).map(|_| rng.next_u64() as u8).collect()
 }
 
 /// Why a region could not be created.

@@ -1208,15 +1208,12 @@ mod tests {
     /// Like memcached's slab pages in the harness: four 1 KiB items, each a fixed 64-byte header
     /// and random letters. LZ4 saves a few percent of it (the repeated headers).
     fn items_page(seed: u64) -> Vec<u8> {
-        let mut x = seed | 1;
+        let mut rng = gleaner_sys::rng::XorShift64::from_state(seed | 1);
         let mut page = Vec::with_capacity(PAGE_SIZE);
         for _ in 0..4 {
             page.extend(b"item header: flags 0, exptime 0, nkey 16, nbytes 1024, cas 7... ");
             while page.len() % 1024 != 0 {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                page.push(b'a' + (x % 26) as u8);
+                page.push(b'a' + rng.below(26) as u8);
             }
         }
         page

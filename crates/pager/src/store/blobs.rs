@@ -505,14 +505,12 @@ mod tests {
     fn blobs_never_overlap_and_no_live_blob_is_on_a_page_handed_back() {
         let mut b = Blobs::new(MAX);
         b.set_granted(100_000);
-        let mut x = 12345u64;
+        let mut rng = gleaner_sys::rng::XorShift64::from_state(12345);
         let mut live: Vec<Loc> = Vec::new();
         let mut punch = Vec::new();
         let page = PAGE_SIZE as u64;
         for round in 0..20_000 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            let x = rng.next_u64();
             if live.len() > 2000 || (round % 3 == 0 && !live.is_empty()) {
                 let i = (x as usize / 7) % live.len();
                 punch.clear();
@@ -637,13 +635,8 @@ mod tests {
     fn steady_churn_reuses_memory_instead_of_punching_and_faulting_it_back() {
         let mut b = Blobs::new(MAX);
         b.set_granted(1_000_000);
-        let mut x = 99u64;
-        let mut rnd = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut rng = gleaner_sys::rng::XorShift64::from_state(99);
+        let mut rnd = move || rng.next_u64();
         // Sizes like redis's pages under LZ4: 2800..4113 bytes.
         let mut live: Vec<Loc> = (0..20_000)
             .map(|_| b.alloc(2800 + (rnd() % 1314) as usize).unwrap())

@@ -687,16 +687,14 @@ mod tests {
                 ..RackMemConfig::default()
             },
         );
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rng = gleaner_sys::rng::XorShift64::from_state(0x9e37_79b9_7f4a_7c15);
         let mut h = 0xcbf2_9ce4_8422_2325u64;
         let mix = |h: &mut u64, v: u64| {
             *h ^= v;
             *h = h.wrapping_mul(0x100_0000_01b3);
         };
         for i in 0..200_000usize {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            let x = rng.next_u64();
             // Zipf-like: small page numbers far more often.
             let page = (x % 8192) * (x >> 60) / 16 + (x >> 20) % 64;
             match x % 20 {
@@ -770,11 +768,9 @@ mod tests {
             );
             // The eager model: page -> (score, accessed).
             let mut model: std::collections::HashMap<u64, (u8, bool)> = Default::default();
-            let mut x = 77u64;
+            let mut rng = gleaner_sys::rng::XorShift64::from_state(77);
             for i in 0..50_000usize {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
+                let x = rng.next_u64();
                 let page = (x >> 8) % 500;
                 let agings = r.stats().agings;
                 match x % 8 {
