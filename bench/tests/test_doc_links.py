@@ -66,5 +66,15 @@ class DocLinksTest(unittest.TestCase):
         self.assertEqual(bad, [])
 
 
+class CrateTableTest(unittest.TestCase):
+    def test_architecture_names_every_workspace_member_and_serve(self):
+        with open(os.path.join(ROOT, "Cargo.toml")) as f:
+            members = re.search(r"members\s*=\s*\[([^]]*)\]", f.read()).group(1)
+        with open(os.path.join(ROOT, "docs", "architecture.md")) as f:
+            table = "\n".join(line for line in f if line.startswith("| `"))
+        wanted = re.findall(r'"([^"]+)"', members) + ["serve/"]
+        self.assertEqual([m for m in wanted if f"| `{m}`" not in table], [])
+
+
 if __name__ == "__main__":
     unittest.main()
