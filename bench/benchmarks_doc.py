@@ -22,6 +22,7 @@ sys.path.insert(0, ROOT)
 from bench import codec as codec_bench  # noqa: E402
 from bench import corun as corun_bench  # noqa: E402
 from bench import reclaim_report  # noqa: E402
+from bench import spawn as spawn_bench  # noqa: E402
 
 DOC = os.path.join(ROOT, "docs", "BENCHMARKS.md")
 RESULTS = "bench/results"
@@ -34,21 +35,20 @@ def load(rel):
 
 
 def med(values):
+    """The median of the values present (None for none)."""
     values = [v for v in values if v is not None]
     return statistics.median(values) if values else None
 
 
 def fmt(v, digits=1, unit=""):
+    """`v` with thousands separators and `digits` decimals ("-" for a missing value)."""
     if v is None:
         return "-"
-    if isinstance(v, float) and v != int(v) or digits == 0:
-        s = f"{v:,.{digits}f}"
-    else:
-        s = f"{v:,.{digits}f}"
-    return s + unit
+    return f"{v:,.{digits}f}{unit}"
 
 
 def ratio(a, b, digits=2):
+    """a / b as "1.23x" ("-" where either is missing)."""
     if a is None or b in (None, 0):
         return "-"
     return f"{a / b:.{digits}f}x"
@@ -369,6 +369,25 @@ def access_scan():
         when(load(rels[0])), "`bench/results/access-scan/README.md` (per 1,000 requests)")
 
 
+def spawn():
+    rel = f"{RESULTS}/spawn.json"
+    res = load(rel)
+    rows = []
+    for loop in res["loops"]:
+        per = spawn_bench.summarize(res)[loop["name"]]["systems"]
+        plain, g = per.get("plain", {}), per.get("gleaner", {})
+        rows.append([loop["name"], fmt(med(plain.get("ms", [])), 2), fmt(med(g.get("ms", [])), 2),
+                     fmt(med(g.get("over_ms", [])), 2), f"{fmt(med(g.get('ratio', [])), 2)}x"])
+    return Area(
+        "Starting processes under `gleaner run`",
+        "Shell loops under `gleaner run` beside plain bash in the same run (every process gets a "
+        "pager of its own): milliseconds per iteration, median of the repetitions.",
+        ["loop", "plain bash ms", "gleaner run ms", "overhead ms", "× plain"],
+        rows, [rel], "python3 bench/spawn.py", when(res),
+        "`bench/results/DETAILS.md` (section spawn, with each loop's script); "
+        "`bench/results/spawn/README.md`")
+
+
 def cpython_suite():
     rel = f"{RESULTS}/cpython-suite/6eff0cc.json"
     res = load(rel)
@@ -434,7 +453,7 @@ def midas():
 
 
 AREAS = [paging_micro, programs_vs_swap, harness, programs_slowdown, fork, pool, codec,
-         prefetch, reclaim, corun, access_scan, cpython_suite, concerto, midas]
+         prefetch, reclaim, corun, access_scan, spawn, cpython_suite, concerto, midas]
 
 
 def render():
