@@ -388,6 +388,36 @@ def spawn():
         "`bench/results/spawn/README.md`")
 
 
+def defaults():
+    rel = f"{RESULTS}/defaults.json"
+    res = load(rel)
+    base = res["configs"]["defaults"]
+
+    def cell(c):
+        seq = med([r.get("ns_per_op") for r in c["micro"]["seq"]])
+        rnd = med([r.get("mean_us") for r in c["micro"]["random"]])
+        demo = med([r["wall_s"] for r in c["demo"] if r["ok"]])
+        return seq, rnd, demo
+
+    b = cell(base)
+    rows = []
+    for name, c in res["configs"].items():
+        x = cell(c)
+        rows.append([f"**{name}**" if name == "defaults" else name, c["what"],
+                     ratio(x[0], b[0]), ratio(x[1], b[1]), ratio(x[2], b[2])])
+    return Area(
+        "The defaults against one knob changed",
+        "Each configuration is the defaults with one knob changed (`previous`: the defaults "
+        "before the shared-memory data path), measured interleaved in the same run: `bench "
+        "micro` at 50% local memory and the demo job under `gleaner run --local-mem 64M`. "
+        "Ratios to the defaults (above 1: slower than the defaults). These are the defaults of the "
+        "run's date, when the eviction order was RackMem; `recency` with the access scan became "
+        "the default later, measured in \"Evicting what is cold\" below.",
+        ["configuration", "what changes", "seq ns/op ×", "random fault mean ×", "demo wall ×"],
+        rows, [rel], "python3 bench/defaults.py", when(res),
+        "`bench/results/DETAILS.md` (section defaults, with the absolute numbers)")
+
+
 def cpython_suite():
     rel = f"{RESULTS}/cpython-suite/6eff0cc.json"
     res = load(rel)
@@ -452,7 +482,7 @@ def midas():
         note)
 
 
-AREAS = [paging_micro, programs_vs_swap, harness, programs_slowdown, fork, pool, codec,
+AREAS = [paging_micro, programs_vs_swap, harness, programs_slowdown, defaults, fork, pool, codec,
          prefetch, reclaim, corun, access_scan, spawn, cpython_suite, concerto, midas]
 
 
