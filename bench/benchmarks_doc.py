@@ -23,6 +23,7 @@ from bench import codec as codec_bench  # noqa: E402
 from bench import corun as corun_bench  # noqa: E402
 from bench import reclaim_report  # noqa: E402
 from bench import spawn as spawn_bench  # noqa: E402
+from bench import wakeup as wakeup_bench  # noqa: E402
 
 DOC = os.path.join(ROOT, "docs", "BENCHMARKS.md")
 RESULTS = "bench/results"
@@ -190,6 +191,26 @@ def harness():
         "`bench/results/access-scan/README.md`; the earlier rounds and the analysis of the gap in "
         "`bench/results/harness-50/README.md`; every workload and ratio in "
         "`bench/results/DETAILS.md` (section harness)")
+
+
+def wakeup():
+    rel = f"{RESULTS}/wakeup.json"
+    res = load(rel)
+    configs = wakeup_bench.collect(res)
+    mean = wakeup_bench.medians(configs, "mean_us")
+    p99 = wakeup_bench.medians(configs, "p99_us")
+    base = mean.get("read-per-cpu")
+    rows = [[name, fmt(mean[name]), fmt(p99[name]), ratio(mean[name], base)] for name in mean]
+    return Area(
+        "What a userfaultfd fault costs: handler placement",
+        "No pager and no network: a bare handler installs each faulting page of a registered "
+        "region from memory, the application thread pinned to CPU 0. Each configuration places "
+        "or runs the handlers differently; `read-per-cpu` is the pager's default (one handler "
+        "per CPU, pinned, blocking in read). Medians of the runs, all in the same process.",
+        ["configuration", "fault mean µs", "fault p99 µs", "mean × the default"],
+        rows, [rel], "python3 bench/wakeup.py", when(res),
+        "`bench/results/DETAILS.md` (section wakeup, each configuration described); "
+        "`docs/decisions/0002-handlers-per-cpu-pinned.md`")
 
 
 def fork():
@@ -482,8 +503,9 @@ def midas():
         note)
 
 
-AREAS = [paging_micro, programs_vs_swap, harness, programs_slowdown, defaults, fork, pool, codec,
-         prefetch, reclaim, corun, access_scan, spawn, cpython_suite, concerto, midas]
+AREAS = [paging_micro, programs_vs_swap, harness, programs_slowdown, defaults, wakeup, fork,
+         pool, codec, prefetch, reclaim, corun, access_scan, spawn, cpython_suite, concerto,
+         midas]
 
 
 def render():
