@@ -110,7 +110,8 @@ def paging_micro():
         ["pattern", "gleaner ns/access", "Linux swap ns/access", "Linux / gleaner",
          "gleaner fault p99 µs", "Linux fault p99 µs"],
         rows, [rel], "python3 bench/vs_swap.py", when(res),
-        "`bench/results/DETAILS.md` (sections micro and vs-swap); `bench/results/vs-swap/README.md`")
+        "`bench/results/DETAILS.md` (sections micro and vs-swap); "
+        "`bench/results/vs-swap/README.md`")
 
 
 def programs_vs_swap():
@@ -468,7 +469,8 @@ def concerto():
     rows = [
         ["p99 time to first token / online-only serving", fmt(s["p99_ttft_vs_online_only"], 2),
          fmt(s["naive_p99_ttft_vs_online_only"], 2)],
-        ["p99 time per output token / online-only serving", fmt(s["p99_tpot_vs_online_only"], 2), "-"],
+        ["p99 time per output token / online-only serving",
+         fmt(s["p99_tpot_vs_online_only"], 2), "-"],
         ["offline tokens served / naive co-serving's", fmt(s["offline_fraction_of_naive"], 2),
          "1.00"],
         ["online latency target (SLO) met", str(s["slo_met"]), str(s["naive_slo_met"])],

@@ -1,6 +1,7 @@
-"""Writes a generated section into bench/results/DETAILS.md between its begin/end markers (shared by the
-bench report scripts); a new section goes in front of the harness's section. Writing into the default
-document also regenerates docs/BENCHMARKS.md (`bench/benchmarks_doc.py`) from the results files."""
+"""Writes a generated section into bench/results/DETAILS.md between its begin/end markers (shared
+by the bench report scripts); a new section goes in front of the harness's section. Writing into
+the default document also regenerates docs/BENCHMARKS.md (`bench/benchmarks_doc.py`) from the
+results files."""
 import os
 import statistics
 
