@@ -23,8 +23,8 @@ command to `rdb_bgsave_in_progress:0`), and the peaks of the summed anonymous me
 its children sampled every 5 ms: `Pss_Anon` (a page shared by parent and child counts once: the
 memory they take) and `RssAnon` (counted in each process that maps it).
 
-Writes bench/results/fork.json and the fork section of bench/results/DETAILS.md. Exit status 0, or 1 if
-any cell failed (a digest mismatch, a BGSAVE that failed or did not finish).
+Writes bench/results/fork.json and the fork section of bench/results/DETAILS.md. Exit status 0,
+or 1 if any cell failed (a digest mismatch, a BGSAVE that failed or did not finish).
 """
 import argparse
 import os

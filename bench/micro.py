@@ -251,7 +251,8 @@ def render():
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--render-only", action="store_true", help="only regenerate bench/results/DETAILS.md")
+    ap.add_argument("--render-only", action="store_true",
+                    help="only regenerate bench/results/DETAILS.md")
     ap.add_argument("--repeat", type=int, default=3, help="runs per configuration (default 3)")
     args = ap.parse_args()
     if not args.render_only:

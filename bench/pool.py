@@ -21,8 +21,8 @@ each) and runs one program under `gleaner run --memnode A,B,C`:
     of one memnode, a second open-loop phase ("during recovery"), every key read back and checked;
     the pool's stats give the pages re-replicated and the time the copy took (its throughput).
 
-Writes bench/results/pool.json and the pool section of bench/results/DETAILS.md. Exit status 0, or 1 if
-any cell failed (a wrong value, a lost key, a checksum mismatch).
+Writes bench/results/pool.json and the pool section of bench/results/DETAILS.md. Exit status 0,
+or 1 if any cell failed (a wrong value, a lost key, a checksum mismatch).
 """
 import argparse
 import json

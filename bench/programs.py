@@ -272,7 +272,8 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "programs.json"))
     ap.add_argument("--only", help="comma-separated subset: python,c,memcached,redis")
-    ap.add_argument("--render-only", action="store_true", help="only regenerate bench/results/DETAILS.md")
+    ap.add_argument("--render-only", action="store_true",
+                    help="only regenerate bench/results/DETAILS.md")
     args = ap.parse_args()
     if args.render_only:
         with open(args.out) as f:

@@ -794,7 +794,8 @@ def main(argv=None):
     ap.add_argument("--size", help="micro region size (default 512M; 64M with --quick)")
     ap.add_argument("--skip-demo", action="store_true", help="leave out the demo job")
     ap.add_argument("--out", default=DEFAULT_OUT, help="results JSON (default bench/results/vs-swap.json)")
-    ap.add_argument("--doc", default=DOC, help="the document to render into (default bench/results/DETAILS.md)")
+    ap.add_argument("--doc", default=DOC,
+                    help="the document to render into (default bench/results/DETAILS.md)")
     ap.add_argument("--no-render", action="store_true", help="write the JSON only")
     ap.add_argument("--render-only", action="store_true", help="re-render the doc section from --out")
     return run_or_render(ap, argv, "vs_swap.py", run_all, render, log)
