@@ -28,6 +28,19 @@ class BenchmarksDocTest(unittest.TestCase):
             for rel in a.files:
                 self.assertTrue(os.path.isfile(os.path.join(ROOT, rel)), rel)
 
+    def test_every_command_runs_a_script_that_exists(self):
+        for area in benchmarks_doc.AREAS:
+            a = area()
+            words = a.command.split()
+            scripts = [w for w in words if w.endswith(".py")]
+            modules = [words[i + 1] for i, w in enumerate(words[:-1]) if w == "-m"]
+            self.assertTrue(scripts or modules, f"{area.__name__}: {a.command}")
+            for w in scripts:
+                self.assertTrue(os.path.isfile(os.path.join(ROOT, w)), f"{area.__name__}: {w}")
+            for m in modules:
+                path = os.path.join(ROOT, *m.split("."))
+                self.assertTrue(os.path.isdir(path) or os.path.isfile(path + ".py"), m)
+
 
 if __name__ == "__main__":
     unittest.main()
