@@ -9,7 +9,7 @@
 //! | [`Prefetch`] | what to fetch ahead, the staging buffer | faults |
 //! | [`WritePredictor`] | which read fetches go in writable | faults |
 //! | store | where far pages live ([`PageStore`]) | every thread, through its own handle |
-//! | [`Counters`], latency, trace | observation | everyone |
+//! | [`RegionCounters`], latency, trace | observation | everyone |
 //!
 //! Threads get an `Arc<Engine>` but each activity lives in its own module (`fault/handler.rs`,
 //! `fault/resolve.rs`, `fault/fetch.rs`, `evict/batch.rs`, `evict/reclaimer.rs`, `evict/watchdog.rs`, `fault/hint_thread.rs`) and
@@ -32,7 +32,7 @@ use crate::fault::predict::WritePredictor;
 use crate::fault::prefetch::Prefetch;
 use crate::fault::state::PageState;
 use crate::memory::mem::Memory;
-use crate::observe::counters::{Counters, LatencyHistogram};
+use crate::observe::counters::{LatencyHistogram, RegionCounters};
 use crate::observe::stats::{EvictionStats, FaultStats, RegionStats};
 use crate::observe::trace::FaultTrace;
 use crate::store::PageStore;
@@ -46,7 +46,7 @@ pub(crate) struct Engine {
     pub(crate) prefetch: Prefetch,
     pub(crate) writes: WritePredictor,
     pub(crate) store: Box<dyn PageStore>,
-    pub(crate) counters: Counters,
+    pub(crate) counters: RegionCounters,
     /// Service time of remote faults, from reading the message to waking the thread.
     pub(crate) remote_latency: LatencyHistogram,
     pub(crate) trace: Option<FaultTrace>,
@@ -242,7 +242,7 @@ impl Engine {
     /// the pager's back (a raw madvise system call). Reports it (the first time; the stats count
     /// every one); the caller zero-fills it, what the program's own drop left.
     pub(crate) fn note_dropped_behind_back(&self, page: usize) {
-        let level = if Counters::add_first(&self.counters.dropped_behind_back) {
+        let level = if RegionCounters::add_first(&self.counters.dropped_behind_back) {
             log::Level::Warn
         } else {
             log::Level::Debug

@@ -20,7 +20,7 @@ use crate::fault::prefetch::Prefetch;
 use crate::fault::state::{PageState, PageTable};
 use crate::memory::mapping::Mapping;
 use crate::memory::mem::Memory;
-use crate::observe::counters::{Counters, LatencyHistogram};
+use crate::observe::counters::{LatencyHistogram, RegionCounters};
 use crate::observe::stats::RegionStats;
 use crate::observe::trace::FaultTrace;
 use crate::store::embedded::EmbeddedMemnode;
@@ -300,7 +300,7 @@ impl Region {
                 cfg.predict_writes == WritePrediction::On && tracking == Tracking::Sync,
             ),
             store,
-            counters: Counters::default(),
+            counters: RegionCounters::default(),
             remote_latency: LatencyHistogram::default(),
             trace: l.trace,
             batch: crate::evict::batch_size::BatchSize::new(
@@ -546,8 +546,8 @@ impl Region {
             self.forget(f * PAGE_SIZE, n * PAGE_SIZE, PageState::Absent);
             far_pages += n;
         }
-        Counters::add(&e.counters.reused, count as u64);
-        Counters::add(&e.counters.reused_far, far_pages as u64);
+        RegionCounters::add(&e.counters.reused, count as u64);
+        RegionCounters::add(&e.counters.reused_far, far_pages as u64);
     }
 
     /// Gives up `len` bytes at `offset` (both page-aligned) to a mapping the program is about to
@@ -656,9 +656,9 @@ impl Region {
         }
         e.budget.release(resident);
         if to == PageState::Foreign {
-            Counters::add(&e.counters.surrendered, count as u64);
+            RegionCounters::add(&e.counters.surrendered, count as u64);
         } else {
-            Counters::add(&e.counters.discarded, count as u64);
+            RegionCounters::add(&e.counters.discarded, count as u64);
         }
         e.budget.notify_progress();
     }

@@ -282,7 +282,7 @@ impl std::fmt::Display for Tampered {
 }
 
 #[derive(Default)]
-struct Counters {
+struct CodecCounters {
     encoded: AtomicU64,
     blob_bytes: AtomicU64,
     same: AtomicU64,
@@ -317,7 +317,7 @@ pub struct Codec {
     /// inherited (versions below [`FORK_CHILD_VERSIONS`]).
     inherited_key: Option<LessSafeKey>,
     next_version: AtomicU64,
-    counters: Counters,
+    counters: CodecCounters,
     /// Which chunks decode slowly, and the credit the mean decode leaves them (`None`: no
     /// decode budget).
     speed: Option<SpeedMap>,
@@ -377,7 +377,7 @@ impl Codec {
             key,
             inherited_key: None,
             next_version: AtomicU64::new(1),
-            counters: Counters::default(),
+            counters: CodecCounters::default(),
             speed: match compression {
                 Compression::Off => None,
                 c => max_decode.nanos(c.auto_decode_budget_ns()),
@@ -412,7 +412,7 @@ impl Codec {
             key,
             inherited_key: self.key.clone(),
             next_version: AtomicU64::new(FORK_CHILD_VERSIONS | 1),
-            counters: Counters::default(),
+            counters: CodecCounters::default(),
             speed: self.speed.as_ref().map(SpeedMap::fresh),
         }))
     }

@@ -78,7 +78,7 @@ use crate::codec::choice::Compressor;
 use crate::engine::{Engine, Tracking};
 use crate::fatal::fatal;
 use crate::fault::state::PageState;
-use crate::observe::counters::Counters;
+use crate::observe::counters::RegionCounters;
 use crate::runs::runs;
 use crate::store::{Bell, StoreError, StoreHandle};
 use crate::PAGE_SIZE;
@@ -351,7 +351,7 @@ impl Evictor {
                 }
             }
             s.budget.note_memnode_full(&why);
-            Counters::add(&c.evict_aborted, 1);
+            RegionCounters::add(&c.evict_aborted, 1);
             kept
         } else {
             Vec::new()
@@ -366,10 +366,10 @@ impl Evictor {
                 .observed(compressor, committed, encoding, commit_time);
         }
         s.batch_time.record(started.elapsed());
-        Counters::add(&c.evict_raced, raced);
-        Counters::add(&c.evict_protect_ns, (t1 - t0).as_nanos() as u64);
-        Counters::add(&c.evict_drop_ns, (t2 - t1).as_nanos() as u64);
-        Counters::add(&c.evict_send_ns, (t3 - t2).as_nanos() as u64);
+        RegionCounters::add(&c.evict_raced, raced);
+        RegionCounters::add(&c.evict_protect_ns, (t1 - t0).as_nanos() as u64);
+        RegionCounters::add(&c.evict_drop_ns, (t2 - t1).as_nanos() as u64);
+        RegionCounters::add(&c.evict_send_ns, (t3 - t2).as_nanos() as u64);
         evicted
     }
 
@@ -449,7 +449,7 @@ impl Evictor {
                 v += count;
                 continue;
             }
-            Counters::add(&s.counters.evict_scanned_runs, 1);
+            RegionCounters::add(&s.counters.evict_scanned_runs, 1);
             let (start, end) = (s.mem.addr_of(first), s.mem.addr_of(first + count));
             self.scan.clear();
             self.scan.reserve(count);
@@ -511,7 +511,7 @@ impl Evictor {
             .wake_deferred(self.victims.iter().filter(|v| v.published).map(|v| v.page));
         s.budget.release(n);
         s.budget.notify_progress();
-        Counters::add(&s.counters.evicted_clean, n as u64);
+        RegionCounters::add(&s.counters.evicted_clean, n as u64);
         n
     }
 
@@ -579,12 +579,12 @@ impl Evictor {
         self.wake_waiters(s);
         s.budget.release(clean + dirty);
         s.budget.notify_progress();
-        Counters::add(&c.evicted_dirty, dirty as u64);
-        Counters::add(&c.evicted_clean, clean as u64);
-        Counters::add(&c.evict_handed_back, handed_back);
-        Counters::add(&c.evict_batches, 1);
-        Counters::add(&c.evict_runs, self.runs.len() as u64);
-        Counters::add(&c.bytes_out, (dirty * PAGE_SIZE) as u64);
+        RegionCounters::add(&c.evicted_dirty, dirty as u64);
+        RegionCounters::add(&c.evicted_clean, clean as u64);
+        RegionCounters::add(&c.evict_handed_back, handed_back);
+        RegionCounters::add(&c.evict_batches, 1);
+        RegionCounters::add(&c.evict_runs, self.runs.len() as u64);
+        RegionCounters::add(&c.bytes_out, (dirty * PAGE_SIZE) as u64);
         clean + dirty + early
     }
 
@@ -633,7 +633,7 @@ impl Evictor {
         }
         drop(policy);
         self.wake_waiters(s);
-        Counters::add(&s.counters.evict_aborted, 1);
+        RegionCounters::add(&s.counters.evict_aborted, 1);
         s.budget.note_memnode_full(why);
         s.budget.notify_progress();
     }

@@ -20,7 +20,7 @@ use gleaner_policy::reclaim::{ReclaimMode, ReclaimParams, ReclaimScheduler, Recl
 use serde::Serialize;
 
 use crate::evict::budget::Budget;
-use crate::observe::counters::Counters;
+use crate::observe::counters::RegionCounters;
 
 /// Resolution of the per-page eviction clock: 64 µs, so a `u32` covers about 76 hours.
 const EVICT_TICK_NS: u64 = 64_000;
@@ -215,7 +215,7 @@ impl Reclaim {
         }
         let n = self.wake_wanted.swap(0, Ordering::Relaxed);
         if n > self.awake.load(Ordering::Relaxed) {
-            Counters::add(&self.pool_wakeups, 1);
+            RegionCounters::add(&self.pool_wakeups, 1);
             self.wake_threads(n);
         }
     }
@@ -301,20 +301,20 @@ impl Reclaim {
 
     /// The program's allocator gave up `pages` pages when reclaim asked.
     pub(crate) fn record_released(&self, pages: usize) {
-        Counters::add(&self.released_by_allocator, pages as u64);
+        RegionCounters::add(&self.released_by_allocator, pages as u64);
     }
 
     /// A pool thread spent `cpu_ns` of its CPU time in a batch (whatever came of it).
     pub(crate) fn record_pool_cpu(&self, cpu_ns: u64) {
-        Counters::add(&self.pool_cpu_ns, cpu_ns);
+        RegionCounters::add(&self.pool_cpu_ns, cpu_ns);
     }
 
     /// Pool thread `id` evicted `pages` pages in a batch of `busy_ns`: counted, and told to
     /// the scheduler (S_out).
     pub(crate) fn record_pool_batch(&self, id: usize, pages: usize, busy_ns: u64) {
-        Counters::add(&self.pool_busy_ns, busy_ns);
-        Counters::add(&self.pool_batches, 1);
-        Counters::add(&self.pool_pages, pages as u64);
+        RegionCounters::add(&self.pool_busy_ns, busy_ns);
+        RegionCounters::add(&self.pool_batches, 1);
+        RegionCounters::add(&self.pool_pages, pages as u64);
         self.sched
             .lock()
             .expect("reclaim scheduler lock")
@@ -324,9 +324,9 @@ impl Reclaim {
     /// A faulting thread reclaimed `pages` pages itself, taking `ns`: counted, and told to the
     /// scheduler when it evicted any.
     pub(crate) fn record_direct(&self, pages: usize, ns: u64) {
-        Counters::add(&self.direct_waits, 1);
-        Counters::add(&self.direct_pages, pages as u64);
-        Counters::add(&self.direct_ns, ns);
+        RegionCounters::add(&self.direct_waits, 1);
+        RegionCounters::add(&self.direct_pages, pages as u64);
+        RegionCounters::add(&self.direct_ns, ns);
         if pages > 0 {
             self.sched
                 .lock()

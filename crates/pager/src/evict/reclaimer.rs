@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use crate::engine::Engine;
 use crate::evict::batch::Evictor;
 use crate::fatal::fatal;
-use crate::observe::counters::Counters;
+use crate::observe::counters::RegionCounters;
 use crate::store::StoreHandle;
 
 /// How long a reclaim thread waits before its first retry after the memnode refused its batch
@@ -72,7 +72,7 @@ pub(crate) fn charge(
         // refused the write): wait for other threads to move.
         if !waited {
             waited = true;
-            Counters::add(&engine.counters.waited_on_budget, 1);
+            RegionCounters::add(&engine.counters.waited_on_budget, 1);
         }
         engine.reclaim.wake_pool();
         engine.budget.wait_progress(Duration::from_millis(10));

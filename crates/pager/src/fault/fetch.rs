@@ -7,7 +7,7 @@ use crate::engine::Engine;
 use crate::fatal::fatal;
 use crate::fault::prefetch::PrefetchInstall;
 use crate::fault::state::PageState;
-use crate::observe::counters::Counters;
+use crate::observe::counters::RegionCounters;
 use crate::store::{StoreError, StoreHandle};
 use crate::PAGE_SIZE;
 
@@ -147,7 +147,7 @@ pub(crate) fn prefetch(
     if let Err(e) = sent {
         lost(engine, claimed[0] as usize, &e);
     }
-    Counters::add(
+    RegionCounters::add(
         &engine.counters.bytes_in,
         (claimed.len() * PAGE_SIZE) as u64,
     );
@@ -240,5 +240,5 @@ pub(crate) fn bring_home(engine: &Engine, store: &mut dyn StoreHandle, ids: &[u6
             "bringing pages home before fork failed: {e}; pages held only on the memnode are lost"
         ));
     }
-    Counters::add(&engine.counters.bytes_in, (ids.len() * PAGE_SIZE) as u64);
+    RegionCounters::add(&engine.counters.bytes_in, (ids.len() * PAGE_SIZE) as u64);
 }

@@ -36,7 +36,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::cpus::pin_to;
-use crate::observe::counters::Counters;
+use crate::observe::counters::RegionCounters;
 use gleaner_uffd::Event;
 
 use crate::engine::{Engine, Inside};
@@ -87,12 +87,12 @@ pub(crate) fn run(
             Ok(0) => {
                 // Woken with the others, but another handler read the message first (or, in a
                 // blocking read, a signal ended the wait).
-                Counters::add(&engine.counters.handler_empty_wakeups, 1);
+                RegionCounters::add(&engine.counters.handler_empty_wakeups, 1);
                 continue;
             }
             Ok(n) => {
-                Counters::add(&engine.counters.handler_wakeups, 1);
-                Counters::add(&engine.counters.handler_messages, n as u64);
+                RegionCounters::add(&engine.counters.handler_wakeups, 1);
+                RegionCounters::add(&engine.counters.handler_messages, n as u64);
                 if !spin.is_zero() {
                     last_message = Instant::now();
                 }

@@ -33,7 +33,7 @@ use std::time::Instant;
 use gleaner_policy::prefetch::{Fault, Prefetcher, PrefetcherKind};
 use serde::Serialize;
 
-use crate::observe::counters::{Counters, LatencyHistogram};
+use crate::observe::counters::{LatencyHistogram, RegionCounters};
 use crate::PAGE_SIZE;
 
 /// How prefetched pages reach the program.
@@ -233,8 +233,8 @@ impl Prefetch {
             .expect("staging lock")
             .pages
             .remove(&page)?;
-        Counters::add(&self.used, 1 + st.window.len() as u64);
-        Counters::add(&self.staged_hits, 1);
+        RegionCounters::add(&self.used, 1 + st.window.len() as u64);
+        RegionCounters::add(&self.staged_hits, 1);
         self.timeliness.record(st.staged_at.elapsed());
         if self.staged_hits.load(Ordering::Relaxed).is_multiple_of(64)
             && !self.fixed_deadline.load(Ordering::Relaxed)
@@ -262,7 +262,7 @@ impl Prefetch {
             .remove(&page)
         {
             Some(st) => {
-                Counters::add(&self.wasted, 1 + st.window.len() as u64);
+                RegionCounters::add(&self.wasted, 1 + st.window.len() as u64);
                 true
             }
             None => false,
@@ -304,7 +304,7 @@ impl Prefetch {
                 break;
             };
             if let Some(st) = s.pages.remove(&old) {
-                Counters::add(&self.wasted, 1 + st.window.len() as u64);
+                RegionCounters::add(&self.wasted, 1 + st.window.len() as u64);
                 dropped += 1;
             }
         }
@@ -316,7 +316,7 @@ impl Prefetch {
         if let Some(old) = s.pages.insert(page, staged) {
             // Staged again (a second prefetch raced with the first one's staging): the older
             // copy's slot goes back.
-            Counters::add(&self.wasted, 1 + old.window.len() as u64);
+            RegionCounters::add(&self.wasted, 1 + old.window.len() as u64);
             dropped += 1;
         }
         s.order.push_back(page);
@@ -330,7 +330,7 @@ impl Prefetch {
 
     /// Counts `pages` prefetched pages the memnode dropped as late.
     pub(crate) fn count_dropped_late(&self, pages: usize) {
-        Counters::add(&self.dropped_late, pages as u64);
+        RegionCounters::add(&self.dropped_late, pages as u64);
     }
 
     /// How long a prefetch may wait at the memnode before it would arrive too late to help:
@@ -345,19 +345,19 @@ impl Prefetch {
     }
 
     pub(crate) fn count_issued(&self, pages: usize) {
-        Counters::add(&self.issued, pages as u64);
-        Counters::add(&self.windows, 1);
+        RegionCounters::add(&self.issued, pages as u64);
+        RegionCounters::add(&self.windows, 1);
     }
 
     /// Counts `pages` prefetched pages as used (a window confirmed by a late marker).
     pub(crate) fn credit_used(&self, pages: usize) {
-        Counters::add(&self.used, pages as u64);
+        RegionCounters::add(&self.used, pages as u64);
     }
 
     pub(crate) fn count_late(&self) {
-        Counters::add(&self.late, 1);
+        RegionCounters::add(&self.late, 1);
         // A late prefetch still saved the fetch: the demand used the prefetched page.
-        Counters::add(&self.used, 1);
+        RegionCounters::add(&self.used, 1);
     }
 
     /// A snapshot for the stats JSON; `demand_misses` is the count of remote demand faults.

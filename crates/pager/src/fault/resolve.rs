@@ -14,7 +14,7 @@ use crate::fatal::fatal;
 use crate::fault::fetch::{self, lost, PrefetchBufs};
 use crate::fault::state::PageState;
 use crate::memory::mem::MAX_ZERO_RUN;
-use crate::observe::counters::Counters;
+use crate::observe::counters::RegionCounters;
 use crate::store::{page_buf, PageBuf, StoreHandle};
 
 /// What one handler thread owns: its store handle and scratch state.
@@ -163,8 +163,8 @@ impl Handler {
                     for q in first..first + count {
                         engine.installed(q, PageState::Dirty, false);
                     }
-                    Counters::add(&c.zero_fills, 1);
-                    Counters::add(&c.zero_filled_ahead, count as u64 - 1);
+                    RegionCounters::add(&c.zero_fills, 1);
+                    RegionCounters::add(&c.zero_filled_ahead, count as u64 - 1);
                     return;
                 }
                 PageState::Remote => {
@@ -180,7 +180,7 @@ impl Handler {
                             engine.writes.install_writable(page)
                         };
                         fetch::install_fetched(engine, page, &st.data[..], writable, false);
-                        Counters::add(&c.prefetch_hit_faults, 1);
+                        RegionCounters::add(&c.prefetch_hit_faults, 1);
                         self.prefetch.candidates.clear();
                         engine.prefetch.on_fault(
                             page,
@@ -208,7 +208,7 @@ impl Handler {
                     // Another handler owns this page; its install (or unprotect) wakes our
                     // thread, or its release does (see `fault/state.rs`), unless it just ended.
                     if table.defer_to_owner(page, st) {
-                        Counters::add(&c.duplicate_faults, 1);
+                        RegionCounters::add(&c.duplicate_faults, 1);
                         return;
                     }
                 }
@@ -224,7 +224,7 @@ impl Handler {
                         engine.note_dropped_behind_back(page);
                         engine.mem.release(page, PageState::Dirty);
                     } else {
-                        Counters::add(&c.duplicate_faults, 1);
+                        RegionCounters::add(&c.duplicate_faults, 1);
                         engine.mem.release(page, st);
                     }
                     return;
@@ -233,19 +233,19 @@ impl Handler {
                     // Left asleep for the batch to wake (see `fault/state.rs`), unless it just ended;
                     // the batch hands the page back early if it can (`evict/batch.rs`).
                     if table.defer_to_owner(page, PageState::Evicting) {
-                        Counters::add(&c.waited_on_eviction, 1);
+                        RegionCounters::add(&c.waited_on_eviction, 1);
                         engine.evictors.page_wanted();
                         return;
                     }
                 }
                 PageState::Discarding => {
-                    Counters::add(&c.waited_on_eviction, 1);
+                    RegionCounters::add(&c.waited_on_eviction, 1);
                     engine.wait_while_busy(page);
                 }
                 PageState::Foreign => {
                     // A fault queued just before the program mapped something else here: its
                     // retry reaches that mapping (or faults again until it is in place).
-                    Counters::add(&c.duplicate_faults, 1);
+                    RegionCounters::add(&c.duplicate_faults, 1);
                     engine.mem.wake(page);
                     return;
                 }
@@ -369,16 +369,16 @@ impl Handler {
             }
             mapped = install(&self.stash[..]);
         }
-        Counters::add(&c.remote_faults, 1);
-        Counters::add(&c.bytes_in, crate::PAGE_SIZE as u64);
+        RegionCounters::add(&c.remote_faults, 1);
+        RegionCounters::add(&c.bytes_in, crate::PAGE_SIZE as u64);
         if let (Some(started), Some(looked_up), Some(fetched), Some(mapped)) =
             (started, looked_up, fetched, mapped)
         {
-            Counters::add(&c.timed_faults, 1);
-            Counters::add(&c.lookup_ns, (looked_up - started).as_nanos() as u64);
-            Counters::add(&c.fetch_ns, (fetched - looked_up).as_nanos() as u64);
-            Counters::add(&c.timed_installs, 1);
-            Counters::add(&c.install_ns, (mapped - fetched).as_nanos() as u64);
+            RegionCounters::add(&c.timed_faults, 1);
+            RegionCounters::add(&c.lookup_ns, (looked_up - started).as_nanos() as u64);
+            RegionCounters::add(&c.fetch_ns, (fetched - looked_up).as_nanos() as u64);
+            RegionCounters::add(&c.timed_installs, 1);
+            RegionCounters::add(&c.install_ns, (mapped - fetched).as_nanos() as u64);
             engine.remote_latency.record(mapped - started);
         }
         if !self.skip_prefetch {
@@ -414,14 +414,14 @@ fn on_write_protect(engine: &Engine, page: usize) {
                 engine.drop_far_copy(page, true, false);
                 mem.release(page, PageState::Dirty);
                 engine.policy.lock().expect("policy lock").on_access(page);
-                Counters::add(&c.wp_faults, 1);
+                RegionCounters::add(&c.wp_faults, 1);
                 return;
             }
             PageState::Evicting => {
                 // Being written back or dropped: the batch wakes the thread when it is done
                 // (see `fault/state.rs`); the retry finds the page kept or missing (refetched).
                 if mem.table.defer_to_owner(page, PageState::Evicting) {
-                    Counters::add(&c.waited_on_eviction, 1);
+                    RegionCounters::add(&c.waited_on_eviction, 1);
                     engine.evictors.page_wanted();
                     return;
                 }
@@ -429,7 +429,7 @@ fn on_write_protect(engine: &Engine, page: usize) {
             PageState::Discarding => {
                 // Being discarded. Wait, then let the thread retry: it finds the page missing
                 // (zero-fill).
-                Counters::add(&c.waited_on_eviction, 1);
+                RegionCounters::add(&c.waited_on_eviction, 1);
                 engine.wait_while_busy(page);
                 mem.wake(page);
                 return;
@@ -438,7 +438,7 @@ fn on_write_protect(engine: &Engine, page: usize) {
                 // Another handler is lifting the protection; that ioctl wakes our thread, or
                 // its release does (see `fault/state.rs`), unless it just ended.
                 if mem.table.defer_to_owner(page, PageState::Marking) {
-                    Counters::add(&c.duplicate_faults, 1);
+                    RegionCounters::add(&c.duplicate_faults, 1);
                     return;
                 }
             }
@@ -458,7 +458,7 @@ fn on_write_protect(engine: &Engine, page: usize) {
             | PageState::Foreign => {
                 // Stale message: already writable, or gone (the retry will fault as missing, or
                 // reach what the program mapped there).
-                Counters::add(&c.duplicate_faults, 1);
+                RegionCounters::add(&c.duplicate_faults, 1);
                 mem.wake(page);
                 return;
             }

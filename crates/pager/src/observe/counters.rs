@@ -10,7 +10,7 @@ use serde::Serialize;
 
 /// Live counters, updated with relaxed atomics from handler and evictor threads.
 #[derive(Default)]
-pub(crate) struct Counters {
+pub(crate) struct RegionCounters {
     pub zero_fills: AtomicU64,
     pub zero_filled_ahead: AtomicU64,
     pub remote_faults: AtomicU64,
@@ -60,7 +60,7 @@ pub(crate) struct Counters {
     pub handler_messages: AtomicU64,
 }
 
-impl Counters {
+impl RegionCounters {
     pub(crate) fn add(counter: &AtomicU64, v: u64) {
         counter.fetch_add(v, Ordering::Relaxed);
     }

@@ -12,7 +12,7 @@ use crate::engine::{Engine, Tracking};
 use crate::fatal::fatal;
 use crate::fault::state::{PageState, PageTable};
 use crate::memory::mem::Memory;
-use crate::observe::counters::Counters;
+use crate::observe::counters::RegionCounters;
 use crate::{PagerError, PAGE_SIZE};
 
 /// The pid of the process that forked last (set in [`Region::prepare_fork`], read in the child).
@@ -297,7 +297,7 @@ pub(super) fn trim_inherited(e: &Engine) -> Result<(), PagerError> {
             table.release(p, PageState::Remote);
         }
         e.budget.release(victims.len());
-        Counters::add(&e.counters.evicted_dirty, victims.len() as u64);
+        RegionCounters::add(&e.counters.evicted_dirty, victims.len() as u64);
     }
     Ok(())
 }

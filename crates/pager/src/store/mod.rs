@@ -314,7 +314,7 @@ pub(crate) fn open(
         DataPath::Shm => true,
         DataPath::Socket => false,
     };
-    let session = socket::Session::open(endpoint, token, opts)?;
+    let session = socket::MemnodeSession::open(endpoint, token, opts)?;
     if use_shm {
         Ok(Box::new(shm::ShmStore::new(session, region_pages, codec)?))
     } else {
@@ -403,7 +403,8 @@ mod tests {
         }
 
         fn shm(&self, pages: usize) -> shm::ShmStore {
-            let session = socket::Session::open(self.endpoint.clone(), self.token, opts()).unwrap();
+            let session =
+                socket::MemnodeSession::open(self.endpoint.clone(), self.token, opts()).unwrap();
             let codec = Codec::new(Compression::Lz4, Encryption::On).unwrap();
             shm::ShmStore::new(session, pages, codec).unwrap()
         }

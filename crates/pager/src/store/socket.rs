@@ -29,7 +29,7 @@ use crate::PagerError;
 
 /// A memnode session: the address and credentials to attach more connections, and the first
 /// connection, kept for session-wide requests (free, grants, goodbye).
-pub(crate) struct Session {
+pub(crate) struct MemnodeSession {
     endpoint: Endpoint,
     token: Token,
     opts: ConnectOptions,
@@ -56,14 +56,14 @@ const MAX_RECONNECTS_PER_REQUEST: u32 = 8;
 /// The shortest reconnection window, whatever lease the memnode announces.
 const MIN_RECONNECT_WINDOW: Duration = Duration::from_secs(1);
 
-impl Session {
+impl MemnodeSession {
     /// Connects, authenticates and creates the session.
     pub(crate) fn open(
         endpoint: Endpoint,
         token: Token,
         opts: ConnectOptions,
-    ) -> Result<Session, PagerError> {
-        Session::connect(endpoint, token, opts, None)
+    ) -> Result<MemnodeSession, PagerError> {
+        MemnodeSession::connect(endpoint, token, opts, None)
     }
 
     /// Connects and authenticates, creating a session, or with `existing` attaching to that
@@ -73,10 +73,10 @@ impl Session {
         token: Token,
         opts: ConnectOptions,
         existing: Option<(u64, SessionKey)>,
-    ) -> Result<Session, PagerError> {
+    ) -> Result<MemnodeSession, PagerError> {
         let first = Connection::connect(&endpoint, &token, existing, &opts)?;
         let info = first.session();
-        Ok(Session {
+        Ok(MemnodeSession {
             endpoint,
             token,
             opts,
@@ -97,7 +97,7 @@ impl Session {
         &self,
         client_name: &str,
         existing: (u64, SessionKey),
-    ) -> Result<Session, PagerError> {
+    ) -> Result<MemnodeSession, PagerError> {
         self.open_like(client_name, Some(existing))
     }
 
@@ -105,17 +105,17 @@ impl Session {
         &self,
         client_name: &str,
         existing: Option<(u64, SessionKey)>,
-    ) -> Result<Session, PagerError> {
+    ) -> Result<MemnodeSession, PagerError> {
         let opts = ConnectOptions {
             client_name: client_name.to_string(),
             ..self.opts.clone()
         };
-        Session::connect(self.endpoint.clone(), self.token, opts, existing)
+        MemnodeSession::connect(self.endpoint.clone(), self.token, opts, existing)
     }
 
     /// Retries broken connections for `window` (when given) instead of the whole lease, and
     /// then takes a refused connection as final (for a member of a replicated pool).
-    pub(crate) fn reconnect_within(mut self, window: Option<Duration>) -> Session {
+    pub(crate) fn reconnect_within(mut self, window: Option<Duration>) -> MemnodeSession {
         if let Some(w) = window {
             self.window = w.min(self.window);
             self.refusal_is_final = true;
@@ -295,7 +295,7 @@ pub(crate) struct LazySession {
     opts: ConnectOptions,
     /// The memnode's capacity as the session that made this one was told it.
     capacity_pages: u64,
-    session: OnceLock<Session>,
+    session: OnceLock<MemnodeSession>,
     /// Held while the session is being opened: one thread opens it, the others wait for it.
     opening: Mutex<()>,
     /// Closed before it was ever opened: it is not opened any more.
@@ -322,7 +322,7 @@ impl LazySession {
     }
 
     /// An open session.
-    pub(crate) fn opened(session: Session) -> LazySession {
+    pub(crate) fn opened(session: MemnodeSession) -> LazySession {
         let lazy = LazySession::unopened(
             session.endpoint.clone(),
             session.token,
@@ -334,7 +334,7 @@ impl LazySession {
     }
 
     /// The session, opened now if it was not yet.
-    pub(crate) fn get(&self) -> Result<&Session, PagerError> {
+    pub(crate) fn get(&self) -> Result<&MemnodeSession, PagerError> {
         if let Some(s) = self.session.get() {
             return Ok(s);
         }
@@ -348,7 +348,8 @@ impl LazySession {
                 self.endpoint
             )));
         }
-        let s = Session::connect(self.endpoint.clone(), self.token, self.opts.clone(), None)?;
+        let s =
+            MemnodeSession::connect(self.endpoint.clone(), self.token, self.opts.clone(), None)?;
         Ok(self.session.get_or_init(|| s))
     }
 
@@ -371,7 +372,7 @@ impl LazySession {
     pub(crate) fn capacity_pages(&self) -> u64 {
         self.session
             .get()
-            .map_or(self.capacity_pages, Session::capacity_pages)
+            .map_or(self.capacity_pages, MemnodeSession::capacity_pages)
     }
 
     /// Ends the session if it was opened; either way it is not opened from now on.
@@ -493,7 +494,7 @@ impl Forgets {
 
 /// The store over the socket.
 pub(crate) struct SocketStore {
-    session: Arc<Session>,
+    session: Arc<MemnodeSession>,
     codec: Arc<Codec>,
     /// Per region page: the version of its blob on the memnode.
     versions: Arc<Box<[AtomicU64]>>,
@@ -506,7 +507,11 @@ pub(crate) struct SocketStore {
 
 impl SocketStore {
     /// The store of `session`, for a region of `region_pages` pages encoded by `codec`.
-    pub(crate) fn new(session: Session, region_pages: usize, codec: Arc<Codec>) -> SocketStore {
+    pub(crate) fn new(
+        session: MemnodeSession,
+        region_pages: usize,
+        codec: Arc<Codec>,
+    ) -> SocketStore {
         let versions = Arc::new(zeroed_atomics(region_pages));
         SocketStore {
             session: Arc::new(session),
@@ -605,13 +610,13 @@ pub(crate) type ReadEntry<'a> = dyn FnMut(usize, u64, u64, &[u8]) -> Result<(), 
 pub(crate) struct Link {
     conn: Connection,
     /// To replace `conn` when it fails.
-    session: Arc<Session>,
+    session: Arc<MemnodeSession>,
 }
 
 impl Link {
     /// A new connection attached to `session` (retried like any other if the first try fails
     /// transiently).
-    pub(crate) fn open(session: &Arc<Session>) -> Result<Link, PagerError> {
+    pub(crate) fn open(session: &Arc<MemnodeSession>) -> Result<Link, PagerError> {
         let conn = match session.attach() {
             Ok(conn) => conn,
             Err(e) if e.is_transient() => session.reattach(&e).map_err(|_| e)?,

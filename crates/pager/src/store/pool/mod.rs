@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 use gleaner_proto::{ConnectOptions, Endpoint, PageBatch, PendingRead, SessionKey, Token};
 use serde::Serialize;
 
-use super::socket::{Forgets, Link, Session, FORGET_BATCH};
+use super::socket::{Forgets, Link, MemnodeSession, FORGET_BATCH};
 use super::{
     page_buf, zeroed_atomics, Bell, PageBuf, PageStore, StoreError, StoreHandle, StoreStats,
 };
@@ -66,7 +66,7 @@ const REPLICATED_RECONNECT_WINDOW: Duration = Duration::from_secs(1);
 
 /// One memnode of the pool.
 struct Member {
-    session: Arc<Session>,
+    session: Arc<MemnodeSession>,
     alive: AtomicBool,
     /// Why it was lost (empty while alive).
     lost_because: Mutex<String>,
@@ -86,7 +86,7 @@ struct Member {
 
 impl Member {
     /// A live member on `session`, with nothing placed on it yet.
-    fn new(session: Session) -> Member {
+    fn new(session: MemnodeSession) -> Member {
         Member {
             session: Arc::new(session),
             alive: AtomicBool::new(true),
@@ -406,7 +406,7 @@ pub(crate) fn open(
     let window = (replicas > 1).then_some(REPLICATED_RECONNECT_WINDOW);
     let mut members = Vec::with_capacity(endpoints.len());
     for endpoint in endpoints {
-        let session = Session::open(endpoint, token, opts.clone())?.reconnect_within(window);
+        let session = MemnodeSession::open(endpoint, token, opts.clone())?.reconnect_within(window);
         members.push(Member::new(session));
     }
     let extents = (region_pages as u64).div_ceil(EXTENT_PAGES) as usize;
