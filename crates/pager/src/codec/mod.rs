@@ -528,6 +528,17 @@ pub enum Encoded {
     },
 }
 
+/// How one page is to be compressed: what [`CodecCtx::choose`] decides.
+#[derive(Debug, Clone, Copy)]
+struct Plan {
+    /// The compressor (`auto` resolved to LZ4 or zstd).
+    compression: Compression,
+    /// What the decode budget allows.
+    choice: Choice,
+    /// Whether zstd was chosen for the link (`auto`), not for the page.
+    for_link: bool,
+}
+
 /// One thread's codec: encodes pages into blobs and decodes them back.
 pub struct CodecCtx {
     codec: Arc<Codec>,
@@ -596,7 +607,9 @@ impl CodecCtx {
     }
 
     /// Encodes `page`, whose repeated word (if any) the caller found: `same`, into the start of
-    /// `out` (at least [`ENCODE_ROOM`] bytes); returns the blob's length and its version.
+    /// `out` (at least [`ENCODE_ROOM`] bytes); returns the blob's length and its version. Three
+    /// steps: choose how to compress ([`CodecCtx::choose`]), compress ([`CodecCtx::compress`]),
+    /// seal ([`CodecCtx::seal`]).
     fn encode_to(
         &mut self,
         page_no: u64,
@@ -606,153 +619,212 @@ impl CodecCtx {
     ) -> (usize, u64) {
         assert_eq!(page.len(), PAGE_SIZE, "the codec encodes whole pages");
         assert!(out.len() >= ENCODE_ROOM, "too little room to encode a page");
-        let codec = &*self.codec;
-        let c = &codec.counters;
-        let version = codec.next_version.fetch_add(1, Ordering::Relaxed);
-        let len = if let Some(word) = same {
-            out[0] = KIND_SAME;
-            out[1..9].copy_from_slice(&word.to_le_bytes());
-            c.same.fetch_add(1, Ordering::Relaxed);
-            9
-        } else {
-            // `auto`: zstd where this context was told to use it (the batch's choice), else LZ4
-            // (and its decode budget).
-            let for_link = codec.compression == Compression::Auto && self.zstd;
-            let compression = match codec.compression {
-                Compression::Auto if for_link => Compression::Zstd,
-                Compression::Auto => Compression::Lz4,
-                c => c,
-            };
-            // The decode budget is the compressor's own, so `auto`'s is LZ4's: its zstd pages,
-            // which would all be over it, are not judged by it.
-            let choice = match &codec.speed {
-                Some(map) if !for_link => map.choose(page_no),
-                _ => Choice::Compress,
-            };
-            let t = Instant::now();
-            let body = &mut out[1..1 + PAGE_SIZE + 64];
-            let mut compressed = match (compression, choice) {
-                (_, Choice::Raw | Choice::Incompressible) | (Compression::Off, _) => None,
-                (Compression::Lz4, _) => {
-                    let fast = codec
-                        .speed
-                        .as_ref()
-                        .is_some_and(|map| map.compress_fast(page_no));
-                    if fast {
-                        c.compressed_fast.fetch_add(1, Ordering::Relaxed);
-                    }
-                    let mode = fast.then_some(lz4::block::CompressionMode::FAST(
-                        crate::codec::decode_budget::LZ4_FAST_ACCELERATION,
-                    ));
-                    let n = lz4::block::compress_to_buffer(page, mode, false, body).ok();
-                    if let Some(map) = &codec.speed {
-                        map.compressed(page_no, n.filter(|&n| n + 1 < PAGE_SIZE));
-                    }
-                    n
-                }
-                (Compression::Zstd, _) => {
-                    let z = self.zstd_ctx.get_or_insert_with(|| {
-                        zstd::bulk::Compressor::new(1).expect("a zstd level-1 context")
-                    });
-                    let n = z.compress_to_buffer(page, body).ok();
-                    if for_link && n.is_some_and(|n| n + 1 < PAGE_SIZE) {
-                        c.zstd_for_link.fetch_add(1, Ordering::Relaxed);
-                    }
-                    n
-                }
-                (Compression::Auto, _) => unreachable!("resolved above"),
+        let c = &self.codec.counters;
+        let version = self.codec.next_version.fetch_add(1, Ordering::Relaxed);
+        let len = match same {
+            Some(word) => {
+                out[0] = KIND_SAME;
+                out[1..9].copy_from_slice(&word.to_le_bytes());
+                c.same.fetch_add(1, Ordering::Relaxed);
+                9
             }
-            .filter(|&n| n + 1 < PAGE_SIZE);
-            let mut for_speed = choice == Choice::Raw;
-            let kind = if compression == Compression::Zstd {
-                KIND_ZSTD
-            } else {
-                KIND_LZ4
-            };
-            if let (Some(n), Choice::Learn, Some(map)) = (compressed, choice, &codec.speed) {
-                // Time a trial decode (twice if slow, keeping the faster: a preemption must not
-                // condemn the chunk) to learn whether pages here decode within the budget.
-                let mut best = u64::MAX;
-                for _ in 0..2 {
-                    let t = Instant::now();
-                    let ok =
-                        decompress(kind, &body[..n], &mut self.trial, &mut self.unzstd).is_ok();
-                    debug_assert!(ok, "a page just compressed decompresses");
-                    best = best.min(t.elapsed().as_nanos() as u64);
-                    if !map.over(best) {
-                        break;
-                    }
-                }
-                c.trials.fetch_add(1, Ordering::Relaxed);
-                if map.learned(page_no, best) {
-                    if map.credit_ns() > 0 {
-                        c.on_credit.fetch_add(1, Ordering::Relaxed);
-                    } else {
-                        compressed = None;
-                        for_speed = true;
-                    }
-                }
-            }
-            if for_speed {
-                c.raw_for_speed.fetch_add(1, Ordering::Relaxed);
-            }
-            match (choice, compressed, &codec.speed) {
-                (Choice::Incompressible, ..) => {
-                    c.raw_unattempted.fetch_add(1, Ordering::Relaxed);
-                }
-                (Choice::OnCredit, Some(_), _) => {
-                    c.on_credit.fetch_add(1, Ordering::Relaxed);
-                }
-                // (A map exists only when compression is on.)
-                (Choice::Learn | Choice::Compress, None, Some(map)) if !for_speed => {
-                    map.incompressible(page_no, choice == Choice::Learn);
-                }
-                _ => {}
-            }
-            if !matches!(choice, Choice::Raw | Choice::Incompressible) {
-                c.compress_ns
-                    .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
-            }
-            match compressed {
-                Some(n) => {
-                    out[0] = kind;
-                    1 + n
-                }
-                None => {
-                    out[0] = KIND_RAW;
-                    out[1..1 + PAGE_SIZE].copy_from_slice(page);
-                    if compression != Compression::Off
-                        && !for_speed
-                        && choice != Choice::Incompressible
-                    {
-                        c.raw.fetch_add(1, Ordering::Relaxed);
-                    }
-                    1 + PAGE_SIZE
-                }
+            None => {
+                let plan = self.choose(page_no);
+                self.compress(page_no, page, plan, out)
             }
         };
-        let len = match &codec.key {
-            None => len,
-            Some(key) => {
-                let t = Instant::now();
-                let (kind, body) = out.split_at_mut(1);
-                let tag = key
-                    .seal_in_place_separate_tag(
-                        nonce(version),
-                        Aad::from(aad(page_no, kind[0])),
-                        &mut body[..len - 1],
-                    )
-                    .expect("sealing a blob shorter than the AEAD limit");
-                out[len..len + TAG_LEN].copy_from_slice(tag.as_ref());
-                c.seal_ns
-                    .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
-                c.sealed.fetch_add(1, Ordering::Relaxed);
-                len + TAG_LEN
-            }
-        };
+        let len = self.seal(page_no, version, len, out);
+        let c = &self.codec.counters;
         c.encoded.fetch_add(1, Ordering::Relaxed);
         c.blob_bytes.fetch_add(len as u64, Ordering::Relaxed);
         (len, version)
+    }
+
+    /// Step 1, choose: the compressor for `page_no` and whether the decode budget lets it be
+    /// compressed at all.
+    fn choose(&self, page_no: u64) -> Plan {
+        let codec = &*self.codec;
+        // `auto`: zstd where this context was told to use it (the batch's choice), else LZ4
+        // (and its decode budget).
+        let for_link = codec.compression == Compression::Auto && self.zstd;
+        let compression = match codec.compression {
+            Compression::Auto if for_link => Compression::Zstd,
+            Compression::Auto => Compression::Lz4,
+            c => c,
+        };
+        // The decode budget is the compressor's own, so `auto`'s is LZ4's: its zstd pages,
+        // which would all be over it, are not judged by it.
+        let choice = match &codec.speed {
+            Some(map) if !for_link => map.choose(page_no),
+            _ => Choice::Compress,
+        };
+        Plan {
+            compression,
+            choice,
+            for_link,
+        }
+    }
+
+    /// Step 2, compress: the page's body into `out[1..]` as `plan` says (raw where compressing
+    /// does not pay, or decoding it would cost over the budget), its kind into `out[0]`; returns
+    /// the unsealed blob's length.
+    fn compress(&mut self, page_no: u64, page: &[u8], plan: Plan, out: &mut [u8]) -> usize {
+        let Plan {
+            compression,
+            choice,
+            ..
+        } = plan;
+        let t = Instant::now();
+        let body = &mut out[1..1 + PAGE_SIZE + 64];
+        let mut compressed = self
+            .compress_body(page_no, page, plan, body)
+            .filter(|&n| n + 1 < PAGE_SIZE);
+        let kind = if compression == Compression::Zstd {
+            KIND_ZSTD
+        } else {
+            KIND_LZ4
+        };
+        let mut for_speed = choice == Choice::Raw;
+        if let (Some(n), Choice::Learn) = (compressed, choice) {
+            if !self.decodes_within_budget(page_no, kind, &body[..n]) {
+                compressed = None;
+                for_speed = true;
+            }
+        }
+        let codec = &*self.codec;
+        let c = &codec.counters;
+        if for_speed {
+            c.raw_for_speed.fetch_add(1, Ordering::Relaxed);
+        }
+        match (choice, compressed, &codec.speed) {
+            (Choice::Incompressible, ..) => {
+                c.raw_unattempted.fetch_add(1, Ordering::Relaxed);
+            }
+            (Choice::OnCredit, Some(_), _) => {
+                c.on_credit.fetch_add(1, Ordering::Relaxed);
+            }
+            // (A map exists only when compression is on.)
+            (Choice::Learn | Choice::Compress, None, Some(map)) if !for_speed => {
+                map.incompressible(page_no, choice == Choice::Learn);
+            }
+            _ => {}
+        }
+        if !matches!(choice, Choice::Raw | Choice::Incompressible) {
+            c.compress_ns
+                .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        }
+        match compressed {
+            Some(n) => {
+                out[0] = kind;
+                1 + n
+            }
+            None => {
+                out[0] = KIND_RAW;
+                out[1..1 + PAGE_SIZE].copy_from_slice(page);
+                if compression != Compression::Off && !for_speed && choice != Choice::Incompressible
+                {
+                    c.raw.fetch_add(1, Ordering::Relaxed);
+                }
+                1 + PAGE_SIZE
+            }
+        }
+    }
+
+    /// The compressor's output for `page` in `body`, or `None` where `plan` says raw (or the
+    /// compressor failed to fit).
+    fn compress_body(
+        &mut self,
+        page_no: u64,
+        page: &[u8],
+        plan: Plan,
+        body: &mut [u8],
+    ) -> Option<usize> {
+        let codec = &*self.codec;
+        let c = &codec.counters;
+        match (plan.compression, plan.choice) {
+            (_, Choice::Raw | Choice::Incompressible) | (Compression::Off, _) => None,
+            (Compression::Lz4, _) => {
+                let fast = codec
+                    .speed
+                    .as_ref()
+                    .is_some_and(|map| map.compress_fast(page_no));
+                if fast {
+                    c.compressed_fast.fetch_add(1, Ordering::Relaxed);
+                }
+                let mode = fast.then_some(lz4::block::CompressionMode::FAST(
+                    crate::codec::decode_budget::LZ4_FAST_ACCELERATION,
+                ));
+                let n = lz4::block::compress_to_buffer(page, mode, false, body).ok();
+                if let Some(map) = &codec.speed {
+                    map.compressed(page_no, n.filter(|&n| n + 1 < PAGE_SIZE));
+                }
+                n
+            }
+            (Compression::Zstd, _) => {
+                let z = self.zstd_ctx.get_or_insert_with(|| {
+                    zstd::bulk::Compressor::new(1).expect("a zstd level-1 context")
+                });
+                let n = z.compress_to_buffer(page, body).ok();
+                if plan.for_link && n.is_some_and(|n| n + 1 < PAGE_SIZE) {
+                    c.zstd_for_link.fetch_add(1, Ordering::Relaxed);
+                }
+                n
+            }
+            (Compression::Auto, _) => unreachable!("resolved by choose"),
+        }
+    }
+
+    /// Under the decode budget's `Learn`: times a trial decode of the blob body just compressed
+    /// (twice if slow, keeping the faster: a preemption must not condemn the chunk) so the map
+    /// learns whether pages here decode within the budget; `false` when this page must go raw.
+    fn decodes_within_budget(&mut self, page_no: u64, kind: u8, compressed: &[u8]) -> bool {
+        let Some(map) = &self.codec.speed else {
+            return true;
+        };
+        let mut best = u64::MAX;
+        for _ in 0..2 {
+            let t = Instant::now();
+            let ok = decompress(kind, compressed, &mut self.trial, &mut self.unzstd).is_ok();
+            debug_assert!(ok, "a page just compressed decompresses");
+            best = best.min(t.elapsed().as_nanos() as u64);
+            if !map.over(best) {
+                break;
+            }
+        }
+        let c = &self.codec.counters;
+        c.trials.fetch_add(1, Ordering::Relaxed);
+        if map.learned(page_no, best) {
+            if map.credit_ns() > 0 {
+                c.on_credit.fetch_add(1, Ordering::Relaxed);
+            } else {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Step 3, seal: with encryption on, seals the `len`-byte blob at the start of `out` in
+    /// place (AES-256-GCM, the nonce from `version`, the page number and kind authenticated)
+    /// and appends the tag; returns the blob's final length.
+    fn seal(&self, page_no: u64, version: u64, len: usize, out: &mut [u8]) -> usize {
+        let Some(key) = &self.codec.key else {
+            return len;
+        };
+        let c = &self.codec.counters;
+        let t = Instant::now();
+        let (kind, body) = out.split_at_mut(1);
+        let tag = key
+            .seal_in_place_separate_tag(
+                nonce(version),
+                Aad::from(aad(page_no, kind[0])),
+                &mut body[..len - 1],
+            )
+            .expect("sealing a blob shorter than the AEAD limit");
+        out[len..len + TAG_LEN].copy_from_slice(tag.as_ref());
+        c.seal_ns
+            .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        c.sealed.fetch_add(1, Ordering::Relaxed);
+        len + TAG_LEN
     }
 
     /// Decodes `blob`, which the memnode returned for region page `page_no` last written with
