@@ -39,6 +39,7 @@
 
 pub(crate) mod choice;
 pub mod decode_budget;
+pub(crate) mod versions;
 
 use std::io;
 use std::path::{Path, PathBuf};

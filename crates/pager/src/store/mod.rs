@@ -23,6 +23,7 @@ use std::sync::Arc;
 use gleaner_proto::{ConnectOptions, Endpoint, Token};
 use serde::Serialize;
 
+pub(crate) use crate::codec::versions::zeroed_atomics;
 use crate::codec::{Codec, CodecStats};
 use crate::{PagerError, PAGE_SIZE};
 
@@ -324,13 +325,6 @@ pub(crate) fn open(
             codec,
         )))
     }
-}
-
-/// `n` atomics holding 0, from zeroed memory (untouched pages of a large index cost nothing).
-pub(crate) fn zeroed_atomics(n: usize) -> Box<[std::sync::atomic::AtomicU64]> {
-    let v = Box::<[std::sync::atomic::AtomicU64]>::new_zeroed_slice(n);
-    // SAFETY: an all-zero u64 is a valid AtomicU64 holding 0.
-    unsafe { v.assume_init() }
 }
 
 /// A page-sized scratch buffer.

@@ -21,9 +21,8 @@ use gleaner_proto::{
     SessionKey, Token,
 };
 
-use super::{
-    page_buf, zeroed_atomics, Bell, PageBuf, PageStore, StoreError, StoreHandle, StoreStats,
-};
+use super::{page_buf, Bell, PageBuf, PageStore, StoreError, StoreHandle, StoreStats};
+use crate::codec::versions::Versions;
 use crate::codec::{Codec, CodecCtx};
 use crate::PagerError;
 
@@ -497,7 +496,7 @@ pub(crate) struct SocketStore {
     session: Arc<MemnodeSession>,
     codec: Arc<Codec>,
     /// Per region page: the version of its blob on the memnode.
-    versions: Arc<Box<[AtomicU64]>>,
+    versions: Versions,
     /// The copy of the session the memnode made for the fork being prepared (`Fork`), which
     /// the child attaches to.
     child_session: Mutex<Option<(u64, SessionKey)>>,
@@ -512,7 +511,7 @@ impl SocketStore {
         region_pages: usize,
         codec: Arc<Codec>,
     ) -> SocketStore {
-        let versions = Arc::new(zeroed_atomics(region_pages));
+        let versions = Versions::new(region_pages);
         SocketStore {
             session: Arc::new(session),
             codec,
@@ -537,8 +536,8 @@ impl PageStore for SocketStore {
     }
 
     fn forget(&self, page: u64) {
-        if let Some(v) = self.versions.get(page as usize) {
-            self.forgets.note(page, v.load(Ordering::Relaxed));
+        if (page as usize) < self.versions.len() {
+            self.forgets.note(page, self.versions.get(page));
         }
     }
 
@@ -778,7 +777,7 @@ struct SocketHandle {
     /// The read sent by `request`, with its ids.
     pending: Option<(PendingRead, Vec<u64>)>,
     ctx: CodecCtx,
-    versions: Arc<Box<[AtomicU64]>>,
+    versions: Versions,
     /// The pages of the batch being built and their blobs' versions, published at commit.
     staged: Vec<(u64, u64)>,
     /// Where a page is decoded into.
@@ -814,10 +813,7 @@ impl StoreHandle for SocketHandle {
             .finish_read(p, &ids, &mut 0, &mut |i, page, _, blob| {
                 // The version the memnode echoes is not trusted: the blob is opened with the
                 // one this client recorded, so a memnode that lies about it is caught.
-                let version = versions
-                    .get(page as usize)
-                    .map_or(0, |v| v.load(Ordering::Relaxed));
-                ctx.decode(page, version, blob, &mut page_buf[..])
+                ctx.decode_recorded(versions, page, blob, &mut page_buf[..])
                     .map_err(|t| StoreError::Lost(t.to_string()))?;
                 f(i, &page_buf[..]);
                 Ok(())
@@ -863,9 +859,7 @@ impl StoreHandle for SocketHandle {
         // Stored: the memnode now holds these versions (a refused batch stored nothing, and
         // its pages stay local until written back again).
         for &(page, version) in &self.staged {
-            if let Some(v) = self.versions.get(page as usize) {
-                v.store(version, Ordering::Relaxed);
-            }
+            self.versions.record(page, version);
         }
         self.staged.clear();
         let session = &self.link.session;
