@@ -31,9 +31,9 @@ pub(crate) const EXPLORE_EVERY: u64 = 16;
 const NEW_SHARE: u64 = 2;
 
 /// How much less than LZ4 a page must cost with zstd for zstd to be chosen (an eighth): its
-/// decoding, on the fault path, is not in the batch's cost and takes several times LZ4's, and
-/// where the two cost alike (over TCP loopback
-/// with the memnode's work per page making the time) the faster decoder should win.
+/// decoding, on the fault path, is not in the batch's cost and takes several times LZ4's, and where
+/// the two cost alike (over TCP loopback with the memnode's work per page making the time) the
+/// faster decoder should win.
 pub(crate) const ZSTD_MARGIN: f64 = 0.125;
 
 /// The two compressors `auto` chooses between.

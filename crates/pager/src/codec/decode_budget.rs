@@ -2,13 +2,12 @@
 //! budget per page *on average*, and pages that would decode slower are stored raw only when the
 //! average has no room left for them.
 //!
-//! Decompressing sits on every remote fault's critical path, and its cost depends on the data,
-//! not only on its size: LZ4 decodes a page of 8-byte counters (`gleaner bench micro`'s pages:
-//! one short match per word, 510 sequences) several times slower than a page of text (the
-//! counters' time is in `bench/results/DETAILS.md`, "(b) The codec's cost on the fault path"),
-//! while saving only half of the page, and compressing such a page again at every eviction costs
-//! the reclaim path more than the decode. So the codec learns, per *chunk* of [`CHUNK_PAGES`]
-//! neighbouring
+//! Decompressing sits on every remote fault's critical path, and its cost depends on the data, not
+//! only on its size: LZ4 decodes a page of 8-byte counters (`gleaner bench micro`'s pages: one
+//! short match per word, 510 sequences) several times slower than a page of text (the counters'
+//! time is in `bench/results/DETAILS.md`, "(b) The codec's cost on the fault path"), while saving
+//! only half of the page, and compressing such a page again at every eviction costs the reclaim
+//! path more than the decode. So the codec learns, per *chunk* of [`CHUNK_PAGES`] neighbouring
 //! pages (data of one kind tends to sit together), whether decoding is cheap:
 //!
 //! - a chunk starts *unknown*: the next page encoded there is compressed and then decoded once

@@ -8,19 +8,18 @@
 //! for many milliseconds, and memcached's open-loop p99 was several times longer with such
 //! batches than with batches of 16 (`bench/results/evict-batch-link/README.md`).
 //!
-//! So, unless the size is set (`RegionConfig::evict_batch`), each batch is sized from the
-//! store's time to take the pages recent batches wrote back (the commit: through a socket, the
-//! write and the memnode's acknowledgement), per page, as a moving average over the batches that
-//! wrote any: to spend about [`TARGET`] committing were all its pages to be written, between
-//! [`MIN_PAGES`] and the size chosen from the budget, which is also where it starts. Only the
-//! commit is timed, not the whole batch: the rest (taking the pages, encoding them) is CPU work
-//! that smaller batches would not shorten in total, and timing it made batches shrink whenever
-//! the reclaim thread was preempted (memcached pinned to one CPU with every pager thread: batches
-//! well below 128 pages on average, each with its own TLB flush;
-//! `bench/results/evict-batch-link/README.md`). Through shared memory a commit takes about a
-//! microsecond per page; at 32 MB/s, a hundred times that. Batches that
-//! write nothing (clean pages, dropped) teach nothing; counting them would let a phase of clean
-//! evictions grow the batches back just before the next writes. Smaller batches than
+//! So, unless the size is set (`RegionConfig::evict_batch`), each batch is sized from the store's
+//! time to take the pages recent batches wrote back (the commit: through a socket, the write and
+//! the memnode's acknowledgement), per page, as a moving average over the batches that wrote any:
+//! to spend about [`TARGET`] committing were all its pages to be written, between [`MIN_PAGES`] and
+//! the size chosen from the budget, which is also where it starts. Only the commit is timed, not
+//! the whole batch: the rest (taking the pages, encoding them) is CPU work that smaller batches
+//! would not shorten in total, and timing it made batches shrink whenever the reclaim thread was
+//! preempted (memcached pinned to one CPU with every pager thread: batches well below 128 pages on
+//! average, each with its own TLB flush; `bench/results/evict-batch-link/README.md`). Through
+//! shared memory a commit takes about a microsecond per page; at 32 MB/s, a hundred times that.
+//! Batches that write nothing (clean pages, dropped) teach nothing; counting them would let a phase
+//! of clean evictions grow the batches back just before the next writes. Smaller batches than
 //! [`MIN_PAGES`] did worse on that link, each request's own cost adding up.
 //!
 //! The same pace caps prefetch windows ([`BatchSize::prefetch_window_cap`]): reads and write-backs
