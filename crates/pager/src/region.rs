@@ -680,7 +680,7 @@ impl Region {
 /// one memnode's socket; synchronous for a pool and elsewhere. Over a socket asynchronous tracking writes back every victim, clean
 /// or not (its far copy, on the memnode, cannot be compared), and still costs less than a
 /// write-protect fault per first write; a pool would write each clean victim to every replica
-/// again (`docs/architecture.md`, "Dirty tracking").
+/// again (`docs/architecture.md`, "Dirty tracking and write prediction").
 fn resolve_tracking(cfg: &RegionConfig, pool: bool) -> Result<Tracking, PagerError> {
     let offered = Uffd::available_features(cfg.allow_user_mode_only)? & features::WP_ASYNC != 0;
     Ok(match cfg.dirty_tracking {

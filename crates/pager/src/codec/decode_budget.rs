@@ -2,11 +2,12 @@
 //! budget per page *on average*, and pages that would decode slower are stored raw only when the
 //! average has no room left for them.
 //!
-//! Decompressing sits on every remote fault's critical path, and its cost depends on the data,
-//! not only on its size: LZ4 decodes a page of text in ~0.3 µs here but a page of 8-byte
-//! counters (`gleaner bench micro`'s pages: one short match per word, 510 sequences) in ~2.9 µs,
-//! while saving only half of the page. Compressing such a page again at every eviction costs the
-//! reclaim path ~4.7 µs more. So the codec learns, per *chunk* of [`CHUNK_PAGES`] neighbouring
+//! Decompressing sits on every remote fault's critical path, and its cost depends on the data, not
+//! only on its size: LZ4 decodes a page of 8-byte counters (`gleaner bench micro`'s pages: one
+//! short match per word, 510 sequences) several times slower than a page of text (the counters'
+//! time is in `bench/results/DETAILS.md`, "(b) The codec's cost on the fault path"), while saving
+//! only half of the page, and compressing such a page again at every eviction costs the reclaim
+//! path more than the decode. So the codec learns, per *chunk* of [`CHUNK_PAGES`] neighbouring
 //! pages (data of one kind tends to sit together), whether decoding is cheap:
 //!
 //! - a chunk starts *unknown*: the next page encoded there is compressed and then decoded once
@@ -14,8 +15,8 @@
 //!   a preemption does not condemn a chunk), and the chunk becomes *fast* or *slow*, or
 //!   *incompressible* when the page did not compress at all;
 //! - pages of an *incompressible* chunk are stored raw without a compression attempt (LZ4 takes
-//!   2.6 µs here to find that a page of random letters, memcached's values in the harness, does
-//!   not compress);
+//!   a few microseconds to find that a page of random letters, memcached's values in the
+//!   harness, does not compress);
 //! - pages of a *slow* chunk are compressed while the region's decompressions have *credit*,
 //!   and stored raw without an attempt when they have none (below);
 //! - a page of a *fast* chunk that does not compress sends the chunk back to *unknown*;
@@ -27,10 +28,10 @@
 //! chunk whose last compressed page saved less than a fifth of it is *poor*, and its next pages
 //! are compressed with LZ4's acceleration [`LZ4_FAST_ACCELERATION`] (it gives up sooner on
 //! stretches without matches); a page there that saves a fifth or more makes the chunk ordinary
-//! again. On memcached's pages in the harness (1.11x) that took LZ4 from 2.4-2.7 to 1.2 µs per
-//! page and the reclaim thread's CPU per page down by 0.9 µs, for a ratio of 1.09x (2.4% more far
-//! memory); on redis's (1.19x) 2.2-2.4 to 1.5 µs, for 1.17x (`bench/results/lz4-fast-ab/`). Pages
-//! that compress well (the demo job's, 12x) keep LZ4's default and their ratio.
+//! again. On memcached's and redis's pages in the harness, which compress little, that about
+//! halved LZ4's time per page and cut the reclaim thread's CPU per page, for a slightly lower
+//! ratio (`bench/results/lz4-fast-ab/README.md`). Pages that compress well (the demo job's) keep
+//! LZ4's default and their ratio.
 //!
 //! # The credit: the budget is a mean, not a limit per page
 //!
@@ -38,13 +39,14 @@
 //! [`CREDIT_PAGES`] pages' worth of budget either way), so the credit is what the mean over the
 //! decompressions done so far leaves to spend. A slow chunk's page is compressed only while the
 //! credit is positive. A program whose far pages mostly decode fast therefore keeps its few
-//! slow ones compressed too (the quick-start demo job: Python's object pages decode in 1.5-3 µs
-//! and halve, its 2 KiB values decode in 0.3 µs; with a limit per page a quarter of its far
-//! pages were stored raw and its far memory was 1.1-1.2x larger, while the mean stays at
-//! 0.47 µs with every page compressed), and one whose pages all decode slowly (`bench micro`'s
-//! counters) earns no credit and keeps them raw. A decision made per page by a time measured on
-//! a busy VM also moved with the machine's speed that day: a mean is steadier. Pages evicted but
-//! never fetched again cost no decompression at all, and the credit charges only those fetched.
+//! slow ones compressed too (the quick-start demo job: Python's object pages decode slower than
+//! the budget and halve, its 2 KiB values decode far faster; with a limit per page many of its
+//! far pages were stored raw and its far memory grew, while the mean stays under the budget with
+//! every page compressed: `bench/results/codec/README.md`), and one whose pages all decode
+//! slowly (`bench micro`'s counters) earns no credit and keeps them raw. A decision made per page
+//! by a time measured on a busy VM also moved with the machine's speed that day: a mean is
+//! steadier. Pages evicted but never fetched again cost no decompression at all, and the credit
+//! charges only those fetched.
 //!
 //! The states live in one byte per chunk, read and written with relaxed atomics: a lost update
 //! only changes whether one page is compressed, never what it decodes to.

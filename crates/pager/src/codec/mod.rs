@@ -14,9 +14,9 @@
 //!
 //! # Sealing
 //!
-//! AES-256-GCM (ring's implementation: measured here at 0.12 us for a 512-byte blob and 0.48 us
-//! for a whole page, against 0.36 and 1.66 us for ChaCha20-Poly1305 and 0.44 / 2.9 us for the
-//! pure-Rust `aes-gcm` crate: `docs/BENCHMARKS.md`). The key is the region's own: random per
+//! AES-256-GCM (ring's implementation, measured here faster than ChaCha20-Poly1305 and than the
+//! pure-Rust `aes-gcm` crate, for small blobs and whole pages alike:
+//! `docs/decisions/0004-page-codec-libraries.md`). The key is the region's own: random per
 //! region, or derived from a key file and a random per-region salt (HMAC-SHA256), and never leaves
 //! this process. The nonce is the blob's *version*, a 64-bit counter unique for the key (every
 //! encoding takes the next), and the associated data is the page number and the kind byte. The
@@ -26,16 +26,17 @@
 //!
 //! # Compression
 //!
-//! `auto` by default: LZ4 (the reference C library through the `lz4` crate: 1.2 us to
-//! decompress a page here, against 1.45 us for `lz4_flex`), or zstd level 1 for the write-back
-//! batches over a link where it is measured cheaper per page (a better ratio at four times the
-//! decompression cost: worth it where the link is slow per byte, `codec/choice.rs`);
-//! `lz4` or `zstd` when asked for. A page whose compressed form saves nothing is stored raw, and a
-//! page made of one repeated 8-byte word (most often zeros) as that word alone. Decompression's
-//! cost depends on the data (0.3 us for a page of text, 2.9 us for a page of 8-byte counters), so
-//! its mean per page is kept within a budget (1.5 us with LZ4 by default): the codec learns which
-//! chunks of neighbouring pages decode slower, and stores their pages raw when the mean has no
-//! room left for them (`codec/decode_budget.rs`).
+//! `auto` by default: LZ4 (the reference C library through the `lz4` crate, which decompresses a
+//! page faster than `lz4_flex`: `docs/decisions/0004-page-codec-libraries.md`), or zstd level 1 for
+//! the write-back batches over a link where it is measured cheaper per page (a better ratio at
+//! several times the decompression cost: worth it where the link is slow per byte,
+//! `codec/choice.rs`); `lz4` or `zstd` when asked for. A page whose compressed form saves nothing
+//! is stored raw, and a page made of one repeated 8-byte word (most often zeros) as that word
+//! alone. Decompression's cost depends on the data (a page of 8-byte counters takes several times
+//! as long as a page of text: `bench/results/DETAILS.md`, "(b) The codec's cost on the fault
+//! path"), so its mean per page is kept within a budget (1.5 µs with LZ4 by default): the codec
+//! learns which chunks of neighbouring pages decode slower, and stores their pages raw when the
+//! mean has no room left for them (`codec/decode_budget.rs`).
 
 pub(crate) mod choice;
 pub mod decode_budget;
@@ -246,16 +247,17 @@ pub struct CodecStats {
     /// Blobs opened (authenticated and decrypted).
     pub blobs_opened: u64,
     /// Of those, the blobs whose copy and opening were timed: one in [`TIMED_OPEN_EVERY`]
-    /// (timing every fault's steps, these included, cost a fault handler 0.25-0.3 µs a fault:
-    /// `bench/results/sampled-timing/`).
+    /// (timing every fault's steps, these included, cost a fault handler a measurable share of
+    /// each fault: `bench/results/sampled-timing/README.md`).
     pub blobs_open_timed: u64,
     /// Nanoseconds the `blobs_open_timed` took to open, in all.
     pub open_ns_total: u64,
     /// Nanoseconds spent copying the `blobs_open_timed` out of the store's buffer into the
     /// codec's before opening them (the AEAD opens in place). Timed apart from `open_ns_total`
-    /// because the first read of a blob pays for bringing it into the cache: 0.8-0.95 µs for a
-    /// 4 KiB blob in shared memory here, 0.07-0.11 µs for one a socket read has just written,
-    /// a cost any reader of the blob pays (unsealed, the decode's own copy of a raw page out of
+    /// because the first read of a blob pays for bringing it into the cache: several times more
+    /// for a blob in shared memory than for one a socket read has just written (the copy-out
+    /// column of `bench/results/DETAILS.md`, "(b) The codec's cost on the fault path"), a cost
+    /// any reader of the blob pays (unsealed, the decode's own copy of a raw page out of
     /// shared memory takes as long, and is counted as decompression).
     pub blob_copy_ns_total: u64,
     /// Mean nanoseconds to compress one page.

@@ -2,10 +2,10 @@
 //! eviction order.
 //!
 //! User space sees faults, not accesses: a page that is mapped is read and written without the
-//! pager knowing, so an eviction order fed only with page-ins takes a page that is hot and
-//! resident for one untouched since it arrived, and evicts it (memcached at 50% local memory
-//! took 1.5x Linux's far faults per request that way). Linux reads the accessed bit of every
-//! resident page; an ordinary process cannot.
+//! pager knowing, so an eviction order fed only with page-ins takes a page that is hot and resident
+//! for one untouched since it arrived, and evicts it (memcached at 50% local memory took well over
+//! Linux's far faults per request that way: `bench/results/access-scan/README.md`). Linux reads the
+//! accessed bit of every resident page; an ordinary process cannot.
 //!
 //! # The signal: written bits
 //!
@@ -19,10 +19,10 @@
 //! CPython's reference counts, a garbage collector's marks. Pages only read stay invisible, as
 //! before; a fault on one (it was evicted) still counts as its use.
 //!
-//! The reported pages go to the eviction policy as accesses ([`EvictionPolicy::on_referenced`](crate::evict::order::EvictionPolicy::on_referenced),
-//! in chunks, so a fault handler never waits long for the policy's lock), and into the fault
-//! trace as `referenced` records, so `gleaner trace replay` compares orders with the same
-//! information.
+//! The reported pages go to the eviction policy as accesses
+//! ([`EvictionPolicy::on_referenced`](crate::evict::order::EvictionPolicy::on_referenced), in
+//! chunks, so a fault handler never waits long for the policy's lock), and into the fault trace as
+//! `referenced` records, so `gleaner trace replay` compares orders with the same information.
 //!
 //! Eviction used to learn from the same bit whether a victim was written since it was
 //! installed. It no longer can rely on that: a victim the scan re-protected reads as unwritten.
@@ -46,8 +46,9 @@
 //! DAMON's virtual-address monitoring and idle page tracking would also see reads. They are
 //! probed once (when the stats are first read, not at every process's start) and listed in the
 //! stats with why they are not used: this kernel offers DAMON's physical-address operations
-//! only and no idle page tracking, and neither is built here yet. Synchronous dirty tracking has no written bits to read (its clean pages' writes
-//! are faults the policy already sees): the scan is off there, and the stats say so.
+//! only and no idle page tracking, and neither is built here yet. Synchronous dirty tracking has no
+//! written bits to read (its clean pages' writes are faults the policy already sees): the scan is
+//! off there, and the stats say so.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -4,16 +4,17 @@
 //! # The drop: a pipe holds the pages, one TLB flush drops them all
 //!
 //! A batch must never lose a write that races with it, and on a VM every TLB flush that reaches
-//! another CPU costs about 10 µs (an inter-processor interrupt through the hypervisor). Victims of
-//! a real program are scattered: write-protecting or moving them costs a flush per run of
-//! consecutive pages (memcached: 27 runs per 32 pages). So the batch takes the victims' pages
-//! into a pipe first (`vmsplice`: the pipe holds references to the pages themselves, no copy),
-//! then drops every victim with one vectored `MADV_DONTNEED` (one flush for the batch), then
-//! reads the pages out of the pipe. A write that lands before the drop is in the page the pipe
-//! holds; one after it finds the page missing and waits for the batch to finish (its state is
-//! EVICTING), then fetches it back. What the pipe gives back is therefore exactly the page's last
-//! contents. (Measured on the 2-vCPU VM with writers on both CPUs: 1.1 µs per scattered page,
-//! against 9.4 µs to write-protect one and 20.7 µs to lazily free and page out one.)
+//! another CPU is expensive (an inter-processor interrupt through the hypervisor). Victims of a
+//! real program are scattered: write-protecting or moving them costs a flush per run of consecutive
+//! pages (memcached's victims are nearly all runs of one). So the batch takes the victims' pages
+//! into a pipe first (`vmsplice`: the pipe holds references to the pages themselves, no copy), then
+//! drops every victim with one vectored `MADV_DONTNEED` (one flush for the batch), then reads the
+//! pages out of the pipe. A write that lands before the drop is in the page the pipe holds; one
+//! after it finds the page missing and waits for the batch to finish (its state is EVICTING), then
+//! fetches it back. What the pipe gives back is therefore exactly the page's last contents.
+//! (Measured on the 2-vCPU VM with writers on both CPUs, several times cheaper per scattered page
+//! than write-protecting one or lazily freeing and paging out one:
+//! `docs/decisions/0003-eviction-through-a-pipe.md`.)
 //!
 //! This needs the pages to be the program's own (a write must land in the page the pipe holds,
 //! not in a copy): never the shared zero page (first touches get private zero pages), and no page
@@ -35,8 +36,9 @@
 //!   A victim without a far copy (the default drops a page's far copy when it is fetched) is
 //!   written back whatever the scan says, and so is every victim over a socket: a reclaim
 //!   thread scans only the runs that hold a victim whose far copy the store can compare. The
-//!   scan was one system call per run of consecutive victims (memcached: 1.2 pages per run), 1.3
-//!   µs of the reclaim thread per evicted page. What it also told, that a victim is still
+//!   scan was one system call per run of consecutive victims (memcached's runs are short), a
+//!   measurable share of the reclaim thread's time per evicted page
+//!   (`bench/results/scan-skip-ab/README.md`). What it also told, that a victim is still
 //!   mapped, is then learnt otherwise: a page the program dropped behind the pager's back (a raw
 //!   `madvise` system call) faults when the pipe takes it, and the fault handler, seeing the
 //!   fault come from a reclaim thread on a page being evicted, installs zeros there (what the
@@ -51,17 +53,18 @@
 //!
 //! # A fault on a victim: handed back, not kept waiting
 //!
-//! A fault on a victim is left waiting for the batch (`fault/state.rs`), but not necessarily for all
-//! of it. Once the pipe is read, the batch holds each captured victim's latest contents, as
-//! Linux's swap cache holds a page whose write-out is in flight: the handler that leaves the
-//! fault waiting tells the evicting threads (`evict/evictors.rs`: a flag, and a bell for a thread
-//! waiting on its memnode), and the batch installs the page again from its copy, writable, at
-//! once: after reading the pipe, before each page it encodes (over a slow link zstd takes about
-//! 0.5 ms for a batch), whenever the bell rings while its write-back is in flight, and before
-//! publishing ([`hand_back_if_wanted`]). The page stays resident and dirty. Clean victims
-//! that synchronous tracking did not capture have exact far copies, stored long before: they
-//! are published as soon as they are dropped ([`Evictor::publish_clean_early`]), and a fault
-//! waiting on one fetches it without waiting for the others' write-back.
+//! A fault on a victim is left waiting for the batch (`fault/state.rs`), but not necessarily for
+//! all of it. Once the pipe is read, the batch holds each captured victim's latest contents, as
+//! Linux's swap cache holds a page whose write-out is in flight: the handler that leaves the fault
+//! waiting tells the evicting threads (`evict/evictors.rs`: a flag, and a bell for a thread waiting
+//! on its memnode), and the batch installs the page again from its copy, writable, at once: after
+//! reading the pipe, before each page it encodes (over a slow link zstd encoding a batch takes long
+//! enough to matter: `bench/results/handback-staging/README.md`), whenever the bell rings while its
+//! write-back is in flight, and before publishing ([`hand_back_if_wanted`]). The page stays
+//! resident and dirty. Clean victims that synchronous tracking did not capture have exact far
+//! copies, stored long before: they are published as soon as they are dropped
+//! ([`Evictor::publish_clean_early`]), and a fault waiting on one fetches it without waiting for
+//! the others' write-back.
 //!
 //! If the memnode refuses the write (full), the dropped pages whose far copy is stale are put
 //! back from the copies read out of the pipe, and the region keeps them locally while it can.

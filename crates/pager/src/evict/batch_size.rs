@@ -3,35 +3,33 @@
 //! A fault on a page of a batch in flight waits until the batch's far copies are committed
 //! (`faults.waited_on_eviction`), so a batch's whole time, from claiming its victims to the
 //! store's acknowledgement, is the longest such a fault waits. Through shared memory a batch of
-//! 128 pages takes about a millisecond, nearly all of it CPU work, but over a slow link the
-//! write-back dominates: at 32 MB/s (`gleaner memnode --bandwidth 32M`) a batch of 128 of memcached's pages
-//! holds them for 11-14 ms, and memcached's open-loop p99 was 13.5-15 ms with such batches against
-//! 4.8-6.1 ms with batches of 16 (`bench/results/evict-batch-link/`).
+//! 128 pages is short, nearly all of it CPU work, but over a slow link the write-back dominates:
+//! at 32 MB/s (`gleaner memnode --bandwidth 32M`) a batch of 128 of memcached's pages holds them
+//! for many milliseconds, and memcached's open-loop p99 was several times longer with such
+//! batches than with batches of 16 (`bench/results/evict-batch-link/README.md`).
 //!
-//! So, unless the size is set (`RegionConfig::evict_batch`), each batch is sized from the
-//! store's time to take the pages recent batches wrote back (the commit: through a socket, the
-//! write and the memnode's acknowledgement), per page, as a moving average over the batches that
-//! wrote any: to spend about [`TARGET`] committing were all its pages to be written, between
-//! [`MIN_PAGES`] and the size chosen from the budget, which is also where it starts. Only the
-//! commit is timed, not the whole batch: the rest (taking the pages, encoding them) is CPU work
-//! that smaller batches would not shorten in total, and timing it made batches shrink whenever
-//! the reclaim thread was preempted (memcached pinned to one CPU with every pager thread: 6.4 µs
-//! per page, batches of 90 pages on average instead of 128, each with its own TLB flush). Through
-//! shared memory a commit takes about a microsecond per page; at 32 MB/s, 110-130. Batches that
-//! write nothing (clean pages, dropped) teach nothing; counting them would let a phase of clean
-//! evictions grow the batches back just before the next writes. Smaller batches than
-//! [`MIN_PAGES`] did worse on that link (4 pages: p99 10.4 ms), each request's own cost adding
-//! up.
+//! So, unless the size is set (`RegionConfig::evict_batch`), each batch is sized from the store's
+//! time to take the pages recent batches wrote back (the commit: through a socket, the write and
+//! the memnode's acknowledgement), per page, as a moving average over the batches that wrote any:
+//! to spend about [`TARGET`] committing were all its pages to be written, between [`MIN_PAGES`] and
+//! the size chosen from the budget, which is also where it starts. Only the commit is timed, not
+//! the whole batch: the rest (taking the pages, encoding them) is CPU work that smaller batches
+//! would not shorten in total, and timing it made batches shrink whenever the reclaim thread was
+//! preempted (memcached pinned to one CPU with every pager thread: batches well below 128 pages on
+//! average, each with its own TLB flush; `bench/results/evict-batch-link/README.md`). Through
+//! shared memory a commit takes about a microsecond per page; at 32 MB/s, a hundred times that.
+//! Batches that write nothing (clean pages, dropped) teach nothing; counting them would let a phase
+//! of clean evictions grow the batches back just before the next writes. Smaller batches than
+//! [`MIN_PAGES`] did worse on that link, each request's own cost adding up.
 //!
-//! The same pace caps prefetch windows ([`BatchSize::prefetch_window_cap`]): reads and
-//! write-backs cross the same link, one direction each, and a window holds the link's read
-//! side, and the handler that sent it, until its last page is through. Over a 32 MB/s link
-//! Leap's 32 pages took 4 ms, in which every demand read behind them waited: memcached's
-//! open-loop p99 there was 3.8-7.7 ms with them, 1.6-1.7 ms with windows of at most 8 pages and
-//! 1.2 ms without prefetching (`bench/results/prefetch-link/`). So a window takes what the link
-//! moves in [`PREFETCH_LINK_TIME`], 4 pages there; through shared memory or a fast network that
-//! is hundreds of pages and nothing is cut. Before any write-back has been timed nothing is cut
-//! either.
+//! The same pace caps prefetch windows ([`BatchSize::prefetch_window_cap`]): reads and write-backs
+//! cross the same link, one direction each, and a window holds the link's read side, and the
+//! handler that sent it, until its last page is through. Over a 32 MB/s link Leap's 32 pages took
+//! milliseconds, in which every demand read behind them waited: memcached's open-loop p99 there was
+//! several times longer with them than with windows of at most 8 pages or without prefetching
+//! (`bench/results/prefetch-link/README.md`). So a window takes what the link moves in
+//! [`PREFETCH_LINK_TIME`], 4 pages there; through shared memory or a fast network that is hundreds
+//! of pages and nothing is cut. Before any write-back has been timed nothing is cut either.
 //!
 //! The average is kept in one relaxed atomic that every evicting thread updates: a lost update
 //! only delays the adaptation by a batch.

@@ -138,7 +138,7 @@ impl Budget {
 
     /// Sleeps for `d` or until `stopping()`, re-checked only when [`Budget::wake_nappers`] is
     /// called: for periodic threads, which eviction batches need not wake (the status thread,
-    /// sleeping on the progress signal, woke about 260 times a second on the program's CPU in
+    /// sleeping on the progress signal, woke hundreds of times a second on the program's CPU in
     /// memcached's harness cell). Returns whether it is stopping.
     pub(crate) fn nap_unless(&self, d: Duration, stopping: impl Fn() -> bool) -> bool {
         sleep_on(&self.quiet, d, stopping)
@@ -154,8 +154,8 @@ impl Budget {
         // An install or a prefetch (a few microseconds, and no progress signal at its end)
         // is waited out by yielding; an eviction batch, which signals progress, on the
         // condition variable. (A fork child's redis, discarding each object right after reading
-        // it, met prefetches in flight on every other discard: 10 ms sleeps made its save 7x
-        // slower.)
+        // it, met prefetches in flight on every other discard: 10 ms sleeps instead made its save
+        // several times slower.)
         let spin_until = Instant::now() + Duration::from_micros(200);
         while table.is_busy(page) && Instant::now() < spin_until {
             std::thread::yield_now();

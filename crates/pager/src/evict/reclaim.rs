@@ -184,8 +184,9 @@ impl Reclaim {
     /// are awake, notes it for [`Reclaim::wake_deferred`]: the charging fault handler wakes them
     /// once its fault is served. Woken at once, a reclaim thread on the handler's CPU preempts
     /// it in the middle of the fault, and the faulting thread waits for a batch of evictions (or
-    /// a scheduler tick): redis at 50% local spent 287 µs per such wake-up, 3418 of them in a
-    /// 14-second run.
+    /// a scheduler tick), which cost redis at 50% local a long stall per such wake-up, thousands
+    /// of them in a run (`docs/decisions/0005-deferred-reclaim-wakeups.md`,
+    /// `bench/results/cpu-cuts-ab/README.md`).
     pub(crate) fn on_charge(&self, resident: usize, refault: Option<usize>) {
         let now = self.clock_ns();
         let turnaround = refault.and_then(|p| self.turnaround_ns(p, now));

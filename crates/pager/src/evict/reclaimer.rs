@@ -18,12 +18,12 @@ use crate::store::StoreHandle;
 /// (full); each refusal in a row doubles the wait, up to [`REFUSED_RETRY_MAX`].
 const REFUSED_RETRY_FIRST: Duration = Duration::from_millis(2);
 
-/// The longest wait between retries while the memnode keeps refusing: a region over its budget
-/// gets back to it at most this long after the memnode has room again. Retrying every 2 ms
-/// instead sent a whole batch across the link to be refused every 4.5 ms (over a 32 MB/s
-/// link, about 45% of it), taking it from the memnode's other tenants; the region needs no
-/// retry meanwhile, as it keeps pages locally up to its overflow allowance, and a fault that
-/// reaches the allowance tries the memnode itself ([`charge`]).
+/// The longest wait between retries while the memnode keeps refusing: a region over its budget gets
+/// back to it at most this long after the memnode has room again. Retrying every 2 ms instead sent
+/// a whole batch across the link to be refused every few milliseconds (over a 32 MB/s link, a large
+/// share of it: `bench/results/full-tenant-retries/README.md`), taking it from the memnode's other
+/// tenants; the region needs no retry meanwhile, as it keeps pages locally up to its overflow
+/// allowance, and a fault that reaches the allowance tries the memnode itself ([`charge`]).
 const REFUSED_RETRY_MAX: Duration = Duration::from_millis(256);
 
 /// Charges one budget slot to a page about to be installed, reclaiming directly through

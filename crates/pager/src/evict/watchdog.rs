@@ -18,8 +18,8 @@ use crate::observe::stuck::{self, StuckWatch};
 /// The watchdog thread's loop, until the region stops. It runs at the idle scheduling class:
 /// woken every 10 ms at the normal class, it preempted the thread it woke beside
 /// (memcached pinned to one CPU: its reclaim thread in a batch, whose pages memcached's threads
-/// then waited for), and memcached at 50% local lost 10-30% of its throughput to a watchdog that
-/// never had anything to do (`bench/results/evictors-ab/`). An idle-class thread never preempts
+/// then waited for), and memcached at 50% local lost throughput to a watchdog that never had
+/// anything to do (`bench/results/evictors-ab/README.md`). An idle-class thread never preempts
 /// another and still gets a sliver of a busy CPU.
 pub(crate) fn run(engine: Arc<Engine>) {
     let param = libc::sched_param { sched_priority: 0 };

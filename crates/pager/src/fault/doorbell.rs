@@ -2,10 +2,11 @@
 //!
 //! Where the kernel lets a single read ask not to block (`preadv2` with `RWF_NOWAIT`, see
 //! [`Uffd::nowait_reads`]), the region's userfaultfd is made blocking and each handler waits for
-//! its next message inside `read` itself: one system call a fault instead of `poll` and then
-//! `read` (`gleaner bench wakeup` on the 2-vCPU VM: 8.0-8.1 µs a fault against 8.6 with one
-//! handler on the faulting CPU, `read-same` against `block-same`). A
-//! blocked `read` wakes for nothing but a message, so a stop flag or an eventfd cannot end it.
+//! its next message inside `read` itself: one system call a fault instead of `poll` and then `read`
+//! (a little faster per fault with one handler on the faulting CPU: `gleaner bench wakeup`'s
+//! `read-same` against `block-same`, in `docs/BENCHMARKS.md`, "What a userfaultfd fault costs:
+//! handler placement"). A blocked `read` wakes for nothing but a message, so a stop flag or an
+//! eventfd cannot end it.
 //! The doorbell can: a mapping of one page per handler, registered on the same userfaultfd
 //! for missing faults only. Stopping touches its pages one after another; each touch is a
 //! fault message that one handler reads, answers with a zero page (which lets the toucher go on)

@@ -56,7 +56,7 @@ fn install_fetched_with<R>(
     // that copy is still good. A page that keeps none is written back at its next eviction
     // whatever it saw (asynchronous tracking with far copies dropped at fetch, the default),
     // so it goes in writable: a protected page costs the program's thread a fault in the
-    // kernel at its first write (about 1.25 µs), and the pages a program fetches it mostly
+    // kernel at its first write (around a microsecond), and the pages a program fetches it mostly
     // writes again (memcached and redis update an item's header on every read of it).
     let writable = writable || !engine.keeps_far_copy(false, prefetched);
     let installed = install(writable);

@@ -7,8 +7,8 @@
 //! userfaultfd; the one pinned to the faulting thread's CPU runs at once in its place (a context
 //! switch on the same CPU), resolves the fault and wakes the thread on that same CPU. A handler
 //! on another CPU needs an inter-processor interrupt to wake, and its install another one to
-//! wake the faulting thread; on the 2-vCPU test VM that path cost 44 µs per fault against 6.4 µs
-//! for the same-CPU one (`docs/BENCHMARKS.md`, handler placement).
+//! wake the faulting thread; on the 2-vCPU test VM that path cost several times the same-CPU one
+//! per fault (`docs/BENCHMARKS.md`, "What a userfaultfd fault costs: handler placement").
 //!
 //! # Waiting
 //!
@@ -20,17 +20,17 @@
 //! for that long after its last message, which saves its own wake-up while faults keep coming,
 //! at the price of a busy CPU.
 //!
-//! Every waiting handler is woken for a message; the one on the faulting CPU usually reads it
-//! first (redis at 50% local: 3-5% of wake-ups returned empty, a lower bound: a handler woken
-//! after another took the message mostly sleeps again inside `poll`, and a scheduler trace of
-//! unpinned redis found both handlers woken for nearly every fault). Waking only one handler per
-//! message (`EPOLLEXCLUSIVE`) was measured and rejected: the kernel then wakes the
-//! longest-waiting handler, not the one on the faulting CPU, and redis's GET throughput halved
-//! (25.4k/s against 49-51k/s, same session). Sending a handler that served another CPU's thread
-//! (probed through `/proc/self/task/TID/stat`) to the back of that order gained unpinned redis
-//! 10% and cost unpinned memcached, whose workers fault from both CPUs, 10%; exclusive wake-ups
-//! only while the probes saw one CPU gained nothing beyond noise (`bench/results/cpu-cuts-ab/`,
-//! patches and runs).
+//! Every waiting handler is woken for a message; the one on the faulting CPU usually reads it first
+//! (redis at 50% local: few wake-ups returned empty, a lower bound: a handler woken after another
+//! took the message mostly sleeps again inside `poll`, and a scheduler trace of unpinned redis
+//! found both handlers woken for nearly every fault). Waking only one handler per message
+//! (`EPOLLEXCLUSIVE`) was measured and rejected: the kernel then wakes the longest-waiting handler,
+//! not the one on the faulting CPU, and redis's GET throughput halved in a same-session run.
+//! Sending a handler that served another CPU's thread (probed through `/proc/self/task/TID/stat`)
+//! to the back of that order gained unpinned redis throughput and cost unpinned memcached, whose
+//! workers fault from both CPUs, as much; exclusive wake-ups only while the probes saw one CPU
+//! gained nothing beyond noise (`bench/results/cpu-cuts-ab/README.md`, the runs, and the patches in
+//! git history).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -163,7 +163,7 @@ pub(crate) fn serve_until(engine: &Engine, store: Box<dyn StoreHandle>, done: im
             // A blocking descriptor (`fault/doorbell.rs`), on which `poll` reports only an error at
             // once: look without blocking, and sleep a little when nothing came. Spinning
             // instead kept a handler pinned to this CPU from starting for a whole scheduler
-            // slice (3.5 ms a fork, measured).
+            // slice, on every fork (`bench/results/spawn/README.md`).
             let read = engine.mem.uffd.read_events_nowait(&mut events, BATCH);
             if matches!(read, Ok(0)) {
                 std::thread::sleep(START_NAP);

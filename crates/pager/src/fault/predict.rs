@@ -1,18 +1,19 @@
 //! Write prediction: which pages fetched for a read should be installed writable at once.
 //!
 //! Dirty tracking installs a page fetched for a read write-protected, so its first write costs a
-//! second fault (a write-protect fault, a full userfaultfd round trip). Some programs write
-//! almost every page they read: memcached updates an item's access time and LRU links on every
-//! GET, and at 70% local memory took 203,000 write-protect faults beside 239,000 remote faults
-//! (`docs/BENCHMARKS.md`). A page that was rewritten after coming back from the memnode (a
-//! write-protect fault while tracked, or a fetch for a write) is therefore likely to be
-//! rewritten again: its next [`PREDICTED_RESIDENCIES`] read fetches install it writable and dirty
-//! (no second fault on the program's critical path; the price of a wrong guess is one unneeded
-//! write-back at eviction, about 25 µs of a reclaim thread under memcached). Then it is tracked
-//! again for one residency, so a page that stopped being written stops being predicted after at
-//! most that many needless write-backs. Known weakness: one rewrite is enough evidence, so a
-//! read-mostly program that rewrites a page once (Python reusing a freed chunk) pays those
-//! write-backs for nothing (measured in `docs/BENCHMARKS.md`, phases job).
+//! second fault (a write-protect fault, a full userfaultfd round trip). Some programs write almost
+//! every page they read: memcached updates an item's access time and LRU links on every GET, and at
+//! 70% local memory took nearly as many write-protect faults as remote faults under synchronous
+//! tracking (`bench/results/reclaim/README.md`, "Write prediction"). A page that was rewritten
+//! after coming back from the memnode (a write-protect fault while tracked, or a fetch for a write)
+//! is therefore likely to be rewritten again: its next [`PREDICTED_RESIDENCIES`] read fetches
+//! install it writable and dirty (no second fault on the program's critical path; the price of a
+//! wrong guess is one unneeded write-back at eviction, tens of microseconds of a reclaim thread).
+//! Then it is tracked again for one residency, so a page that stopped being written stops being
+//! predicted after at most that many needless write-backs. Known weakness: one rewrite is enough
+//! evidence, so a read-mostly program that rewrites a page once (Python reusing a freed chunk) pays
+//! those write-backs for nothing (measured in `bench/results/reclaim/README.md`, "Phases job"; the
+//! tables in `bench/results/DETAILS.md`, "Batch job with phases").
 //!
 //! With prediction off the same bookkeeping runs in shadow: installs that *would* have been
 //! predicted are counted and so are those the program then wrote, which measures the

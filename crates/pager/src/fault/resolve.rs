@@ -37,12 +37,12 @@ pub(crate) struct Handler {
     skip_prefetch: bool,
 }
 
-/// One remote fault in this many is timed: its steps (`fault_breakdown`), its install and its
-/// whole service time (`remote_fault_latency`). Timing the install takes a separate wake, one
-/// more system call ([`crate::memory::mem::Memory::install_timed`]), and the steps' clock reads and
-/// counters cost every fault 0.2-0.3 µs of a handler's time when all are timed (`bench micro
-/// --pattern random` on the 2-vCPU VM, alternated: p50 6.35-6.58 µs against 6.52-6.82 timing
-/// every fault; `bench/results/sampled-timing/`).
+/// One remote fault in this many is timed: its steps (`fault_breakdown`), its install and its whole
+/// service time (`remote_fault_latency`). Timing the install takes a separate wake, one more system
+/// call ([`crate::memory::mem::Memory::install_timed`]), and the steps' clock reads and counters
+/// cost every fault a measurable share of a handler's time when all are timed (`bench micro
+/// --pattern random` on the 2-vCPU VM, alternated against timing every fault:
+/// `bench/results/sampled-timing/README.md`).
 pub(crate) const TIMED_INSTALL_EVERY: u32 = 8;
 
 impl Handler {

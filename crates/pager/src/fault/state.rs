@@ -99,8 +99,8 @@ pub(crate) struct PageTable {
     /// One past the highest page that ever left ABSENT: every page from here on is ABSENT. The
     /// table spans the whole reserved region (64 GiB for the preload's heap, 16 M pages) of
     /// which a program uses the first few hundred MiB, so whole-table scans (the stats' count
-    /// of remote pages, once a second; a fork) stop here: scanning all of it cost redis 1.2% of
-    /// its CPU.
+    /// of remote pages, once a second; a fork) stop here: scanning all of it cost redis a visible
+    /// share of its CPU (`bench/results/harness-50/README.md`, the cuts of 2026-11-26).
     touched_end: AtomicUsize,
     /// A bit per page: a fault on it while another thread owned it left its thread asleep, for
     /// the owner to wake (see the module's doc).

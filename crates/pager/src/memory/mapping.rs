@@ -100,11 +100,12 @@ impl Mapping {
         Ok(())
     }
 
-    /// Discards the pages of several ranges, `(first page, page count)` each, as
-    /// `MADV_DONTNEED` would (locked ones too: [`drop_advice`]). One vectored `process_madvise`
-    /// covers up to [`MAX_IOVECS`] ranges with a single TLB flush, where one `madvise` per range
-    /// flushes (and interrupts every other CPU running the program) once per range: measured 1.6
-    /// against 17-22 µs per scattered page on the 2-vCPU test VM. Falls back to one `madvise`
+    /// Discards the pages of several ranges, `(first page, page count)` each, as `MADV_DONTNEED`
+    /// would (locked ones too: [`drop_advice`]). One vectored `process_madvise` covers up to
+    /// [`MAX_IOVECS`] ranges with a single TLB flush, where one `madvise` per range flushes (and
+    /// interrupts every other CPU running the program) once per range: on the 2-vCPU test VM the
+    /// vectored call was measured an order of magnitude cheaper per scattered page
+    /// (`docs/decisions/0003-eviction-through-a-pipe.md`). Falls back to one `madvise`
     /// per range where the kernel refuses.
     pub(crate) fn discard_ranges(&self, ranges: &[(usize, usize)]) -> io::Result<()> {
         let mut rest = ranges;

@@ -2,17 +2,17 @@
 //! with io_uring (`IORING_REGISTER_BUFFERS`, "fixed buffers").
 //!
 //! The kernel reads and writes a registered buffer's pages directly, for as long as it stays
-//! registered. An eviction drops those pages from the program's page table, but the kernel
-//! keeps the pages themselves: what it writes there afterwards never reaches the program, which
-//! reads the far copy back (an 8 MiB buffer at `--local-mem 16M`: 8,355,840 of its bytes stale,
-//! `bench/results/tried-1128/`). User space cannot see which pages are pinned, and the
-//! registration is a raw system call (liburing's own) that the preload library never sees. But
-//! the kernel lists each io_uring instance's registered buffers in its `fdinfo`, so the
-//! watchdog looks there every [`CHECK_PERIOD`], and a registered buffer in managed memory stops
-//! the program (exit 86) with a message that says how to keep it out. Between two looks the
-//! buffer may already have lost data: the check bounds how long a program goes on with it.
-//! (RDMA and VFIO registrations, made through device `ioctl`s, are not listed anywhere a
-//! process can read; docs/compatibility.md.)
+//! registered. An eviction drops those pages from the program's page table, but the kernel keeps
+//! the pages themselves: what it writes there afterwards never reaches the program, which reads the
+//! far copy back (an 8 MiB buffer at `--local-mem 16M` read back nearly all stale:
+//! docs/compatibility.md, "Known limits", with the program in `bench/results/tried-1128/`). User
+//! space cannot see which pages are pinned, and the registration is a raw system call (liburing's
+//! own) that the preload library never sees. But the kernel lists each io_uring instance's
+//! registered buffers in its `fdinfo`, so the watchdog looks there every [`CHECK_PERIOD`], and a
+//! registered buffer in managed memory stops the program (exit 86) with a message that says how to
+//! keep it out. Between two looks the buffer may already have lost data: the check bounds how long
+//! a program goes on with it. (RDMA and VFIO registrations, made through device `ioctl`s, are not
+//! listed anywhere a process can read; docs/compatibility.md.)
 
 use std::time::Duration;
 

@@ -112,7 +112,8 @@ impl RegionCounters {
 #[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct FaultBreakdown {
     /// Remote faults timed: one in 8 (reading the clock at each step of every fault cost a
-    /// handler about 0.25 µs a fault). The means below are over these.
+    /// handler a measurable share of each fault: `bench/results/sampled-timing/README.md`). The
+    /// means below are over these.
     pub timed_faults: u64,
     /// Claiming the page, finding its data and charging the budget, µs.
     pub lookup_mean_us: f64,

@@ -111,7 +111,8 @@ impl Region {
         loop {
             // Only pages below it were ever touched; past it a page is absent, or being
             // zero-filled for its first touch (a fork child sees zeros there either way). Each
-            // pass over the whole arena (16 Mi pages for 64 GiB) took 20 ms.
+            // pass over the whole arena (16 Mi pages for 64 GiB) took tens of milliseconds a
+            // fork (`bench/results/spawn/README.md`).
             let pages = table.touched_end();
             let mut page = 0;
             while page < pages {

@@ -15,8 +15,9 @@
 //! Pages handed back are not punched at once: they wait as *slack* until more than the caller's
 //! bound of them has gathered, and a page a new object reaches meanwhile is used again without
 //! being punched and faulted back in. Under steady churn (a page fetched, its blob freed, another
-//! page evicted into the hole) that saved a `fallocate` and a shared-memory fault per page: 14%
-//! of the CPU time of `bench micro --pattern seq` went to punching. Slack counts as resident.
+//! page evicted into the hole) that saved a `fallocate` and a shared-memory fault per page, and
+//! punching had been a sizeable share of `bench micro --pattern seq`'s CPU time. Slack counts as
+//! resident.
 //!
 //! What it does not do: compaction. A page with one live object on it stays resident; the stats
 //! report how much of the resident memory blobs fill.

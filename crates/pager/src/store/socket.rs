@@ -285,9 +285,10 @@ impl MemnodeSession {
 /// A session opened when it is first needed, or one already open. A fork child's shared-memory
 /// store needs a session of its own only for the slabs its write-backs go to: a child that execs
 /// or exits before it evicts anything (a shell's, nearly always) then never opens one, and
-/// spares the fork the memnode's handshake (0.2 ms of the 1.1 ms that paging cost a shell's
-/// fork-and-exec here). A memnode that cannot be reached then fails the first write-back
-/// instead of the fork: exit 86 either way, the pages the child holds never replaced by zeros.
+/// spares the fork the memnode's handshake (a good part of what paging cost a shell's
+/// fork-and-exec: `bench/results/spawn/README.md`). A memnode that cannot be reached then fails the
+/// first write-back instead of the fork: exit 86 either way, the pages the child holds never
+/// replaced by zeros.
 pub(crate) struct LazySession {
     endpoint: Endpoint,
     token: Token,
@@ -432,8 +433,8 @@ pub(crate) struct Forgets {
 }
 
 /// Notes of copies to drop sent in one request: one round trip per 64 fetched pages, on an
-/// evicting thread (about 1 µs per page on loopback), keeps the copies not dropped yet to a
-/// quarter of a megabyte.
+/// evicting thread (around a microsecond per page on loopback), keeps the copies not dropped yet to
+/// a quarter of a megabyte.
 pub(crate) const FORGET_BATCH: usize = 64;
 
 /// Sends one batch of `(page, version)` notes to the memnodes; returns the copies dropped.
