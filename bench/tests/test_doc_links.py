@@ -66,6 +66,40 @@ class DocLinksTest(unittest.TestCase):
         self.assertEqual(bad, [])
 
 
+class SourceCommentsTest(unittest.TestCase):
+    """The docs, results and scripts that comments in the Rust sources cite exist too."""
+
+    CITED = re.compile(r"\b((?:docs|bench/results|bench|scripts)/[A-Za-z0-9_./-]*[A-Za-z0-9_])")
+
+    def sources(self):
+        return sorted(glob.glob(os.path.join(ROOT, "crates", "**", "*.rs"), recursive=True))
+
+    def test_paths_cited_in_rust_comments_exist(self):
+        missing, seen = [], 0
+        for src in self.sources():
+            with open(src) as f:
+                for n, line in enumerate(f, 1):
+                    if "//" not in line:
+                        continue
+                    for p in self.CITED.findall(line[line.index("//"):]):
+                        seen += 1
+                        if any(ch in p for ch in "*{}<>") or not os.path.exists(
+                                os.path.join(ROOT, p)):
+                            missing.append(f"{os.path.relpath(src, ROOT)}:{n}: {p}")
+        self.assertGreater(seen, 10, "the comments cite docs and results: the scan found none")
+        self.assertEqual(missing, [])
+
+    def test_no_rust_comment_points_outside_the_repository(self):
+        bad = []
+        for src in self.sources():
+            with open(src) as f:
+                text = f.read()
+            for word in ("shared/", "ALGORITHMS.md"):
+                if word in text:
+                    bad.append(f"{os.path.relpath(src, ROOT)}: {word}")
+        self.assertEqual(bad, [])
+
+
 class CrateTableTest(unittest.TestCase):
     def test_architecture_names_every_workspace_member_and_serve(self):
         with open(os.path.join(ROOT, "Cargo.toml")) as f:
