@@ -13,7 +13,6 @@ investigations behind the numbers live in the README of their results directory.
 import argparse
 import json
 import os
-import statistics
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -24,6 +23,7 @@ from bench import corun as corun_bench  # noqa: E402
 from bench import reclaim_report  # noqa: E402
 from bench import spawn as spawn_bench  # noqa: E402
 from bench import wakeup as wakeup_bench  # noqa: E402
+from bench.doc_section import med  # noqa: E402
 
 DOC = os.path.join(ROOT, "docs", "BENCHMARKS.md")
 RESULTS = "bench/results"
@@ -33,12 +33,6 @@ def load(rel):
     """The JSON results file at `rel` (a path from the repository root)."""
     with open(os.path.join(ROOT, rel)) as f:
         return json.load(f)
-
-
-def med(values):
-    """The median of the values present (None for none)."""
-    values = [v for v in values if v is not None]
-    return statistics.median(values) if values else None
 
 
 def fmt(v, digits=1, unit=""):

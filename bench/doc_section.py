@@ -46,13 +46,7 @@ def regenerate_summary():
 
 def spread(values, digits=1):
     """Median, and the range in parentheses when there is more than one value ("-" for none)."""
-    values = [v for v in values if v is not None]
-    if not values:
-        return "-"
-    m = statistics.median(values)
-    if len(values) == 1:
-        return f"{m:.{digits}f}"
-    return f"{m:.{digits}f} ({min(values):.{digits}f}–{max(values):.{digits}f})"
+    return span(values, f"{{:.{digits}f}}")
 
 
 def publish(text, begin, end, quick, doc_path, log, at_end=False):
@@ -65,3 +59,20 @@ def publish(text, begin, end, quick, doc_path, log, at_end=False):
     doc_path = doc_path or DOC
     write_section(text, begin, end, doc_path, at_end=at_end)
     log(f"rendered into {doc_path}")
+
+
+def med(values):
+    """The median of the values present (None for none)."""
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def span(values, fmt="{:.2f}"):
+    """The median of the values present with their range, `m (lo–hi)` ("-" for none)."""
+    values = [v for v in values if v is not None]
+    if not values:
+        return "-"
+    m = statistics.median(values)
+    if len(values) == 1:
+        return fmt.format(m)
+    return f"{fmt.format(m)} ({fmt.format(min(values))}–{fmt.format(max(values))})"

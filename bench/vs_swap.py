@@ -26,7 +26,6 @@ import json
 import os
 import re
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -35,7 +34,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
-from bench.doc_section import DOC, write_section  # noqa: E402
+from bench.doc_section import DOC, med, span, write_section  # noqa: E402
 from bench.harness import swapenv  # noqa: E402
 from bench.harness.common import (GLEANER, LIVE, Child, fmt_cmd, git_commit, machine,  # noqa: E402
                                   now_iso, parse_size, python_exe, vmstat)
@@ -506,19 +505,11 @@ def failed_cells(res):
 # ---- the report ------------------------------------------------------------------------------
 
 
-def _med(values):
-    values = [v for v in values if v is not None]
-    return statistics.median(values) if values else None
+_med = med
 
 
 def _span(values, fmt="{:.1f}"):
-    values = [v for v in values if v is not None]
-    if not values:
-        return "-"
-    m = statistics.median(values)
-    if len(values) == 1:
-        return fmt.format(m)
-    return f"{fmt.format(m)} ({fmt.format(min(values))}–{fmt.format(max(values))})"
+    return span(values, fmt)
 
 
 def _fault(run, key):
