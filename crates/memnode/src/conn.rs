@@ -507,7 +507,7 @@ impl Conn<'_> {
             }
             Message::StatsRequest => {
                 bump(&counters.req_stats, 1);
-                Reply::Stats(shared.stats_json())
+                Reply::Stats(shared.stats_json_for(session.tenant()))
             }
             Message::Goodbye => {
                 bump(&counters.req_goodbye, 1);

@@ -65,7 +65,12 @@ fn get(c: &AtomicU64) -> u64 {
 /// one after another, so while requests run they may disagree slightly.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StatsSnapshot {
-    /// Total capacity in bytes.
+    /// What the document covers: `memnode` (the whole memnode, for the main token) or
+    /// `tenant NAME` (for a tenant's token: its sessions only, its quota as the capacity; the
+    /// `totals` and `link_departures` stay the memnode's, counters that name no session).
+    #[serde(default = "memnode_scope")]
+    pub scope: String,
+    /// Total capacity in bytes (a tenant's quota when `scope` is a tenant).
     pub capacity_bytes: u64,
     /// Bytes of capacity in use by all sessions together: stored blobs plus granted slabs.
     pub used_bytes: u64,
@@ -292,6 +297,11 @@ pub(crate) struct Inputs<'a> {
     pub live_connections: u64,
 }
 
+/// The `scope` of a document covering the whole memnode.
+fn memnode_scope() -> String {
+    "memnode".to_string()
+}
+
 /// Builds the stats document.
 pub(crate) fn snapshot(inputs: Inputs<'_>) -> StatsSnapshot {
     let mut sessions: Vec<SessionStats> = inputs
@@ -351,6 +361,7 @@ pub(crate) fn snapshot(inputs: Inputs<'_>) -> StatsSnapshot {
     let capacity = inputs.capacity.total();
     let used = inputs.capacity.used();
     StatsSnapshot {
+        scope: memnode_scope(),
         capacity_bytes: capacity,
         used_bytes: used,
         free_bytes: capacity.saturating_sub(used),
