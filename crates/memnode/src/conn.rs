@@ -191,6 +191,7 @@ impl Conn<'_> {
                 .attach(session_id, &session_key, &tenant)
             {
                 Ok(s) => {
+                    bump(&self.shared.counters.sessions_attached, 1);
                     log::debug!("{}: attached to session {}", self.peer, s.id());
                     s
                 }

@@ -44,6 +44,7 @@ pub(crate) struct Counters {
     pub malformed_frames: AtomicU64,
     pub handshake_timeouts: AtomicU64,
     pub sessions_created: AtomicU64,
+    pub sessions_attached: AtomicU64,
     pub sessions_ended_by_goodbye: AtomicU64,
     pub sessions_released_by_lease: AtomicU64,
 }
@@ -170,6 +171,10 @@ pub struct Totals {
     pub handshake_timeouts: u64,
     /// Sessions created.
     pub sessions_created: u64,
+    /// Connections attached to an existing session: a client's further connections (one per
+    /// thread) and its reconnections after a connection broke.
+    #[serde(default)]
+    pub sessions_attached: u64,
     /// Sessions ended by `Goodbye`.
     pub sessions_ended_by_goodbye: u64,
     /// Sessions released because their lease ran out with no connection attached.
@@ -269,6 +274,7 @@ impl Counters {
             malformed_frames: get(&self.malformed_frames),
             handshake_timeouts: get(&self.handshake_timeouts),
             sessions_created: get(&self.sessions_created),
+            sessions_attached: get(&self.sessions_attached),
             sessions_ended_by_goodbye: get(&self.sessions_ended_by_goodbye),
             sessions_released_by_lease: get(&self.sessions_released_by_lease),
             slabs_granted: get(&self.slabs_granted),

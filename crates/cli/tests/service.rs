@@ -1,0 +1,122 @@
+//! Running gleaner as a service (issue 49): Prometheus metrics that parse with the reference
+//! parser and move when work is done, systemd units that pass `systemd-analyze verify`, and
+//! failure messages that say what happened.
+
+mod common;
+mod prom;
+
+use std::time::{Duration, Instant};
+
+use common::MemnodeProc;
+use gleaner_proto::{read_token_file, ConnectOptions, Connection};
+
+/// The address the memnode logged for its metrics (`--metrics 127.0.0.1:0`).
+fn metrics_addr(node: &MemnodeProc) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let err = node.stderr();
+        if let Some(rest) = err.split("metrics at http://").nth(1) {
+            return rest.split('/').next().unwrap().to_string();
+        }
+        assert!(Instant::now() < deadline, "no metrics address logged: {err}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn memnode_metrics_parse_and_move_when_a_client_writes_pages() {
+    let (dir, token_file) = common::token_file("metrics");
+    let node = MemnodeProc::start_with_args(
+        "127.0.0.1:0",
+        "64M",
+        dir,
+        token_file,
+        &["--metrics", "127.0.0.1:0"],
+    );
+    let addr = metrics_addr(&node);
+    let (status, body) = prom::http_get(&addr, "/metrics");
+    assert_eq!(status, "HTTP/1.1 200 OK", "{body}");
+    let before = prom::parse(&body);
+    prom::check_conventions(&before);
+    let v = prom::value;
+    assert_eq!(v(&before, "gleaner_memnode_capacity_bytes", &[]), 64.0 * 1048576.0);
+    assert_eq!(v(&before, "gleaner_memnode_used_bytes", &[]), 0.0);
+    assert_eq!(v(&before, "gleaner_memnode_sessions", &[]), 0.0);
+    assert_eq!(prom::kind(&before, "gleaner_memnode_received_bytes_total"), "counter");
+    assert_eq!(prom::kind(&before, "gleaner_memnode_used_bytes"), "gauge");
+
+    // A real client writes 64 pages of random bytes (they do not compress).
+    let token = read_token_file(&node.token_file).unwrap();
+    let opts = ConnectOptions {
+        client_name: "metrics test".into(),
+        ..ConnectOptions::default()
+    };
+    let mut c = Connection::connect(&node.endpoint, &token, None, &opts).unwrap();
+    let pages: Vec<(u64, Vec<u8>)> = (0..64u64)
+        .map(|i| {
+            let mut p = vec![0u8; 4096];
+            noise(&mut p, i);
+            (i, p)
+        })
+        .collect();
+    c.write_pages(pages.iter().map(|(i, p)| (*i, &p[..])))
+        .unwrap();
+    let _ = c.read_pages(&[0, 1, 2]).unwrap();
+    let (_, body) = prom::http_get(&addr, "/metrics");
+    let after = prom::parse(&body);
+    prom::check_conventions(&after);
+    assert!(
+        v(&after, "gleaner_memnode_used_bytes", &[]) >= 64.0 * 4096.0,
+        "bytes used did not grow: {body}"
+    );
+    assert!(v(&after, "gleaner_memnode_tenant_used_bytes", &[("tenant", "default")]) >= 64.0 * 4096.0);
+    assert_eq!(v(&after, "gleaner_memnode_sessions", &[]), 1.0);
+    assert_eq!(v(&after, "gleaner_memnode_pages", &[]), 64.0);
+    assert_eq!(v(&after, "gleaner_memnode_pages_written_total", &[]), 64.0);
+    assert_eq!(v(&after, "gleaner_memnode_pages_read_total", &[]), 3.0);
+    assert!(
+        v(&after, "gleaner_memnode_received_bytes_total", &[])
+            > v(&before, "gleaner_memnode_received_bytes_total", &[]) + 64.0 * 4096.0
+    );
+    assert!(
+        v(&after, "gleaner_memnode_sent_bytes_total", &[])
+            > v(&before, "gleaner_memnode_sent_bytes_total", &[]) + 3.0 * 4096.0
+    );
+    assert_eq!(v(&after, "gleaner_memnode_requests_total", &[("kind", "write")]), 1.0);
+    // A read of a page never written is an error of its kind.
+    assert!(c.read_pages(&[999]).is_err());
+    // A connection attached to the session (a reconnection, as the pager makes one).
+    let info = c.session();
+    let again = Connection::connect(
+        &node.endpoint,
+        &token,
+        Some((info.session_id, info.session_key)),
+        &opts,
+    )
+    .unwrap();
+    drop(again);
+    let (_, body) = prom::http_get(&addr, "/metrics");
+    let later = prom::parse(&body);
+    assert_eq!(v(&later, "gleaner_memnode_errors_total", &[("kind", "not_found")]), 1.0);
+    assert_eq!(v(&later, "gleaner_memnode_session_attaches_total", &[]), 1.0);
+    c.goodbye().unwrap();
+    let (_, body) = prom::http_get(&addr, "/metrics");
+    let gone = prom::parse(&body);
+    assert_eq!(v(&gone, "gleaner_memnode_used_bytes", &[]), 0.0, "{body}");
+    assert_eq!(v(&gone, "gleaner_memnode_sessions_ended_total", &[("how", "goodbye")]), 1.0);
+    // Anything but /metrics is a clear 404.
+    let (status, body) = prom::http_get(&addr, "/");
+    assert!(status.contains("404"), "{status}");
+    assert!(body.contains("/metrics"), "{body}");
+}
+
+/// Fills `p` with bytes that do not compress (an xorshift stream seeded by `seed`).
+fn noise(p: &mut [u8], seed: u64) {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    for b in p.iter_mut() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+}
