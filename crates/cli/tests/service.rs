@@ -5,6 +5,7 @@
 mod common;
 mod prom;
 
+use std::os::unix::process::CommandExt;
 use std::time::{Duration, Instant};
 
 use common::MemnodeProc;
@@ -18,7 +19,10 @@ fn metrics_addr(node: &MemnodeProc) -> String {
         if let Some(rest) = err.split("metrics at http://").nth(1) {
             return rest.split('/').next().unwrap().to_string();
         }
-        assert!(Instant::now() < deadline, "no metrics address logged: {err}");
+        assert!(
+            Instant::now() < deadline,
+            "no metrics address logged: {err}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -39,10 +43,16 @@ fn memnode_metrics_parse_and_move_when_a_client_writes_pages() {
     let before = prom::parse(&body);
     prom::check_conventions(&before);
     let v = prom::value;
-    assert_eq!(v(&before, "gleaner_memnode_capacity_bytes", &[]), 64.0 * 1048576.0);
+    assert_eq!(
+        v(&before, "gleaner_memnode_capacity_bytes", &[]),
+        64.0 * 1048576.0
+    );
     assert_eq!(v(&before, "gleaner_memnode_used_bytes", &[]), 0.0);
     assert_eq!(v(&before, "gleaner_memnode_sessions", &[]), 0.0);
-    assert_eq!(prom::kind(&before, "gleaner_memnode_received_bytes_total"), "counter");
+    assert_eq!(
+        prom::kind(&before, "gleaner_memnode_received_bytes_total"),
+        "counter"
+    );
     assert_eq!(prom::kind(&before, "gleaner_memnode_used_bytes"), "gauge");
 
     // A real client writes 64 pages of random bytes (they do not compress).
@@ -69,7 +79,13 @@ fn memnode_metrics_parse_and_move_when_a_client_writes_pages() {
         v(&after, "gleaner_memnode_used_bytes", &[]) >= 64.0 * 4096.0,
         "bytes used did not grow: {body}"
     );
-    assert!(v(&after, "gleaner_memnode_tenant_used_bytes", &[("tenant", "default")]) >= 64.0 * 4096.0);
+    assert!(
+        v(
+            &after,
+            "gleaner_memnode_tenant_used_bytes",
+            &[("tenant", "default")]
+        ) >= 64.0 * 4096.0
+    );
     assert_eq!(v(&after, "gleaner_memnode_sessions", &[]), 1.0);
     assert_eq!(v(&after, "gleaner_memnode_pages", &[]), 64.0);
     assert_eq!(v(&after, "gleaner_memnode_pages_written_total", &[]), 64.0);
@@ -82,7 +98,14 @@ fn memnode_metrics_parse_and_move_when_a_client_writes_pages() {
         v(&after, "gleaner_memnode_sent_bytes_total", &[])
             > v(&before, "gleaner_memnode_sent_bytes_total", &[]) + 3.0 * 4096.0
     );
-    assert_eq!(v(&after, "gleaner_memnode_requests_total", &[("kind", "write")]), 1.0);
+    assert_eq!(
+        v(
+            &after,
+            "gleaner_memnode_requests_total",
+            &[("kind", "write")]
+        ),
+        1.0
+    );
     // A read of a page never written is an error of its kind.
     assert!(c.read_pages(&[999]).is_err());
     // A connection attached to the session (a reconnection, as the pager makes one).
@@ -97,13 +120,30 @@ fn memnode_metrics_parse_and_move_when_a_client_writes_pages() {
     drop(again);
     let (_, body) = prom::http_get(&addr, "/metrics");
     let later = prom::parse(&body);
-    assert_eq!(v(&later, "gleaner_memnode_errors_total", &[("kind", "not_found")]), 1.0);
-    assert_eq!(v(&later, "gleaner_memnode_session_attaches_total", &[]), 1.0);
+    assert_eq!(
+        v(
+            &later,
+            "gleaner_memnode_errors_total",
+            &[("kind", "not_found")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        v(&later, "gleaner_memnode_session_attaches_total", &[]),
+        1.0
+    );
     c.goodbye().unwrap();
     let (_, body) = prom::http_get(&addr, "/metrics");
     let gone = prom::parse(&body);
     assert_eq!(v(&gone, "gleaner_memnode_used_bytes", &[]), 0.0, "{body}");
-    assert_eq!(v(&gone, "gleaner_memnode_sessions_ended_total", &[("how", "goodbye")]), 1.0);
+    assert_eq!(
+        v(
+            &gone,
+            "gleaner_memnode_sessions_ended_total",
+            &[("how", "goodbye")]
+        ),
+        1.0
+    );
     // Anything but /metrics is a clear 404.
     let (status, body) = prom::http_get(&addr, "/");
     assert!(status.contains("404"), "{status}");
@@ -119,4 +159,91 @@ fn noise(p: &mut [u8], seed: u64) {
         x ^= x << 17;
         *b = x as u8;
     }
+}
+
+/// Sends `sig` to the memnode.
+fn signal(node: &MemnodeProc, sig: i32) {
+    // SAFETY: kill(2) on a child we spawned and have not reaped (its Drop reaps it).
+    unsafe { libc::kill(node.child.id() as i32, sig) };
+}
+
+/// Scrapes the memnode's metrics until `family` reaches `at_least` (60 s at most).
+fn wait_for_metric(addr: &str, family: &str, at_least: f64) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, body) = prom::http_get(addr, "/metrics");
+        let now = prom::value(&prom::parse(&body), family, &[]);
+        if now >= at_least {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{family} stayed at {now}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A memnode stopped (SIGSTOP) under a running program for 9 s, with a 3 s reply timeout: the
+/// program says every second or so what it waits for and how long it will; the reply timeout
+/// and the reconnection's handshake that times out are called timeouts (never "Resource
+/// temporarily unavailable (os error 11)"); once the memnode goes on (SIGCONT) the program
+/// reconnects and completes with its data intact.
+#[test]
+fn a_stopped_memnode_is_waited_for_out_loud_and_its_silence_called_a_timeout() {
+    let (dir, token_file) = common::token_file("stopped");
+    let node = MemnodeProc::start_with_args(
+        "127.0.0.1:0",
+        "512M",
+        dir,
+        token_file,
+        &["--lease", "30", "--metrics", "127.0.0.1:0"],
+    );
+    let addr = metrics_addr(&node);
+    let mut child = std::process::Command::new(common::gleaner_bin())
+        .process_group(0)
+        .args([
+            "run",
+            "--local-mem",
+            "8M",
+            "--memnode-timeout",
+            "3",
+            "--memnode",
+        ])
+        .arg(node.endpoint.to_string())
+        .arg("--token-file")
+        .arg(&node.token_file)
+        .args(["--", common::preload_program(), "mixed", "64"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Under way: 16 MiB written back.
+    wait_for_metric(&addr, "gleaner_memnode_pages_written_total", 4096.0);
+    signal(&node, libc::SIGSTOP);
+    std::thread::sleep(Duration::from_secs(9));
+    signal(&node, libc::SIGCONT);
+    let (code, out, err) = common::wait_output(&mut child, Duration::from_secs(120));
+    assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
+    assert!(out.contains("mixed ok"), "{out}");
+    for bad in ["os error 11", "Resource temporarily unavailable"] {
+        assert!(!err.contains(bad), "`{bad}` in: {err}");
+    }
+    assert!(
+        err.contains("has not answered a")
+            && err.contains("more before the connection counts as broken"),
+        "no line said what the program waits for: {err}"
+    );
+    assert!(
+        err.contains("timed out: the memnode did not answer a"),
+        "the reply timeout is not called one: {err}"
+    );
+    assert!(
+        err.contains(
+            "timed out: the memnode accepted the connection but did not complete the handshake"
+        ),
+        "the reconnection's timeout is not called one: {err}"
+    );
+    assert!(
+        err.contains("still reconnecting to the memnode at"),
+        "{err}"
+    );
 }

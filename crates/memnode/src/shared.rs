@@ -73,7 +73,11 @@ impl Shared {
     /// token's tenant; for any other, only its own sessions, its own quota as the capacity and
     /// itself in the tenant list (tenants never see each other's sessions).
     pub(crate) fn stats_for(&self, tenant: &Arc<Tenant>) -> StatsSnapshot {
-        if self.tenants.first().is_some_and(|main| Arc::ptr_eq(main, tenant)) {
+        if self
+            .tenants
+            .first()
+            .is_some_and(|main| Arc::ptr_eq(main, tenant))
+        {
             return self.stats();
         }
         let sessions: Vec<_> = self

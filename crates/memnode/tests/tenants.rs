@@ -141,7 +141,11 @@ fn a_tenant_asking_for_stats_sees_only_its_own_sessions() {
     let seen_by_b = parse(cb.stats().unwrap());
     assert_eq!(seen_by_b.scope, "tenant b");
     let ids: Vec<u64> = seen_by_b.sessions.iter().map(|x| x.id).collect();
-    assert_eq!(ids, vec![b_id], "tenant b sees only its session: {seen_by_b:?}");
+    assert_eq!(
+        ids,
+        vec![b_id],
+        "tenant b sees only its session: {seen_by_b:?}"
+    );
     assert!(
         seen_by_b.sessions.iter().all(|x| x.tenant == "b"),
         "{seen_by_b:?}"
@@ -149,7 +153,11 @@ fn a_tenant_asking_for_stats_sees_only_its_own_sessions() {
     assert_eq!(seen_by_b.sessions_total, 1);
     let names: Vec<&str> = seen_by_b.tenants.iter().map(|t| t.name.as_str()).collect();
     assert_eq!(names, vec!["b"], "no other tenant listed");
-    assert_eq!(seen_by_b.capacity_bytes, 20 * P, "its quota is its capacity");
+    assert_eq!(
+        seen_by_b.capacity_bytes,
+        20 * P,
+        "its quota is its capacity"
+    );
     assert_eq!(seen_by_b.pages_held, 5, "its pages only");
     let json_b = cb.stats().unwrap();
     assert!(

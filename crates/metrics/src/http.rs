@@ -59,8 +59,12 @@ pub fn serve(
         .to_socket_addrs()
         .map_err(|e| io::Error::new(e.kind(), format!("metrics address `{addr}`: {e}")))?
         .collect();
-    let listener = TcpListener::bind(&addrs[..])
-        .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {addr} for metrics: {e}")))?;
+    let listener = TcpListener::bind(&addrs[..]).map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!("cannot listen on {addr} for metrics: {e}"),
+        )
+    })?;
     let local = listener.local_addr()?;
     let stopping = Arc::new(AtomicBool::new(false));
     let stop = stopping.clone();
@@ -176,9 +180,15 @@ mod tests {
         let post = request(addr, "POST /metrics HTTP/1.1\r\n\r\n");
         assert!(post.starts_with("HTTP/1.1 405"), "{post}");
         let head = request(addr, "HEAD /metrics HTTP/1.1\r\n\r\n");
-        assert!(head.starts_with("HTTP/1.1 200") && head.ends_with("\r\n\r\n"), "{head}");
+        assert!(
+            head.starts_with("HTTP/1.1 200") && head.ends_with("\r\n\r\n"),
+            "{head}"
+        );
         s.stop();
-        assert!(TcpStream::connect(addr).is_err(), "still listening after stop");
+        assert!(
+            TcpStream::connect(addr).is_err(),
+            "still listening after stop"
+        );
     }
 
     #[test]

@@ -15,7 +15,10 @@ pub fn http_get(addr: &str, path: &str) -> (String, String) {
     let mut raw = String::new();
     c.read_to_string(&mut raw).unwrap();
     let (head, body) = raw.split_once("\r\n\r\n").expect("an HTTP response");
-    (head.lines().next().unwrap_or("").to_string(), body.to_string())
+    (
+        head.lines().next().unwrap_or("").to_string(),
+        body.to_string(),
+    )
 }
 
 /// The Python that has prometheus_client: `python3` on the PATH, else the system's (where
@@ -87,7 +90,9 @@ pub fn kind(parsed: &serde_json::Value, family: &str) -> String {
     let fam = parsed
         .get(family)
         .or_else(|| parsed.get(family.strip_suffix("_total").unwrap_or(family)));
-    fam.and_then(|f| f["type"].as_str()).unwrap_or("").to_string()
+    fam.and_then(|f| f["type"].as_str())
+        .unwrap_or("")
+        .to_string()
 }
 
 /// Checks every family has a type and a help text, and that names carry their units by
@@ -96,7 +101,10 @@ pub fn check_conventions(parsed: &serde_json::Value) {
     for (name, fam) in parsed.as_object().unwrap() {
         let t = fam["type"].as_str().unwrap();
         assert!(t == "counter" || t == "gauge", "{name} has type {t}");
-        assert!(!fam["help"].as_str().unwrap().is_empty(), "{name} has no HELP");
+        assert!(
+            !fam["help"].as_str().unwrap().is_empty(),
+            "{name} has no HELP"
+        );
         for s in fam["samples"].as_array().unwrap() {
             let sample = s[0].as_str().unwrap();
             assert!(sample.starts_with("gleaner_"), "{sample}");
