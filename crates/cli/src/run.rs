@@ -261,7 +261,8 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
     let budget = budget(&args)?;
     let preload = find_preload_library()?;
     let program = resolve_command(&args.command[0])?;
-    if is_static_elf(&program) {
+    let top_is_static = is_static_elf(&program);
+    if top_is_static {
         eprintln!(
             "gleaner run: warning: {} is statically linked, so LD_PRELOAD cannot reach it: it \
              will run entirely in local memory (Go programs and static binaries are not \
@@ -504,6 +505,20 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
     };
     let processes = stats_dir.collect();
     let reports = stats_dir.pager_reports();
+    // The programs that came up without a pager: the command itself when static (warned about
+    // at the start), and whatever a process of the run started so (the preload's exec reports).
+    let mut without_pager = stats_dir.no_pager_reports();
+    if top_is_static {
+        without_pager.insert(
+            0,
+            json!({"pid": child.id(), "program": program.display().to_string(),
+                   "reason": "statically linked: no dynamic loader runs, so LD_PRELOAD cannot \
+                              reach it and all of its memory stays local"}),
+        );
+    }
+    if let Some(line) = report::no_pager_warning(&without_pager) {
+        eprintln!("gleaner run: {line}");
+    }
     remove_status_files(&reports, &running);
     let pagers = PagerCounts::from_reports(&reports);
     for warning in [pagers.warning(), pagers.stops_warning()]
@@ -536,6 +551,7 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
         "memnode_embedded": args.memnode.is_none(),
         "processes": processes,
         "far_memory_processes": pagers.to_json(),
+        "without_pager": without_pager,
         "still_running": running
             .iter()
             .map(|(pid, program)| json!({"pid": pid, "program": program}))

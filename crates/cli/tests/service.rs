@@ -247,3 +247,107 @@ fn a_stopped_memnode_is_waited_for_out_loud_and_its_silence_called_a_timeout() {
         "{err}"
     );
 }
+
+/// tests/c/fill_memory.c built statically (`cc -static`, glibc's static libraries: Debian's
+/// libc6-dev has them); its path. Fails loudly where no static C library is installed.
+fn static_program(dir: &std::path::Path) -> std::path::PathBuf {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = dir.join("fill_memory_static");
+    common::compile_c(
+        &["-O1", "-static"],
+        &root.join("tests/c/fill_memory.c"),
+        &out,
+    );
+    out
+}
+
+/// A statically linked program run under a shell (`sh -c ./static_program`) keeps its 64 MiB
+/// local whatever the budget: the run's summary names it, with the reason, and the stats file
+/// lists it; the shell itself ran on far memory.
+#[test]
+fn a_static_program_under_a_shell_is_named_in_the_summary() {
+    let dir = common::TempDir::new("static");
+    let prog = static_program(dir.path());
+    let stats = dir.path().join("stats.json");
+    let (code, out, err) = common::run_gleaner(
+        &[
+            "run",
+            "--local-mem",
+            "16M",
+            "--stats",
+            stats.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            &format!("{} 64", prog.display()),
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
+    assert!(out.contains("filled 64 MiB"), "{out}");
+    let line = err
+        .lines()
+        .find(|l| l.contains("ran without far memory"))
+        .unwrap_or_else(|| panic!("no process named as running without far memory: {err}"));
+    assert!(line.contains("fill_memory_static"), "{line}");
+    assert!(line.contains("statically linked"), "{line}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    let list = report["without_pager"].as_array().unwrap();
+    assert_eq!(list.len(), 1, "{report}");
+    assert!(list[0]["program"]
+        .as_str()
+        .unwrap()
+        .ends_with("fill_memory_static"));
+    assert!(list[0]["pid"].as_u64().unwrap() > 0);
+}
+
+/// A shell that drops LD_PRELOAD before it execs a (dynamic) program: named with that reason.
+#[test]
+fn a_program_started_without_ld_preload_is_named_in_the_summary() {
+    let (code, out, err) = common::run_gleaner(
+        &[
+            "run",
+            "--local-mem",
+            "16M",
+            "--",
+            "sh",
+            "-c",
+            &format!(
+                "unset LD_PRELOAD; exec {} mixed 8",
+                common::preload_program()
+            ),
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
+    assert!(out.contains("mixed ok"), "{out}");
+    let line = err
+        .lines()
+        .find(|l| l.contains("ran without far memory"))
+        .unwrap_or_else(|| panic!("no process named as running without far memory: {err}"));
+    assert!(line.contains("gleaner_preload_program"), "{line}");
+    assert!(
+        line.contains("LD_PRELOAD no longer names gleaner's library"),
+        "{line}"
+    );
+}
+
+/// A run where every process has its pager names none.
+#[test]
+fn a_run_where_every_process_has_a_pager_names_none() {
+    let (code, out, err) = common::run_gleaner(
+        &[
+            "run",
+            "--local-mem",
+            "16M",
+            "--",
+            "sh",
+            "-c",
+            &format!("{} mixed 8", common::preload_program()),
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
+    assert!(!err.contains("ran without far memory"), "{err}");
+}

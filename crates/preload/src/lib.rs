@@ -66,6 +66,7 @@ mod arena;
 mod credentials;
 mod descriptors;
 mod dump;
+mod exec;
 mod heap;
 mod hidden;
 mod interpose;
@@ -541,13 +542,22 @@ fn program_name() -> String {
 /// `setproctitle` does), and the pager thread that reports a stop must not fault on a page that
 /// only it could serve.
 fn report_dir() -> Option<&'static PathBuf> {
-    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
-    DIR.get_or_init(|| {
-        std::env::var_os("GLEANER_REPORT_DIR")
-            .filter(|d| !d.is_empty())
-            .map(PathBuf::from)
-    })
-    .as_ref()
+    REPORT_DIR
+        .get_or_init(|| {
+            std::env::var_os("GLEANER_REPORT_DIR")
+                .filter(|d| !d.is_empty())
+                .map(PathBuf::from)
+        })
+        .as_ref()
+}
+
+/// `$GLEANER_REPORT_DIR` as [`report_dir`] read it.
+static REPORT_DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
+
+/// `$GLEANER_REPORT_DIR` if start-up has read it, without reading it now (no allocation: for
+/// the `exec` wrappers, which may run in a `vfork` child).
+fn report_dir_known() -> Option<&'static PathBuf> {
+    REPORT_DIR.get().and_then(Option::as_ref)
 }
 
 /// What [`report_pager`] found.
