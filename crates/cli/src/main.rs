@@ -8,6 +8,7 @@
 
 mod bench;
 mod node;
+mod prometheus;
 mod run;
 mod status;
 

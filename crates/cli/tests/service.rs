@@ -351,3 +351,154 @@ fn a_run_where_every_process_has_a_pager_names_none() {
     assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
     assert!(!err.contains("ran without far memory"), "{err}");
 }
+
+/// `gleaner node --metrics`: the node daemon's metrics parse, and move when a pool registers
+/// and when a client is refused.
+#[test]
+fn node_metrics_parse_and_move_when_a_pool_registers() {
+    use std::io::BufRead;
+    use std::os::fd::AsFd;
+    use std::os::unix::net::UnixStream;
+
+    use gleaner_node::proto::{self, Reply};
+
+    let dir = common::TempDir::new("node-metrics");
+    let sock = dir.path().join("node.sock");
+    let mut child = std::process::Command::new(common::gleaner_bin())
+        .arg("node")
+        .arg("--socket")
+        .arg(&sock)
+        .args(["--metrics", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let addr = loop {
+        let mut line = String::new();
+        assert!(
+            err.read_line(&mut line).unwrap() > 0,
+            "no metrics address logged"
+        );
+        if let Some(rest) = line.split("metrics at http://").nth(1) {
+            break rest.split('/').next().unwrap().to_string();
+        }
+    };
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert!(line.starts_with("listening on"), "{line}");
+    let v = prom::value;
+    let (status, body) = prom::http_get(&addr, "/metrics");
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    let before = prom::parse(&body);
+    prom::check_conventions(&before);
+    assert!(v(&before, "gleaner_node_memory_total_bytes", &[]) > 0.0);
+    assert_eq!(v(&before, "gleaner_node_pools", &[]), 0.0);
+    assert_eq!(
+        v(
+            &before,
+            "gleaner_node_errors_total",
+            &[("kind", "refused_client")]
+        ),
+        0.0
+    );
+    // A client the daemon refuses, then a soft pool that registers.
+    let bad = UnixStream::connect(&sock).unwrap();
+    proto::send_raw(&bad, b"not json", None).unwrap();
+    assert!(matches!(
+        proto::recv::<Reply>(&bad).unwrap().0,
+        Reply::Error { .. }
+    ));
+    let (memfd, _ctrl) = gleaner_node::shared::create_pool_memfd("metrics-test", 4).unwrap();
+    let c = UnixStream::connect(&sock).unwrap();
+    let reg = br#"{"op":"register","version":1,"kind":"soft_pool","name":"metrics-test"}"#;
+    proto::send_raw(&c, reg, Some(memfd.as_fd())).unwrap();
+    assert!(matches!(
+        proto::recv::<Reply>(&c).unwrap().0,
+        Reply::Registered { .. }
+    ));
+    let (_, body) = prom::http_get(&addr, "/metrics");
+    let after = prom::parse(&body);
+    prom::check_conventions(&after);
+    assert_eq!(v(&after, "gleaner_node_pools", &[]), 1.0, "{body}");
+    assert_eq!(
+        v(
+            &after,
+            "gleaner_node_errors_total",
+            &[("kind", "refused_client")]
+        ),
+        1.0
+    );
+    assert!(
+        v(
+            &after,
+            "gleaner_node_pool_limit_bytes",
+            &[("name", "metrics-test")]
+        ) >= 0.0,
+        "{body}"
+    );
+    let (status, _) = prom::http_get(&addr, "/nothing");
+    assert!(status.contains("404"), "{status}");
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// `gleaner status --prometheus` while a program runs on far memory: it parses, names the
+/// process, and its counters move between two readings.
+#[test]
+fn status_prometheus_parses_and_shows_a_running_program() {
+    let dir = common::TempDir::new("status-prom");
+    let status_dir = dir.path().join("status");
+    let mut child = std::process::Command::new(common::gleaner_bin())
+        .process_group(0)
+        .env("GLEANER_STATUS_DIR", &status_dir)
+        .args(["run", "--local-mem", "8M", "--"])
+        .args([common::preload_program(), "mixed", "512"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let scrape = || {
+        let out = std::process::Command::new(common::gleaner_bin())
+            .env("GLEANER_STATUS_DIR", &status_dir)
+            .args(["status", "--prometheus"])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let first = loop {
+        let text = scrape();
+        let parsed = prom::parse(&text);
+        if prom::value(&parsed, "gleaner_programs", &[]) >= 1.0 {
+            break parsed;
+        }
+        assert!(Instant::now() < deadline, "no program showed up: {text}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    prom::check_conventions(&first);
+    let labels = [("program", "gleaner_preload_program")];
+    assert_eq!(
+        prom::value(&first, "gleaner_program_budget_bytes", &labels),
+        8.0 * 1048576.0
+    );
+    assert_eq!(
+        prom::kind(&first, "gleaner_program_faults_total"),
+        "counter"
+    );
+    let out_before = prom::value(&first, "gleaner_program_sent_bytes_total", &labels);
+    std::thread::sleep(Duration::from_millis(2500));
+    let second = prom::parse(&scrape());
+    let out_after = prom::value(&second, "gleaner_program_sent_bytes_total", &labels);
+    let _ = child.kill();
+    // SAFETY: kill(2) on the process group of a child we spawned (it leads it).
+    unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+    let _ = child.wait();
+    assert!(
+        out_after > out_before,
+        "pages sent out did not grow: {out_before} then {out_after}"
+    );
+}
