@@ -68,9 +68,12 @@ pub struct RunArgs {
     /// The memnode's token file (with --memnode). Default: ~/.gleaner/token.
     #[arg(long, value_name = "FILE", requires = "memnode")]
     token_file: Option<PathBuf>,
-    /// Seconds to wait for a memnode's reply before treating the connection as broken. A broken
-    /// connection to a TCP memnode is replaced by a new one to the same session, retried for as
-    /// long as the memnode keeps the session (its `--lease`); the program only waits.
+    /// Seconds to wait for a memnode's reply before treating the connection as broken (the
+    /// preload library's GLEANER_MEMNODE_TIMEOUT). While it waits, a line on stderr every third
+    /// of this (1 to 5 s) says which memnode, what was asked and how long it will still wait.
+    /// A broken connection to a TCP memnode is replaced by a new one to the same session,
+    /// retried for as long as the memnode keeps the session (its `--lease`, also announced
+    /// every few seconds); the program only waits.
     #[arg(long, value_name = "SECS", default_value = "30", value_parser = parse_seconds)]
     memnode_timeout: f64,
     /// Capacity of the private memnode. Default: half of this machine's available memory.

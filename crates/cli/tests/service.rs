@@ -35,7 +35,8 @@ fn memnode_metrics_parse_and_move_when_a_client_writes_pages() {
         "64M",
         dir,
         token_file,
-        &["--metrics", "127.0.0.1:0"],
+        // A link (for the per-tenant queue metrics) fast enough not to slow the test.
+        &["--metrics", "127.0.0.1:0", "--bandwidth", "1G"],
     );
     let addr = metrics_addr(&node);
     let (status, body) = prom::http_get(&addr, "/metrics");
@@ -105,6 +106,30 @@ fn memnode_metrics_parse_and_move_when_a_client_writes_pages() {
             &[("kind", "write")]
         ),
         1.0
+    );
+    let queue = |p: &serde_json::Value, class| {
+        v(
+            p,
+            "gleaner_memnode_tenant_queue_requests_total",
+            &[("tenant", "default"), ("class", class)],
+        )
+    };
+    assert_eq!(queue(&before, "writeback"), 0.0);
+    assert_eq!(queue(&after, "writeback"), 1.0, "{body}");
+    assert_eq!(queue(&after, "demand"), 1.0, "{body}");
+    assert!(
+        v(
+            &after,
+            "gleaner_memnode_tenant_queue_bytes_total",
+            &[("tenant", "default"), ("class", "writeback")]
+        ) >= 64.0 * 4096.0
+    );
+    assert!(
+        v(
+            &after,
+            "gleaner_memnode_tenant_queue_wait_seconds_total",
+            &[("tenant", "default"), ("class", "writeback")]
+        ) >= 0.0
     );
     // A read of a page never written is an error of its kind.
     assert!(c.read_pages(&[999]).is_err());
@@ -501,4 +526,115 @@ fn status_prometheus_parses_and_shows_a_running_program() {
         out_after > out_before,
         "pages sent out did not grow: {out_before} then {out_after}"
     );
+}
+
+/// Runs `make ARGS` in the repository root; panics with its output if it fails.
+fn make(args: &[&str]) -> String {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = std::process::Command::new("make")
+        .arg("-C")
+        .arg(&root)
+        .args(args)
+        .output()
+        .expect("make (scripts/setup.sh installs build-essential)");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "make {args:?} failed:\n{text}");
+    text
+}
+
+/// `make install` puts the systemd units, with the installed paths filled in, and their
+/// environment files in place; `systemd-analyze verify` finds nothing to say about the units
+/// (a warning, such as an unknown key, fails the test too: verify exits 0 on those).
+#[test]
+fn service_units_install_and_pass_systemd_analyze_verify() {
+    let analyze = std::process::Command::new("systemd-analyze")
+        .arg("--version")
+        .output();
+    assert!(
+        analyze.is_ok_and(|o| o.status.success()),
+        "CANNOT CHECK the service units: systemd-analyze is not installed (scripts/setup.sh \
+         installs systemd); this test fails rather than pass unchecked"
+    );
+    let dir = common::TempDir::new("install");
+    let prefix = dir.path().join("usr");
+    let etc = dir.path().join("etc");
+    make(&[
+        "install",
+        &format!("PREFIX={}", prefix.display()),
+        &format!("SYSCONFDIR={}", etc.display()),
+    ]);
+    let units = prefix.join("lib/systemd/system");
+    let memnode_unit = units.join("gleaner-memnode.service");
+    let node_unit = units.join("gleaner-node.service");
+    let text = std::fs::read_to_string(&memnode_unit).unwrap();
+    assert!(!text.contains('@'), "a placeholder left: {text}");
+    assert!(
+        text.contains(&format!(
+            "ExecStart={}/bin/gleaner memnode",
+            prefix.display()
+        )),
+        "{text}"
+    );
+    assert!(text.contains(&format!(
+        "EnvironmentFile=-{}/default/gleaner-memnode",
+        etc.display()
+    )));
+    let env = std::fs::read_to_string(etc.join("default/gleaner-memnode")).unwrap();
+    assert!(env.contains("GLEANER_MEMNODE_ARGS="), "{env}");
+    assert!(prefix.join("lib/libgleaner_preload.so").is_file());
+    let verify = std::process::Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&memnode_unit)
+        .arg(&node_unit)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&verify.stderr).into_owned()
+        + &String::from_utf8_lossy(&verify.stdout);
+    assert!(
+        verify.status.success(),
+        "systemd-analyze verify failed: {said}"
+    );
+    assert!(
+        said.trim().is_empty(),
+        "systemd-analyze verify warned: {said}"
+    );
+
+    // The environment file is the operator's once installed: a second install keeps it.
+    std::fs::write(
+        etc.join("default/gleaner-memnode"),
+        "GLEANER_MEMNODE_ARGS=--lease 5\n",
+    )
+    .unwrap();
+    // Staged under DESTDIR: files land there, and the paths inside them stay PREFIX's.
+    let stage = dir.path().join("stage");
+    make(&[
+        "install",
+        &format!("PREFIX={}", prefix.display()),
+        &format!("SYSCONFDIR={}", etc.display()),
+        &format!("DESTDIR={}", stage.display()),
+    ]);
+    make(&[
+        "install",
+        &format!("PREFIX={}", prefix.display()),
+        &format!("SYSCONFDIR={}", etc.display()),
+    ]);
+    assert_eq!(
+        std::fs::read_to_string(etc.join("default/gleaner-memnode")).unwrap(),
+        "GLEANER_MEMNODE_ARGS=--lease 5\n"
+    );
+    let staged_unit = stage.join(memnode_unit.strip_prefix("/").unwrap());
+    let staged = std::fs::read_to_string(&staged_unit)
+        .unwrap_or_else(|e| panic!("{}: {e}", staged_unit.display()));
+    assert!(staged.contains(&format!("ExecStart={}/bin/gleaner", prefix.display())));
+    assert!(!staged.contains(stage.to_str().unwrap()), "{staged}");
+    make(&[
+        "uninstall",
+        &format!("PREFIX={}", prefix.display()),
+        &format!("SYSCONFDIR={}", etc.display()),
+    ]);
+    assert!(!memnode_unit.exists() && !prefix.join("bin/gleaner").exists());
 }
