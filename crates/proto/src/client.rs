@@ -127,6 +127,12 @@ impl Stream {
     }
 }
 
+impl crate::patience::TimedStream for Stream {
+    fn set_timeouts(&self, t: Option<Duration>) -> io::Result<()> {
+        Stream::set_timeouts(self, t)
+    }
+}
+
 impl Read for Stream {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         match self {
@@ -317,7 +323,7 @@ pub struct Connection {
     /// most and the memnode sends only replies, so once a reply is read nothing is left
     /// buffered: waiting for readability on the socket itself and receiving a grant's
     /// descriptor with `recvmsg` stay correct.
-    stream: BufReader<Patient>,
+    stream: BufReader<Patient<Stream>>,
     endpoint: Endpoint,
     info: SessionInfo,
     next_req: u32,

@@ -10,8 +10,13 @@
 use std::io::{self, Read, Write};
 use std::time::{Duration, Instant};
 
-use crate::client::Stream;
 use crate::kind::MessageKind;
+
+/// A byte stream whose reads and writes time out (a socket: `SO_RCVTIMEO`, `SO_SNDTIMEO`).
+pub(crate) trait TimedStream: Read + Write {
+    /// Sets the read and write timeouts.
+    fn set_timeouts(&self, t: Option<Duration>) -> io::Result<()>;
+}
 
 /// The longest silence between two notices.
 pub const NOTICE_EVERY_MAX: Duration = Duration::from_secs(5);
@@ -34,8 +39,8 @@ pub fn is_timeout(e: &io::Error) -> bool {
 
 /// A connection's stream that announces long waits (see the module documentation).
 #[derive(Debug)]
-pub(crate) struct Patient {
-    pub(crate) stream: Stream,
+pub(crate) struct Patient<S> {
+    pub(crate) stream: S,
     /// Whom the notices name.
     endpoint: String,
     /// How long a reply may take in all; `None` until the handshake is done (the handshake's
@@ -47,8 +52,8 @@ pub(crate) struct Patient {
     pub(crate) waiting_for: MessageKind,
 }
 
-impl Patient {
-    pub(crate) fn new(stream: Stream, endpoint: String) -> Patient {
+impl<S: TimedStream> Patient<S> {
+    pub(crate) fn new(stream: S, endpoint: String) -> Patient<S> {
         Patient {
             stream,
             endpoint,
@@ -72,7 +77,7 @@ impl Patient {
     fn keep_waiting<T>(
         &mut self,
         first: io::Error,
-        mut op: impl FnMut(&mut Stream) -> io::Result<T>,
+        mut op: impl FnMut(&mut S) -> io::Result<T>,
     ) -> io::Result<T> {
         let Some(total) = self.reply_timeout else {
             return Err(first);
@@ -107,7 +112,7 @@ impl Patient {
     }
 }
 
-impl Read for Patient {
+impl<S: TimedStream> Read for Patient<S> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         match self.stream.read(buf) {
             Err(e) if is_timeout(&e) => self.keep_waiting(e, |s| s.read(buf)),
@@ -116,7 +121,7 @@ impl Read for Patient {
     }
 }
 
-impl Write for Patient {
+impl<S: TimedStream> Write for Patient<S> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match self.stream.write(buf) {
             Err(e) if is_timeout(&e) => self.keep_waiting(e, |s| s.write(buf)),
@@ -152,10 +157,17 @@ mod tests {
         );
     }
 
+    impl TimedStream for std::os::unix::net::UnixStream {
+        fn set_timeouts(&self, t: Option<Duration>) -> io::Result<()> {
+            self.set_read_timeout(t)?;
+            self.set_write_timeout(t)
+        }
+    }
+
     #[test]
     fn a_silent_peer_is_announced_then_timed_out_after_the_whole_timeout() {
         let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
-        let mut p = Patient::new(Stream::Unix(a), "unix:/test".into());
+        let mut p = Patient::new(a, "unix:/test".into());
         p.set_reply_timeout(Duration::from_millis(1500)).unwrap();
         assert_eq!(p.every, Duration::from_millis(1000));
         let t = Instant::now();
