@@ -327,6 +327,45 @@ fn a_static_program_under_a_shell_is_named_in_the_summary() {
     assert!(list[0]["pid"].as_u64().unwrap() > 0);
 }
 
+/// The command itself static: warned about at the start (as before) and named in the list.
+#[test]
+fn a_static_command_is_named_in_the_summary_and_the_stats() {
+    let dir = common::TempDir::new("static-top");
+    let prog = static_program(dir.path());
+    let stats = dir.path().join("stats.json");
+    let (code, out, err) = common::run_gleaner(
+        &[
+            "run",
+            "--local-mem",
+            "16M",
+            "--stats",
+            stats.to_str().unwrap(),
+            "--",
+            prog.to_str().unwrap(),
+            "32",
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
+    assert!(out.contains("filled 32 MiB"), "{out}");
+    assert!(
+        err.contains("1 process of the run ran without far memory")
+            && err.contains("statically linked"),
+        "{err}"
+    );
+    assert!(
+        err.contains("no process reported far-memory stats; a process of the run ran without a pager (named above)"),
+        "the summary still says only that nothing reported: {err}"
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    assert_eq!(
+        report["without_pager"].as_array().unwrap().len(),
+        1,
+        "{report}"
+    );
+}
+
 /// A shell that drops LD_PRELOAD before it execs a (dynamic) program: named with that reason.
 #[test]
 fn a_program_started_without_ld_preload_is_named_in_the_summary() {

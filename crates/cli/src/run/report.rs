@@ -343,7 +343,7 @@ pub(super) fn summary(report: &Value, wall: Duration) -> String {
             .as_array()
             .is_some_and(|l| !l.is_empty())
         {
-            "no process reported far-memory stats: the program ran without a pager (named above)"
+            "no process reported far-memory stats; a process of the run ran without a pager (named above)"
         } else {
             "no process reported far-memory stats (it may not use the C allocator, or it was \
              killed)"
