@@ -441,6 +441,14 @@ impl Conn<'_> {
                     Reply::Pong
                 }
             }
+            Message::Drain if !shared.is_main_tenant(session.tenant()) => Reply::Error(
+                ErrorCode::BadRequest,
+                format!(
+                    "tenant {} may not drain the memnode: draining takes it down for every \
+                     tenant; only the memnode's own token (--token-file) may",
+                    session.tenant().name
+                ),
+            ),
             Message::Drain => {
                 let sessions = shared.sessions.snapshot().len();
                 if !shared.start_draining() {

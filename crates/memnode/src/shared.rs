@@ -69,15 +69,18 @@ impl Shared {
         })
     }
 
+    /// Whether `tenant` is the main token's (the whole memnode's operator).
+    pub(crate) fn is_main_tenant(&self, tenant: &Arc<Tenant>) -> bool {
+        self.tenants
+            .first()
+            .is_some_and(|main| Arc::ptr_eq(main, tenant))
+    }
+
     /// The stats document as seen by a client of `tenant`: the whole memnode for the main
     /// token's tenant; for any other, only its own sessions, its own quota as the capacity and
     /// itself in the tenant list (tenants never see each other's sessions).
     pub(crate) fn stats_for(&self, tenant: &Arc<Tenant>) -> StatsSnapshot {
-        if self
-            .tenants
-            .first()
-            .is_some_and(|main| Arc::ptr_eq(main, tenant))
-        {
+        if self.is_main_tenant(tenant) {
             return self.stats();
         }
         let sessions: Vec<_> = self

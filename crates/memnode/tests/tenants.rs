@@ -177,6 +177,15 @@ fn a_tenant_asking_for_stats_sees_only_its_own_sessions() {
     }
     assert_eq!(all.tenants.len(), 3, "default, a and b: {all:?}");
     assert_eq!(all.capacity_bytes, 100 * P);
+    // Nor may a tenant drain the memnode (which would take it down for every tenant, and
+    // answered with the count of every session).
+    let err = cb.drain().unwrap_err();
+    assert_eq!(err.server_code(), Some(ErrorCode::BadRequest), "{err}");
+    assert!(err.to_string().contains("tenant b may not drain"), "{err}");
+    let mut ca2 = connect(&s, &a.token);
+    write(&mut ca2, &pages(10, 1)).expect("still serving: not draining");
+    ca2.ping()
+        .expect("not draining (a draining memnode answers Ping with Draining)");
 }
 
 /// Lets `workers` run `warm_ms`, then takes the stats before and after a window of `secs`
