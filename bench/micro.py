@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Runs the paging-engine micro-benchmarks and renders docs/BENCHMARKS.md from their results.
+"""Runs the paging-engine micro-benchmarks and renders bench/results/DETAILS.md from their results.
 
     python3 bench/micro.py                 # run everything (a few minutes), then render
-    python3 bench/micro.py --render-only   # re-render docs/BENCHMARKS.md from bench/results/
+    python3 bench/micro.py --render-only   # re-render bench/results/DETAILS.md from bench/results/
 
 Each run of `gleaner bench micro` measures, in the same process and against the same memnode, the
 far-memory run, the all-local run and the floors; this script repeats each configuration and keeps
@@ -251,7 +251,8 @@ def render():
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--render-only", action="store_true", help="only regenerate docs/BENCHMARKS.md")
+    ap.add_argument("--render-only", action="store_true",
+                    help="only regenerate bench/results/DETAILS.md")
     ap.add_argument("--repeat", type=int, default=3, help="runs per configuration (default 3)")
     args = ap.parse_args()
     if not args.render_only:

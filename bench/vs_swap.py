@@ -3,7 +3,7 @@
 
     sudo python3 bench/vs_swap.py                # 3 interleaved reps at 512M, then render
     sudo python3 bench/vs_swap.py --quick        # a smoke run: 64M, 1 rep
-    python3 bench/vs_swap.py --render-only       # re-render docs/BENCHMARKS.md from the JSON
+    python3 bench/vs_swap.py --render-only       # re-render bench/results/DETAILS.md from the JSON
 
 Each repetition runs every cell once, in a rotated order:
 
@@ -16,7 +16,7 @@ Each repetition runs every cell once, in a rotated order:
   `gleaner run --local-mem 64M`; in a 64 MiB memory cgroup with zram swap.
 
 Writes bench/results/vs-swap.json (every run's command, raw JSON, counters; the machine, the git
-commit, the date) and the vs-swap section of docs/BENCHMARKS.md. Needs root (zram, cgroups).
+commit, the date) and the vs-swap section of bench/results/DETAILS.md. Needs root (zram, cgroups).
 Progress goes to stderr. Exit status: 0, 1 if any cell failed (a checksum mismatch included),
 130 if interrupted; the zram devices and cgroups it made are removed in every case (after a
 SIGKILL: `python3 -m bench.harness cleanup`).
@@ -794,7 +794,8 @@ def main(argv=None):
     ap.add_argument("--size", help="micro region size (default 512M; 64M with --quick)")
     ap.add_argument("--skip-demo", action="store_true", help="leave out the demo job")
     ap.add_argument("--out", default=DEFAULT_OUT, help="results JSON (default bench/results/vs-swap.json)")
-    ap.add_argument("--doc", default=DOC, help="the document to render into (default docs/BENCHMARKS.md)")
+    ap.add_argument("--doc", default=DOC,
+                    help="the document to render into (default bench/results/DETAILS.md)")
     ap.add_argument("--no-render", action="store_true", help="write the JSON only")
     ap.add_argument("--render-only", action="store_true", help="re-render the doc section from --out")
     return run_or_render(ap, argv, "vs_swap.py", run_all, render, log)

@@ -34,7 +34,7 @@ use crate::session::{AttachError, Session};
 use crate::shared::Shared;
 use crate::slabs::GrantError;
 use crate::stats::bump;
-use crate::store::{stage, Blob, Capacity, PageStore, Released, Staged};
+use crate::store::{stage, Blob, Capacity, Released, SessionPages, Staged};
 
 /// Longest `Auth` payload accepted: its fixed fields plus a client name of up to 4 KiB. Before
 /// authentication nothing larger is legitimate, so nothing larger is allocated.
@@ -730,7 +730,7 @@ fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
 fn remove_pages(
     session: &Session,
     removed: &AtomicU64,
-    remove: impl FnOnce(&mut PageStore, &Capacity) -> Released,
+    remove: impl FnOnce(&mut SessionPages, &Capacity) -> Released,
 ) -> Reply {
     let r = {
         let mut store = session.store_mut();

@@ -11,7 +11,7 @@ use gleaner_proto::Stream;
 use crate::config::ServerConfig;
 use crate::listener::Waker;
 use crate::session::{SessionTable, Tenant};
-use crate::stats::{self, Counters, StatsSnapshot};
+use crate::stats::{self, ServerCounters, StatsSnapshot};
 use crate::store::Capacity;
 
 /// State shared by the accept loop, the connection threads and the reaper.
@@ -21,7 +21,7 @@ pub(crate) struct Shared {
     /// The main token's tenant (the whole capacity) first, then the configured ones.
     pub(crate) tenants: Vec<Arc<Tenant>>,
     pub(crate) sessions: SessionTable,
-    pub(crate) counters: Counters,
+    pub(crate) counters: ServerCounters,
     /// The emulated link (`--bandwidth`), whose requests are served in fair order by tenant.
     pub(crate) link: Option<crate::sched::Link>,
     pub(crate) started: Instant,

@@ -17,7 +17,7 @@ pub const MAX_SESSIONS_LISTED: usize = 256;
 
 /// Server-wide counters.
 #[derive(Debug, Default)]
-pub(crate) struct Counters {
+pub(crate) struct ServerCounters {
     pub bytes_in: AtomicU64,
     pub bytes_out: AtomicU64,
     pub req_read: AtomicU64,
@@ -245,7 +245,7 @@ pub struct SessionStats {
     pub idle_s: Option<f64>,
 }
 
-impl Counters {
+impl ServerCounters {
     fn totals(&self) -> Totals {
         Totals {
             bytes_in: get(&self.bytes_in),
@@ -291,7 +291,7 @@ impl Counters {
 
 /// What the stats document is built from.
 pub(crate) struct Inputs<'a> {
-    pub counters: &'a Counters,
+    pub counters: &'a ServerCounters,
     pub capacity: &'a Capacity,
     pub tenants: &'a [std::sync::Arc<crate::session::Tenant>],
     /// How the link's replies left, if the memnode has a link (`--bandwidth`): tenants then

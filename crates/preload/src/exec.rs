@@ -15,6 +15,8 @@
 //! with their buffers on the stack. The C library's own `execvp`, `system` and `popen` call its
 //! internal `execve` and are not seen; shells and Python's `subprocess` call the exported ones.
 
+// The exported functions replace C library calls: their contract is the C library's (its manual
+// pages), the same for every caller, so no `# Safety` section is repeated on each.
 #![allow(clippy::missing_safety_doc)]
 
 use std::ffi::{c_char, c_int, c_void, CStr};
