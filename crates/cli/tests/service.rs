@@ -73,8 +73,20 @@ fn memnode_metrics_parse_and_move_when_a_client_writes_pages() {
     c.write_pages(pages.iter().map(|(i, p)| (*i, &p[..])))
         .unwrap();
     let _ = c.read_pages(&[0, 1, 2]).unwrap();
-    let (_, body) = prom::http_get(&addr, "/metrics");
-    let after = prom::parse(&body);
+    // The memnode counts a reply's bytes once its write has returned, which may be after the
+    // client has read it: scrape until the read's reply is counted (5 s at most).
+    let sent_before = v(&before, "gleaner_memnode_sent_bytes_total", &[]);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let (body, after) = loop {
+        let (_, body) = prom::http_get(&addr, "/metrics");
+        let parsed = prom::parse(&body);
+        if v(&parsed, "gleaner_memnode_sent_bytes_total", &[]) > sent_before + 3.0 * 4096.0
+            || Instant::now() > deadline
+        {
+            break (body, parsed);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
     prom::check_conventions(&after);
     assert!(
         v(&after, "gleaner_memnode_used_bytes", &[]) >= 64.0 * 4096.0,
@@ -676,4 +688,33 @@ fn service_units_install_and_pass_systemd_analyze_verify() {
         &format!("SYSCONFDIR={}", etc.display()),
     ]);
     assert!(!memnode_unit.exists() && !prefix.join("bin/gleaner").exists());
+}
+
+/// A `--metrics` address that cannot be used fails the memnode's start with a message naming
+/// it, before the `listening on` line a launcher waits for.
+#[test]
+fn a_bad_metrics_address_fails_the_start_clearly() {
+    let (_dir, token) = common::token_file("bad-metrics");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken_addr = taken.local_addr().unwrap().to_string();
+    for (addr, says) in [
+        ("nonsense", "metrics address `nonsense`"),
+        (taken_addr.as_str(), "for metrics"),
+    ] {
+        let out = std::process::Command::new(common::gleaner_bin())
+            .args(["memnode", "--listen", "127.0.0.1:0", "--capacity", "1M"])
+            .arg("--token-file")
+            .arg(&token)
+            .args(["--metrics", addr])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert_eq!(out.status.code(), Some(1), "{addr}: {stdout} {stderr}");
+        assert!(!stdout.contains("listening on"), "{addr}: {stdout}");
+        assert!(stderr.contains(says), "{addr}: {stderr}");
+    }
 }

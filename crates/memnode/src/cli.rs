@@ -300,12 +300,8 @@ fn serve(args: ServeArgs) -> Result<(), CliError> {
         args.lease,
         token_path.display()
     );
-    {
-        let mut out = io::stdout().lock();
-        writeln!(out, "listening on {}", server.local_endpoint())
-            .and_then(|()| out.flush())
-            .map_err(CliError::Stdout)?;
-    }
+    // Before the `listening on` line: a bad --metrics address fails the start, and a launcher
+    // never sees a memnode that then exits.
     let metrics = match &args.metrics {
         Some(addr) => {
             let handle = server.shutdown_handle();
@@ -318,6 +314,12 @@ fn serve(args: ServeArgs) -> Result<(), CliError> {
         }
         None => None,
     };
+    {
+        let mut out = io::stdout().lock();
+        writeln!(out, "listening on {}", server.local_endpoint())
+            .and_then(|()| out.flush())
+            .map_err(CliError::Stdout)?;
+    }
     let signal_handle = signals.handle();
     let stop = server.shutdown_handle();
     let signal_thread = thread::Builder::new()
