@@ -7,6 +7,7 @@
 #![deny(missing_docs)]
 
 mod node;
+mod prometheus;
 mod run;
 mod status;
 

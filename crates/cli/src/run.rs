@@ -68,9 +68,12 @@ pub struct RunArgs {
     /// The memnode's token file (with --memnode). Default: ~/.gleaner/token.
     #[arg(long, value_name = "FILE", requires = "memnode")]
     token_file: Option<PathBuf>,
-    /// Seconds to wait for a memnode's reply before treating the connection as broken. A broken
-    /// connection to a TCP memnode is replaced by a new one to the same session, retried for as
-    /// long as the memnode keeps the session (its `--lease`); the program only waits.
+    /// Seconds to wait for a memnode's reply before treating the connection as broken (the
+    /// preload library's GLEANER_MEMNODE_TIMEOUT). While it waits, a line on stderr every third
+    /// of this (1 to 5 s) says which memnode, what was asked and how long it will still wait.
+    /// A broken connection to a TCP memnode is replaced by a new one to the same session,
+    /// retried for as long as the memnode keeps the session (its `--lease`, also announced
+    /// every few seconds); the program only waits.
     #[arg(long, value_name = "SECS", default_value = "30", value_parser = parse_seconds)]
     memnode_timeout: f64,
     /// Capacity of the private memnode. Default: half of this machine's available memory.
@@ -262,7 +265,8 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
     let budget = budget(&args)?;
     let preload = find_preload_library()?;
     let program = resolve_command(&args.command[0])?;
-    if is_static_elf(&program) {
+    let top_is_static = is_static_elf(&program);
+    if top_is_static {
         eprintln!(
             "gleaner run: warning: {} is statically linked, so LD_PRELOAD cannot reach it: it \
              will run entirely in local memory (Go programs and static binaries are not \
@@ -505,6 +509,20 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
     };
     let processes = stats_dir.collect();
     let reports = stats_dir.pager_reports();
+    // The programs that came up without a pager: the command itself when static (warned about
+    // at the start), and whatever a process of the run started so (the preload's exec reports).
+    let mut without_pager = stats_dir.no_pager_reports();
+    if top_is_static {
+        without_pager.insert(
+            0,
+            json!({"pid": child.id(), "program": program.display().to_string(),
+                   "reason": "statically linked: no dynamic loader runs, so LD_PRELOAD cannot \
+                              reach it and all of its memory stays local"}),
+        );
+    }
+    if let Some(line) = report::no_pager_warning(&without_pager) {
+        eprintln!("gleaner run: {line}");
+    }
     remove_status_files(&reports, &running);
     let pagers = PagerCounts::from_reports(&reports);
     for warning in [pagers.warning(), pagers.stops_warning()]
@@ -537,6 +555,7 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
         "memnode_embedded": args.memnode.is_none(),
         "processes": processes,
         "far_memory_processes": pagers.to_json(),
+        "without_pager": without_pager,
         "still_running": running
             .iter()
             .map(|(pid, program)| json!({"pid": pid, "program": program}))

@@ -136,6 +136,10 @@ impl MemnodeSession {
         let window = self.window;
         let deadline = Instant::now() + window;
         let mut backoff = Duration::from_millis(5);
+        // While it lasts, a line every few seconds says what the program waits for.
+        let started = Instant::now();
+        let notice_every = gleaner_proto::patience::notice_every(window);
+        let mut last_notice = started;
         // The first time is worth a warning; the run's summary counts the rest.
         if !self.warned.swap(true, Ordering::Relaxed) {
             log::warn!("{cause}; reconnecting to the session (further reconnections are counted in the stats, not logged)");
@@ -161,6 +165,21 @@ impl MemnodeSession {
                     )))
                 }
                 Err(e) if e.is_transient() && Instant::now() + backoff < deadline => {
+                    if last_notice.elapsed() >= notice_every {
+                        last_notice = Instant::now();
+                        log::warn!(
+                            "still reconnecting to the memnode at {}: {:.0} s so far; giving up \
+                             after {:.0} s{} (last try: {e})",
+                            self.endpoint,
+                            started.elapsed().as_secs_f64(),
+                            window.as_secs_f64(),
+                            if window >= self.lease {
+                                ", the session's lease"
+                            } else {
+                                ""
+                            }
+                        );
+                    }
                     std::thread::sleep(backoff);
                     backoff = (backoff * 2).min(Duration::from_millis(500));
                 }
