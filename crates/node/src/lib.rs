@@ -11,6 +11,7 @@
 //! * [`daemon`]: the daemon itself (`gleaner node`).
 #![deny(missing_docs)]
 
+pub mod batch;
 pub mod client;
 pub mod daemon;
 pub mod evict;
