@@ -8,7 +8,8 @@
 //!
 //! * small requests (under 128 KiB) come from a heap grown step by step (`heap.rs`, Algorithm 1);
 //! * large ones from a segregated pool of pre-faulted chunks (`pool.rs`, Algorithm 2), `mlock`ed
-//!   while the process's `RLIMIT_MEMLOCK` leaves room (and unlocked when handed out).
+//!   (with `GLEANER_RESERVE_MLOCK=1`) while the process's `RLIMIT_MEMLOCK` leaves room, and
+//!   unlocked when handed out.
 //!
 //! A request the reserve has nothing ready for never waits: it goes to the default allocator (the
 //! C library's, or with far memory on, the managed heap) and counts as a miss. With far memory
@@ -127,8 +128,12 @@ pub(crate) fn start(far: bool) -> Result<bool, String> {
         pool: Pool::new(),
         heap_bound,
         pool_bound: bound - heap_bound,
-        // Managed pages are never locked: the pager must be free to evict them.
-        memlock_limit: if far {
+        // Off unless asked (`GLEANER_RESERVE_MLOCK=1`): mlock and munlock take the address
+        // space's lock for writing and split the window's mapping per chunk, which stalled the
+        // program's own faults for milliseconds (p99 of 256 KiB allocations 3.6 ms against
+        // 0.5 ms without the reserve, in bench/hermes.py's first run). Managed pages are never
+        // locked: the pager must be free to evict them.
+        memlock_limit: if far || var("GLEANER_RESERVE_MLOCK").as_deref() != Some("1") {
             0
         } else {
             usize::try_from(lim.rlim_cur).unwrap_or(usize::MAX)
