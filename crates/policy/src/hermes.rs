@@ -114,6 +114,14 @@ pub fn watermark(lc_bytes_per_s: f64, horizon_ms: u64, floor: u64) -> u64 {
     ((RESERVE_FACTOR as f64 * ahead) as u64).max(floor)
 }
 
+/// What the daemon frees once free memory fell under the `watermark`: enough to bring it back to
+/// half again the watermark (hysteresis: a batch job streaming a file refills its cache at once,
+/// and dropping it back to the watermark exactly would mean dropping again at every tick).
+/// None while `available` is at or above the watermark.
+pub fn shortfall(available: u64, watermark: u64) -> Option<u64> {
+    (available < watermark).then(|| watermark + watermark / 2 - available)
+}
+
 /// One file a batch process holds, with the bytes of it in the page cache.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CachedFile<K> {
@@ -128,7 +136,7 @@ pub struct CachedFile<K> {
 /// never picked.
 pub fn files_to_drop<K: Clone>(files: &[CachedFile<K>], need: u64) -> Vec<K> {
     let mut order: Vec<&CachedFile<K>> = files.iter().filter(|f| f.cached > 0).collect();
-    order.sort_by(|a, b| b.cached.cmp(&a.cached));
+    order.sort_by_key(|f| std::cmp::Reverse(f.cached));
     let mut freed = 0;
     let mut out = Vec::new();
     for f in order {
@@ -206,6 +214,13 @@ mod tests {
     fn the_watermark_follows_the_allocation_rate() {
         assert_eq!(watermark(0.0, 1000, 64 << 20), 64 << 20);
         assert_eq!(watermark(100e6, 1000, 64 << 20), 200_000_000);
+    }
+
+    #[test]
+    fn the_shortfall_overshoots_the_watermark_by_half() {
+        assert_eq!(shortfall(100, 100), None);
+        assert_eq!(shortfall(60, 100), Some(90));
+        assert_eq!(shortfall(0, 100), Some(150));
     }
 
     #[test]

@@ -15,7 +15,7 @@ pub mod files;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
-use gleaner_policy::hermes::{files_to_drop, watermark, CachedFile};
+use gleaner_policy::hermes::{files_to_drop, shortfall, watermark, CachedFile};
 use serde_json::json;
 
 use crate::proto::Class;
@@ -23,6 +23,11 @@ use files::FileId;
 
 /// How far ahead the watermark looks at the latency-critical processes' allocation rate.
 pub const HORIZON_MS: u64 = 1000;
+/// The least time between two reclaims: finding the batch files and their residency costs
+/// `/proc` reads and a `mincore` per file, which the daemon's 50 ms tick would repeat for a
+/// batch job that refills its cache as fast as it is dropped (measured: a fifth of a CPU at
+/// 100 ms in the first `bench/hermes.py` runs).
+pub const MIN_RECLAIM_INTERVAL: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// The reclaimer's state: the marked processes, the rate, and what it has dropped.
 pub struct Reclaimer {
@@ -32,6 +37,7 @@ pub struct Reclaimer {
     /// Their growth, bytes per second (a moving average).
     lc_rate: f64,
     last_tick: Option<Instant>,
+    last_reclaim: Option<Instant>,
     /// The least free memory kept, whatever the rate.
     floor: u64,
     watermark: u64,
@@ -50,6 +56,7 @@ impl Reclaimer {
             lc_resident: BTreeMap::new(),
             lc_rate: 0.0,
             last_tick: None,
+            last_reclaim: None,
             floor,
             watermark: floor,
             drops: 0,
@@ -89,12 +96,20 @@ impl Reclaimer {
             return;
         }
         self.watermark = watermark(self.lc_rate, HORIZON_MS, self.floor);
-        if available >= self.watermark || self.pids(Class::Batch).next().is_none() {
+        let Some(need) = shortfall(available, self.watermark) else {
+            return;
+        };
+        if self.pids(Class::Batch).next().is_none()
+            || self
+                .last_reclaim
+                .is_some_and(|t| t.elapsed() < MIN_RECLAIM_INTERVAL)
+        {
             return;
         }
         self.rounds_under_watermark += 1;
         let started = Instant::now();
-        self.reclaim(self.watermark - available);
+        self.last_reclaim = Some(started);
+        self.reclaim(need);
         self.scan_secs += started.elapsed().as_secs_f64();
     }
 

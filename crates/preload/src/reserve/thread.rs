@@ -26,11 +26,32 @@ pub(super) fn spawn(r: &'static Reserve) -> Result<(), String> {
         .stack_size(256 * 1024)
         .spawn(move || {
             crate::mark_runtime_thread();
+            set_priority();
             run(r)
         })
         .map_err(|e| format!("starting the reserve's thread: {e}"))?;
     let _ = THREAD.set(t.thread().clone());
     Ok(())
+}
+
+/// The thread's priority, `GLEANER_RESERVE_PRIORITY`: `normal` (the default), `low` (nice 19)
+/// or `idle` (`SCHED_IDLE`: only CPU time no other thread of the machine wants). At normal
+/// priority the thread's bursts of page faults compete with the service's own threads for the
+/// CPU; below it, under CPU contention the reserve runs short and requests fall back (counted
+/// as misses). `bench/hermes.py` measures each on this 2-vCPU VM (docs/hermes.md).
+fn set_priority() {
+    match std::env::var("GLEANER_RESERVE_PRIORITY").as_deref() {
+        Ok("low") => {
+            // SAFETY: changes the calling thread's own nice value (PRIO_PROCESS of tid 0).
+            unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 19) };
+        }
+        Ok("idle") => {
+            let param = libc::sched_param { sched_priority: 0 };
+            // SAFETY: changes the calling thread's own policy (pid 0) with a valid parameter.
+            unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
+        }
+        _ => {}
+    }
 }
 
 /// Wakes the thread before its period ends (a request found the reserve short).
