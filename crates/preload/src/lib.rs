@@ -794,7 +794,7 @@ fn unlock_after_fork(a: &arena::Arena) -> bool {
 
 extern "C" fn fork_parent() {
     // SAFETY: taken in fork_prepare.
-    unsafe { reserve::unlock_after_fork() };
+    unsafe { reserve::unlock_after_fork(false) };
     let Some(a) = arena::get() else { return };
     // SAFETY: taken in fork_prepare, whenever the arena exists.
     unsafe { a.unlock_fork_advice() };
@@ -808,7 +808,7 @@ extern "C" fn fork_parent() {
 
 extern "C" fn fork_child() {
     // SAFETY: taken in fork_prepare (in the child, by its only thread's parent).
-    unsafe { reserve::unlock_after_fork() };
+    unsafe { reserve::unlock_after_fork(true) };
     let Some(a) = arena::get() else { return };
     // A descriptor limit raised for a parent's thread at the fork goes back to the program's.
     gleaner_fds::after_fork_in_child();

@@ -4,11 +4,9 @@
 //! `gleaner status`.
 //!
 //! The thread is gleaner's runtime (its own allocations come from the C library), holds no lock
-//! while it faults pages in, and never waits for a program thread: a miss only wakes it early.
+//! while it faults pages in, and never waits for a program thread, nor a program thread for it.
 
 use std::sync::atomic::Ordering;
-use std::sync::OnceLock;
-use std::thread::Thread;
 use std::time::{Duration, Instant};
 
 use gleaner_pager::PAGE_SIZE;
@@ -16,8 +14,6 @@ use gleaner_policy::hermes::{heap_plan, pool_refill};
 
 use super::pool::Chunk;
 use super::{window, Reserve};
-
-static THREAD: OnceLock<Thread> = OnceLock::new();
 
 /// Starts the thread for `r`.
 pub(super) fn spawn(r: &'static Reserve) -> Result<(), String> {
@@ -30,7 +26,7 @@ pub(super) fn spawn(r: &'static Reserve) -> Result<(), String> {
             run(r)
         })
         .map_err(|e| format!("starting the reserve's thread: {e}"))?;
-    let _ = THREAD.set(t.thread().clone());
+    drop(t);
     Ok(())
 }
 
@@ -54,17 +50,10 @@ fn set_priority() {
     }
 }
 
-/// Wakes the thread before its period ends (a request found the reserve short).
-pub(super) fn wake() {
-    if let Some(t) = THREAD.get() {
-        t.unpark();
-    }
-}
-
 fn run(r: &'static Reserve) {
     let mut published = Instant::now() - Duration::from_secs(1);
     loop {
-        std::thread::park_timeout(r.period);
+        std::thread::sleep(r.period);
         let cpu = thread_cpu_ns();
         r.stats.wakeups.fetch_add(1, Ordering::Relaxed);
         let (small, large) = r.stats.take_interval();
