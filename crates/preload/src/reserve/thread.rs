@@ -32,9 +32,9 @@ pub(super) fn spawn(r: &'static Reserve) -> Result<(), String> {
 
 /// The thread's priority, `GLEANER_RESERVE_PRIORITY`: `normal` (the default), `low` (nice 19)
 /// or `idle` (`SCHED_IDLE`: only CPU time no other thread of the machine wants). At normal
-/// priority the thread's bursts of page faults compete with the service's own threads for the
-/// CPU; below it, under CPU contention the reserve runs short and requests fall back (counted
-/// as misses). `bench/hermes.py` measures each on this 2-vCPU VM (docs/hermes.md).
+/// priority the thread's page faults compete with the service's own threads for the CPU; below
+/// it, under CPU contention the reserve runs short and requests fall back (counted as misses:
+/// with `idle`, the 256 KiB microbenchmark on the busy 2-vCPU VM got no gain at all).
 fn set_priority() {
     match std::env::var("GLEANER_RESERVE_PRIORITY").as_deref() {
         Ok("low") => {
