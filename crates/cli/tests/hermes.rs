@@ -279,5 +279,38 @@ fn the_daemon_drops_only_batch_processes_file_pages() {
         1,
         "{state}"
     );
-    drop((lc, batch, daemon));
+    // Registration by pid: a plain process holding the unmarked file, marked batch afterwards.
+    let mut holder = Killed(
+        Command::new(program())
+            .args(["hold", other_file.to_str().unwrap()])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    wait_line(&mut holder.0, "holding");
+    let (code, out, err) = run_gleaner(
+        &[
+            "node",
+            "mark",
+            "--batch",
+            &holder.0.id().to_string(),
+            "--socket",
+            sock.to_str().unwrap(),
+        ],
+        Duration::from_secs(10),
+    );
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while cached(&other_file) > 4 << 20 {
+        assert!(
+            Instant::now() < deadline,
+            "the file of a process marked by pid stayed cached"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        cached(&lc_file) > 30 << 20,
+        "the latency-critical file was dropped"
+    );
+    drop((lc, batch, holder, daemon));
 }

@@ -8,7 +8,7 @@ use std::process::{Command, ExitCode};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use gleaner_node::proto::{self, Class, Reply, Request};
+use gleaner_node::proto::Class;
 use gleaner_proto::units::{format_size, parse_size};
 use serde_json::{json, Value};
 
@@ -34,21 +34,7 @@ pub(super) fn configure(cmd: &mut Command, args: &RunArgs) -> Result<(), SetupEr
 /// and the program runs on unmarked.
 pub(super) fn mark_batch(pid: i32) {
     let socket = gleaner_node::client::default_socket();
-    let marked = (|| -> Result<(), String> {
-        let conn = gleaner_node::client::connect(&socket, true).map_err(|e| e.to_string())?;
-        conn.set_read_timeout(Some(std::time::Duration::from_secs(5)))
-            .ok();
-        let mark = Request::Mark {
-            pid,
-            class: Class::Batch,
-        };
-        proto::send(&conn, &mark, None).map_err(|e| e.to_string())?;
-        match proto::recv::<Reply>(&conn).map_err(|e| e.to_string())?.0 {
-            Reply::Marked { .. } => Ok(()),
-            Reply::Error { error } => Err(error),
-            other => Err(format!("unexpected reply {other:?}")),
-        }
-    })();
+    let marked = gleaner_node::client::mark(&socket, pid, Class::Batch, true);
     if let Err(e) = marked {
         eprintln!(
             "gleaner run: warning: the program runs unmarked: the node daemon on {} did not \
