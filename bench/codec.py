@@ -5,7 +5,7 @@ repetitions interleaved in rotated order, both sides pinned alike, reported as r
     sudo python3 bench/codec.py                 # 2 interleaved reps, then render
     sudo python3 bench/codec.py --quick         # a smoke run: micro 64M, harness --size quick, 1 rep
     sudo python3 bench/codec.py --skip-harness  # without memcached and redis
-    python3 bench/codec.py --render-only        # re-render docs/BENCHMARKS.md from the JSON
+    python3 bench/codec.py --render-only        # re-render bench/results/DETAILS.md from the JSON
 
 The targets, and the cells each repetition runs once:
 
@@ -43,10 +43,10 @@ The targets, and the cells each repetition runs once:
     The demo job's wall time with the codec on against off is shown as information.
 
 Writes bench/results/codec.json (every run's command, raw JSON or stats, counters; the machine,
-the git commit, the date) and the codec section of docs/BENCHMARKS.md (at the end of the document
-the first time). Needs root (zram, cgroups). Progress goes to stderr. Exit status: 0, 1 if any
-cell failed (a checksum mismatch included), 130 if interrupted; the zram devices and cgroups it
-made are removed in every case (after a SIGKILL: `python3 -m bench.harness cleanup`).
+the git commit, the date) and the codec section of bench/results/DETAILS.md (at the end of the
+document the first time). Needs root (zram, cgroups). Progress goes to stderr. Exit status: 0,
+1 if any cell failed (a checksum mismatch included), 130 if interrupted; the zram devices and
+cgroups it made are removed in every case (after a SIGKILL: `python3 -m bench.harness cleanup`).
 """
 import argparse
 import json
@@ -1303,7 +1303,8 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, help="interleaved repetitions (default 2; 1 with --quick)")
     ap.add_argument("--skip-harness", action="store_true", help="leave out memcached and redis")
     ap.add_argument("--out", default=DEFAULT_OUT, help="results JSON (default bench/results/codec.json)")
-    ap.add_argument("--doc", default=DOC, help="the document to render into (default docs/BENCHMARKS.md)")
+    ap.add_argument("--doc", default=DOC,
+                    help="the document to render into (default bench/results/DETAILS.md)")
     ap.add_argument("--no-render", action="store_true", help="write the JSON only")
     ap.add_argument("--render-only", action="store_true", help="re-render the doc section from --out")
     return vs_swap.run_or_render(ap, argv, "codec.py", run_all, render, log)

@@ -36,8 +36,8 @@ has no link to cap: the co-run shares the CPUs, the zram device and the kernel's
 bandwidth for WMMR is the cgroup's major faults × 4 KiB per second (cgroup v1 counts no
 swap-outs per cgroup).
 
-Writes bench/results/corun.json and the co-run section of docs/BENCHMARKS.md. Exit status 0, or 1
-if a cell failed (a wrong value, a lost key, a checksum mismatch, a program that failed).
+Writes bench/results/corun.json and the co-run section of bench/results/DETAILS.md. Exit status
+0, or 1 if a cell failed (a wrong value, a lost key, a checksum mismatch, a program that failed).
 """
 import argparse
 import json

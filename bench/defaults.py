@@ -16,7 +16,7 @@ interleaved in a rotated order:
   (wall time, and the far memory at its peak from its stats, `total.store.peak_resident_bytes`;
   its checksum must match the all-local run's).
 
-Writes bench/results/defaults.json and the defaults section of docs/BENCHMARKS.md.
+Writes bench/results/defaults.json and the defaults section of bench/results/DETAILS.md.
 """
 import argparse
 import json

@@ -4,7 +4,7 @@ four systems in one run, repetitions interleaved.
 
     python3 bench/fork.py                 # 2 interleaved reps, then render
     python3 bench/fork.py --reps 1 --quick
-    python3 bench/fork.py --render-only   # re-render docs/BENCHMARKS.md from the JSON
+    python3 bench/fork.py --render-only   # re-render bench/results/DETAILS.md from the JSON
 
 Every cell starts a fresh redis-server (no persistence of its own, debug commands on), fills it
 with `DEBUG POPULATE` (25,000 values of 8,000 bytes: about 200 MB; --quick: 6,000), takes the
@@ -23,8 +23,8 @@ command to `rdb_bgsave_in_progress:0`), and the peaks of the summed anonymous me
 its children sampled every 5 ms: `Pss_Anon` (a page shared by parent and child counts once: the
 memory they take) and `RssAnon` (counted in each process that maps it).
 
-Writes bench/results/fork.json and the fork section of docs/BENCHMARKS.md. Exit status 0, or 1 if
-any cell failed (a digest mismatch, a BGSAVE that failed or did not finish).
+Writes bench/results/fork.json and the fork section of bench/results/DETAILS.md. Exit status 0,
+or 1 if any cell failed (a digest mismatch, a BGSAVE that failed or did not finish).
 """
 import argparse
 import os

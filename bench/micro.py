@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Runs the paging-engine micro-benchmarks and renders docs/BENCHMARKS.md from their results.
+"""Runs the paging-engine micro-benchmarks and renders bench/results/DETAILS.md from their results.
 
     python3 bench/micro.py                 # run everything (a few minutes), then render
-    python3 bench/micro.py --render-only   # re-render docs/BENCHMARKS.md from bench/results/
+    python3 bench/micro.py --render-only   # re-render bench/results/DETAILS.md from bench/results/
 
 Each run of `gleaner bench micro` measures, in the same process and against the same memnode, the
 far-memory run, the all-local run and the floors; this script repeats each configuration and keeps
@@ -12,15 +12,14 @@ import argparse
 import datetime
 import json
 import os
-import platform
-import statistics
 import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "bench", "results")
 sys.path.insert(0, ROOT)
-from bench.doc_section import DOC, write_section  # noqa: E402
+from bench.doc_section import DOC, med, span, write_section  # noqa: E402
+from bench.harness.common import machine  # noqa: E402
 
 BEGIN, END = "<!-- micro:begin -->", "<!-- micro:end -->"
 GLEANER = os.path.join(ROOT, "target", "release", "gleaner")
@@ -28,26 +27,6 @@ GLEANER = os.path.join(ROOT, "target", "release", "gleaner")
 PATTERNS = ["seq", "stride:10", "random"]
 SIZE = "512M"
 LOCAL = "25%"
-
-
-def machine():
-    mem_kib = 0
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemTotal:"):
-                mem_kib = int(line.split()[1])
-    cpu = "unknown"
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    return {
-        "kernel": platform.release(),
-        "cpus": os.cpu_count(),
-        "cpu_model": cpu,
-        "mem_gib": round(mem_kib / (1 << 20), 1),
-    }
 
 
 def run(cmd):
@@ -77,21 +56,6 @@ def run_all(repeat):
     runs = [run(cmd) for _ in range(repeat)]
     with open(os.path.join(RESULTS, "dirty-tracking.json"), "w") as f:
         json.dump({**meta, "command": " ".join(["gleaner"] + cmd[1:]), "runs": runs}, f, indent=1)
-
-
-def med(values):
-    values = [v for v in values if v is not None]
-    return statistics.median(values) if values else None
-
-
-def span(values, fmt="{:.2f}"):
-    values = [v for v in values if v is not None]
-    if not values:
-        return "-"
-    m = statistics.median(values)
-    if len(values) == 1:
-        return fmt.format(m)
-    return f"{fmt.format(m)} ({fmt.format(min(values))}–{fmt.format(max(values))})"
 
 
 def render():
@@ -251,7 +215,8 @@ def render():
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--render-only", action="store_true", help="only regenerate docs/BENCHMARKS.md")
+    ap.add_argument("--render-only", action="store_true",
+                    help="only regenerate bench/results/DETAILS.md")
     ap.add_argument("--repeat", type=int, default=3, help="runs per configuration (default 3)")
     args = ap.parse_args()
     if not args.render_only:

@@ -4,7 +4,7 @@ does to a server under load, each comparison in one run, repetitions interleaved
 
     python3 bench/pool.py                 # 2 interleaved reps, then render
     python3 bench/pool.py --reps 1 --quick
-    python3 bench/pool.py --render-only   # re-render docs/BENCHMARKS.md from the JSON
+    python3 bench/pool.py --render-only   # re-render bench/results/DETAILS.md from the JSON
 
 Every cell starts three fresh `gleaner memnode` processes on TCP loopback (one token, 1 GiB
 each) and runs one program under `gleaner run --memnode A,B,C`:
@@ -21,8 +21,8 @@ each) and runs one program under `gleaner run --memnode A,B,C`:
     of one memnode, a second open-loop phase ("during recovery"), every key read back and checked;
     the pool's stats give the pages re-replicated and the time the copy took (its throughput).
 
-Writes bench/results/pool.json and the pool section of docs/BENCHMARKS.md. Exit status 0, or 1 if
-any cell failed (a wrong value, a lost key, a checksum mismatch).
+Writes bench/results/pool.json and the pool section of bench/results/DETAILS.md. Exit status 0,
+or 1 if any cell failed (a wrong value, a lost key, a checksum mismatch).
 """
 import argparse
 import json

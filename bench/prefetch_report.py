@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Renders bench/results/prefetch.json into the prefetching section of docs/BENCHMARKS.md (between
-the `prefetch:begin`/`prefetch:end` markers).
+"""Renders bench/results/prefetch.json into the prefetching section of bench/results/DETAILS.md
+(between the `prefetch:begin`/`prefetch:end` markers).
 
     python3 bench/prefetch_report.py [bench/results/prefetch.json]
 """

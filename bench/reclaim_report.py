@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Renders bench/results/reclaim.json into the reclaim section of docs/BENCHMARKS.md (between the
-`reclaim:begin`/`reclaim:end` markers) and plots p99 latency against offered load.
+"""Renders bench/results/reclaim.json into the reclaim section of bench/results/DETAILS.md
+(between the `reclaim:begin`/`reclaim:end` markers) and plots p99 latency against offered load.
 
     python3 bench/reclaim_report.py [bench/results/reclaim.json]
 """

@@ -2,7 +2,7 @@
 """What starting a process costs under `gleaner run`: shell loops that fork, fork and exec, or
 start an interpreter, each run plain and under `gleaner run` in the same session, interleaved.
 
-    python3 bench/spawn.py                          # 5 reps, then render into docs/BENCHMARKS.md
+    python3 bench/spawn.py                          # 5 reps, then render into DETAILS.md
     python3 bench/spawn.py --quick                  # 1 rep of short loops (prints the section)
     python3 bench/spawn.py --compare OLD/gleaner    # also another build (e.g. the commit before)
     python3 bench/spawn.py --render-only            # re-render from bench/results/spawn.json

@@ -3,7 +3,7 @@
 
     sudo python3 bench/vs_swap.py                # 3 interleaved reps at 512M, then render
     sudo python3 bench/vs_swap.py --quick        # a smoke run: 64M, 1 rep
-    python3 bench/vs_swap.py --render-only       # re-render docs/BENCHMARKS.md from the JSON
+    python3 bench/vs_swap.py --render-only       # re-render bench/results/DETAILS.md from the JSON
 
 Each repetition runs every cell once, in a rotated order:
 
@@ -16,7 +16,7 @@ Each repetition runs every cell once, in a rotated order:
   `gleaner run --local-mem 64M`; in a 64 MiB memory cgroup with zram swap.
 
 Writes bench/results/vs-swap.json (every run's command, raw JSON, counters; the machine, the git
-commit, the date) and the vs-swap section of docs/BENCHMARKS.md. Needs root (zram, cgroups).
+commit, the date) and the vs-swap section of bench/results/DETAILS.md. Needs root (zram, cgroups).
 Progress goes to stderr. Exit status: 0, 1 if any cell failed (a checksum mismatch included),
 130 if interrupted; the zram devices and cgroups it made are removed in every case (after a
 SIGKILL: `python3 -m bench.harness cleanup`).
@@ -26,7 +26,6 @@ import json
 import os
 import re
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -35,7 +34,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
-from bench.doc_section import DOC, write_section  # noqa: E402
+from bench.doc_section import DOC, med, span, write_section  # noqa: E402
 from bench.harness import swapenv  # noqa: E402
 from bench.harness.common import (GLEANER, LIVE, Child, fmt_cmd, git_commit, machine,  # noqa: E402
                                   now_iso, parse_size, python_exe, vmstat)
@@ -506,19 +505,11 @@ def failed_cells(res):
 # ---- the report ------------------------------------------------------------------------------
 
 
-def _med(values):
-    values = [v for v in values if v is not None]
-    return statistics.median(values) if values else None
+_med = med
 
 
 def _span(values, fmt="{:.1f}"):
-    values = [v for v in values if v is not None]
-    if not values:
-        return "-"
-    m = statistics.median(values)
-    if len(values) == 1:
-        return fmt.format(m)
-    return f"{fmt.format(m)} ({fmt.format(min(values))}–{fmt.format(max(values))})"
+    return span(values, fmt)
 
 
 def _fault(run, key):
@@ -794,7 +785,8 @@ def main(argv=None):
     ap.add_argument("--size", help="micro region size (default 512M; 64M with --quick)")
     ap.add_argument("--skip-demo", action="store_true", help="leave out the demo job")
     ap.add_argument("--out", default=DEFAULT_OUT, help="results JSON (default bench/results/vs-swap.json)")
-    ap.add_argument("--doc", default=DOC, help="the document to render into (default docs/BENCHMARKS.md)")
+    ap.add_argument("--doc", default=DOC,
+                    help="the document to render into (default bench/results/DETAILS.md)")
     ap.add_argument("--no-render", action="store_true", help="write the JSON only")
     ap.add_argument("--render-only", action="store_true", help="re-render the doc section from --out")
     return run_or_render(ap, argv, "vs_swap.py", run_all, render, log)

@@ -2,9 +2,9 @@
 """What a userfaultfd fault costs with no pager at all, by where the handler runs, how it waits
 and at what priority: `gleaner bench wakeup --json`, run in 3 separate processes.
 
-    python3 bench/wakeup.py                # 3 runs of 20000 pages, then render into docs/BENCHMARKS.md
+    python3 bench/wakeup.py                # 3 runs of 20000 pages, rendered into DETAILS.md
     python3 bench/wakeup.py --quick        # 1 run of 5000 pages (smoke run; prints the section)
-    python3 bench/wakeup.py --render-only  # re-render docs/BENCHMARKS.md from bench/results/wakeup.json
+    python3 bench/wakeup.py --render-only  # re-render DETAILS.md from bench/results/wakeup.json
 
 Each process runs every configuration in turn on a fresh region (see `gleaner bench wakeup
 --help`); the table shows the median of the runs and, in parentheses, the range. Every run's

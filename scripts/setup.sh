@@ -14,6 +14,12 @@ command -v redis-cli >/dev/null || need_apt+=(redis-tools)
 # numpy for the test of big arrays freed and reallocated: python3's own, else Debian's.
 python3 -c 'import numpy' 2>/dev/null || /usr/bin/python3 -c 'import numpy' 2>/dev/null ||
     need_apt+=(python3-numpy)
+# The reference Prometheus parser, for the test of the metrics (tests/service.rs).
+python3 -c 'import prometheus_client' 2>/dev/null ||
+    /usr/bin/python3 -c 'import prometheus_client' 2>/dev/null ||
+    need_apt+=(python3-prometheus-client)
+# systemd-analyze, for the test of the service units.
+command -v systemd-analyze >/dev/null || need_apt+=(systemd)
 if [ ${#need_apt[@]} -gt 0 ]; then
     echo "setup: installing ${need_apt[*]} with apt-get" >&2
     SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo

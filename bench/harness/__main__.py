@@ -4,7 +4,7 @@
   quick     the smoke sweep (small sizes, a few minutes) -> bench/results/harness-quick.json
   full      the full sweep (footprints of 256 MiB-1 GiB, ~30-40 min) -> bench/results/harness-full.json
   run       a chosen sweep: --workloads, --systems, --ratios, --out
-  render    plots + the harness section of docs/BENCHMARKS.md from the results
+  render    plots + the harness section of bench/results/DETAILS.md from the results
   cleanup   undo whatever a killed harness left (zram swap, cgroups); idempotent
   status    what the harness would find to clean up now
 """

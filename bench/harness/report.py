@@ -1,6 +1,6 @@
 """Plots (PNG, one per workload and metric: metric against local-memory ratio, one line per system)
-and the harness section of docs/BENCHMARKS.md, between the marker lines below (created at the end
-of the file if absent; nothing outside them is ever rewritten)."""
+and the harness section of bench/results/DETAILS.md, between the marker lines below (created at
+the end of the file if absent; nothing outside them is ever rewritten)."""
 
 import json
 import os

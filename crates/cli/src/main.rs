@@ -6,8 +6,8 @@
 //! (the programs running on far memory on this machine), `node` (the soft-memory coordinator).
 #![deny(missing_docs)]
 
-mod bench;
 mod node;
+mod prometheus;
 mod run;
 mod status;
 
@@ -45,7 +45,7 @@ enum Command {
     Memnode(gleaner_memnode::cli::MemnodeCommand),
     /// Benchmarks that report numbers beside their same-run floors.
     #[command(subcommand)]
-    Bench(bench::BenchCommand),
+    Bench(gleaner_bench::BenchCommand),
     /// The programs running on far memory on this machine: budget, residency, fault rates,
     /// and their memnodes (for a pool: each memnode's state, extents and pages). Your own
     /// programs; run as root, every user's.
@@ -69,7 +69,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Run(args) => run::main(*args),
         Command::Memnode(cmd) => gleaner_memnode::cli::main(cmd),
-        Command::Bench(cmd) => bench::main(cmd),
+        Command::Bench(cmd) => gleaner_bench::main(cmd),
         Command::Trace(cmd) => gleaner_policy::cli::main(cmd),
         Command::Status(args) => status::main(args),
         Command::Node(args) => node::main(args),

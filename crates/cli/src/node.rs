@@ -65,6 +65,11 @@ pub struct NodeArgs {
     /// Exit after this many seconds with no registered pool (daemons started on demand).
     #[arg(long, value_name = "SECS", value_parser = positive)]
     exit_when_idle: Option<f64>,
+    /// Serve Prometheus metrics over HTTP at http://ADDR/metrics (HOST:PORT, e.g.
+    /// 127.0.0.1:9471; port 0 picks a free one, logged): memory and pressure, the soft budget,
+    /// each pool's grant, residency, hits, misses and rebuild time, punches, errors.
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<String>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -178,6 +183,24 @@ pub fn main(args: NodeArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let metrics = match &args.metrics {
+        Some(addr) => {
+            let d = daemon.clone();
+            match gleaner_metrics::serve(addr, "node-metrics", move || {
+                gleaner_node::metrics::render(&d.status())
+            }) {
+                Ok(m) => {
+                    eprintln!("gleaner node: metrics at http://{}/metrics", m.local_addr());
+                    Some(m)
+                }
+                Err(e) => {
+                    eprintln!("gleaner node: {e}");
+                    return ExitCode::from(2);
+                }
+            }
+        }
+        None => None,
+    };
     let d = daemon.clone();
     std::thread::spawn(move || {
         if signals.forever().next().is_some() {
@@ -191,5 +214,8 @@ pub fn main(args: NodeArgs) -> ExitCode {
         socket.display()
     );
     daemon.serve(listener);
+    if let Some(m) = metrics {
+        m.stop();
+    }
     ExitCode::SUCCESS
 }

@@ -61,17 +61,20 @@ pub struct RunArgs {
     /// Default: start a private one for this run.
     #[arg(long, value_name = "ADDR[,ADDR...]")]
     memnode: Option<String>,
-    /// Copies of each far page in a pool of memnodes (1 to their number, at most 4): 2 by default when
-    /// several are given. Reads go to the copy that answers fastest; a memnode that goes away is
-    /// replaced and its pages copied anew from the others.
+    /// Copies of each far page in a pool of memnodes (1 to their number, at most 4): 2 by default
+    /// when several are given. Reads go to the copy that answers fastest; a memnode that goes away
+    /// is replaced and its pages copied anew from the others.
     #[arg(long, value_name = "R", requires = "memnode")]
     replicas: Option<usize>,
     /// The memnode's token file (with --memnode). Default: ~/.gleaner/token.
     #[arg(long, value_name = "FILE", requires = "memnode")]
     token_file: Option<PathBuf>,
-    /// Seconds to wait for a memnode's reply before treating the connection as broken. A broken
-    /// connection to a TCP memnode is replaced by a new one to the same session, retried for as
-    /// long as the memnode keeps the session (its `--lease`); the program only waits.
+    /// Seconds to wait for a memnode's reply before treating the connection as broken (the
+    /// preload library's GLEANER_MEMNODE_TIMEOUT). While it waits, a line on stderr every third
+    /// of this (1 to 5 s) says which memnode, what was asked and how long it will still wait.
+    /// A broken connection to a TCP memnode is replaced by a new one to the same session,
+    /// retried for as long as the memnode keeps the session (its `--lease`, also announced
+    /// every few seconds); the program only waits.
     #[arg(long, value_name = "SECS", default_value = "30", value_parser = parse_seconds)]
     memnode_timeout: f64,
     /// Capacity of the private memnode. Default: half of this machine's available memory.
@@ -82,7 +85,8 @@ pub struct RunArgs {
     stats: Option<PathBuf>,
     /// Fault-handler threads per process. 0 (default): one per CPU the program may run on, at
     /// most 4, each pinned to its CPU, so a fault is served on the CPU where it happened
-    /// (measured 7x faster than from the other CPU on a 2-vCPU VM). More than 4 cost every fault
+    /// (measured several times faster than from the other CPU on a 2-vCPU VM: docs/BENCHMARKS.md,
+    /// "What a userfaultfd fault costs"). More than 4 cost every fault
     /// more wake-ups than they save: each fault wakes every handler.
     #[arg(long, value_name = "N", default_value_t = 0)]
     handlers: usize,
@@ -94,14 +98,14 @@ pub struct RunArgs {
     /// How far pages are compressed before they leave the program: `auto` (default: `lz4`, and
     /// over a TCP memnode `zstd` for the write-back batches while it is measured cheaper per
     /// page there, as over a slow link, where the bytes it saves take longer than its CPU;
-    /// through shared memory always `lz4`), `lz4` (0.3-1.4 us to decompress a page on the fault
-    /// path, depending on the data), `zstd` (smaller, about 4x slower to decompress) or `off`.
+    /// through shared memory always `lz4`), `lz4` (fast to decompress on the fault path, how fast
+    /// depending on the data), `zstd` (smaller, several times slower to decompress) or `off`.
     /// Pages of one repeated word are always kept as that word.
     #[arg(long, value_name = "ALGO", default_value = "auto")]
     compress: gleaner_pager::Compression,
     /// The most decompression may cost per page on the fault path, on average, in µs. Which
-    /// pages decode slower is learnt per 256 KiB of neighbouring pages (LZ4 takes 2.9 us on a
-    /// page of 8-byte counters, saving half of it); they are compressed while the mean of the
+    /// pages decode slower is learnt per 256 KiB of neighbouring pages (LZ4 is slow on a page of
+    /// 8-byte counters, and saves only half of it); they are compressed while the mean of the
     /// pages decompressed so far leaves room for them and stored raw when it does not. `auto`
     /// (default): 1.5 with lz4, no bound with zstd (chosen for memory); `off`: every page that
     /// compresses is compressed.
@@ -116,20 +120,19 @@ pub struct RunArgs {
     /// `openssl rand -hex 32 > key && chmod 600 key`) instead of a random one.
     #[arg(long, value_name = "FILE")]
     key_file: Option<PathBuf>,
-    /// Which pages give up their far copy while they are resident. A page written since it
-    /// came back always does (its copy is stale) unless `none`. Under asynchronous dirty
-    /// tracking (the default where the kernel offers it) also: `all` (default: far memory then holds only
-    /// evicted pages, as zram does; memcached's and redis's far memory measured 1.4x and 1.8x
-    /// smaller than with `demand`), `demand` (prefetched pages keep theirs, so a scan's pages
-    /// leave again without being encoded and written: sequential scans 1.25x faster). `none`
-    /// keeps every copy.
+    /// Which pages give up their far copy while they are resident. A page written since it came
+    /// back always does (its copy is stale) unless `none`. Under asynchronous dirty tracking (the
+    /// default where the kernel offers it) also: `all` (default: far memory then holds only evicted
+    /// pages, as zram does, and is smaller than with `demand`), `demand` (prefetched pages keep
+    /// theirs, so a scan's pages leave again without being encoded and written: sequential scans
+    /// run faster). `none` keeps every copy.
     #[arg(long, value_name = "WHICH", default_value = "all")]
     drop_far_copies: gleaner_pager::FarCopies,
     /// How writes to resident pages are tracked: `auto` (asynchronous where the kernel offers
-    /// it, Linux 6.7+, except for a pool of memnodes; synchronous elsewhere), `async` (the kernel lets a page's first write
-    /// through itself; eviction finds written pages by scanning, and over a socket writes back
-    /// every evicted page, whose far copy it cannot compare) or `sync` (a write-protect fault
-    /// per first write; a clean page leaves without being sent again).
+    /// it, Linux 6.7+, except for a pool of memnodes; synchronous elsewhere), `async` (the kernel
+    /// lets a page's first write through itself; eviction finds written pages by scanning, and over
+    /// a socket writes back every evicted page, whose far copy it cannot compare) or `sync` (a
+    /// write-protect fault per first write; a clean page leaves without being sent again).
     #[arg(long, value_name = "MODE", default_value = "auto")]
     dirty_tracking: gleaner_pager::DirtyTracking,
     /// Who reclaims: `hermit` (feedback-directed thread pool), `static:N` (N threads once fewer
@@ -141,9 +144,10 @@ pub struct RunArgs {
     #[arg(long, value_name = "N")]
     max_reclaimers: Option<usize>,
     /// Where reclaim threads run: `any` (every CPU the cgroup allows, whatever the program was
-    /// pinned to, as Linux's kswapd; pinned to one CPU, redis served 6-11% and memcached 9-16%
-    /// more requests so, but their CPU is taken from whatever runs on the other CPUs: memcached's
-    /// own load generator there saw a longer tail) or `program` (only the program's CPUs).
+    /// pinned to, as Linux's kswapd; pinned to one CPU, redis and memcached served more requests
+    /// so, but their CPU is taken from whatever runs on the other CPUs: memcached's own load
+    /// generator there saw a longer tail; bench/results/reclaim-cpus/README.md) or `program`
+    /// (only the program's CPUs).
     #[arg(long, value_name = "CPUS", default_value = "any")]
     reclaim_cpus: gleaner_pager::ReclaimCpus,
     /// Append a line of reclaim and fault counters to FILE every 100 ms, per process (`%p` in
@@ -291,7 +295,8 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
     let budget = budget(&args)?;
     let preload = find_preload_library()?;
     let program = resolve_command(&args.command[0])?;
-    if is_static_elf(&program) {
+    let top_is_static = is_static_elf(&program);
+    if top_is_static {
         eprintln!(
             "gleaner run: warning: {} is statically linked, so LD_PRELOAD cannot reach it: it \
              will run entirely in local memory (Go programs and static binaries are not \
@@ -539,6 +544,20 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
     let processes = stats_dir.collect();
     let reserves = hermes::reserve_reports(stats_dir.path());
     let reports = stats_dir.pager_reports();
+    // The programs that came up without a pager: the command itself when static (warned about
+    // at the start), and whatever a process of the run started so (the preload's exec reports).
+    let mut without_pager = stats_dir.no_pager_reports();
+    if top_is_static {
+        without_pager.insert(
+            0,
+            json!({"pid": child.id(), "program": program.display().to_string(),
+                   "reason": "statically linked: no dynamic loader runs, so LD_PRELOAD cannot \
+                              reach it and all of its memory stays local"}),
+        );
+    }
+    if let Some(line) = report::no_pager_warning(&without_pager) {
+        eprintln!("gleaner run: {line}");
+    }
     remove_status_files(&reports, &running);
     let pagers = PagerCounts::from_reports(&reports);
     for warning in [pagers.warning(), pagers.stops_warning()]
@@ -571,6 +590,7 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
         "memnode_embedded": args.memnode.is_none(),
         "processes": processes,
         "far_memory_processes": pagers.to_json(),
+        "without_pager": without_pager,
         "still_running": running
             .iter()
             .map(|(pid, program)| json!({"pid": pid, "program": program}))

@@ -20,6 +20,12 @@ pub struct StatusArgs {
     /// Print the documents as one JSON array instead of a table.
     #[arg(long)]
     json: bool,
+    /// Print the far-memory stats in the Prometheus text format (one sample per process,
+    /// labelled pid and program), e.g. for node-exporter's textfile collector:
+    /// `gleaner status --prometheus > DIR/gleaner.prom.tmp && mv DIR/gleaner.prom.tmp
+    /// DIR/gleaner.prom` from a timer.
+    #[arg(long, conflicts_with_all = ["json", "watch"])]
+    prometheus: bool,
     /// Refresh every second until interrupted.
     #[arg(long, short)]
     watch: bool,
@@ -29,6 +35,16 @@ pub struct StatusArgs {
 pub fn main(args: StatusArgs) -> ExitCode {
     loop {
         let docs = read_all(&gleaner_pager::status_dirs());
+        if args.prometheus {
+            // The pagers' documents (a latency-critical reserve's is shown by the table only).
+            let pagers: Vec<Value> = docs
+                .iter()
+                .filter(|d| d["kind"].is_null())
+                .cloned()
+                .collect();
+            print!("{}", crate::prometheus::render(&pagers));
+            return ExitCode::SUCCESS;
+        }
         let node = node_state();
         if args.json {
             let mut all = docs.clone();

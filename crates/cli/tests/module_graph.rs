@@ -8,7 +8,10 @@
 //! module's directory (`store/`) they are that module's children. An edge is a `crate::` path
 //! (or, from a child's own file, a `super::` path) naming a sibling, outside comments and
 //! `#[cfg(test)]` items; at the root a re-export such as `crate::RegionConfig` counts as the
-//! module it comes from. A child using its parent (a trait in `store/mod.rs`) is not a cycle
+//! module it comes from. A *group* directory, whose `mod.rs` only declares modules (the pager's
+//! `fault/`, `evict/`, `observe/`, `memory/`: files grouped by the path they serve), is no
+//! module of its own: its children stand in its parent's level as `group::child`, so grouping
+//! files changes nothing in what is checked. A child using its parent (a trait in `store/mod.rs`) is not a cycle
 //! between siblings and is not checked, nor are paths inside nested `{...}` groups. A cycle
 //! fails the test with the paths that make it.
 
@@ -54,7 +57,11 @@ fn children(dir: &Path) -> BTreeMap<String, Child> {
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
-        if path.is_dir() {
+        if path.is_dir() && is_group(&path) {
+            for (inner, child) in children(&path) {
+                found.insert(format!("{name}::{inner}"), child);
+            }
+        } else if path.is_dir() {
             let child = found.entry(name).or_insert_with(blank);
             rust_files(&path, &mut child.files);
             let own = path.join("mod.rs");
@@ -71,6 +78,33 @@ fn children(dir: &Path) -> BTreeMap<String, Child> {
         }
     }
     found
+}
+
+/// Whether the directory `dir` only groups files: its `mod.rs` holds nothing but `mod` and `use`
+/// declarations (and comments).
+fn is_group(dir: &Path) -> bool {
+    let Ok(text) = std::fs::read_to_string(dir.join("mod.rs")) else {
+        return false;
+    };
+    code_only(&text).lines().all(|line| {
+        let line = line.trim();
+        let decl = line
+            .strip_prefix("pub(crate) ")
+            .or_else(|| line.strip_prefix("pub "))
+            .unwrap_or(line);
+        line.is_empty() || decl.starts_with("mod ") || decl.starts_with("use ")
+    })
+}
+
+/// The child of a level that the path `path` (its segments after the level's prefix) names:
+/// the longest child name (`fault::handler` or `store`) that the path starts with.
+fn named_child<'a>(kids: &'a BTreeMap<String, Child>, path: &[String]) -> Option<&'a String> {
+    kids.keys()
+        .filter(|name| {
+            let parts: Vec<&str> = name.split("::").collect();
+            parts.len() <= path.len() && parts.iter().zip(path).all(|(a, b)| *a == b.as_str())
+        })
+        .max_by_key(|name| name.len())
 }
 
 /// The source without line comments (doc comments included; the workspace's sources use no
@@ -274,17 +308,25 @@ fn level_graphs(
             let mut named: Vec<(String, usize, String)> = Vec::new();
             for (path, line) in paths(&code, "crate::") {
                 if path.len() > prefix.len() && path[..prefix.len()] == *prefix {
-                    let head = &path[prefix.len()];
-                    let to = match reexports.get(head) {
-                        Some(module) if prefix.is_empty() && !kids.contains_key(head) => module,
-                        _ => head,
+                    let rest = &path[prefix.len()..];
+                    let to = match (named_child(&kids, rest), reexports.get(&rest[0])) {
+                        (Some(kid), _) => kid.clone(),
+                        (None, Some(module)) if prefix.is_empty() => module.clone(),
+                        (None, _) => rest[0].clone(),
                     };
-                    named.push((to.clone(), line, format!("crate::{}", path.join("::"))));
+                    named.push((to, line, format!("crate::{}", path.join("::"))));
                 }
             }
             if child.own.as_ref() == Some(file) {
+                // From `group::child`'s own file, `super::` is the group.
+                let group: Vec<String> = from.split("::").map(String::from).collect();
+                let group = &group[..group.len() - 1];
                 for (path, line) in paths(&code, "super::") {
-                    named.push((path[0].clone(), line, format!("super::{}", path.join("::"))));
+                    let full: Vec<String> = group.iter().chain(&path).cloned().collect();
+                    let to = named_child(&kids, &full)
+                        .cloned()
+                        .unwrap_or(full[0].clone());
+                    named.push((to, line, format!("super::{}", path.join("::"))));
                 }
             }
             for (to, line, text) in named {
@@ -305,7 +347,7 @@ fn level_graphs(
     for (child_name, child) in &kids {
         if let Some(sub) = &child.dir {
             let mut deeper = prefix.to_vec();
-            deeper.push(child_name.clone());
+            deeper.extend(child_name.split("::").map(String::from));
             level_graphs(src, sub, &deeper, reexports, out);
         }
     }
@@ -404,6 +446,14 @@ fn no_crates_modules_form_a_cycle() {
         if name == "pager" {
             let root = &levels[0].graph;
             assert!(root.len() > 20, "pager modules found: {:?}", root.keys());
+            for grouped in [
+                "fault::handler",
+                "evict::batch",
+                "observe::stats",
+                "memory::mem",
+            ] {
+                assert!(root.contains_key(grouped), "{:?}", root.keys());
+            }
             let store = levels.iter().find(|l| l.name == "crate::store").unwrap();
             assert!(store.graph.contains_key("shm"), "{:?}", store.graph.keys());
         }

@@ -18,15 +18,7 @@ fn mix(mut x: u64) -> u64 {
     x ^ (x >> 31)
 }
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
+use gleaner_sys::rng::XorShift64 as Rng;
 
 /// The value of word `i` of `page` at `version` (version 0: never written, all zeros).
 fn word(page: usize, version: u32, i: usize) -> u64 {
@@ -74,15 +66,15 @@ fn random_ops_then_verify_all(region: &Region, threads: usize, ops_per_thread: u
         .map(|t| {
             let shadow = shadow.clone();
             std::thread::spawn(move || {
-                let mut rng = Rng(mix(t as u64 + 1) | 1);
+                let mut rng = Rng::from_state(mix(t as u64 + 1) | 1);
                 let owned = pages.div_ceil(threads);
                 for _ in 0..ops_per_thread {
-                    let p = ((rng.next() as usize % owned) * threads + t).min(pages - 1);
+                    let p = ((rng.next_u64() as usize % owned) * threads + t).min(pages - 1);
                     if p % threads != t {
                         continue;
                     }
                     let v = shadow[p].load(Ordering::Relaxed);
-                    if rng.next() % 10 < 6 {
+                    if rng.next_u64() % 10 < 6 {
                         base.write(p, v + 1);
                         shadow[p].store(v + 1, Ordering::Relaxed);
                     } else if let Some((i, got, want)) = base.check(p, v) {
@@ -448,9 +440,9 @@ fn writes_racing_with_eviction_after_a_fork_are_never_lost() {
             .map(|t| {
                 let shadow = shadow.clone();
                 std::thread::spawn(move || {
-                    let mut rng = Rng(mix(t as u64 + 7) | 1);
+                    let mut rng = Rng::from_state(mix(t as u64 + 7) | 1);
                     for _ in 0..30_000 {
-                        let p = rng.next() as usize % pages;
+                        let p = rng.next_u64() as usize % pages;
                         // SAFETY: as above; AtomicU64 has the layout of u64.
                         let counter = unsafe { &*((base + p * PAGE_SIZE) as *const AtomicU64) };
                         counter.fetch_add(1, Ordering::SeqCst);
@@ -510,9 +502,9 @@ fn writes_racing_with_eviction(mode: &str, tracking: &str, path: &str) {
         .map(|t| {
             let shadow = shadow.clone();
             std::thread::spawn(move || {
-                let mut rng = Rng(mix(t as u64 + 99) | 1);
+                let mut rng = Rng::from_state(mix(t as u64 + 99) | 1);
                 for _ in 0..40_000 {
-                    let p = rng.next() as usize % pages;
+                    let p = rng.next_u64() as usize % pages;
                     // SAFETY: word 0 of page p is inside the live region and 8-byte aligned;
                     // AtomicU64 has the layout of u64.
                     let counter = unsafe { &*((base + p * PAGE_SIZE) as *const AtomicU64) };
@@ -1662,13 +1654,8 @@ fn a_page_fetched_for_a_read_is_writable_when_its_far_copy_is_dropped() {
 
 /// Pins the calling thread to `cpu`.
 fn pin_this_thread(cpu: usize) {
-    // SAFETY: cpu_set_t is plain data, for which all zeroes is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: CPU_SET writes bit `cpu` of the set, below CPU_SETSIZE.
-    unsafe { libc::CPU_SET(cpu, &mut set) };
-    // SAFETY: sets the calling thread's affinity from a live set of the size given.
-    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
-    assert_eq!(rc, 0, "pinning the test thread to CPU {cpu}");
+    gleaner_sys::affinity::pin_to(cpu)
+        .unwrap_or_else(|e| panic!("pinning the test thread to CPU {cpu}: {e}"));
 }
 
 /// A remote fault's service time in the stats ends when its page is mapped, not when its handler
@@ -1689,11 +1676,11 @@ fn a_remote_faults_service_time_excludes_the_woken_programs_run() {
         unsafe { ((base + p * PAGE_SIZE) as *mut u64).write_volatile(p as u64 + 1) };
     }
     let before = region.stats();
-    let mut rng = Rng(0x1234_5678);
+    let mut rng = Rng::from_state(0x1234_5678);
     // Enough reads that the p99 of the one in 8 that are timed (about 190 of 1500 remote
     // faults) is not one stray sample.
     for _ in 0..1500 {
-        let p = rng.next() as usize % (PAGES / 2);
+        let p = rng.next_u64() as usize % (PAGES / 2);
         // SAFETY: as above.
         let v = unsafe { ((base + p * PAGE_SIZE) as *const u64).read_volatile() };
         assert_eq!(v, p as u64 + 1, "page {p}");

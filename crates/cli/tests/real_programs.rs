@@ -57,13 +57,10 @@ fn connect_when_up(port: u16, server: &mut Child, what: &str) -> TcpStream {
 
 /// Deterministic value bytes for key `i`.
 fn value(i: u64, len: usize) -> Vec<u8> {
-    let mut x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut rng = gleaner_sys::rng::XorShift64::new(i);
     let mut v = Vec::with_capacity(len);
     while v.len() < len {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        v.extend_from_slice(&x.to_le_bytes());
+        v.extend_from_slice(&rng.next_u64().to_le_bytes());
     }
     v.truncate(len);
     v

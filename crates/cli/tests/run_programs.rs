@@ -707,8 +707,8 @@ fn bad_input_decode_budget() {
 
 #[test]
 fn bad_input_userfaultfd_not_permitted() {
-    // SAFETY: geteuid has no preconditions.
     assert_eq!(
+        // SAFETY: geteuid has no preconditions.
         unsafe { libc::geteuid() },
         0,
         "this test switches to `nobody` and must run as root (CI does)"
@@ -1314,8 +1314,8 @@ fn a_buffer_registered_with_io_uring_in_far_memory_stops_the_program() {
 /// The child's own report is still lost (docs/compatibility.md).
 #[test]
 fn a_program_that_drops_its_privileges_keeps_its_far_memory_and_its_report() {
-    // SAFETY: geteuid has no preconditions.
     assert_eq!(
+        // SAFETY: geteuid has no preconditions.
         unsafe { libc::geteuid() },
         0,
         "this test drops privileges from root: run the suite as root, as CI does"
@@ -1341,8 +1341,8 @@ fn a_program_that_drops_its_privileges_keeps_its_far_memory_and_its_report() {
 #[test]
 fn a_program_that_drops_its_privileges_stays_in_gleaner_status() {
     use std::os::unix::fs::PermissionsExt;
-    // SAFETY: geteuid has no preconditions.
     assert_eq!(
+        // SAFETY: geteuid has no preconditions.
         unsafe { libc::geteuid() },
         0,
         "this test drops privileges from root: run the suite as root, as CI does"

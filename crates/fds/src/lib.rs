@@ -297,26 +297,26 @@ mod tests {
             !is_held(r_before) && !is_held(w_before),
             "the old numbers are not recorded"
         );
-        // SAFETY: F_GETFD on a closed number fails; no memory is touched.
         assert_eq!(
+            // SAFETY: F_GETFD on a closed number fails; no memory is touched.
             unsafe { libc::fcntl(r_before, libc::F_GETFD) },
             -1,
             "the old number is closed"
         );
-        // SAFETY: F_GETFD reads the live descriptor's flags.
         assert_eq!(
+            // SAFETY: F_GETFD reads the live descriptor's flags.
             unsafe { libc::fcntl(r.as_raw_fd(), libc::F_GETFD) },
             libc::FD_CLOEXEC
         );
         let byte = 7u8;
-        // SAFETY: one byte from a live local into our pipe.
         assert_eq!(
+            // SAFETY: one byte from a live local into our pipe.
             unsafe { libc::write(w.as_raw_fd(), (&byte as *const u8).cast(), 1) },
             1
         );
         let mut got = 0u8;
-        // SAFETY: one byte into a live local from our pipe.
         assert_eq!(
+            // SAFETY: one byte into a live local from our pipe.
             unsafe { libc::read(r.as_raw_fd(), (&mut got as *mut u8).cast(), 1) },
             1
         );
@@ -355,8 +355,8 @@ mod tests {
         let given: Vec<_> = before.iter().filter(|fd| !spares().contains(fd)).collect();
         for &&fd in &given {
             assert!(!is_held(fd));
-            // SAFETY: F_GETFD on a closed number fails; no memory is touched.
             assert_eq!(
+                // SAFETY: F_GETFD on a closed number fails; no memory is touched.
                 unsafe { libc::fcntl(fd, libc::F_GETFD) },
                 -1,
                 "{fd} was closed"

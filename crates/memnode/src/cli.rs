@@ -114,6 +114,12 @@ pub struct ServeArgs {
     /// `fifo` (first come first served, the baseline).
     #[arg(long, value_name = "fair|fifo", default_value = "fair")]
     pub schedule: crate::config::Schedule,
+    /// Serve Prometheus metrics over HTTP at http://ADDR/metrics (HOST:PORT, e.g.
+    /// 127.0.0.1:9470; port 0 picks a free one, logged): capacity, bytes used, sessions,
+    /// per-tenant bytes and queue waits, bytes in and out, errors by kind, session attaches.
+    /// They cover the whole memnode, every tenant included: bind it where only operators reach.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
 }
 
 /// Parses `--bandwidth`: a size per second, above zero.
@@ -225,6 +231,9 @@ pub enum CliError {
     /// Writing to stdout failed.
     #[error("cannot write to stdout: {0}")]
     Stdout(io::Error),
+    /// The metrics endpoint could not start.
+    #[error("{0}")]
+    Metrics(io::Error),
 }
 
 /// Runs `gleaner memnode ...`; errors are printed to stderr and give a non-zero exit status.
@@ -291,6 +300,20 @@ fn serve(args: ServeArgs) -> Result<(), CliError> {
         args.lease,
         token_path.display()
     );
+    // Before the `listening on` line: a bad --metrics address fails the start, and a launcher
+    // never sees a memnode that then exits.
+    let metrics = match &args.metrics {
+        Some(addr) => {
+            let handle = server.shutdown_handle();
+            let m = gleaner_metrics::serve(addr, "memnode-metrics", move || {
+                crate::metrics::render(&handle.stats())
+            })
+            .map_err(CliError::Metrics)?;
+            log::info!("metrics at http://{}/metrics", m.local_addr());
+            Some(m)
+        }
+        None => None,
+    };
     {
         let mut out = io::stdout().lock();
         writeln!(out, "listening on {}", server.local_endpoint())
@@ -346,6 +369,9 @@ fn serve(args: ServeArgs) -> Result<(), CliError> {
             })?;
     }
     let result = server.run();
+    if let Some(m) = metrics {
+        m.stop();
+    }
     signal_handle.close();
     let _ = signal_thread.join();
     if let Some(dir) = &args.private_dir {

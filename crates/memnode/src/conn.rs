@@ -34,7 +34,7 @@ use crate::session::{AttachError, Session};
 use crate::shared::Shared;
 use crate::slabs::GrantError;
 use crate::stats::bump;
-use crate::store::{stage, Blob, Capacity, PageStore, Released, Staged};
+use crate::store::{stage, Blob, Capacity, Released, SessionPages, Staged};
 
 /// Longest `Auth` payload accepted: its fixed fields plus a client name of up to 4 KiB. Before
 /// authentication nothing larger is legitimate, so nothing larger is allocated.
@@ -191,6 +191,7 @@ impl Conn<'_> {
                 .attach(session_id, &session_key, &tenant)
             {
                 Ok(s) => {
+                    bump(&self.shared.counters.sessions_attached, 1);
                     log::debug!("{}: attached to session {}", self.peer, s.id());
                     s
                 }
@@ -440,6 +441,14 @@ impl Conn<'_> {
                     Reply::Pong
                 }
             }
+            Message::Drain if !shared.is_main_tenant(session.tenant()) => Reply::Error(
+                ErrorCode::BadRequest,
+                format!(
+                    "tenant {} may not drain the memnode: draining takes it down for every \
+                     tenant; only the memnode's own token (--token-file) may",
+                    session.tenant().name
+                ),
+            ),
             Message::Drain => {
                 let sessions = shared.sessions.snapshot().len();
                 if !shared.start_draining() {
@@ -507,7 +516,7 @@ impl Conn<'_> {
             }
             Message::StatsRequest => {
                 bump(&counters.req_stats, 1);
-                Reply::Stats(shared.stats_json())
+                Reply::Stats(shared.stats_json_for(session.tenant()))
             }
             Message::Goodbye => {
                 bump(&counters.req_goodbye, 1);
@@ -721,7 +730,7 @@ fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
 fn remove_pages(
     session: &Session,
     removed: &AtomicU64,
-    remove: impl FnOnce(&mut PageStore, &Capacity) -> Released,
+    remove: impl FnOnce(&mut SessionPages, &Capacity) -> Released,
 ) -> Reply {
     let r = {
         let mut store = session.store_mut();

@@ -1,14 +1,15 @@
 //! When a reply held for the emulated link leaves (`--bandwidth`, `sched.rs`).
 //!
 //! A transfer holds its lane for `bytes / rate`, and its reply (or, for a write-back, its
-//! acknowledgement) leaves when those bytes are through: the connection thread sleeps until
-//! then. On the 2-vCPU test VM a timed sleep ends 25-33 µs after the time asked for (the
-//! timer and the wake-up go through the hypervisor), so sleeping until the due time would add
-//! that to every reply, as if the link were slower per request than its rate: a 4 KiB page on a
-//! 32 MB/s link is due after 128 µs and left after about 150. So a sleep is cut short by how
-//! late sleeps have been ending (a moving average), and replies leave when they are due on
-//! average. A reply due sooner than that lateness can only leave at once (early) or sleep
-//! (late): it does whichever keeps the running sum of departure errors nearer zero.
+//! acknowledgement) leaves when those bytes are through: the connection thread sleeps until then.
+//! On the 2-vCPU test VM a timed sleep ends tens of microseconds after the time asked for (the
+//! timer and the wake-up go through the hypervisor; `bench/results/link-departures/README.md`), so
+//! sleeping until the due time would add that to every reply, as if the link were slower per
+//! request than its rate: a 4 KiB page on a 32 MB/s link is due after 128 µs and left a sizeable
+//! fraction later. So a sleep is cut short by how late sleeps have been ending (a moving average),
+//! and replies leave when they are due on average. A reply due sooner than that lateness can only
+//! leave at once (early) or sleep (late): it does whichever keeps the running sum of departure
+//! errors nearer zero.
 //!
 //! What this moves is only when replies leave: the lane's account of when it is free (`free_at`
 //! in `sched.rs`) is exact whatever the sleeps do, so the link never carries more than its rate.

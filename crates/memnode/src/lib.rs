@@ -31,6 +31,7 @@
 //! | `sched` | the emulated link (`--bandwidth`): its two lanes and who gets them, in fair order |
 //! | `departure` | when a reply held for the emulated link leaves |
 //! | [`stats`] | counters and the JSON stats document |
+//! | [`metrics`] | the stats as Prometheus metrics (`--metrics ADDR`) |
 //! | [`cli`] | the command line |
 #![deny(missing_docs)]
 
@@ -40,6 +41,7 @@ mod conn;
 mod departure;
 mod error;
 mod listener;
+pub mod metrics;
 mod sched;
 pub mod server;
 mod session;

@@ -31,7 +31,7 @@ use crate::error::ServerError;
 use crate::listener::{Accepted, Listener, Waker};
 use crate::session::{SessionTable, Tenant};
 use crate::shared::Shared;
-use crate::stats::{bump, Counters, StatsSnapshot};
+use crate::stats::{bump, ServerCounters, StatsSnapshot};
 use crate::store::{Capacity, Released};
 
 /// A bound memnode, ready to [`run`](Server::run).
@@ -172,7 +172,7 @@ impl Server {
             capacity,
             tenants,
             sessions: SessionTable::new(),
-            counters: Counters::default(),
+            counters: ServerCounters::default(),
             started: Instant::now(),
             stopping: AtomicBool::new(false),
             draining: AtomicBool::new(false),

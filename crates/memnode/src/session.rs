@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use gleaner_proto::{random_bytes, SessionKey};
 
 use crate::slabs::{GrantError, SlabUsage, Slabs};
-use crate::store::{Capacity, PageStore, Released};
+use crate::store::{Capacity, Released, SessionPages};
 
 /// Longest client name kept (longer names are cut at a character boundary): names end up in
 /// logs and in the stats document, whose size is bounded by the protocol.
@@ -29,7 +29,7 @@ pub(crate) struct Session {
     tenant: Arc<Tenant>,
     client: String,
     created: Instant,
-    store: RwLock<PageStore>,
+    store: RwLock<SessionPages>,
     /// Shared-memory slabs granted to the session's client (same host only).
     slabs: Mutex<Slabs>,
     /// Frame bytes received on the session's connections (after the handshake).
@@ -93,14 +93,14 @@ impl Session {
     }
 
     /// Shared access to the pages (reads, stats).
-    pub(crate) fn store(&self) -> RwLockReadGuard<'_, PageStore> {
+    pub(crate) fn store(&self) -> RwLockReadGuard<'_, SessionPages> {
         // A panic while holding the lock aborts in release builds (panic = "abort"); in tests,
         // every store operation leaves the store consistent before it can panic.
         self.store.read().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Exclusive access to the pages (writes, frees).
-    pub(crate) fn store_mut(&self) -> RwLockWriteGuard<'_, PageStore> {
+    pub(crate) fn store_mut(&self) -> RwLockWriteGuard<'_, SessionPages> {
         self.store.write().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -196,7 +196,7 @@ impl SessionTable {
         &self,
         client: &str,
         tenant: &Arc<Tenant>,
-        store: Option<PageStore>,
+        store: Option<SessionPages>,
         live: u32,
     ) -> Arc<Session> {
         let mut entries = self.lock();
@@ -212,7 +212,7 @@ impl SessionTable {
             tenant: tenant.clone(),
             client: truncate(client, MAX_CLIENT_NAME).to_string(),
             created: Instant::now(),
-            store: RwLock::new(store.unwrap_or_else(|| PageStore::new(self.hash_seed ^ id))),
+            store: RwLock::new(store.unwrap_or_else(|| SessionPages::new(self.hash_seed ^ id))),
             slabs: Mutex::new(Slabs::default()),
             bytes_in: AtomicU64::new(0),
             bytes_out: AtomicU64::new(0),
@@ -230,7 +230,7 @@ impl SessionTable {
     }
 
     /// A new session of `parent`'s tenant holding `parent`'s pages as they are now (see
-    /// [`PageStore::fork`]), with no connection yet: its lease runs until one attaches.
+    /// [`SessionPages::fork`]), with no connection yet: its lease runs until one attaches.
     pub(crate) fn fork(
         &self,
         parent: &Arc<Session>,

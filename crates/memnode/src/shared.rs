@@ -11,7 +11,7 @@ use gleaner_proto::Stream;
 use crate::config::ServerConfig;
 use crate::listener::Waker;
 use crate::session::{SessionTable, Tenant};
-use crate::stats::{self, Counters, StatsSnapshot};
+use crate::stats::{self, ServerCounters, StatsSnapshot};
 use crate::store::Capacity;
 
 /// State shared by the accept loop, the connection threads and the reaper.
@@ -21,7 +21,7 @@ pub(crate) struct Shared {
     /// The main token's tenant (the whole capacity) first, then the configured ones.
     pub(crate) tenants: Vec<Arc<Tenant>>,
     pub(crate) sessions: SessionTable,
-    pub(crate) counters: Counters,
+    pub(crate) counters: ServerCounters,
     /// The emulated link (`--bandwidth`), whose requests are served in fair order by tenant.
     pub(crate) link: Option<crate::sched::Link>,
     pub(crate) started: Instant,
@@ -69,8 +69,44 @@ impl Shared {
         })
     }
 
-    /// The stats document as JSON that fits one `Stats` frame.
-    pub(crate) fn stats_json(&self) -> String {
-        stats::to_bounded_json(self.stats())
+    /// Whether `tenant` is the main token's (the whole memnode's operator).
+    pub(crate) fn is_main_tenant(&self, tenant: &Arc<Tenant>) -> bool {
+        self.tenants
+            .first()
+            .is_some_and(|main| Arc::ptr_eq(main, tenant))
+    }
+
+    /// The stats document as seen by a client of `tenant`: the whole memnode for the main
+    /// token's tenant; for any other, only its own sessions, its own quota as the capacity and
+    /// itself in the tenant list (tenants never see each other's sessions).
+    pub(crate) fn stats_for(&self, tenant: &Arc<Tenant>) -> StatsSnapshot {
+        if self.is_main_tenant(tenant) {
+            return self.stats();
+        }
+        let sessions: Vec<_> = self
+            .sessions
+            .snapshot()
+            .into_iter()
+            .filter(|v| Arc::ptr_eq(v.session.tenant(), tenant))
+            .collect();
+        let live_connections = sessions.iter().map(|v| u64::from(v.live)).sum();
+        let mut snap = stats::snapshot(stats::Inputs {
+            counters: &self.counters,
+            capacity: &tenant.capacity,
+            tenants: std::slice::from_ref(tenant),
+            departures: self.link.as_ref().map(|l| l.departures()),
+            sessions,
+            uptime: self.started.elapsed(),
+            lease: self.config.lease,
+            live_connections,
+        });
+        snap.scope = format!("tenant {}", tenant.name);
+        snap
+    }
+
+    /// The stats document for a client of `tenant` ([`Shared::stats_for`]) as JSON that fits
+    /// one `Stats` frame.
+    pub(crate) fn stats_json_for(&self, tenant: &Arc<Tenant>) -> String {
+        stats::to_bounded_json(self.stats_for(tenant))
     }
 }

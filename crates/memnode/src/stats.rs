@@ -17,7 +17,7 @@ pub const MAX_SESSIONS_LISTED: usize = 256;
 
 /// Server-wide counters.
 #[derive(Debug, Default)]
-pub(crate) struct Counters {
+pub(crate) struct ServerCounters {
     pub bytes_in: AtomicU64,
     pub bytes_out: AtomicU64,
     pub req_read: AtomicU64,
@@ -44,6 +44,7 @@ pub(crate) struct Counters {
     pub malformed_frames: AtomicU64,
     pub handshake_timeouts: AtomicU64,
     pub sessions_created: AtomicU64,
+    pub sessions_attached: AtomicU64,
     pub sessions_ended_by_goodbye: AtomicU64,
     pub sessions_released_by_lease: AtomicU64,
 }
@@ -65,7 +66,12 @@ fn get(c: &AtomicU64) -> u64 {
 /// one after another, so while requests run they may disagree slightly.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StatsSnapshot {
-    /// Total capacity in bytes.
+    /// What the document covers: `memnode` (the whole memnode, for the main token) or
+    /// `tenant NAME` (for a tenant's token: its sessions only, its quota as the capacity; the
+    /// `totals` and `link_departures` stay the memnode's, counters that name no session).
+    #[serde(default = "memnode_scope")]
+    pub scope: String,
+    /// Total capacity in bytes (a tenant's quota when `scope` is a tenant).
     pub capacity_bytes: u64,
     /// Bytes of capacity in use by all sessions together: stored blobs plus granted slabs.
     pub used_bytes: u64,
@@ -165,6 +171,10 @@ pub struct Totals {
     pub handshake_timeouts: u64,
     /// Sessions created.
     pub sessions_created: u64,
+    /// Connections attached to an existing session: a client's further connections (one per
+    /// thread) and its reconnections after a connection broke.
+    #[serde(default)]
+    pub sessions_attached: u64,
     /// Sessions ended by `Goodbye`.
     pub sessions_ended_by_goodbye: u64,
     /// Sessions released because their lease ran out with no connection attached.
@@ -235,7 +245,7 @@ pub struct SessionStats {
     pub idle_s: Option<f64>,
 }
 
-impl Counters {
+impl ServerCounters {
     fn totals(&self) -> Totals {
         Totals {
             bytes_in: get(&self.bytes_in),
@@ -264,6 +274,7 @@ impl Counters {
             malformed_frames: get(&self.malformed_frames),
             handshake_timeouts: get(&self.handshake_timeouts),
             sessions_created: get(&self.sessions_created),
+            sessions_attached: get(&self.sessions_attached),
             sessions_ended_by_goodbye: get(&self.sessions_ended_by_goodbye),
             sessions_released_by_lease: get(&self.sessions_released_by_lease),
             slabs_granted: get(&self.slabs_granted),
@@ -280,7 +291,7 @@ impl Counters {
 
 /// What the stats document is built from.
 pub(crate) struct Inputs<'a> {
-    pub counters: &'a Counters,
+    pub counters: &'a ServerCounters,
     pub capacity: &'a Capacity,
     pub tenants: &'a [std::sync::Arc<crate::session::Tenant>],
     /// How the link's replies left, if the memnode has a link (`--bandwidth`): tenants then
@@ -290,6 +301,11 @@ pub(crate) struct Inputs<'a> {
     pub uptime: Duration,
     pub lease: Duration,
     pub live_connections: u64,
+}
+
+/// The `scope` of a document covering the whole memnode.
+fn memnode_scope() -> String {
+    "memnode".to_string()
 }
 
 /// Builds the stats document.
@@ -351,6 +367,7 @@ pub(crate) fn snapshot(inputs: Inputs<'_>) -> StatsSnapshot {
     let capacity = inputs.capacity.total();
     let used = inputs.capacity.used();
     StatsSnapshot {
+        scope: memnode_scope(),
         capacity_bytes: capacity,
         used_bytes: used,
         free_bytes: capacity.saturating_sub(used),

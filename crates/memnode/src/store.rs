@@ -2,7 +2,7 @@
 //!
 //! # Layout
 //!
-//! Each session owns a [`PageStore`]: a hash map from page id to the page's blob, boxed at its
+//! Each session owns a [`SessionPages`]: a hash map from page id to the page's blob, boxed at its
 //! own length (`HashMap<u64, Box<[u8]>>`). Blobs are opaque: the client may store a page raw
 //! (4096 bytes) or sealed by its codec (compressed and/or encrypted, 1 to
 //! [`MAX_BLOB_SIZE`](gleaner_proto::MAX_BLOB_SIZE) bytes); the memnode never looks inside.
@@ -291,7 +291,7 @@ pub(crate) struct Written {
 
 /// One session's pages.
 #[derive(Debug)]
-pub(crate) struct PageStore {
+pub(crate) struct SessionPages {
     pages: HashMap<u64, Stored, IdHashBuilder>,
     /// Sum of the lengths of the blobs in `pages` (what they hold of the [`Capacity`]).
     stored_bytes: u64,
@@ -299,10 +299,10 @@ pub(crate) struct PageStore {
     ended: bool,
 }
 
-impl PageStore {
+impl SessionPages {
     /// An empty store whose hasher is seeded with `seed`.
     pub(crate) fn new(seed: u64) -> Self {
-        PageStore {
+        SessionPages {
             pages: HashMap::with_hasher(IdHashBuilder { seed }),
             stored_bytes: 0,
             ended: false,
@@ -415,9 +415,9 @@ impl PageStore {
     /// reserved from `capacity` in full, all or nothing, as if they were its own: while both
     /// sessions live the memnode may hold up to twice the bytes, and never promises more than
     /// it has.
-    pub(crate) fn fork(&self, capacity: &Capacity) -> Result<PageStore, Full> {
+    pub(crate) fn fork(&self, capacity: &Capacity) -> Result<SessionPages, Full> {
         reserve(capacity, self.stored_bytes)?;
-        Ok(PageStore {
+        Ok(SessionPages {
             pages: self.pages.clone(),
             stored_bytes: self.stored_bytes,
             ended: false,
@@ -595,7 +595,7 @@ mod tests {
 
     /// Writes blobs of the given lengths.
     fn write_blobs(
-        store: &mut PageStore,
+        store: &mut SessionPages,
         cap: &Capacity,
         entries: &[(u64, usize)],
     ) -> Result<i64, Full> {
@@ -618,19 +618,19 @@ mod tests {
     }
 
     /// Writes full pages.
-    fn write(store: &mut PageStore, cap: &Capacity, ids: &[u64]) -> Result<i64, Full> {
+    fn write(store: &mut SessionPages, cap: &Capacity, ids: &[u64]) -> Result<i64, Full> {
         let entries: Vec<(u64, usize)> = ids.iter().map(|&id| (id, PAGE_SIZE)).collect();
         write_blobs(store, cap, &entries)
     }
 
-    fn free(store: &mut PageStore, cap: &Capacity, ranges: &[(u64, u32)]) -> Released {
+    fn free(store: &mut SessionPages, cap: &Capacity, ranges: &[(u64, u32)]) -> Released {
         let mut raw = Vec::new();
         PageRanges::encode_into(&mut raw, ranges);
         store.free(&PageRanges::from_encoded(&raw), cap)
     }
 
     /// The blob stored for `id`, read through `read_into`.
-    fn read(store: &PageStore, id: u64) -> Vec<u8> {
+    fn read(store: &SessionPages, id: u64) -> Vec<u8> {
         let mut ids = Vec::new();
         PageIds::encode_into(&mut ids, &[id]);
         let mut out = Vec::new();
@@ -642,7 +642,7 @@ mod tests {
 
     /// Writes `(id, version, blob length, fill byte)` entries as one batch.
     fn write_versions(
-        store: &mut PageStore,
+        store: &mut SessionPages,
         cap: &Capacity,
         entries: &[(u64, u64, usize, u8)],
     ) -> Written {
@@ -687,7 +687,7 @@ mod tests {
         );
         quota.release(3 * P);
         assert_eq!((quota.used(), memnode.used()), (0, 7 * P));
-        let mut s = PageStore::new(4);
+        let mut s = SessionPages::new(4);
         let mut staged = Vec::new();
         let raw = batch(&[(1, PAGE_SIZE), (2, PAGE_SIZE)]);
         stage(&PageBatch::from_encoded(&raw), &mut staged);
@@ -719,7 +719,7 @@ mod tests {
     #[test]
     fn a_late_batch_never_overwrites_a_newer_version() {
         let cap = Capacity::new(100 * P);
-        let mut s = PageStore::new(9);
+        let mut s = SessionPages::new(9);
         // Version 5 of page 1 and version 2 of page 2 are stored.
         let w = write_versions(&mut s, &cap, &[(1, 5, 100, 0xA5), (2, 2, 300, 0xB2)]);
         assert_eq!(
@@ -770,9 +770,9 @@ mod tests {
     #[test]
     fn a_forgotten_copy_is_dropped_only_at_the_version_named() {
         let cap = Capacity::new(100 * P);
-        let mut s = PageStore::new(9);
+        let mut s = SessionPages::new(9);
         write_versions(&mut s, &cap, &[(1, 5, 100, 0xA5), (2, 2, 300, 0xB2)]);
-        let forget = |s: &mut PageStore, copies: &[(u64, u64)]| {
+        let forget = |s: &mut SessionPages, copies: &[(u64, u64)]| {
             let mut raw = Vec::new();
             PageVersions::encode_into(&mut raw, copies);
             s.forget(&PageVersions::from_encoded(&raw), &cap)
@@ -795,7 +795,7 @@ mod tests {
     #[test]
     fn capacity_counts_new_pages_once_and_refuses_overflow() {
         let cap = Capacity::new(4 * P);
-        let mut s = PageStore::new(1);
+        let mut s = SessionPages::new(1);
         assert_eq!(write(&mut s, &cap, &[1, 2, 2]), Ok(2 * P as i64));
         assert_eq!(write(&mut s, &cap, &[1, 2, 3]), Ok(P as i64));
         assert_eq!(cap.used(), 3 * P);
@@ -827,7 +827,7 @@ mod tests {
     #[test]
     fn a_blob_occupies_its_length() {
         let cap = Capacity::new(10 * P);
-        let mut s = PageStore::new(2);
+        let mut s = SessionPages::new(2);
         assert_eq!(
             write_blobs(&mut s, &cap, &[(1, 1), (2, 100), (3, MAX_BLOB_SIZE)]),
             Ok(1 + 100 + MAX_BLOB_SIZE as i64)
@@ -844,7 +844,7 @@ mod tests {
     #[test]
     fn overwriting_with_a_smaller_blob_frees_bytes_and_a_larger_one_needs_bytes() {
         let cap = Capacity::new(1000);
-        let mut s = PageStore::new(3);
+        let mut s = SessionPages::new(3);
         assert_eq!(write_blobs(&mut s, &cap, &[(1, 600)]), Ok(600));
         // Smaller: the difference goes back to the pool at once.
         assert_eq!(write_blobs(&mut s, &cap, &[(1, 100)]), Ok(-500));
@@ -891,7 +891,7 @@ mod tests {
     #[test]
     fn the_same_id_twice_in_a_batch_counts_once_and_the_last_copy_wins() {
         let cap = Capacity::new(1000);
-        let mut s = PageStore::new(4);
+        let mut s = SessionPages::new(4);
         // Only the last copy (200 bytes) is stored and counted.
         assert_eq!(
             write_blobs(&mut s, &cap, &[(7, 400), (7, 900), (7, 200)]),
@@ -936,15 +936,10 @@ mod tests {
     /// `used` always equals the sum of the stored blobs' lengths.
     #[test]
     fn used_bytes_always_equal_the_blobs_held() {
-        let mut x = 0x2545_F491_4F6C_DD1Du64;
-        let mut next = move |n: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % n
-        };
+        let mut rng = gleaner_sys::rng::XorShift64::from_state(0x2545_F491_4F6C_DD1D);
+        let mut next = move |n: u64| rng.below(n);
         let cap = Capacity::new(20 * P);
-        let mut s = PageStore::new(5);
+        let mut s = SessionPages::new(5);
         let mut model: HashMap<u64, usize> = HashMap::new();
         let (mut refused, mut stored) = (0, 0);
         for _ in 0..2000 {
@@ -1021,7 +1016,7 @@ mod tests {
     #[test]
     fn free_handles_huge_and_overlapping_ranges() {
         let cap = Capacity::new(100 * P);
-        let mut s = PageStore::new(7);
+        let mut s = SessionPages::new(7);
         write(&mut s, &cap, &[0, 1, 2, 10, 11, u64::MAX - 1, u64::MAX]).unwrap();
         let pages = |n: u64| Released {
             pages: n,
@@ -1057,7 +1052,7 @@ mod tests {
     #[test]
     fn read_lists_missing_pages_and_never_returns_partial_data() {
         let cap = Capacity::new(100 * P);
-        let mut s = PageStore::new(3);
+        let mut s = SessionPages::new(3);
         write(&mut s, &cap, &[1, 2]).unwrap();
         let mut ids = Vec::new();
         PageIds::encode_into(&mut ids, &[2, 1]);

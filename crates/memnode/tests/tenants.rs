@@ -122,6 +122,72 @@ fn a_tenants_token_never_opens_another_tenants_session() {
     assert!(matches!(err, ClientError::AuthRejected { .. }), "{err}");
 }
 
+/// A tenant's token holder asking for stats sees its own sessions and quota only: never
+/// another tenant's session (its id, its client name) nor another tenant; the main token still
+/// sees every session and tenant.
+#[test]
+fn a_tenant_asking_for_stats_sees_only_its_own_sessions() {
+    let (a, b) = (tenant("a", 10), tenant("b", 20));
+    let s = server(100, &[a.clone(), b.clone()]);
+    let mut ca = connect(&s, &a.token);
+    write(&mut ca, &pages(0, 3)).unwrap();
+    let a_id = ca.session().session_id;
+    let mut cb = connect(&s, &b.token);
+    write(&mut cb, &pages(0, 5)).unwrap();
+    let b_id = cb.session().session_id;
+    let parse = |json: String| -> gleaner_memnode::StatsSnapshot {
+        serde_json::from_str(&json).expect("stats JSON")
+    };
+    let seen_by_b = parse(cb.stats().unwrap());
+    assert_eq!(seen_by_b.scope, "tenant b");
+    let ids: Vec<u64> = seen_by_b.sessions.iter().map(|x| x.id).collect();
+    assert_eq!(
+        ids,
+        vec![b_id],
+        "tenant b sees only its session: {seen_by_b:?}"
+    );
+    assert!(
+        seen_by_b.sessions.iter().all(|x| x.tenant == "b"),
+        "{seen_by_b:?}"
+    );
+    assert_eq!(seen_by_b.sessions_total, 1);
+    let names: Vec<&str> = seen_by_b.tenants.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, vec!["b"], "no other tenant listed");
+    assert_eq!(
+        seen_by_b.capacity_bytes,
+        20 * P,
+        "its quota is its capacity"
+    );
+    assert_eq!(seen_by_b.pages_held, 5, "its pages only");
+    let json_b = cb.stats().unwrap();
+    assert!(
+        !json_b.contains(&format!("\"id\":{a_id},")),
+        "tenant a's session id shows in b's stats: {json_b}"
+    );
+    // Tenant a likewise.
+    let seen_by_a = parse(ca.stats().unwrap());
+    let ids: Vec<u64> = seen_by_a.sessions.iter().map(|x| x.id).collect();
+    assert_eq!(ids, vec![a_id], "{seen_by_a:?}");
+    // The main token sees the whole memnode.
+    let mut main = connect(&s, &s.token);
+    let all = parse(main.stats().unwrap());
+    assert_eq!(all.scope, "memnode");
+    for id in [a_id, b_id] {
+        assert!(all.sessions.iter().any(|x| x.id == id), "{all:?}");
+    }
+    assert_eq!(all.tenants.len(), 3, "default, a and b: {all:?}");
+    assert_eq!(all.capacity_bytes, 100 * P);
+    // Nor may a tenant drain the memnode (which would take it down for every tenant, and
+    // answered with the count of every session).
+    let err = cb.drain().unwrap_err();
+    assert_eq!(err.server_code(), Some(ErrorCode::BadRequest), "{err}");
+    assert!(err.to_string().contains("tenant b may not drain"), "{err}");
+    let mut ca2 = connect(&s, &a.token);
+    write(&mut ca2, &pages(10, 1)).expect("still serving: not draining");
+    ca2.ping()
+        .expect("not draining (a draining memnode answers Ping with Draining)");
+}
+
 /// Lets `workers` run `warm_ms`, then takes the stats before and after a window of `secs`
 /// seconds, then stops them (`stop`) and waits for them.
 fn window(

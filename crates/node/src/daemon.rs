@@ -23,7 +23,7 @@ use crate::batch::Reclaimer;
 use crate::policy::{self, Params, Policy, PolicyKind, PoolView};
 use crate::pressure::{self, Level, Sample, Source};
 use crate::proto::{self, Class, Kind, ProtoError, Reply, Request};
-use crate::shared::{self, Control, Counters, SEGMENT_BYTES};
+use crate::shared::{self, Control, PoolCounters, SEGMENT_BYTES};
 
 /// The daemon's settings (the flags of `gleaner node`).
 #[derive(Debug, Clone)]
@@ -64,7 +64,7 @@ struct Pool {
     limit: u64,
     lowered_at: Option<Instant>,
     conn: UnixStream,
-    last: Counters,
+    last: PoolCounters,
     registered: Instant,
     punched: u64,
 }

@@ -8,7 +8,8 @@
 //! * [`client`]: finding, connecting to and starting a daemon;
 //! * [`policy`], [`pressure`], [`evict`]: pure decisions (allocation, pressure level and
 //!   budget, which segments to punch), unit-tested apart from the mechanisms;
-//! * [`daemon`]: the daemon itself (`gleaner node`).
+//! * [`daemon`]: the daemon itself (`gleaner node`);
+//! * [`metrics`]: its state as Prometheus metrics (`gleaner node --metrics ADDR`).
 #![deny(missing_docs)]
 
 pub mod batch;
@@ -16,6 +17,7 @@ pub mod client;
 pub mod daemon;
 pub mod evict;
 mod map;
+pub mod metrics;
 pub mod policy;
 pub mod pressure;
 pub mod proto;

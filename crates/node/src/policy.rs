@@ -25,7 +25,7 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::shared::Counters;
+use crate::shared::PoolCounters;
 
 /// A pool as a policy sees it for one round.
 #[derive(Debug, Clone, PartialEq)]
@@ -43,7 +43,7 @@ pub struct PoolView {
     /// What it held at the end of the round (measured from its memfd), bytes.
     pub resident: u64,
     /// Its counters over the round.
-    pub delta: Counters,
+    pub delta: PoolCounters,
     /// The round's length, seconds.
     pub secs: f64,
     /// Its ghost (victim cache) size, bytes.
@@ -515,7 +515,7 @@ mod tests {
             ceiling: 1 << 40,
             limit,
             resident,
-            delta: Counters {
+            delta: PoolCounters {
                 hits: 1000,
                 misses: 100,
                 vhits,

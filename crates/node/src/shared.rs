@@ -72,7 +72,7 @@ pub const OFF_COLD: usize = OFF_GEN + 8 * (MAX_SEGMENTS as usize + 1);
 
 /// The counters a runtime publishes, as read at one moment.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Counters {
+pub struct PoolCounters {
     /// Reads that found their object.
     pub hits: u64,
     /// Reads that ran the reconstructor.
@@ -85,10 +85,10 @@ pub struct Counters {
     pub miss_bytes: u64,
 }
 
-impl Counters {
+impl PoolCounters {
     /// The counts since `earlier` (saturating: a runtime that restarted its counters gives 0).
-    pub fn since(&self, earlier: &Counters) -> Counters {
-        Counters {
+    pub fn since(&self, earlier: &PoolCounters) -> PoolCounters {
+        PoolCounters {
             hits: self.hits.saturating_sub(earlier.hits),
             misses: self.misses.saturating_sub(earlier.misses),
             vhits: self.vhits.saturating_sub(earlier.vhits),
@@ -162,9 +162,9 @@ impl Control {
     }
 
     /// The counters, as they are now.
-    pub fn counters(&self) -> Counters {
+    pub fn counters(&self) -> PoolCounters {
         use std::sync::atomic::Ordering::Relaxed;
-        Counters {
+        PoolCounters {
             hits: self.word(OFF_HITS).load(Relaxed),
             misses: self.word(OFF_MISSES).load(Relaxed),
             vhits: self.word(OFF_VHITS).load(Relaxed),

@@ -8,10 +8,10 @@ use gleaner_policy::evict::DEFAULT_PROBATION_PCT;
 pub use gleaner_policy::prefetch::PrefetcherKind;
 pub use gleaner_policy::reclaim::ReclaimMode;
 
+pub use crate::codec::decode_budget::DecodeBudget;
 pub use crate::codec::{Compression, Encryption};
-pub use crate::decode_budget::DecodeBudget;
-pub use crate::predict::WritePrediction;
-pub use crate::prefetch::PrefetchInstall;
+pub use crate::fault::predict::WritePrediction;
+pub use crate::fault::prefetch::PrefetchInstall;
 pub use crate::store::DataPath;
 
 /// Which pages give up their far copy when they come back: see
@@ -223,19 +223,21 @@ use crate::{PagerError, PAGE_SIZE};
 /// one batch being evicted, one batch of headroom being refilled, and room for in-flight faults.
 pub const MIN_BUDGET_BATCHES: usize = 4;
 
-/// The prefetcher used by default: Leap with windows of up to 32 pages (measured in
-/// `docs/BENCHMARKS.md`, defaults: it cuts sequential and strided scans' faults by about 4x and
-/// stays idle on random access, where it finds no trend).
+/// The prefetcher used by default: Leap with windows of up to 32 pages (it cuts sequential and
+/// strided scans' faults several-fold and stays idle on random access, where it finds no trend:
+/// `docs/BENCHMARKS.md`, "The defaults against one knob changed", and "Prefetching: Leap against
+/// no prefetching").
 pub const DEFAULT_PREFETCH: PrefetcherKind = PrefetcherKind::Leap { pw_max: 32 };
 
 /// The eviction order used by default: recency, the page seen used longest ago leaves first,
-/// fed by the access scan's written bits (measured in `docs/BENCHMARKS.md`, "Evicting what is
-/// cold": against RackMem, the order before, memcached at 50% local took 10% fewer far faults
-/// per request, redis 2% fewer, the demo job a quarter fewer, `bench micro` unchanged).
+/// fed by the access scan's written bits: against RackMem, the order before, it took fewer far
+/// faults per request under memcached, redis and the demo job, and left `bench micro` unchanged
+/// (`docs/BENCHMARKS.md`, "Evicting what is cold", and `bench/results/access-scan/README.md`).
 pub const DEFAULT_EVICT: EvictKind = EvictKind::Recency(DEFAULT_PROBATION_PCT);
 
-/// Pages per eviction batch for budgets of 8 MiB and more (measured in `docs/BENCHMARKS.md`,
-/// defaults); smaller budgets get a sixteenth of themselves.
+/// Pages per eviction batch for budgets of 8 MiB and more (chosen by measurement:
+/// `docs/BENCHMARKS.md`, "The defaults against one knob changed"); smaller budgets get a
+/// sixteenth of themselves.
 pub const DEFAULT_EVICT_BATCH: usize = 128;
 
 /// The smallest eviction batch chosen automatically (for budgets below 1 MiB).
@@ -244,15 +246,15 @@ pub const MIN_AUTO_EVICT_BATCH: usize = 16;
 /// The most fault handlers started by default (one per CPU up to this many). Every fault wakes
 /// every handler waiting on the userfaultfd (its wait queue is not exclusive), so each handler
 /// past the first few costs every fault a wake-up on another CPU: on a 16-CPU VM a bare fault
-/// took 39 µs with 16 handlers against 6.7 µs with one on the faulting CPU, and `bench micro`'s
-/// random pattern 23-26 µs per access with 16 handlers against 13-14 µs with 4
-/// (`bench/results/handlers-16cpu/`).
+/// took several times longer with 16 handlers than with one on the faulting CPU, and
+/// `bench micro`'s random pattern was slower per access with 16 handlers than with 4
+/// (`bench/results/handlers-16cpu/README.md`).
 pub const MAX_AUTO_HANDLERS: usize = 4;
 
 /// The default cap on `hermit`'s reclaim threads: half this machine's CPUs, at least one.
 /// Reclaim threads only help when they have cores to run on: on a 2-vCPU machine a 4-thread pool
-/// never did better than one thread under memcached, and once sustained a quarter of its load
-/// (`docs/BENCHMARKS.md`, reclamation).
+/// never did better than one thread under memcached, and sometimes sustained less
+/// (`docs/BENCHMARKS.md`, "Reclamation: Hermit against its ablations").
 pub fn default_max_reclaim_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
 }
@@ -327,10 +329,11 @@ pub struct RegionConfig {
     /// thread's CPU serves it without an inter-processor wake-up. Default true.
     pub pin_handlers: bool,
     /// How long a handler keeps polling the userfaultfd without blocking after its last message
-    /// (zero: it blocks at once). Default zero (measured in `docs/BENCHMARKS.md`).
+    /// (zero: it blocks at once). Default zero (spinning measured slower: `docs/BENCHMARKS.md`,
+    /// "The defaults against one knob changed").
     pub handler_spin: Duration,
     /// Handlers wait in `poll` and then read, even where they could wait inside `read` on a
-    /// blocking userfaultfd (`doorbell.rs`): the path kernels without `RWF_NOWAIT` on a
+    /// blocking userfaultfd (`fault/doorbell.rs`): the path kernels without `RWF_NOWAIT` on a
     /// userfaultfd take, kept measurable and tested here. Default false.
     pub handlers_poll: bool,
     /// How writes to resident pages are tracked: `auto` (default: asynchronous where the kernel
@@ -361,7 +364,8 @@ pub struct RegionConfig {
     /// is used as it is.
     pub evict_batch: usize,
     /// Accept a user-mode-only userfaultfd (kernel-mode accesses such as `read(2)` into the region
-    /// then fail with `EFAULT`). Default false: such a setup is refused with an error naming the fixes.
+    /// then fail with `EFAULT`). Default false: such a setup is refused with an error naming the
+    /// fixes.
     pub allow_user_mode_only: bool,
     /// If set, the region's stats are written here as JSON when it is dropped.
     pub stats_path: Option<PathBuf>,
@@ -406,9 +410,9 @@ pub struct RegionConfig {
     pub max_reclaim_threads: usize,
     /// Where reclaim threads may run: on every CPU this process's cgroup allows (the default,
     /// as Linux's kswapd runs whatever CPU the program was pinned to) or only on the program's
-    /// own CPUs. Pinned to one CPU, redis served 6-11% and memcached 9-16% more requests with
-    /// `Any`, and memcached's open-loop p99, measured by a load generator on the other CPU, got
-    /// longer (`bench/results/reclaim-cpus/`, `bench/results/harness-50-reclaim-cpus/`).
+    /// own CPUs. Pinned to one CPU, redis and memcached served more requests with `Any`, and
+    /// memcached's open-loop p99, taken by a load generator on the other CPU, got longer
+    /// (`bench/results/reclaim-cpus/README.md`, `bench/results/harness-50-reclaim-cpus/README.md`).
     pub reclaim_cpus: ReclaimCpus,
     /// If set, a line of JSON with the reclaim scheduler's state and the fault and eviction
     /// counters is appended to this file every [`crate::STATS_TRACE_INTERVAL`].
@@ -429,7 +433,7 @@ pub struct RegionConfig {
     /// Eviction order: [`DEFAULT_EVICT`] (`recency`), `rackmem`, `fifo`, `refault` or `clock`.
     pub evict: EvictKind,
     /// Whether a reclaim thread scans the region for pages written since its last scan and
-    /// tells the eviction order (`access.rs`): `auto` (default: where asynchronous dirty
+    /// tells the eviction order (`evict/access.rs`): `auto` (default: where asynchronous dirty
     /// tracking is, with an adaptive period), `off`, or a fixed period.
     pub access_scan: AccessScanSetting,
     /// If set, every fault is recorded here (the `gleaner trace` format) for offline replay.

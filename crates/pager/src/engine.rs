@@ -9,33 +9,33 @@
 //! | [`Prefetch`] | what to fetch ahead, the staging buffer | faults |
 //! | [`WritePredictor`] | which read fetches go in writable | faults |
 //! | store | where far pages live ([`PageStore`]) | every thread, through its own handle |
-//! | [`Counters`], latency, trace | observation | everyone |
+//! | [`RegionCounters`], latency, trace | observation | everyone |
 //!
-//! Threads get an `Arc<Engine>` but each activity lives in its own module (`handler.rs`,
-//! `fault.rs`, `fetch.rs`, `evict.rs`, `reclaimer.rs`, `watchdog.rs`, `hint_thread.rs`) and
+//! Threads get an `Arc<Engine>` but each activity lives in its own module (`fault/handler.rs`,
+//! `fault/resolve.rs`, `fault/fetch.rs`, `evict/batch.rs`, `evict/reclaimer.rs`, `evict/watchdog.rs`, `fault/hint_thread.rs`) and
 //! touches only the parts above it needs. No part, and not this module, uses an activity's
 //! module (`crates/cli/tests/module_graph.rs` checks that no modules import each other in a
 //! circle).
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use gleaner_uffd::{FaultKind, Mode};
 
-use crate::budget::Budget;
 use crate::config::FarCopies;
-use crate::counters::{Counters, LatencyHistogram};
-use crate::mem::Memory;
-use crate::policy::EvictionPolicy;
-use crate::predict::WritePredictor;
-use crate::prefetch::Prefetch;
-use crate::reclaim::Reclaim;
-use crate::state::PageState;
-use crate::stats::{EvictionStats, FaultStats, RegionStats};
+use crate::evict::budget::Budget;
+use crate::evict::order::EvictionPolicy;
+use crate::evict::reclaim::Reclaim;
+use crate::fault::predict::WritePredictor;
+use crate::fault::prefetch::Prefetch;
+use crate::fault::state::PageState;
+use crate::memory::mem::Memory;
+use crate::observe::counters::{LatencyHistogram, RegionCounters};
+use crate::observe::stats::{EvictionStats, FaultStats, RegionStats};
+use crate::observe::trace::FaultTrace;
 use crate::store::PageStore;
-use crate::trace::FaultTrace;
 
 /// Everything a region's threads share.
 pub(crate) struct Engine {
@@ -46,14 +46,14 @@ pub(crate) struct Engine {
     pub(crate) prefetch: Prefetch,
     pub(crate) writes: WritePredictor,
     pub(crate) store: Box<dyn PageStore>,
-    pub(crate) counters: Counters,
+    pub(crate) counters: RegionCounters,
     /// Service time of remote faults, from reading the message to waking the thread.
     pub(crate) remote_latency: LatencyHistogram,
     pub(crate) trace: Option<FaultTrace>,
     /// How many pages each eviction batch takes.
-    pub(crate) batch: crate::batch_size::BatchSize,
+    pub(crate) batch: crate::evict::batch_size::BatchSize,
     /// Under `--compress auto` over a link: which compressor each batch uses.
-    pub(crate) compressor: crate::compressor_choice::CompressorChoice,
+    pub(crate) compressor: crate::codec::choice::CompressorChoice,
     /// Each batch's time from claiming its victims to publishing them: the longest a fault on
     /// one of its pages waits.
     pub(crate) batch_time: LatencyHistogram,
@@ -63,29 +63,29 @@ pub(crate) struct Engine {
     /// see [`PageStore::forget`]).
     pub(crate) drop_far_copies: crate::config::FarCopies,
     pub(crate) stop: Stop,
-    /// Where handlers block in `read` on the userfaultfd: what stops them (`doorbell.rs`).
+    /// Where handlers block in `read` on the userfaultfd: what stops them (`fault/doorbell.rs`).
     /// `None` where the kernel cannot make one read not block: handlers then `poll`.
-    pub(crate) doorbell: Option<crate::doorbell::Doorbell>,
+    pub(crate) doorbell: Option<crate::fault::doorbell::Doorbell>,
     /// Prefetch hints from the program (`Region::prefetch_hint`), for the hint thread.
-    pub(crate) hints: crate::hint::Hints,
+    pub(crate) hints: crate::fault::hint::Hints,
     /// Closed around a fork: no handler starts on a fault meanwhile.
     pub(crate) gate: Gate,
     /// The threads that evict (fault handlers and reclaim threads), told apart in fault messages.
-    pub(crate) evictors: crate::evictors::Evictors,
+    pub(crate) evictors: crate::evict::evictors::Evictors,
     /// The program's allocator's memory it can give up without a write-back
     /// ([`crate::RegionConfig::release_hook`]).
     pub(crate) release_hook: Option<fn(usize) -> usize>,
-    /// In a fork child: the budget it takes once its parent exits (`inherit.rs`).
-    pub(crate) heir: crate::inherit::Heir,
-    /// Which resident pages the program wrote since the last look (`access.rs`).
-    pub(crate) access: crate::access::AccessScan,
+    /// In a fork child: the budget it takes once its parent exits (`evict/inherit.rs`).
+    pub(crate) heir: crate::evict::inherit::Heir,
+    /// Which resident pages the program wrote since the last look (`evict/access.rs`).
+    pub(crate) access: crate::evict::access::AccessScan,
 }
 
 /// A gate the fault handlers (and the hint thread) pass to work on pages: a fork closes it and
 /// waits until nobody is inside, so the child inherits no page in the middle of an install.
 ///
 /// While it is closed, the faults of the thread that forks are still served, outside the gate
-/// (`handler.rs`): between the fork handlers and the fork itself the C library's fork reads and
+/// (`fault/handler.rs`): between the fork handlers and the fork itself the C library's fork reads and
 /// locks memory the program's threads allocated (its name-service state), and that thread then
 /// waits for a page that only a handler can fetch. Serving it is safe: the thread is stopped
 /// until its page is installed, and only that thread makes the fork.
@@ -225,7 +225,7 @@ impl Engine {
             if r >= b.limit() {
                 // Past the overflow allowance too (the memnode full): only a demand fault's
                 // charge decides whether the program must stop, after trying the memnode once
-                // more ([`crate::reclaimer::charge`]); a prefetch or a zero-fill ahead just does without.
+                // more ([`crate::evict::reclaimer::charge`]); a prefetch or a zero-fill ahead just does without.
                 return false;
             }
             if b.resident
@@ -242,7 +242,7 @@ impl Engine {
     /// the pager's back (a raw madvise system call). Reports it (the first time; the stats count
     /// every one); the caller zero-fills it, what the program's own drop left.
     pub(crate) fn note_dropped_behind_back(&self, page: usize) {
-        let level = if Counters::add_first(&self.counters.dropped_behind_back) {
+        let level = if RegionCounters::add_first(&self.counters.dropped_behind_back) {
             log::Level::Warn
         } else {
             log::Level::Debug
@@ -316,7 +316,7 @@ impl Engine {
                 read_ns: get(&c.evict_read_ns),
                 send_ns: get(&c.evict_send_ns),
                 drop_ns: get(&c.evict_drop_ns),
-                vectored_drop: crate::mapping::vectored_drops(),
+                vectored_drop: crate::memory::mapping::vectored_drops(),
                 batch_pages_next: self.batch.next(),
                 batch_us_per_page: self.batch.us_per_page(),
                 lz4_us_per_page: self.compressor.us_per_page()[0],
@@ -336,7 +336,7 @@ impl Engine {
                 .prefetch
                 .stats(remote, self.batch.prefetch_window_cap()),
             write_prediction: self.writes.stats(),
-            hints: crate::stats::HintStats {
+            hints: crate::observe::stats::HintStats {
                 pages_hinted: self.hints.pages_hinted.load(Ordering::Relaxed),
                 pages_fetched: self.hints.pages_fetched.load(Ordering::Relaxed),
             },
@@ -363,15 +363,9 @@ pub(crate) struct Stop {
 impl Stop {
     /// A stop signal not yet given.
     pub(crate) fn new() -> std::io::Result<Stop> {
-        // SAFETY: eventfd(2) returns a new descriptor or -1; checked before taking ownership.
-        let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-        if efd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
         Ok(Stop {
             flag: AtomicBool::new(false),
-            // SAFETY: `efd` was just returned by the kernel and is owned by nothing else.
-            fd: gleaner_fds::adopt(unsafe { OwnedFd::from_raw_fd(efd) }),
+            fd: gleaner_fds::adopt(gleaner_sys::eventfd::eventfd(true)?),
         })
     }
 

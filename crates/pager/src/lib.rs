@@ -3,8 +3,31 @@
 //! A [`Region`] is a range of virtual memory of any size whose pages live partly in local RAM
 //! (at most the *local budget*) and partly on a memory node. Pages are brought in on fault through
 //! userfaultfd, by handler threads that never touch the region's memory themselves, and pushed out
-//! by reclaim threads (Hermit's feedback-directed pool, see `reclaim.rs`) as the budget fills. See `docs/architecture.md` for the design and the
-//! page state machine in `state.rs` for the concurrency rules.
+//! by reclaim threads as the budget fills. `docs/architecture.md` describes the design; the
+//! page-state machine in [`fault::state`] holds the concurrency rules.
+//!
+//! # A fault's way
+//! [`fault::handler::run`] (a handler thread reads fault messages) ->
+//! [`Handler::serve`](fault::resolve::Handler::serve) (the state machine) -> `on_missing` ->
+//! `fetch_remote` (the prefetcher's pages join the request: [`fault::prefetch`]) -> the store
+//! ([`StoreHandle::request`](store::StoreHandle::request), then `receive`) ->
+//! [`CodecCtx::decode`](codec::CodecCtx::decode) -> [`fault::fetch::install_fetched`]
+//! (`UFFDIO_COPY`, writable where [`fault::predict`] says so).
+//!
+//! # The eviction's way
+//! A page installed is charged to the budget ([`evict::reclaimer::charge`]); over the budget, the
+//! reclaim scheduler ([`evict::reclaim`], Hermit's feedback loop) wakes reclaim threads
+//! ([`evict::reclaimer::run_pool_thread`]), which pick victims in the eviction order
+//! ([`evict::order`], fed by the access scan [`evict::access`]) and evict them as one batch:
+//! [`Evictor::evict_batch`](evict::batch::Evictor::evict_batch) (move out, encode with
+//! [`codec`], write to the store, one `MADV_DONTNEED` for the batch). [`evict::watchdog`] ends a
+//! batch that is stuck.
+//!
+//! # Where the rest lives
+//! [`codec`] (compress and seal a far page), [`store`] (where far pages live: socket, shared
+//! memory, a pool of memnodes; the embedded memnode), [`observe`] (counters, stats, status,
+//! traces, the stuck-pager watcher), [`region`] (the public handle, fork), [`memory`] (the mapping and its userfaultfd),
+//! [`config`] (every knob and its default), [`engine`] (what a region's threads share).
 //!
 //! ```no_run
 //! use gleaner_pager::{Region, RegionConfig};
@@ -15,49 +38,28 @@
 //! println!("{}", region.stats_json());
 //! ```
 #![deny(missing_docs)]
+// The crate docs map its private modules for whoever reads them (`cargo doc --document-private-items`).
+#![allow(rustdoc::private_intra_doc_links)]
 
-mod access;
-mod access_walk;
-mod batch_size;
-mod budget;
+// The pager's parts, grouped by what happens (the module docs say which way each belongs to).
 pub mod codec;
-mod compressor_choice;
 mod config;
-mod counters;
 mod cpus;
-pub mod decode_budget;
-mod doorbell;
-mod embedded;
 mod engine;
 mod evict;
-mod evictors;
 mod fatal;
 mod fault;
-mod fetch;
-mod handler;
-mod hint;
-mod hint_thread;
-mod inherit;
-mod mapping;
-mod mem;
-mod pinned;
-pub mod policy;
-mod predict;
-mod prefetch;
-mod reclaim;
-mod reclaimer;
+mod memory;
+mod observe;
 mod region;
 mod runs;
-mod sampler;
 mod scratch;
-mod state;
-mod stats;
-mod status;
 mod store;
-pub mod stuck;
 mod thread;
-mod trace;
-mod watchdog;
+
+pub use codec::decode_budget;
+pub use evict::order as policy;
+pub use observe::stuck;
 
 pub use config::{
     default_max_reclaim_threads, AccessScanSetting, Compression, DataPath, DecodeBudget,
@@ -66,17 +68,17 @@ pub use config::{
     DEFAULT_EVICT_BATCH, DEFAULT_PREFETCH, FORK_CHILD_BUDGET_DIVISOR, MAX_AUTO_HANDLERS,
     MIN_AUTO_EVICT_BATCH, MIN_BUDGET_BATCHES,
 };
-pub use counters::{FaultBreakdown, LatencySummary};
-pub use embedded::{capacity_for_region, EmbeddedMemnode};
+pub use evict::reclaim::ReclaimStats;
 pub use fatal::{exit_now, on_fatal, FATAL_EXIT_CODE};
-pub use predict::{WritePredictionStats, PREDICTED_RESIDENCIES};
-pub use prefetch::PrefetchStats;
-pub use reclaim::ReclaimStats;
+pub use fault::predict::{WritePredictionStats, PREDICTED_RESIDENCIES};
+pub use fault::prefetch::PrefetchStats;
+pub use observe::counters::{FaultBreakdown, LatencySummary};
+pub use observe::sampler::STATS_TRACE_INTERVAL;
+pub use observe::stats::{AccessStats, EvictionStats, FaultStats, HintStats, RegionStats};
+pub use observe::status::{status_dir, status_dirs, STATUS_INTERVAL};
 pub use region::Region;
-pub use sampler::STATS_TRACE_INTERVAL;
 pub use scratch::{scratch_dir, system_dir};
-pub use stats::{AccessStats, EvictionStats, FaultStats, HintStats, RegionStats};
-pub use status::{status_dir, status_dirs, STATUS_INTERVAL};
+pub use store::embedded::{capacity_for_region, EmbeddedMemnode};
 pub use store::pool::MAX_REPLICAS;
 pub use store::StoreStats;
 
@@ -86,15 +88,8 @@ pub const PAGE_SIZE: usize = gleaner_proto::PAGE_SIZE;
 /// A page of pseudo-random bytes (incompressible), different for every `seed` (tests).
 #[cfg(test)]
 pub(crate) fn noise_page(seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..PAGE_SIZE)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    let mut rng = gleaner_sys::rng::XorShift64::new(seed);
+    (0..PAGE_SIZE).map(|_| rng.next_u64() as u8).collect()
 }
 
 /// Why a region could not be created.

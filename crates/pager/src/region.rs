@@ -9,23 +9,23 @@ use std::sync::{Arc, Mutex};
 use gleaner_proto::ConnectOptions;
 use gleaner_uffd::{features, Mode, Uffd, UffdOptions};
 
-use crate::budget::Budget;
 use crate::config::DirtyTracking;
 use crate::config::{MemnodeTarget, RegionConfig};
-use crate::counters::{Counters, LatencyHistogram};
-use crate::embedded::EmbeddedMemnode;
 use crate::engine::{Engine, Stop, Tracking};
+use crate::evict::budget::Budget;
+use crate::evict::reclaim::Reclaim;
 use crate::fatal::fatal;
-use crate::mapping::Mapping;
-use crate::mem::Memory;
-use crate::predict::{WritePrediction, WritePredictor};
-use crate::prefetch::Prefetch;
-use crate::reclaim::Reclaim;
-use crate::state::{PageState, PageTable};
-use crate::stats::RegionStats;
+use crate::fault::predict::{WritePrediction, WritePredictor};
+use crate::fault::prefetch::Prefetch;
+use crate::fault::state::{PageState, PageTable};
+use crate::memory::mapping::Mapping;
+use crate::memory::mem::Memory;
+use crate::observe::counters::{LatencyHistogram, RegionCounters};
+use crate::observe::stats::RegionStats;
+use crate::observe::trace::FaultTrace;
+use crate::store::embedded::EmbeddedMemnode;
 use crate::store::socket::load_token;
 use crate::thread::PagerThread;
-use crate::trace::FaultTrace;
 use crate::{PagerError, PAGE_SIZE};
 
 mod fork;
@@ -40,7 +40,7 @@ pub struct Region {
     hint_thread: Mutex<Option<PagerThread>>,
     thread_start_hook: Option<fn()>,
     /// The live status file, when the region publishes one.
-    publication: Option<Arc<crate::status::Publication>>,
+    publication: Option<Arc<crate::observe::status::Publication>>,
     stats_path: Option<PathBuf>,
     /// The settings it was made with (a fork child's region is made from them).
     cfg: RegionConfig,
@@ -117,7 +117,7 @@ impl Region {
         let (embedded, store) = match &cfg.memnode {
             MemnodeTarget::Embedded | MemnodeTarget::EmbeddedTcp => {
                 let node = EmbeddedMemnode::start(
-                    crate::embedded::capacity_for_region(size as u64),
+                    crate::store::embedded::capacity_for_region(size as u64),
                     cfg.memnode == MemnodeTarget::EmbeddedTcp,
                 )?;
                 let (e, t) = (node.endpoint().clone(), node.token());
@@ -185,10 +185,14 @@ impl Region {
                 None => None,
             };
         let trace_out = match &cfg.stats_trace {
-            Some(path) => Some(crate::sampler::open(path).map_err(|source| PagerError::Os {
-                op: "creating the stats trace file",
-                source,
-            })?),
+            Some(path) => {
+                Some(
+                    crate::observe::sampler::open(path).map_err(|source| PagerError::Os {
+                        op: "creating the stats trace file",
+                        source,
+                    })?,
+                )
+            }
             None => None,
         };
         Region::launch(
@@ -239,14 +243,12 @@ impl Region {
             source,
         })?;
         // Handlers block in `read` where one read can still be told not to block (a fork
-        // child's first thread polls while the handlers start): `doorbell.rs`.
+        // child's first thread polls while the handlers start): `fault/doorbell.rs`.
         let doorbell = if l.mem.uffd.nowait_reads() && !cfg.handlers_poll {
-            let bell =
-                crate::doorbell::Doorbell::new(&l.mem.uffd, placement.len()).map_err(|source| {
-                    PagerError::Os {
-                        op: "mapping the fault handlers' doorbell",
-                        source,
-                    }
+            let bell = crate::fault::doorbell::Doorbell::new(&l.mem.uffd, placement.len())
+                .map_err(|source| PagerError::Os {
+                    op: "mapping the fault handlers' doorbell",
+                    source,
                 })?;
             l.mem.uffd.set_blocking(true)?;
             Some(bell)
@@ -255,18 +257,18 @@ impl Region {
         };
         // The handlers, the reclaim threads and, in a fork child, the thread serving faults
         // while the handlers start.
-        let evictors =
-            crate::evictors::Evictors::new(placement.len() + pool + 1).map_err(|source| {
-                PagerError::Os {
-                    op: "eventfd (the eviction bells)",
-                    source,
-                }
-            })?;
+        let evictors = crate::evict::evictors::Evictors::new(placement.len() + pool + 1).map_err(
+            |source| PagerError::Os {
+                op: "eventfd (the eviction bells)",
+                source,
+            },
+        )?;
         // Spare descriptors for what the region makes mid-run, where the program may hold every
         // other one it is allowed: an evictor (pipe and pagemap file) for each thread that
         // opens one late, and a shared-memory grant's socket clone and memfd.
         gleaner_fds::keep_spares(3 * (placement.len() + pool) + 2);
-        let mut policy = crate::policy::build(cfg.evict, budget).map_err(PagerError::Config)?;
+        let mut policy =
+            crate::evict::order::build(cfg.evict, budget).map_err(PagerError::Config)?;
         for &page in &l.resident {
             policy.on_install(page, false);
         }
@@ -298,22 +300,28 @@ impl Region {
                 cfg.predict_writes == WritePrediction::On && tracking == Tracking::Sync,
             ),
             store,
-            counters: Counters::default(),
+            counters: RegionCounters::default(),
             remote_latency: LatencyHistogram::default(),
             trace: l.trace,
-            batch: crate::batch_size::BatchSize::new(cfg.batch_pages(), cfg.evict_batch == 0),
+            batch: crate::evict::batch_size::BatchSize::new(
+                cfg.batch_pages(),
+                cfg.evict_batch == 0,
+            ),
             compressor: Default::default(),
             batch_time: LatencyHistogram::default(),
             tracking,
             drop_far_copies: cfg.drop_far_copies,
             stop,
             doorbell,
-            hints: crate::hint::Hints::default(),
+            hints: crate::fault::hint::Hints::default(),
             gate: crate::engine::Gate::default(),
             evictors,
             release_hook: cfg.release_hook,
             heir: Default::default(),
-            access: crate::access::AccessScan::new(cfg.access_scan, tracking == Tracking::Async),
+            access: crate::evict::access::AccessScan::new(
+                cfg.access_scan,
+                tracking == Tracking::Async,
+            ),
         });
         let mut threads = Vec::new();
         let hook = cfg.thread_start_hook;
@@ -323,13 +331,13 @@ impl Region {
             let e = engine.clone();
             let spin = cfg.handler_spin;
             threads.push(spawn(&format!("gleaner-fault{i}"), hook, move || {
-                crate::handler::run(e, handle, cpu, spin)
+                crate::fault::handler::run(e, handle, cpu, spin)
             })?);
         }
         if l.fork_child {
             // The handlers' start-up in the C library may itself read far pages (locale data
             // the program allocated, say): this thread serves them until the handlers run.
-            crate::handler::serve_until(&engine, engine.store.handle()?, || {
+            crate::fault::handler::serve_until(&engine, engine.store.handle()?, || {
                 threads.iter().all(|t| t.is_running())
             });
             // Before any reclaim thread: the inherited pages over the budget go at once.
@@ -363,7 +371,7 @@ impl Region {
                 if any_cpu {
                     crate::cpus::allow_every_cpu();
                 }
-                crate::reclaimer::run_pool_thread(e, id, handle)
+                crate::evict::reclaimer::run_pool_thread(e, id, handle)
             })?);
         }
         // The first reclaim thread makes its evictor's descriptors at once: before the program
@@ -375,31 +383,31 @@ impl Region {
         {
             let e = engine.clone();
             threads.push(spawn("gleaner-watch", hook, move || {
-                crate::watchdog::run(e)
+                crate::evict::watchdog::run(e)
             })?);
         }
         if let Some(out) = l.trace_out {
             let e = engine.clone();
             threads.push(spawn("gleaner-sample", hook, move || {
-                crate::sampler::run(e, out)
+                crate::observe::sampler::run(e, out)
             })?);
         }
         let mut publication = None;
         if cfg.publish_status {
             // Observability only: a directory that cannot be written costs the status view, not
             // the program.
-            match crate::status::next_path() {
+            match crate::observe::status::next_path() {
                 Ok(path) => {
-                    let p = crate::status::Publication::new(path);
+                    let p = crate::observe::status::Publication::new(path);
                     publication = Some(p.clone());
                     let e = engine.clone();
                     threads.push(spawn("gleaner-status", hook, move || {
-                        crate::status::run(e, p)
+                        crate::observe::status::run(e, p)
                     })?);
                 }
                 Err(e) => log::warn!(
                     "no live status for `gleaner status` ({}: {e})",
-                    crate::status::status_dir().display()
+                    crate::observe::status::status_dir().display()
                 ),
             }
         }
@@ -419,13 +427,13 @@ impl Region {
 
     /// Runs the access scan now, on the calling thread, and returns the pages (numbered from
     /// the region's start) that the program wrote since the previous scan, which are
-    /// write-protected again (`access.rs`). The reclaim threads scan by themselves when due;
+    /// write-protected again (`evict/access.rs`). The reclaim threads scan by themselves when due;
     /// this is for tests and diagnostics. An error says why the scan is off (synchronous dirty
     /// tracking, `--access-scan off`, or a kernel that refused it).
     pub fn scan_accesses_now(&self) -> Result<Vec<usize>, String> {
         let pagemap = gleaner_uffd::pagemap::Pagemap::open()
             .map_err(|e| format!("opening /proc/self/pagemap: {e}"))?;
-        crate::access_walk::scan_now(&self.engine, &pagemap)
+        crate::evict::access_walk::scan_now(&self.engine, &pagemap)
     }
 
     /// The first byte of the region.
@@ -495,7 +503,7 @@ impl Region {
                 let started = self.engine.store.handle().and_then(|handle| {
                     let e = self.engine.clone();
                     spawn("gleaner-hints", self.thread_start_hook, move || {
-                        crate::hint_thread::run(e, handle)
+                        crate::fault::hint_thread::run(e, handle)
                     })
                 });
                 match started {
@@ -538,8 +546,8 @@ impl Region {
             self.forget(f * PAGE_SIZE, n * PAGE_SIZE, PageState::Absent);
             far_pages += n;
         }
-        Counters::add(&e.counters.reused, count as u64);
-        Counters::add(&e.counters.reused_far, far_pages as u64);
+        RegionCounters::add(&e.counters.reused, count as u64);
+        RegionCounters::add(&e.counters.reused_far, far_pages as u64);
     }
 
     /// Gives up `len` bytes at `offset` (both page-aligned) to a mapping the program is about to
@@ -608,7 +616,7 @@ impl Region {
         if let Err(err) = e
             .mem
             .mapping
-            .madvise(offset, len, crate::mapping::drop_advice())
+            .madvise(offset, len, crate::memory::mapping::drop_advice())
         {
             fatal(&format!("discarding pages: {err}"));
         }
@@ -648,9 +656,9 @@ impl Region {
         }
         e.budget.release(resident);
         if to == PageState::Foreign {
-            Counters::add(&e.counters.surrendered, count as u64);
+            RegionCounters::add(&e.counters.surrendered, count as u64);
         } else {
-            Counters::add(&e.counters.discarded, count as u64);
+            RegionCounters::add(&e.counters.discarded, count as u64);
         }
         e.budget.notify_progress();
     }
@@ -672,7 +680,7 @@ impl Region {
 /// one memnode's socket; synchronous for a pool and elsewhere. Over a socket asynchronous tracking writes back every victim, clean
 /// or not (its far copy, on the memnode, cannot be compared), and still costs less than a
 /// write-protect fault per first write; a pool would write each clean victim to every replica
-/// again (`docs/architecture.md`, "Dirty tracking").
+/// again (`docs/architecture.md`, "Dirty tracking and write prediction").
 fn resolve_tracking(cfg: &RegionConfig, pool: bool) -> Result<Tracking, PagerError> {
     let offered = Uffd::available_features(cfg.allow_user_mode_only)? & features::WP_ASYNC != 0;
     Ok(match cfg.dirty_tracking {

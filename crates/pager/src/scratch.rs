@@ -3,9 +3,10 @@
 //!
 //! Every process of a run writes two or three of them, so a shell loop that runs a command per
 //! iteration creates files as fast as it forks. On this VM's ext4 `/tmp` creating and writing a
-//! 4 KiB file took 230 µs against 17 µs on `/dev/shm` (tmpfs): the difference was a tenth of a
-//! `/bin/true` started under `gleaner run`. So the files go to `/dev/shm` where it is a writable
-//! directory.
+//! 4 KiB file took over ten times as long as on `/dev/shm` (tmpfs): the difference was a sizeable
+//! share of a `/bin/true` started under `gleaner run` (the move is one of the start-up changes
+//! measured together in `bench/results/spawn/README.md`). So the files go to `/dev/shm` where it is
+//! a writable directory.
 //!
 //! Two places, by who makes the files:
 //!

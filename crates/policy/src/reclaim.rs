@@ -115,7 +115,8 @@ pub const STATIC_START_FREE: u64 = 2048;
 pub const MIN_INTENSITY: u64 = 1;
 
 /// gleaner's cap on every free-page threshold: at most `budget / HEADROOM_CAP_DIVISOR` pages. Not
-/// from the paper; it matches the engine's fixed watermarks (`docs/architecture.md`, "Eviction").
+/// from the paper; it matches the engine's fixed watermarks (`docs/architecture.md`,
+/// "Eviction's way").
 pub const HEADROOM_CAP_DIVISOR: u64 = 4;
 
 const NS_PER_SEC: u128 = 1_000_000_000;

@@ -86,12 +86,10 @@ fn leap_forgets_a_trend_that_chance_hits_on_old_batches_would_keep_alive() {
     );
     // Random accesses far away; every other one is a chance hit on a page of an old batch,
     // reported as a staged marker's use with the seven pages installed beside it.
-    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    let mut random = gleaner_sys::rng::XorShift64::from_state(0x9e37_79b9_7f4a_7c15);
     let mut later = 0;
     for i in 0..6_000u64 {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
+        let rng = random.next_u64();
         out.clear();
         if i % 2 == 0 {
             let old = issued[(rng % 300) as usize];

@@ -825,13 +825,8 @@ fn huge_values_saturate_without_panicking() {
 /// pool, the low watermark never sits above the high one, and the ramp is monotone.
 #[test]
 fn invariants_hold_under_random_feedback() {
-    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-    let mut next = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
+    let mut rng = gleaner_sys::rng::XorShift64::from_state(0x9E37_79B9_7F4A_7C15);
+    let mut next = move || rng.next_u64();
     for mode in [
         hermit(),
         paper(),

@@ -13,6 +13,8 @@
 //! stays inside the C library, runs as gleaner's own code, so that the list it allocates is
 //! not managed. The other credential calls pass only numbers.
 
+// The exported functions replace C library calls: their contract is the C library's (its manual
+// pages), the same for every caller, so no `# Safety` section is repeated on each.
 #![allow(clippy::missing_safety_doc)]
 
 use std::ffi::{c_char, c_int, c_void};

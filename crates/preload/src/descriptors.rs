@@ -14,6 +14,8 @@
 //! not a thread-cancellation point, where the C library's is. Raw `close_range` system calls
 //! (not through the C library) are not seen.
 
+// The exported functions replace C library calls: their contract is the C library's (its manual
+// pages), the same for every caller, so no `# Safety` section is repeated on each.
 #![allow(clippy::missing_safety_doc)]
 
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -12,6 +12,8 @@
 //! `fcntl` is variadic in C; it is defined here with its third argument as a machine word,
 //! which is how every variadic call passes it on x86-64 and AArch64, and forwarded as such.
 
+// The exported functions replace C library calls: their contract is the C library's (its manual
+// pages), the same for every caller, so no `# Safety` section is repeated on each.
 #![allow(clippy::missing_safety_doc)]
 
 use std::ffi::{c_char, c_int, c_uint, c_void};

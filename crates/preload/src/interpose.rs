@@ -4,6 +4,8 @@
 //! allocated before the arena existed, or by runtime code). New allocations go to managed memory
 //! once the arena is up, unless the calling thread is inside gleaner's own runtime.
 
+// The exported functions replace C library calls: their contract is the C library's (its manual
+// pages), the same for every caller, so no `# Safety` section is repeated on each.
 #![allow(clippy::missing_safety_doc)]
 
 use std::ffi::c_void;

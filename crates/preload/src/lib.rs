@@ -15,7 +15,7 @@
 //! | `GLEANER_MEMNODE` | memnode address (`HOST:PORT`, `unix:PATH`), or several separated by commas: a pool | a private embedded memnode |
 //! | `GLEANER_REPLICAS` | copies of each far page in a pool (1 to the number of memnodes) | `2` with several memnodes |
 //! | `GLEANER_TOKEN_FILE` | the memnode's token file | `~/.gleaner/token` |
-//! | `GLEANER_MEMNODE_TIMEOUT` | seconds to wait for a memnode's reply before reconnecting (a TCP memnode: a broken connection is replaced within the session's lease, the program only waits) | `30` |
+//! | `GLEANER_MEMNODE_TIMEOUT` | seconds to wait for a memnode's reply before reconnecting, announced on stderr every third of it (1-5 s) while it lasts (a TCP memnode: a broken connection is replaced within the session's lease, the program only waits) | `30` |
 //! | `GLEANER_ARENA_SIZE` | address space reserved for managed memory | `64G` |
 //! | `GLEANER_HEAP_RETAIN` | freed blocks of 256 KiB or more kept for reuse, in all (`0`: none), each for at most a second | a quarter of the budget, at most 1G |
 //! | `GLEANER_HANDLERS` | fault-handler threads (0: one per CPU, at most 4, each pinned to its CPU) | `0` |
@@ -66,6 +66,7 @@ mod arena;
 mod credentials;
 mod descriptors;
 mod dump;
+mod exec;
 mod heap;
 mod hidden;
 mod interpose;
@@ -569,13 +570,22 @@ pub(crate) fn program_name() -> String {
 /// `setproctitle` does), and the pager thread that reports a stop must not fault on a page that
 /// only it could serve.
 pub(crate) fn report_dir() -> Option<&'static PathBuf> {
-    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
-    DIR.get_or_init(|| {
-        std::env::var_os("GLEANER_REPORT_DIR")
-            .filter(|d| !d.is_empty())
-            .map(PathBuf::from)
-    })
-    .as_ref()
+    REPORT_DIR
+        .get_or_init(|| {
+            std::env::var_os("GLEANER_REPORT_DIR")
+                .filter(|d| !d.is_empty())
+                .map(PathBuf::from)
+        })
+        .as_ref()
+}
+
+/// `$GLEANER_REPORT_DIR` as [`report_dir`] read it.
+static REPORT_DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
+
+/// `$GLEANER_REPORT_DIR` if start-up has read it, without reading it now (no allocation: for
+/// the `exec` wrappers, which may run in a `vfork` child).
+fn report_dir_known() -> Option<&'static PathBuf> {
+    REPORT_DIR.get().and_then(Option::as_ref)
 }
 
 /// What [`report_pager`] found.

@@ -16,6 +16,8 @@
 //! `mlock` and `mlock2` on a range go to the kernel as they are: it faults the range in through
 //! the userfaultfd, and locks it.
 
+// The exported functions replace C library calls: their contract is the C library's (its manual
+// pages), the same for every caller, so no `# Safety` section is repeated on each.
 #![allow(clippy::missing_safety_doc)]
 
 use std::sync::atomic::{AtomicBool, Ordering};

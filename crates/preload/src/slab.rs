@@ -4,10 +4,10 @@
 //! object headers) must share pages with each other, not with its large, cold values. Mixed in
 //! one heap (as a first-fit allocator lays them out, in allocation order), every page holds a
 //! little metadata, so a walk over the metadata (redis rehashing its dictionary) touches every
-//! page and no eviction order can keep the hot part local: redis at 50% local took 1.7x the
-//! faults of Linux swap, whose program (jemalloc) segregates sizes. Here, as in jemalloc, each
-//! size class takes whole 64 KiB chunks and hands out equal blocks from them, so the metadata of
-//! a program packs into few pages that stay hot.
+//! page and no eviction order can keep the hot part local: redis at 50% local took far more
+//! faults than under Linux swap, whose program (jemalloc) segregates sizes. Here, as in jemalloc,
+//! each size class takes whole 64 KiB chunks and hands out equal blocks from them, so the metadata
+//! of a program packs into few pages that stay hot.
 //!
 //! Blocks carry no header: a chunk's class is found from its address in a table indexed by chunk
 //! number (one byte per 64 KiB of the first [`MAX_ARENA`] bytes of the arena). Free blocks sit on
@@ -38,7 +38,8 @@ const TABLE_LEN: usize = MAX_ARENA >> CHUNK_SHIFT;
 /// The class sizes: every 16 bytes up to 256, then eight per doubling up to 1 KiB (as mimalloc
 /// spaces its bins), then sixteen per doubling, so a small block wastes at most 1/8 of itself and
 /// one above 1 KiB at most 1/16. Four per doubling (jemalloc's spacing) put the demo job's
-/// 2081-byte objects in 2560-byte blocks: its heap grew 20% and so did the far memory it needs;
+/// 2081-byte objects in 2560-byte blocks, a fifth of each block wasted: its heap and the far
+/// memory it needs grew with it;
 /// eight per doubling still put them in 2304-byte blocks (10.7%), sixteen in 2176 (4.6%).
 const SIZES: [usize; 60] = [
     16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240, 256, 288, 320, 352, 384,

@@ -16,6 +16,7 @@ use crate::auth::{client_proof, proofs_equal, random_bytes, server_proof, Sessio
 use crate::frame::read_frame;
 use crate::kind::MessageKind;
 use crate::message::{ErrorCode, Message, PageBatch, PageIds, PageRanges, PageVersions};
+use crate::patience::Patient;
 use crate::ProtoError;
 
 /// Where a memnode listens: `HOST:PORT` / `tcp:HOST:PORT`, or `unix:PATH` / an absolute path.
@@ -123,6 +124,12 @@ impl Stream {
             Stream::Tcp(s) => s.shutdown(std::net::Shutdown::Both),
             Stream::Unix(s) => s.shutdown(std::net::Shutdown::Both),
         }
+    }
+}
+
+impl crate::patience::TimedStream for Stream {
+    fn set_timeouts(&self, t: Option<Duration>) -> io::Result<()> {
+        Stream::set_timeouts(self, t)
     }
 }
 
@@ -316,7 +323,7 @@ pub struct Connection {
     /// most and the memnode sends only replies, so once a reply is read nothing is left
     /// buffered: waiting for readability on the socket itself and receiving a grant's
     /// descriptor with `recvmsg` stay correct.
-    stream: BufReader<Stream>,
+    stream: BufReader<Patient<Stream>>,
     endpoint: Endpoint,
     info: SessionInfo,
     next_req: u32,
@@ -347,18 +354,47 @@ impl Connection {
         let stream = Stream::connect(endpoint, opts.connect_timeout).map_err(|source| {
             ClientError::Connect {
                 endpoint: endpoint.clone(),
-                source,
+                source: if crate::patience::is_timeout(&source) {
+                    io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!(
+                            "timed out: no connection within {:.1} s",
+                            opts.connect_timeout.as_secs_f64()
+                        ),
+                    )
+                } else {
+                    source
+                },
             }
         })?;
+        // A handshake that times out says so (a socket timeout reads as "Resource temporarily
+        // unavailable (os error 11)"): the memnode took the connection but does not answer
+        // (stopped, overloaded, or not a memnode).
+        let handshake_timeout = opts.connect_timeout;
         let transport = |source: ProtoError| ClientError::Transport {
             endpoint: endpoint.clone(),
-            source,
+            source: match source {
+                ProtoError::Io(e) if crate::patience::is_timeout(&e) => {
+                    ProtoError::Io(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!(
+                            "timed out: the memnode accepted the connection but did not \
+                             complete the handshake within {:.1} s",
+                            handshake_timeout.as_secs_f64()
+                        ),
+                    ))
+                }
+                other => other,
+            },
         };
         stream
             .set_timeouts(Some(opts.connect_timeout))
             .map_err(|e| transport(e.into()))?;
         let mut conn = Connection {
-            stream: BufReader::with_capacity(crate::READ_AHEAD, stream),
+            stream: BufReader::with_capacity(
+                crate::READ_AHEAD,
+                Patient::new(stream, endpoint.to_string()),
+            ),
             endpoint: endpoint.clone(),
             info: SessionInfo {
                 session_id: 0,
@@ -434,8 +470,8 @@ impl Connection {
             }
         }
         conn.stream
-            .get_ref()
-            .set_timeouts(Some(opts.reply_timeout))
+            .get_mut()
+            .set_reply_timeout(opts.reply_timeout)
             .map_err(|e| transport(e.into()))?;
         Ok(conn)
     }
@@ -453,20 +489,15 @@ impl Connection {
     fn transport_error(&self, source: ProtoError) -> ClientError {
         // A socket timeout reads as "resource temporarily unavailable": say what it means.
         let source = match source {
-            ProtoError::Io(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                ProtoError::Io(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!(
-                        "the memnode did not answer within {:.1} s",
-                        self.reply_timeout.as_secs_f64()
-                    ),
-                ))
-            }
+            ProtoError::Io(e) if crate::patience::is_timeout(&e) => ProtoError::Io(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "timed out: the memnode did not answer a {:?} request within {:.1} s \
+                         (the reply timeout)",
+                    self.stream.get_ref().waiting_for,
+                    self.reply_timeout.as_secs_f64()
+                ),
+            )),
             other => other,
         };
         ClientError::Transport {
@@ -494,6 +525,7 @@ impl Connection {
     fn send_request(&mut self, kind: MessageKind) -> Result<u32, ClientError> {
         let req_id = self.next_req;
         self.next_req = self.next_req.wrapping_add(1);
+        self.stream.get_mut().waiting_for = kind;
         crate::frame::write_frame(self.stream.get_mut(), kind, req_id, &self.tx)
             .map_err(|e| self.transport_error(e))?;
         Ok(req_id)
@@ -653,7 +685,7 @@ impl Connection {
             // readable now; the next read reports what they are.
             return Ok((true, false));
         }
-        let stream: std::os::fd::BorrowedFd<'_> = match self.stream.get_ref() {
+        let stream: std::os::fd::BorrowedFd<'_> = match &self.stream.get_ref().stream {
             Stream::Tcp(s) => s.as_fd(),
             Stream::Unix(s) => s.as_fd(),
         };
@@ -757,7 +789,7 @@ impl Connection {
     /// one, when it has less free; [`ErrorCode::Full`] when it has none). Only over a Unix
     /// socket: the slab's memfd comes with the reply.
     pub fn grant(&mut self, pages: u64) -> Result<SlabGrant, ClientError> {
-        let Stream::Unix(sock) = self.stream.get_ref() else {
+        let Stream::Unix(sock) = &self.stream.get_ref().stream else {
             return Err(ClientError::NotLocal {
                 endpoint: self.endpoint.clone(),
             });
@@ -777,8 +809,13 @@ impl Connection {
         Message::GrantRequest { pages }.encode(&mut self.tx);
         let req_id = self.send_request(MessageKind::GrantRequest)?;
         let mut fds = Vec::new();
-        let header = crate::fdpass::read_frame_with_fds(&sock, &mut self.rx, &mut fds)
-            .map_err(|e| self.transport_error(e))?;
+        // Read past the stream's patience (`recvmsg` on a clone of its socket): under the
+        // whole reply timeout at once, then back to the stream's own.
+        let every = crate::patience::notice_every(self.reply_timeout);
+        let _ = sock.set_read_timeout(Some(self.reply_timeout));
+        let read = crate::fdpass::read_frame_with_fds(&sock, &mut self.rx, &mut fds);
+        let _ = sock.set_read_timeout(Some(every));
+        let header = read.map_err(|e| self.transport_error(e))?;
         let kind = self.check_reply(header, req_id)?;
         let (slab_id, granted) = match Message::decode(kind, &self.rx) {
             Ok(Message::Grant { slab_id, pages }) => (slab_id, pages),
@@ -818,7 +855,7 @@ impl Connection {
 
     /// A handle that can shut this connection down from another thread.
     pub fn shutdown_handle(&self) -> io::Result<Stream> {
-        Ok(match self.stream.get_ref() {
+        Ok(match &self.stream.get_ref().stream {
             Stream::Tcp(s) => Stream::Tcp(s.try_clone()?),
             Stream::Unix(s) => Stream::Unix(s.try_clone()?),
         })

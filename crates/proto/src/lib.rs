@@ -21,6 +21,7 @@ pub mod fdpass;
 mod frame;
 mod kind;
 mod message;
+pub mod patience;
 pub mod units;
 
 pub use auth::{

@@ -903,13 +903,8 @@ mod tests {
     /// Deterministic garbage and mutations of valid frames must never panic the decoder.
     #[test]
     fn decoder_survives_garbage() {
-        let mut state = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut rng = gleaner_sys::rng::XorShift64::from_state(0x9E37_79B9_7F4A_7C15);
+        let mut next = move || rng.next_u64();
         let mut valid = Vec::new();
         PageBatch::begin(&mut valid);
         PageBatch::push(&mut valid, 1, 3, &[1u8; 37]);

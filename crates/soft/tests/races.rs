@@ -42,13 +42,10 @@ fn reads_racing_evacuation_and_direct_punches_never_see_torn_data() {
     for t in 0..2u64 {
         let (map, stop, bad, reads) = (map.clone(), stop.clone(), bad.clone(), reads.clone());
         threads.push(std::thread::spawn(move || {
-            let mut x = 88172645463325252u64 ^ t;
+            let mut rng = gleaner_sys::rng::XorShift64::from_state(88172645463325252 ^ t);
             let mut out = Vec::new();
             while !stop.load(Ordering::Relaxed) {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                let key = format!("k{}", x % 6000);
+                let key = format!("k{}", rng.below(6000));
                 assert!(map.get_into(key.as_bytes(), &mut out));
                 if out != value(key.as_bytes(), 3000) {
                     bad.fetch_add(1, Ordering::Relaxed);

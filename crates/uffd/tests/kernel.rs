@@ -104,8 +104,8 @@ fn missing_fault_is_served_by_copy_and_wp_fault_by_unprotect() {
     u.write_protect(addr, PAGE, false, true).unwrap();
     let v = reader.join().unwrap();
     assert_eq!(v, 0x2a2a_2a2a_2a2a_2a2a);
-    // SAFETY: the page is present and writable now.
     assert_eq!(
+        // SAFETY: the page is present and writable now.
         unsafe { std::ptr::read_volatile(addr as *const u64) },
         v + 1
     );

@@ -44,6 +44,21 @@ impl StatsDir {
             .collect()
     }
 
+    /// Every program a process of the run started that came up without a pager
+    /// (`nopager-PID-N.json`, written by the preload library's `exec` wrappers:
+    /// `{"pid", "parent_pid", "program", "reason"}`), in pid order.
+    pub(super) fn no_pager_reports(&self) -> Vec<Value> {
+        let mut out: Vec<Value> = std::fs::read_dir(&self.0)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("nopager-"))
+            .filter_map(|e| serde_json::from_str(&std::fs::read_to_string(e.path()).ok()?).ok())
+            .collect();
+        out.sort_by_key(|v: &Value| v["pid"].as_u64().unwrap_or(0));
+        out
+    }
+
     /// Every process's stats, `{ "pid": N, "stats": {...} }`, in pid order.
     pub(super) fn collect(&self) -> Vec<Value> {
         let mut out: Vec<(u64, Value)> = std::fs::read_dir(&self.0)
@@ -324,6 +339,11 @@ pub(super) fn summary(report: &Value, wall: Duration) -> String {
             "far memory failed and the program was stopped: see the FATAL message above"
         } else if still > 0 {
             "the processes it started on far memory still run (above)"
+        } else if report["without_pager"]
+            .as_array()
+            .is_some_and(|l| !l.is_empty())
+        {
+            "no process reported far-memory stats; a process of the run ran without a pager (named above)"
         } else {
             "no process reported far-memory stats (it may not use the C allocator, or it was \
              killed)"
@@ -394,15 +414,51 @@ pub(super) fn summary(report: &Value, wall: Duration) -> String {
     )
 }
 
+/// A loud line naming the processes of the run that ran without a pager (a static program, a
+/// set-user-ID one, or one whose environment lost `LD_PRELOAD`) and why, if any did.
+pub(super) fn no_pager_warning(list: &[Value]) -> Option<String> {
+    if list.is_empty() {
+        return None;
+    }
+    let named: Vec<String> = list
+        .iter()
+        .take(8)
+        .map(|p| {
+            format!(
+                "{} (pid {}): {}",
+                p["program"].as_str().unwrap_or("?"),
+                p["pid"],
+                p["reason"].as_str().unwrap_or("?")
+            )
+        })
+        .collect();
+    let more = match list.len() {
+        0..=8 => String::new(),
+        n => format!("; and {} more (see --stats)", n - 8),
+    };
+    Some(format!(
+        "warning: {} of the run ran without far memory: {}{more}",
+        match list.len() {
+            1 => "1 process".to_string(),
+            n => format!("{n} processes"),
+        },
+        named.join("; ")
+    ))
+}
+
 /// For the summary: how many processes did not run on far memory, if any did not.
 fn not_on_far_memory(report: &Value) -> String {
     let f = &report["far_memory_processes"];
     let n = |v: &Value| v.as_u64().unwrap_or(0);
-    match (n(&f["stopped_pager_failed"]), n(&f["all_local_fail_open"])) {
+    let failed = match (n(&f["stopped_pager_failed"]), n(&f["all_local_fail_open"])) {
         (0, 0) => String::new(),
         (s, 0) => format!(" ({s} more stopped: far memory could not start)"),
         (0, l) => format!(" ({l} more ran all-local: --fail-open)"),
         (s, l) => format!(" ({s} more stopped, {l} more ran all-local)"),
+    };
+    match report["without_pager"].as_array().map_or(0, Vec::len) {
+        0 => failed,
+        k => format!("{failed} ({k} more without a pager, named above)"),
     }
 }
 

@@ -270,9 +270,9 @@ pub fn wait_output(child: &mut Child, limit: Duration) -> (Option<i32>, String, 
         }
         if Instant::now() > deadline {
             let pid = child.id() as i32;
-            // SAFETY: getpgid and kill on the child we spawned, not yet reaped (its pid is still
-            // its own), and on the group it leads.
+            // SAFETY: getpgid on the child we spawned, not yet reaped (its pid is still its own).
             if unsafe { libc::getpgid(pid) } == pid {
+                // SAFETY: kill on the group that child leads; no memory is touched.
                 unsafe { libc::kill(-pid, libc::SIGKILL) };
             }
             let _ = child.kill();

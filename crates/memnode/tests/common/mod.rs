@@ -140,15 +140,8 @@ pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
 
 /// A page whose every byte depends on `seed` and its offset.
 pub fn page(seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..PAGE_SIZE)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    let mut rng = gleaner_sys::rng::XorShift64::new(seed);
+    (0..PAGE_SIZE).map(|_| rng.next_u64() as u8).collect()
 }
 
 /// Bytes per page, as the `u64` the stats use.

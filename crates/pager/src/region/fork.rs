@@ -8,11 +8,11 @@ use gleaner_uffd::{Uffd, UffdOptions};
 
 use super::{Launch, Region};
 use crate::config::ForkMode;
-use crate::counters::Counters;
 use crate::engine::{Engine, Tracking};
 use crate::fatal::fatal;
-use crate::mem::Memory;
-use crate::state::{PageState, PageTable};
+use crate::fault::state::{PageState, PageTable};
+use crate::memory::mem::Memory;
+use crate::observe::counters::RegionCounters;
 use crate::{PagerError, PAGE_SIZE};
 
 /// The pid of the process that forked last (set in [`Region::prepare_fork`], read in the child).
@@ -111,7 +111,8 @@ impl Region {
         loop {
             // Only pages below it were ever touched; past it a page is absent, or being
             // zero-filled for its first touch (a fork child sees zeros there either way). Each
-            // pass over the whole arena (16 Mi pages for 64 GiB) took 20 ms.
+            // pass over the whole arena (16 Mi pages for 64 GiB) took tens of milliseconds a
+            // fork (`bench/results/spawn/README.md`).
             let pages = table.touched_end();
             let mut page = 0;
             while page < pages {
@@ -127,7 +128,7 @@ impl Region {
                     page += 1;
                 }
                 if !batch.is_empty() {
-                    crate::fetch::bring_home(e, &mut *store, &batch);
+                    crate::fault::fetch::bring_home(e, &mut *store, &batch);
                 }
             }
             // Faults in flight on other threads finish their installs before the child is made.
@@ -231,7 +232,7 @@ impl Region {
             },
         )?;
         // A child on the default share of its parent's budget takes the parent's whole budget
-        // once the parent exits (`inherit.rs`); one given `--fork-local-mem` keeps that.
+        // once the parent exits (`evict/inherit.rs`); one given `--fork-local-mem` keeps that.
         if self.cfg.fork_local_budget.is_none() {
             region
                 .engine
@@ -297,7 +298,7 @@ pub(super) fn trim_inherited(e: &Engine) -> Result<(), PagerError> {
             table.release(p, PageState::Remote);
         }
         e.budget.release(victims.len());
-        Counters::add(&e.counters.evicted_dirty, victims.len() as u64);
+        RegionCounters::add(&e.counters.evicted_dirty, victims.len() as u64);
     }
     Ok(())
 }

@@ -191,9 +191,9 @@ mod tests {
     #[test]
     fn punching_a_slab_the_program_locked_still_frees_the_memory() {
         let (arena, memfd) = arena_with_slab(32, 0);
-        // SAFETY: the arena's first 16 pages are the slab just mapped, used by nothing else;
-        // mlock faults them in and locks them, changing no contents.
         assert_eq!(
+            // SAFETY: the arena's first 16 pages are the slab just mapped, used by nothing else;
+            // mlock faults them in and locks them, changing no contents.
             unsafe { libc::mlock(arena.addr as *const libc::c_void, 16 * PAGE_SIZE) },
             0,
             "mlock: {}",

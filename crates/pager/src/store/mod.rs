@@ -13,6 +13,7 @@
 
 mod arena;
 mod blobs;
+pub(crate) mod embedded;
 pub(crate) mod pool;
 pub(crate) mod shm;
 pub(crate) mod socket;
@@ -22,6 +23,7 @@ use std::sync::Arc;
 use gleaner_proto::{ConnectOptions, Endpoint, Token};
 use serde::Serialize;
 
+pub(crate) use crate::codec::versions::zeroed_atomics;
 use crate::codec::{Codec, CodecStats};
 use crate::{PagerError, PAGE_SIZE};
 
@@ -239,7 +241,7 @@ pub(crate) trait StoreHandle: Send {
         data: &mut dyn FnMut(usize) -> &'d [u8],
     ) -> Result<(), StoreError>;
     /// Under `--compress auto`, asks the pages staged next to be compressed with zstd (`true`)
-    /// or LZ4 (`compressor_choice.rs`); returns whether the store follows such choices: only one
+    /// or LZ4 (`codec/choice.rs`); returns whether the store follows such choices: only one
     /// with a link whose time the bytes make (a socket), not shared memory (always LZ4).
     fn choose_compressor(&mut self, _zstd: bool) -> bool {
         false
@@ -313,7 +315,7 @@ pub(crate) fn open(
         DataPath::Shm => true,
         DataPath::Socket => false,
     };
-    let session = socket::Session::open(endpoint, token, opts)?;
+    let session = socket::MemnodeSession::open(endpoint, token, opts)?;
     if use_shm {
         Ok(Box::new(shm::ShmStore::new(session, region_pages, codec)?))
     } else {
@@ -323,13 +325,6 @@ pub(crate) fn open(
             codec,
         )))
     }
-}
-
-/// `n` atomics holding 0, from zeroed memory (untouched pages of a large index cost nothing).
-pub(crate) fn zeroed_atomics(n: usize) -> Box<[std::sync::atomic::AtomicU64]> {
-    let v = Box::<[std::sync::atomic::AtomicU64]>::new_zeroed_slice(n);
-    // SAFETY: an all-zero u64 is a valid AtomicU64 holding 0.
-    unsafe { v.assume_init() }
 }
 
 /// A page-sized scratch buffer.
@@ -402,7 +397,8 @@ mod tests {
         }
 
         fn shm(&self, pages: usize) -> shm::ShmStore {
-            let session = socket::Session::open(self.endpoint.clone(), self.token, opts()).unwrap();
+            let session =
+                socket::MemnodeSession::open(self.endpoint.clone(), self.token, opts()).unwrap();
             let codec = Codec::new(Compression::Lz4, Encryption::On).unwrap();
             shm::ShmStore::new(session, pages, codec).unwrap()
         }

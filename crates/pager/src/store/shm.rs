@@ -7,7 +7,7 @@
 //!
 //! # Blobs
 //!
-//! Pages are stored as the codec's blobs (compressed, sealed: see `codec.rs`), packed by size
+//! Pages are stored as the codec's blobs (compressed, sealed: see `codec/mod.rs`), packed by size
 //! class, so the memory the host spends on far pages follows their compressed size. A page made
 //! of one repeated word is not stored at all: its index entry keeps the word. Only the thread that
 //! owns a page (the page-state table's owned states: FETCHING, PREFETCHING, EVICTING,
@@ -44,7 +44,7 @@ use gleaner_proto::ErrorCode;
 
 use super::arena::Arena;
 use super::blobs::{Blobs, Loc, MAX_CHUNK_PAGES};
-use super::socket::{LazySession, Session};
+use super::socket::{LazySession, MemnodeSession};
 use super::{page_buf, zeroed_atomics, PageBuf, PageStore, StoreError, StoreHandle, StoreStats};
 use crate::codec::{fill_word, same_filled, Codec, CodecCtx, Encoded, ENCODE_ROOM, MAX_BLOB_LEN};
 use crate::{PagerError, PAGE_SIZE};
@@ -140,7 +140,7 @@ impl ShmStore {
     /// A store over `session` for a region of `region_pages` pages, its pages encoded by
     /// `codec`.
     pub(crate) fn new(
-        session: Session,
+        session: MemnodeSession,
         region_pages: usize,
         codec: Arc<Codec>,
     ) -> Result<ShmStore, PagerError> {

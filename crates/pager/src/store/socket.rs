@@ -21,15 +21,14 @@ use gleaner_proto::{
     SessionKey, Token,
 };
 
-use super::{
-    page_buf, zeroed_atomics, Bell, PageBuf, PageStore, StoreError, StoreHandle, StoreStats,
-};
+use super::{page_buf, Bell, PageBuf, PageStore, StoreError, StoreHandle, StoreStats};
+use crate::codec::versions::Versions;
 use crate::codec::{Codec, CodecCtx};
 use crate::PagerError;
 
 /// A memnode session: the address and credentials to attach more connections, and the first
 /// connection, kept for session-wide requests (free, grants, goodbye).
-pub(crate) struct Session {
+pub(crate) struct MemnodeSession {
     endpoint: Endpoint,
     token: Token,
     opts: ConnectOptions,
@@ -56,14 +55,14 @@ const MAX_RECONNECTS_PER_REQUEST: u32 = 8;
 /// The shortest reconnection window, whatever lease the memnode announces.
 const MIN_RECONNECT_WINDOW: Duration = Duration::from_secs(1);
 
-impl Session {
+impl MemnodeSession {
     /// Connects, authenticates and creates the session.
     pub(crate) fn open(
         endpoint: Endpoint,
         token: Token,
         opts: ConnectOptions,
-    ) -> Result<Session, PagerError> {
-        Session::connect(endpoint, token, opts, None)
+    ) -> Result<MemnodeSession, PagerError> {
+        MemnodeSession::connect(endpoint, token, opts, None)
     }
 
     /// Connects and authenticates, creating a session, or with `existing` attaching to that
@@ -73,10 +72,10 @@ impl Session {
         token: Token,
         opts: ConnectOptions,
         existing: Option<(u64, SessionKey)>,
-    ) -> Result<Session, PagerError> {
+    ) -> Result<MemnodeSession, PagerError> {
         let first = Connection::connect(&endpoint, &token, existing, &opts)?;
         let info = first.session();
-        Ok(Session {
+        Ok(MemnodeSession {
             endpoint,
             token,
             opts,
@@ -97,7 +96,7 @@ impl Session {
         &self,
         client_name: &str,
         existing: (u64, SessionKey),
-    ) -> Result<Session, PagerError> {
+    ) -> Result<MemnodeSession, PagerError> {
         self.open_like(client_name, Some(existing))
     }
 
@@ -105,17 +104,17 @@ impl Session {
         &self,
         client_name: &str,
         existing: Option<(u64, SessionKey)>,
-    ) -> Result<Session, PagerError> {
+    ) -> Result<MemnodeSession, PagerError> {
         let opts = ConnectOptions {
             client_name: client_name.to_string(),
             ..self.opts.clone()
         };
-        Session::connect(self.endpoint.clone(), self.token, opts, existing)
+        MemnodeSession::connect(self.endpoint.clone(), self.token, opts, existing)
     }
 
     /// Retries broken connections for `window` (when given) instead of the whole lease, and
     /// then takes a refused connection as final (for a member of a replicated pool).
-    pub(crate) fn reconnect_within(mut self, window: Option<Duration>) -> Session {
+    pub(crate) fn reconnect_within(mut self, window: Option<Duration>) -> MemnodeSession {
         if let Some(w) = window {
             self.window = w.min(self.window);
             self.refusal_is_final = true;
@@ -137,6 +136,10 @@ impl Session {
         let window = self.window;
         let deadline = Instant::now() + window;
         let mut backoff = Duration::from_millis(5);
+        // While it lasts, a line every few seconds says what the program waits for.
+        let started = Instant::now();
+        let notice_every = gleaner_proto::patience::notice_every(window);
+        let mut last_notice = started;
         // The first time is worth a warning; the run's summary counts the rest.
         if !self.warned.swap(true, Ordering::Relaxed) {
             log::warn!("{cause}; reconnecting to the session (further reconnections are counted in the stats, not logged)");
@@ -162,6 +165,21 @@ impl Session {
                     )))
                 }
                 Err(e) if e.is_transient() && Instant::now() + backoff < deadline => {
+                    if last_notice.elapsed() >= notice_every {
+                        last_notice = Instant::now();
+                        log::warn!(
+                            "still reconnecting to the memnode at {}: {:.0} s so far; giving up \
+                             after {:.0} s{} (last try: {e})",
+                            self.endpoint,
+                            started.elapsed().as_secs_f64(),
+                            window.as_secs_f64(),
+                            if window >= self.lease {
+                                ", the session's lease"
+                            } else {
+                                ""
+                            }
+                        );
+                    }
                     std::thread::sleep(backoff);
                     backoff = (backoff * 2).min(Duration::from_millis(500));
                 }
@@ -286,16 +304,17 @@ impl Session {
 /// A session opened when it is first needed, or one already open. A fork child's shared-memory
 /// store needs a session of its own only for the slabs its write-backs go to: a child that execs
 /// or exits before it evicts anything (a shell's, nearly always) then never opens one, and
-/// spares the fork the memnode's handshake (0.2 ms of the 1.1 ms that paging cost a shell's
-/// fork-and-exec here). A memnode that cannot be reached then fails the first write-back
-/// instead of the fork: exit 86 either way, the pages the child holds never replaced by zeros.
+/// spares the fork the memnode's handshake (a good part of what paging cost a shell's
+/// fork-and-exec: `bench/results/spawn/README.md`). A memnode that cannot be reached then fails the
+/// first write-back instead of the fork: exit 86 either way, the pages the child holds never
+/// replaced by zeros.
 pub(crate) struct LazySession {
     endpoint: Endpoint,
     token: Token,
     opts: ConnectOptions,
     /// The memnode's capacity as the session that made this one was told it.
     capacity_pages: u64,
-    session: OnceLock<Session>,
+    session: OnceLock<MemnodeSession>,
     /// Held while the session is being opened: one thread opens it, the others wait for it.
     opening: Mutex<()>,
     /// Closed before it was ever opened: it is not opened any more.
@@ -322,7 +341,7 @@ impl LazySession {
     }
 
     /// An open session.
-    pub(crate) fn opened(session: Session) -> LazySession {
+    pub(crate) fn opened(session: MemnodeSession) -> LazySession {
         let lazy = LazySession::unopened(
             session.endpoint.clone(),
             session.token,
@@ -334,7 +353,7 @@ impl LazySession {
     }
 
     /// The session, opened now if it was not yet.
-    pub(crate) fn get(&self) -> Result<&Session, PagerError> {
+    pub(crate) fn get(&self) -> Result<&MemnodeSession, PagerError> {
         if let Some(s) = self.session.get() {
             return Ok(s);
         }
@@ -348,7 +367,8 @@ impl LazySession {
                 self.endpoint
             )));
         }
-        let s = Session::connect(self.endpoint.clone(), self.token, self.opts.clone(), None)?;
+        let s =
+            MemnodeSession::connect(self.endpoint.clone(), self.token, self.opts.clone(), None)?;
         Ok(self.session.get_or_init(|| s))
     }
 
@@ -371,7 +391,7 @@ impl LazySession {
     pub(crate) fn capacity_pages(&self) -> u64 {
         self.session
             .get()
-            .map_or(self.capacity_pages, Session::capacity_pages)
+            .map_or(self.capacity_pages, MemnodeSession::capacity_pages)
     }
 
     /// Ends the session if it was opened; either way it is not opened from now on.
@@ -432,8 +452,8 @@ pub(crate) struct Forgets {
 }
 
 /// Notes of copies to drop sent in one request: one round trip per 64 fetched pages, on an
-/// evicting thread (about 1 µs per page on loopback), keeps the copies not dropped yet to a
-/// quarter of a megabyte.
+/// evicting thread (around a microsecond per page on loopback), keeps the copies not dropped yet to
+/// a quarter of a megabyte.
 pub(crate) const FORGET_BATCH: usize = 64;
 
 /// Sends one batch of `(page, version)` notes to the memnodes; returns the copies dropped.
@@ -493,10 +513,10 @@ impl Forgets {
 
 /// The store over the socket.
 pub(crate) struct SocketStore {
-    session: Arc<Session>,
+    session: Arc<MemnodeSession>,
     codec: Arc<Codec>,
     /// Per region page: the version of its blob on the memnode.
-    versions: Arc<Box<[AtomicU64]>>,
+    versions: Versions,
     /// The copy of the session the memnode made for the fork being prepared (`Fork`), which
     /// the child attaches to.
     child_session: Mutex<Option<(u64, SessionKey)>>,
@@ -506,8 +526,12 @@ pub(crate) struct SocketStore {
 
 impl SocketStore {
     /// The store of `session`, for a region of `region_pages` pages encoded by `codec`.
-    pub(crate) fn new(session: Session, region_pages: usize, codec: Arc<Codec>) -> SocketStore {
-        let versions = Arc::new(zeroed_atomics(region_pages));
+    pub(crate) fn new(
+        session: MemnodeSession,
+        region_pages: usize,
+        codec: Arc<Codec>,
+    ) -> SocketStore {
+        let versions = Versions::new(region_pages);
         SocketStore {
             session: Arc::new(session),
             codec,
@@ -532,8 +556,8 @@ impl PageStore for SocketStore {
     }
 
     fn forget(&self, page: u64) {
-        if let Some(v) = self.versions.get(page as usize) {
-            self.forgets.note(page, v.load(Ordering::Relaxed));
+        if (page as usize) < self.versions.len() {
+            self.forgets.note(page, self.versions.get(page));
         }
     }
 
@@ -605,13 +629,13 @@ pub(crate) type ReadEntry<'a> = dyn FnMut(usize, u64, u64, &[u8]) -> Result<(), 
 pub(crate) struct Link {
     conn: Connection,
     /// To replace `conn` when it fails.
-    session: Arc<Session>,
+    session: Arc<MemnodeSession>,
 }
 
 impl Link {
     /// A new connection attached to `session` (retried like any other if the first try fails
     /// transiently).
-    pub(crate) fn open(session: &Arc<Session>) -> Result<Link, PagerError> {
+    pub(crate) fn open(session: &Arc<MemnodeSession>) -> Result<Link, PagerError> {
         let conn = match session.attach() {
             Ok(conn) => conn,
             Err(e) if e.is_transient() => session.reattach(&e).map_err(|_| e)?,
@@ -773,7 +797,7 @@ struct SocketHandle {
     /// The read sent by `request`, with its ids.
     pending: Option<(PendingRead, Vec<u64>)>,
     ctx: CodecCtx,
-    versions: Arc<Box<[AtomicU64]>>,
+    versions: Versions,
     /// The pages of the batch being built and their blobs' versions, published at commit.
     staged: Vec<(u64, u64)>,
     /// Where a page is decoded into.
@@ -809,10 +833,7 @@ impl StoreHandle for SocketHandle {
             .finish_read(p, &ids, &mut 0, &mut |i, page, _, blob| {
                 // The version the memnode echoes is not trusted: the blob is opened with the
                 // one this client recorded, so a memnode that lies about it is caught.
-                let version = versions
-                    .get(page as usize)
-                    .map_or(0, |v| v.load(Ordering::Relaxed));
-                ctx.decode(page, version, blob, &mut page_buf[..])
+                ctx.decode_recorded(versions, page, blob, &mut page_buf[..])
                     .map_err(|t| StoreError::Lost(t.to_string()))?;
                 f(i, &page_buf[..]);
                 Ok(())
@@ -858,9 +879,7 @@ impl StoreHandle for SocketHandle {
         // Stored: the memnode now holds these versions (a refused batch stored nothing, and
         // its pages stay local until written back again).
         for &(page, version) in &self.staged {
-            if let Some(v) = self.versions.get(page as usize) {
-                v.store(version, Ordering::Relaxed);
-            }
+            self.versions.record(page, version);
         }
         self.staged.clear();
         let session = &self.link.session;

@@ -41,18 +41,17 @@
 //!   the active pages' scores (accessed this period or not), which an aging pass shifts in 256
 //!   steps. Decisions are unchanged (a test replays a long trace against the eager pass's
 //!   fingerprint). The eager pass ran in the fault handler under the policy lock and grew with
-//!   the budget: a victim and a page-in cost 208 ns at 45,000 resident pages and 1,223 ns at
-//!   262,144, against 118 and 295 ns lazily (release build, a warm cache; in memcached at 50%
-//!   perf put the pass at about 0.4 µs per fault).
+//!   the budget: a victim and a page-in cost several times more at a quarter-million resident
+//!   pages than lazily (release build, a warm cache: `bench/results/rackmem-aging-ab/README.md`),
+//!   and in memcached at 50% perf showed the pass on every fault.
 //! * On small caches `min_free` is capped at `capacity / 8` (at least 1), so the published 512
 //!   does not turn most of a tiny cache into free list.
 //! * New pages start with score 0 and the accessed bit set (the fault that brought them in).
 //! * [`MinFree`] / `rackmem:N` / `rackmem:N%` set `min_free` explicitly. The second-chance window
 //!   is about `k × min_free` pages, so with the published 512 it shrinks relative to a large
-//!   cache and RackMem drifts towards FIFO under fault visibility (measured on Zipf 0.99: 1.07×
-//!   LRU's misses at 7,000 pages, 1.13× at 60,000 and 1.12× at 300,000; with `min_free` = 6% of
-//!   the cache, 1.07× at 60,000, and 1.05× at 300,000 with 1/16). `tests/rackmem.rs` checks the
-//!   60,000-page case.
+//!   cache and RackMem drifts towards FIFO under fault visibility (measured on Zipf 0.99: its
+//!   misses over LRU's grow with the cache, and a `min_free` set as a share of the cache brings
+//!   them back down). `tests/rackmem.rs` checks the 60,000-page case.
 //! * `rotate_survivors` (off by default, as the paper never re-sorts) moves scanned pages that
 //!   survive to the active-list tail, so the next scan sees new candidates instead of the same
 //!   hot pages; it only matters with oracle scores, where survivors exist.
@@ -687,16 +686,14 @@ mod tests {
                 ..RackMemConfig::default()
             },
         );
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rng = gleaner_sys::rng::XorShift64::from_state(0x9e37_79b9_7f4a_7c15);
         let mut h = 0xcbf2_9ce4_8422_2325u64;
         let mix = |h: &mut u64, v: u64| {
             *h ^= v;
             *h = h.wrapping_mul(0x100_0000_01b3);
         };
         for i in 0..200_000usize {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            let x = rng.next_u64();
             // Zipf-like: small page numbers far more often.
             let page = (x % 8192) * (x >> 60) / 16 + (x >> 20) % 64;
             match x % 20 {
@@ -770,11 +767,9 @@ mod tests {
             );
             // The eager model: page -> (score, accessed).
             let mut model: std::collections::HashMap<u64, (u8, bool)> = Default::default();
-            let mut x = 77u64;
+            let mut rng = gleaner_sys::rng::XorShift64::from_state(77);
             for i in 0..50_000usize {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
+                let x = rng.next_u64();
                 let page = (x >> 8) % 500;
                 let agings = r.stats().agings;
                 match x % 8 {

@@ -42,9 +42,10 @@ const UNUSED: u64 = 0;
 
 /// The share of the resident pages the probation may hold before victims come from it, by
 /// default: none (plain LRU over what is seen). In memcached at 50% local (one run, on a VM
-/// busy with other jobs) `recency:25%` took 349 far faults per 1,000 requests, `recency:40%`
-/// 320 and plain LRU 328; plain LRU took 319-320 in the quieter same-run comparison
-/// (`bench/results/access-scan/`). The probation has not been shown to help, so it is a knob.
+/// busy with other jobs) neither `recency:25%` nor `recency:40%` took clearly fewer far faults
+/// per request than plain LRU, whose count the quieter same-run comparison confirmed
+/// (`bench/results/access-scan/README.md`). The probation has not been shown to help, so it is
+/// a knob.
 pub const DEFAULT_PROBATION_PCT: u8 = 0;
 
 /// Where a page is, and its latest stamp.

@@ -34,11 +34,11 @@
 //! * **Only timely hits count** towards `C_hit`: a page of a batch the stream issued within its
 //!   last [`RECENT_FAULTS`] faults (or its marker). Prefetched pages wait long (a marker until
 //!   its first use, the rest until evicted), so once accesses turn random a page of an old batch
-//!   is still hit by chance (at 50% local memory, about half of them), hundreds of milliseconds
-//!   later. Counted, those hits kept the window open along a trend long gone (redis after
-//!   loading its keys: 200k prefetches for 295k faults, a third of them wasted, 15% of its GET
-//!   throughput). A stream that follows its batches hits them a few faults after they are
-//!   issued.
+//!   is still hit by chance (at 50% local memory, many of them), long after. Counted, those hits
+//!   kept the window open along a trend long gone (redis after loading its keys: many prefetches
+//!   wasted, and a share of its GET throughput lost with them:
+//!   `docs/decisions/0011-leap-counts-timely-hits.md`). A stream that follows its batches hits
+//!   them a few faults after they are issued.
 //! * **Streams per thread, history per process** (the issue: "streams tracked per process and per
 //!   thread"). Each thread (`uffd_msg` thread id) has its own history, trend, window and marker,
 //!   so interleaved threads with different strides each keep their trend. A process-wide history,
@@ -165,8 +165,9 @@ impl History {
 
     /// FINDTREND ([`find_trend`]) over this history. It runs on every fault and reads up to
     /// 112 entries through [`History::recent`], which is why that indexes the ring without a
-    /// division (a `%` by the history's length, not a constant, cost ~1 µs a call, 1.1% of
-    /// memcached's CPU at 50% local).
+    /// division (a `%` by the history's length, not a constant, cost a visible share of
+    /// memcached's CPU at 50% local: `bench/results/harness-50/README.md`, "Leap's trend
+    /// search").
     pub fn find_trend(&self, n_split: usize) -> Option<i64> {
         find_trend_by(self.len, self.buf.len(), n_split, |j| self.recent(j))
     }

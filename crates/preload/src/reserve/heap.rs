@@ -66,9 +66,9 @@ impl SmallHeap {
         let added = self.tlsf.with(|(t, end)| {
             let slice = std::ptr::slice_from_raw_parts_mut(start as *mut u8, len);
             let block = NonNull::new(slice).expect("the window is never at address 0");
-            // SAFETY: the caller hands over the step; appending needs it to follow the last
-            // pool exactly, which `end` records.
             let n = if *end == start {
+                // SAFETY: the caller hands over the step; appending needs it to follow the last
+                // pool exactly, which `end` records.
                 unsafe { t.append_free_block_ptr(block) }
             } else {
                 0

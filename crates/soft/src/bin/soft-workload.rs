@@ -205,17 +205,15 @@ fn main() {
             file.clone(),
         );
         workers.push(std::thread::spawn(move || {
-            let mut rng: u64 =
-                0x2545_F491_4F6C_DD1D ^ (t as u64 + 1) ^ u64::from(std::process::id());
+            let mut rng = gleaner_sys::rng::XorShift64::new(
+                0x2545_F491_4F6C_DD1D ^ (t as u64 + 1) ^ u64::from(std::process::id()),
+            );
             let mut got = Vec::new();
             let mut want = Vec::new();
             // A permutation, so the hot items are spread over the array (and its segments).
             while Instant::now() < end {
                 for _ in 0..16 {
-                    rng ^= rng << 13;
-                    rng ^= rng >> 7;
-                    rng ^= rng << 17;
-                    let u = (rng >> 11) as f64 / (1u64 << 53) as f64;
+                    let u = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
                     let k = dist.sample(u);
                     let idx = (k as u64).wrapping_mul(2_654_435_761) as usize % arr.len();
                     if !arr.get_into(idx, &mut got) {

@@ -39,10 +39,11 @@ use std::time::{Duration, Instant};
 use gleaner_proto::{ConnectOptions, Endpoint, PageBatch, PendingRead, SessionKey, Token};
 use serde::Serialize;
 
-use super::socket::{Forgets, Link, Session, FORGET_BATCH};
+use super::socket::{Forgets, Link, MemnodeSession, FORGET_BATCH};
 use super::{
     page_buf, zeroed_atomics, Bell, PageBuf, PageStore, StoreError, StoreHandle, StoreStats,
 };
+use crate::codec::versions::Versions;
 use crate::codec::{Codec, CodecCtx};
 use crate::PagerError;
 
@@ -66,7 +67,7 @@ const REPLICATED_RECONNECT_WINDOW: Duration = Duration::from_secs(1);
 
 /// One memnode of the pool.
 struct Member {
-    session: Arc<Session>,
+    session: Arc<MemnodeSession>,
     alive: AtomicBool,
     /// Why it was lost (empty while alive).
     lost_because: Mutex<String>,
@@ -86,7 +87,7 @@ struct Member {
 
 impl Member {
     /// A live member on `session`, with nothing placed on it yet.
-    fn new(session: Session) -> Member {
+    fn new(session: MemnodeSession) -> Member {
         Member {
             session: Arc::new(session),
             alive: AtomicBool::new(true),
@@ -113,7 +114,7 @@ struct Pool {
     /// Per extent: write-backs staged and not yet committed.
     inflight: Box<[AtomicU32]>,
     /// Per region page: the version of its blob on the memnodes (0: none there).
-    versions: Arc<Box<[AtomicU64]>>,
+    versions: Versions,
     codec: Arc<Codec>,
     /// Wakes the repair thread (a member was lost, or the store is closing).
     wake: (Mutex<bool>, Condvar),
@@ -151,7 +152,7 @@ impl Pool {
         replicas: usize,
         placement: Box<[AtomicU64]>,
         filling: Box<[AtomicU64]>,
-        versions: Arc<Box<[AtomicU64]>>,
+        versions: Versions,
         codec: Arc<Codec>,
     ) -> Pool {
         let seed: [u8; 8] = gleaner_proto::random_bytes();
@@ -363,9 +364,7 @@ impl Pool {
     }
 
     fn version(&self, page: u64) -> u64 {
-        self.versions
-            .get(page as usize)
-            .map_or(0, |v| v.load(Ordering::Relaxed))
+        self.versions.get(page)
     }
 }
 
@@ -406,7 +405,7 @@ pub(crate) fn open(
     let window = (replicas > 1).then_some(REPLICATED_RECONNECT_WINDOW);
     let mut members = Vec::with_capacity(endpoints.len());
     for endpoint in endpoints {
-        let session = Session::open(endpoint, token, opts.clone())?.reconnect_within(window);
+        let session = MemnodeSession::open(endpoint, token, opts.clone())?.reconnect_within(window);
         members.push(Member::new(session));
     }
     let extents = (region_pages as u64).div_ceil(EXTENT_PAGES) as usize;
@@ -415,7 +414,7 @@ pub(crate) fn open(
         replicas,
         zeroed_atomics(extents),
         zeroed_atomics(extents),
-        Arc::new(zeroed_atomics(region_pages)),
+        Versions::new(region_pages),
         codec,
     ));
     let p = pool.clone();
@@ -510,7 +509,7 @@ impl PageStore for PoolStore {
         let held = self.pool.versions.len() as u64;
         for &(first, count) in ranges {
             for page in first.min(held)..first.saturating_add(u64::from(count)).min(held) {
-                self.pool.versions[page as usize].store(0, Ordering::Relaxed);
+                self.pool.versions.record(page, 0);
             }
         }
         for (m, member) in self.pool.members.iter().enumerate() {
@@ -816,7 +815,7 @@ impl StoreHandle for PoolHandle {
                             &mut |k, page, _, blob| {
                                 // Opened with the version this client recorded, never the
                                 // memnode's.
-                                ctx.decode(page, pool.version(page), blob, &mut page_buf[..])
+                                ctx.decode_recorded(&pool.versions, page, blob, &mut page_buf[..])
                                     .map_err(|t| StoreError::Lost(t.to_string()))?;
                                 f(indices[k], &page_buf[..]);
                                 Ok(())
@@ -933,9 +932,7 @@ impl StoreHandle for PoolHandle {
             )));
         }
         for &(page, version) in &self.staged {
-            if let Some(v) = self.pool.versions.get(page as usize) {
-                v.store(version, Ordering::Relaxed);
-            }
+            self.pool.versions.record(page, version);
         }
         self.staged.clear();
         self.pool.send_forgets(FORGET_BATCH);

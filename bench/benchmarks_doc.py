@@ -1,0 +1,543 @@
+"""Generates docs/BENCHMARKS.md from the committed results files: per area, today's number, the
+baseline measured beside it in the same run, the results file and the command that reproduces it.
+
+    python3 bench/benchmarks_doc.py           # rewrite docs/BENCHMARKS.md
+    python3 bench/benchmarks_doc.py --check   # exit 1 if the committed doc is not what this writes
+
+Nothing in the doc is typed by hand: each number is read from the file named beside it, so the
+doc cannot drift from the results (`bench/tests/test_benchmarks_doc.py` checks that the committed
+doc is this script's output). The long generated tables of each bench script live in
+`bench/results/DETAILS.md` (each script's `--render-only` rewrites its section there); the
+investigations behind the numbers live in the README of their results directory.
+"""
+import argparse
+import json
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from bench import codec as codec_bench  # noqa: E402
+from bench import corun as corun_bench  # noqa: E402
+from bench import reclaim_report  # noqa: E402
+from bench import spawn as spawn_bench  # noqa: E402
+from bench import wakeup as wakeup_bench  # noqa: E402
+from bench.doc_section import med  # noqa: E402
+
+DOC = os.path.join(ROOT, "docs", "BENCHMARKS.md")
+RESULTS = "bench/results"
+
+
+def load(rel):
+    """The JSON results file at `rel` (a path from the repository root)."""
+    with open(os.path.join(ROOT, rel)) as f:
+        return json.load(f)
+
+
+def fmt(v, digits=1, unit=""):
+    """`v` with thousands separators and `digits` decimals ("-" for a missing value)."""
+    if v is None:
+        return "-"
+    return f"{v:,.{digits}f}{unit}"
+
+
+def ratio(a, b, digits=2):
+    """a / b as "1.23x" ("-" where either is missing)."""
+    if a is None or b in (None, 0):
+        return "-"
+    return f"{a / b:.{digits}f}x"
+
+
+def when(res, date_key="date", commit_key="git_commit"):
+    """'2026-11-28, `a942f75`' from a results file's date and commit fields."""
+    d = str(res.get(date_key) or res.get("started") or "")[:10]
+    c = str(res.get(commit_key) or res.get("commit") or "")[:7]
+    return f"{d}, `{c}`" if c else d
+
+
+class Area:
+    """One section: a title, what is measured, a table, and where the numbers come from."""
+
+    def __init__(self, title, what, header, rows, files, command, when_, details=None, note=None):
+        self.title, self.what, self.header, self.rows = title, what, header, rows
+        self.files, self.command, self.when, self.details, self.note = (
+            files, command, when_, details, note)
+
+    def render(self):
+        L = [f"## {self.title}", "", self.what, ""]
+        L.append("| " + " | ".join(self.header) + " |")
+        L.append("|" + "---|" * len(self.header))
+        for r in self.rows:
+            L.append("| " + " | ".join(str(c) for c in r) + " |")
+        L.append("")
+        if self.note:
+            L += [self.note, ""]
+        files = ", ".join(f"`{f}`" for f in self.files)
+        L.append(f"Results: {files} ({self.when}). Reproduce: `{self.command}`.")
+        if self.details:
+            L.append(f"Details: {self.details}.")
+        L.append("")
+        return L
+
+
+# ---- one function per area -------------------------------------------------------------------
+
+def paging_micro():
+    rel = f"{RESULTS}/vs-swap.json"
+    res = load(rel)
+    rows = []
+    for pattern, cells in res["micro"].items():
+        g = [r["result"] for r in cells["gleaner"] if r.get("ok")]
+        lx = [r["result"] for r in cells["linux-swap"] if r.get("ok")]
+        gn = med([r["ns_per_op"] for r in g])
+        ln = med([r["ns_per_op"] for r in lx])
+        gp = med([r["remote_fault_app_visible"].get("p99_us") for r in g])
+        lp = med([r["remote_fault_app_visible"].get("p99_us") for r in lx])
+        rows.append([pattern, fmt(gn, 0), fmt(ln, 0), ratio(ln, gn), fmt(gp), fmt(lp)])
+    return Area(
+        "Paging micro-benchmark: `bench micro` at 50% local memory beside Linux swap on zram",
+        "A 512 MiB region written once, then two read passes, every word checked; gleaner with its "
+        "embedded memnode, Linux in a memory cgroup at the same limit with swap on zram. Medians "
+        f"over {res['params'].get('reps', 3) if isinstance(res.get('params'), dict) else 3} "
+        "interleaved repetitions.",
+        ["pattern", "gleaner ns/access", "Linux swap ns/access", "Linux / gleaner",
+         "gleaner fault p99 µs", "Linux fault p99 µs"],
+        rows, [rel], "python3 bench/vs_swap.py", when(res),
+        "`bench/results/DETAILS.md` (sections micro and vs-swap); "
+        "`bench/results/vs-swap/README.md`")
+
+
+def programs_vs_swap():
+    rel = f"{RESULTS}/access-scan/programs-vs-swap.json"
+    res = load(rel)
+    rows = []
+    for job, j in res["jobs"].items():
+        loc = j["all_local"]["wall_s"]
+        g = [r for r in j["gleaner"] if r.get("ok")]
+        lx = [r for r in j["linux-swap"] if r.get("ok")]
+        gw = med([r["wall_s"] for r in g])
+        lw = med([r["wall_s"] for r in lx])
+        lcell = fmt(lw, 2) if lx else f"killed in {len(j['linux-swap'])} of {len(j['linux-swap'])}"
+        rows.append([job, j["local_mem"], fmt(loc, 2), fmt(gw, 2), lcell,
+                     ratio(gw, lw) if lx else "-",
+                     f"{len(g)}/{len(j['gleaner'])}"])
+    return Area(
+        "Programs beside Linux swap at half their footprint (the demo job, sqlite, node)",
+        "Each job pinned to one CPU, checksums compared with the all-local run; gleaner under "
+        "`gleaner run --local-mem`, Linux in a memory cgroup of the same limit with zram swap. "
+        "Wall seconds, median of the runs that completed. The demo job is the quick-start's "
+        "`scripts/demo_job.py`.",
+        ["job", "local memory", "all-local s", "gleaner s", "Linux swap s", "gleaner / Linux",
+         "gleaner runs ok"],
+        rows, [rel], "python3 bench/programs_vs_swap.py --out " + rel, when(res),
+        "`bench/results/access-scan/README.md`")
+
+
+def programs_slowdown():
+    rel = f"{RESULTS}/programs.json"
+    res = load(rel)
+    rows = []
+    for name, p in res["programs"].items():
+        base = med(p["all-local"]["seconds"]) if isinstance(p["all-local"]["seconds"], list) \
+            else p["all-local"]["seconds"]
+        row = [name, fmt(base, 2)]
+        for pct in ("50%", "25%"):
+            sec = p[pct]["seconds"]
+            w = med(sec) if isinstance(sec, list) else sec
+            row += [fmt(w, 2), ratio(w, base)]
+        rows.append(row)
+    return Area(
+        "Unmodified programs under `gleaner run`, beside all-local",
+        "Each program's wall time under `gleaner run` at 50% and 25% of its footprint, and "
+        "all-local in the same run (median of the repetitions).",
+        ["program", "all-local s", "50% s", "slowdown", "25% s", "slowdown"],
+        rows, [rel], "python3 bench/programs.py", when(res),
+        "`bench/results/DETAILS.md` (section programs)")
+
+
+def harness():
+    rels = [f"{RESULTS}/access-scan/defaults-1.json", f"{RESULTS}/access-scan/defaults-2.json"]
+    runs = [load(r) for r in rels]
+    rows = []
+    for w in runs[0]["workloads"]:
+        per = {"gleaner": [], "linux-swap": [], "all-local": []}
+        for res in runs:
+            for r in res["workloads"][w]["runs"]:
+                per.setdefault(r["system"], []).append(r.get("metrics") or {})
+        t = {s: med([m.get("throughput") for m in ms]) for s, ms in per.items()}
+        p = {s: med([m.get("p99_us") for m in ms]) for s, ms in per.items()}
+        rows.append([w, fmt(t["all-local"], 0), fmt(t["gleaner"], 0), fmt(t["linux-swap"], 0),
+                     ratio(t["gleaner"], t["linux-swap"]), fmt(p["gleaner"], 0),
+                     fmt(p["linux-swap"], 0), ratio(p["gleaner"], p["linux-swap"])])
+    return Area(
+        "memcached and redis at 50% local memory (the harness)",
+        "Keys preloaded, then memcached under open- and closed-loop load (Zipf 0.99, 95% GET) "
+        "and redis under `redis-benchmark` GETs; every answer checked. gleaner with its defaults "
+        "beside Linux swap on zram in a memory cgroup at the same limit, all-local in the same "
+        "run; pinned; medians of two runs. Other jobs shared this 2-vCPU VM during these runs: "
+        "throughput moved between rounds (the README gives the per-round numbers and the far "
+        "faults per request, which do not depend on CPU time).",
+        ["workload", "all-local ops/s", "gleaner ops/s", "Linux swap ops/s", "gleaner / Linux",
+         "gleaner p99 µs", "Linux p99 µs", "p99 gleaner / Linux"],
+        rows, rels,
+        "python3 -m bench.harness run --size full --workloads memcached,redis --systems "
+        "gleaner,linux-swap --ratios 50 --pin --out FILE --no-render", when(runs[-1]),
+        "`bench/results/access-scan/README.md`; the earlier rounds and the analysis of the gap in "
+        "`bench/results/harness-50/README.md`; every workload and ratio in "
+        "`bench/results/DETAILS.md` (section harness)")
+
+
+def wakeup():
+    rel = f"{RESULTS}/wakeup.json"
+    res = load(rel)
+    configs = wakeup_bench.collect(res)
+    mean = wakeup_bench.medians(configs, "mean_us")
+    p99 = wakeup_bench.medians(configs, "p99_us")
+    base = mean.get("read-per-cpu")
+    rows = [[name, fmt(mean[name]), fmt(p99[name]), ratio(mean[name], base)] for name in mean]
+    return Area(
+        "What a userfaultfd fault costs: handler placement",
+        "No pager and no network: a bare handler installs each faulting page of a registered "
+        "region from memory, the application thread pinned to CPU 0. Each configuration places "
+        "or runs the handlers differently; `read-per-cpu` is the pager's default (one handler "
+        "per CPU, pinned, blocking in read). Medians of the runs, all in the same process.",
+        ["configuration", "fault mean µs", "fault p99 µs", "mean × the default"],
+        rows, [rel], "python3 bench/wakeup.py", when(res),
+        "`bench/results/DETAILS.md` (section wakeup, each configuration described); "
+        "`docs/decisions/0002-handlers-per-cpu-pinned.md`")
+
+
+def fork():
+    rel = f"{RESULTS}/fork.json"
+    res = load(rel)
+    by = {}
+    for c in res["cells"]:
+        if c.get("ok"):
+            by.setdefault(c["system"], []).append(c)
+    rows = []
+    for s in ("all-local", "gleaner-far", "gleaner-home", "linux-swap"):
+        cs = by.get(s, [])
+        rows.append([s, fmt(med([c["bgsave_s"] for c in cs]), 2),
+                     fmt(med([c["fork_us"] for c in cs]), 0),
+                     fmt(med([c["peak_pss_anon_mib"] for c in cs]), 1),
+                     "yes" if cs and all(c.get("dump_matches") for c in cs) else "no"])
+    p = res["params"]
+    return Area(
+        "Fork: redis BGSAVE with far memory",
+        f"redis with {p['keys']} keys of {p['value_bytes']} B, local memory {p['local_mib']} MiB; "
+        "`gleaner-far` leaves the far pages far across fork (the child faults them in), "
+        "`gleaner-home` brings them home before fork; the dump is compared with all-local's.",
+        ["system", "BGSAVE s", "fork µs", "peak anonymous PSS MiB", "dump matches"],
+        rows, [rel], "python3 bench/fork.py", when(res),
+        "`bench/results/DETAILS.md` (section fork)")
+
+
+def pool():
+    rel = f"{RESULTS}/pool.json"
+    res = load(rel)
+    rows = []
+    demo = {}
+    for c in res["cells"]:
+        if c["kind"] == "demo" and c.get("ok"):
+            demo.setdefault(c["config"], []).append(c["wall_s"])
+    one = med(demo.get("one", []))
+    for cfg in ("one", "pool-r1", "pool-r2"):
+        w = med(demo.get(cfg, []))
+        rows.append([f"demo job, {cfg}", fmt(w, 2), ratio(w, one), "-"])
+    for reps, kill in ((1, False), (2, False), (2, True)):
+        cs = [c for c in res["cells"] if c["kind"] == "memcached" and c.get("replicas") == reps
+              and bool(c.get("kill")) == kill]
+        ok = sum(1 for c in cs if c.get("ok"))
+        rows.append([f"memcached, {reps} replica(s){', one memnode killed' if kill else ''}",
+                     "-", "-", f"{ok} of {len(cs)} runs ok"])
+    return Area(
+        "A pool of memnodes: replicas, and a memnode killed under load",
+        "The demo job on one memnode and on a pool of memnodes with one and two replicas "
+        "(wall seconds, median; ratio to one memnode in the same run), and memcached whose "
+        "answers are all checked while one of its two replicas is killed.",
+        ["cell", "wall s", "× one memnode", "outcome"],
+        rows, [rel], "python3 bench/pool.py", when(res),
+        "`bench/results/DETAILS.md` (section pool)")
+
+
+def codec():
+    rel = f"{RESULTS}/codec.json"
+    res = load(rel)
+    rows = []
+    for v in codec_bench.verdicts(res):
+        rows.append([v["scope"], v["what"], fmt(v.get("ratio"), 2),
+                     f"{v['op']} {v['bound']}", v["verdict"]])
+    d = codec_bench.demo_wall(res)
+    if d and d.get("present"):
+        rows.append(["demo", "wall time: codec on / codec off", fmt(d["ratio"], 2), "-", "-"])
+    return Area(
+        "The page codec (LZ4/zstd, AES-256-GCM) against zram and against the codec off",
+        "Far memory on the host against zram's for the same program and limit, the remote-fault "
+        "p50 with the codec on against off, and the bytes on the wire against the compression "
+        "ratio; every ratio measured in the same run.",
+        ["scope", "measure", "ratio", "bound", "verdict"],
+        rows, [rel], "python3 bench/codec.py", when(res),
+        "`bench/results/DETAILS.md` (section codec); `bench/results/codec/README.md`")
+
+
+def prefetch():
+    rel = f"{RESULTS}/prefetch.json"
+    res = load(rel)
+    runs = res["micro"]["runs"]
+    rows = []
+    for pattern in dict.fromkeys(r["pattern"] for r in runs):
+        for pct in (50, 25):
+            cell = {r["prefetch"]: r for r in runs if r["pattern"] == pattern
+                    and r["ratio"] == pct and r.get("install", "marker") == "marker"}
+            if "none" not in cell or "leap" not in cell:
+                continue
+            n, lp = cell["none"], cell["leap"]
+            rows.append([pattern, f"{pct}%", fmt(n["ns_per_access"], 0),
+                         fmt(lp["ns_per_access"], 0), ratio(n["ns_per_access"],
+                                                            lp["ns_per_access"]),
+                         f"{lp['accuracy'] * 100:.0f}%", f"{lp['coverage'] * 100:.0f}%"])
+    return Area(
+        "Prefetching: Leap against no prefetching",
+        "`bench micro` patterns (256 MiB, two passes) at 50% and 25% local memory; the same "
+        "pattern with `--prefetch none` in the same run.",
+        ["pattern", "local", "none ns/access", "leap ns/access", "none / leap", "leap accuracy",
+         "leap coverage"],
+        rows, [rel], res["command"], when(res),
+        "`bench/results/DETAILS.md` (section prefetch, with every prefetcher and the fault "
+        "traces of real programs); `bench/results/prefetch/README.md`")
+
+
+def reclaim():
+    rel = f"{RESULTS}/reclaim.json"
+    res = load(rel)
+    m = res["memcached"]
+    target = reclaim_report.P99_TARGET_US
+    rows = [["100% (all-local)", "all-local",
+             fmt(reclaim_report.sustained_median(m["all_local"], m["rates"], target), 0)]]
+    for pct, runs in m["by_ratio"].items():
+        for mode, passes in reclaim_report.by_mode(runs).items():
+            rows.append([f"{pct}%", mode,
+                         fmt(reclaim_report.sustained_median(passes, m["rates"], target), 0)])
+    src = (res.get("kept_from_earlier_run") or {}).get("memcached") or res
+    return Area(
+        "Reclamation: Hermit against its ablations (memcached, open loop)",
+        f"The highest offered rate (req/s) memcached sustains with every request answered and "
+        f"the median p99 ≤ {target / 1000:.0f} ms, per reclaim mode, at 70% and 50% local "
+        "memory; all-local measured in the same run.",
+        ["local", "mode", "sustained req/s"],
+        rows, [rel], str(src.get("command")), when(src),
+        "`bench/results/DETAILS.md` (section reclaim: latency per rate, write prediction, the "
+        "phases job, throughput per thread); `bench/results/reclaim/README.md`")
+
+
+def corun():
+    rel = f"{RESULTS}/corun.json"
+    res = load(rel)
+    rows = []
+    for system in res["systems"]:
+        progs, agg = corun_bench.summarise(res, system)
+        mc = progs.get("memcached", {})
+        rows.append([system, f"{fmt(mc.get('solo'), 0)} → {fmt(mc.get('corun'), 0)}",
+                     fmt(progs.get("batch1", {}).get("slowdown"), 2),
+                     fmt(progs.get("batch2", {}).get("slowdown"), 2),
+                     fmt(agg.get("max"), 2), fmt(agg.get("wmmr"), 2)])
+    p = res["params"]
+    return Area(
+        "Many programs, one memnode link: fair scheduling against first come first served",
+        f"memcached and two batch jobs (the demo job) share one TCP memnode whose link is capped "
+        f"at {p['bandwidth']}/s; each program alone, then all three together, in the same run; "
+        "Linux swap runs the same programs in memory cgroups.",
+        ["system", "memcached p99 µs solo → co-run", "batch1 ×", "batch2 ×", "max ×",
+         "WMMR"],
+        rows, [rel], "python3 bench/corun.py --reps 2 --mc-weight 4", when(res),
+        "`bench/results/DETAILS.md` (section corun); the investigations in "
+        "`bench/results/corun/README.md`")
+
+
+def access_scan():
+    rels = [f"{RESULTS}/access-scan/defaults-1.json", f"{RESULTS}/access-scan/defaults-2.json",
+            f"{RESULTS}/access-scan/before-1.json", f"{RESULTS}/access-scan/before-2.json"]
+    rows = []
+    per = {}
+    for rel in rels:
+        res = load(rel)
+        label = "recency + access scan (today)" if "defaults" in rel else \
+            "rackmem, no scan (before)"
+        for w, wd in res["workloads"].items():
+            for r in wd["runs"]:
+                if r["system"] in ("gleaner", "linux-swap") and r.get("far_faults") is not None:
+                    key = (w, label if r["system"] == "gleaner" else "Linux swap")
+                    per.setdefault(key, []).append(r["far_faults"])
+    for (w, label), v in sorted(per.items()):
+        rows.append([w, label, fmt(med(v), 0)])
+    return Area(
+        "Evicting what is cold: the access scan and `recency`",
+        "Far faults during the measured phase of memcached and redis at 50% local memory "
+        "(medians of two runs each): today's eviction beside the defaults before and beside "
+        "Linux swap's major faults. The counts do not depend on CPU time, so they stay steady "
+        "on a shared host.",
+        ["workload", "eviction", "far faults"],
+        rows, rels,
+        "python3 -m bench.harness run --size full --workloads memcached,redis --systems "
+        "gleaner,linux-swap --ratios 50 --pin --out FILE --no-render (before: "
+        "GLEANER_HARNESS_ARGS=\"--evict rackmem --access-scan off\")",
+        when(load(rels[0])), "`bench/results/access-scan/README.md` (per 1,000 requests)")
+
+
+def spawn():
+    rel = f"{RESULTS}/spawn.json"
+    res = load(rel)
+    rows = []
+    for loop in res["loops"]:
+        per = spawn_bench.summarize(res)[loop["name"]]["systems"]
+        plain, g = per.get("plain", {}), per.get("gleaner", {})
+        rows.append([loop["name"], fmt(med(plain.get("ms", [])), 2), fmt(med(g.get("ms", [])), 2),
+                     fmt(med(g.get("over_ms", [])), 2), f"{fmt(med(g.get('ratio', [])), 2)}x"])
+    return Area(
+        "Starting processes under `gleaner run`",
+        "Shell loops under `gleaner run` beside plain bash in the same run (every process gets a "
+        "pager of its own): milliseconds per iteration, median of the repetitions.",
+        ["loop", "plain bash ms", "gleaner run ms", "overhead ms", "× plain"],
+        rows, [rel], "python3 bench/spawn.py", when(res),
+        "`bench/results/DETAILS.md` (section spawn, with each loop's script); "
+        "`bench/results/spawn/README.md`")
+
+
+def defaults():
+    rel = f"{RESULTS}/defaults.json"
+    res = load(rel)
+    base = res["configs"]["defaults"]
+
+    def cell(c):
+        seq = med([r.get("ns_per_op") for r in c["micro"]["seq"]])
+        rnd = med([r.get("mean_us") for r in c["micro"]["random"]])
+        demo = med([r["wall_s"] for r in c["demo"] if r["ok"]])
+        return seq, rnd, demo
+
+    b = cell(base)
+    rows = []
+    for name, c in res["configs"].items():
+        x = cell(c)
+        rows.append([f"**{name}**" if name == "defaults" else name, c["what"],
+                     ratio(x[0], b[0]), ratio(x[1], b[1]), ratio(x[2], b[2])])
+    return Area(
+        "The defaults against one knob changed",
+        "Each configuration is the defaults with one knob changed (`previous`: the defaults "
+        "before the shared-memory data path), measured interleaved in the same run: `bench "
+        "micro` at 50% local memory and the demo job under `gleaner run --local-mem 64M`. "
+        "Ratios to the defaults (above 1: slower than the defaults). These are the defaults of the "
+        "run's date, when the eviction order was RackMem; `recency` with the access scan became "
+        "the default later, measured in \"Evicting what is cold\" below.",
+        ["configuration", "what changes", "seq ns/op ×", "random fault mean ×", "demo wall ×"],
+        rows, [rel], "python3 bench/defaults.py", when(res),
+        "`bench/results/DETAILS.md` (section defaults, with the absolute numbers)")
+
+
+def cpython_suite():
+    rel = f"{RESULTS}/cpython-suite/6eff0cc.json"
+    res = load(rel)
+    w, n = res["wall_seconds"], res["counts"]
+    rows = [["`-j 2`", fmt(w["all-local"], 1), fmt(w["gleaner -j2"], 1),
+             ratio(w["gleaner -j2"], w["all-local"]),
+             f"{n['gleaner -j2'].get('passed')} / {res['modules']}"],
+            ["sequential", fmt(w["all-local sequential"], 1), fmt(w["gleaner"], 1),
+             ratio(w["gleaner"], w["all-local sequential"]),
+             f"{n['gleaner'].get('passed')} / {res['modules']}"]]
+    return Area(
+        "CPython's own regression suite under `gleaner run`",
+        f"{res['modules']} test modules of CPython's suite (`tests/cpython/modules.txt`), "
+        f"all-local and under `gleaner run --local-mem {res['local_mem']}`, in the same run; "
+        f"every module's outcome compared with all-local's (all the same: "
+        f"{'yes' if res['same_outcomes'] else 'no'}).",
+        ["mode", "all-local s", "gleaner s", "gleaner / all-local", "modules passed under gleaner"],
+        rows, [rel], "python3 tests/cpython/suite.py --gleaner target/release/gleaner "
+        "--sequential-baseline --out " + rel, "2026-12-06, `6eff0cc`",
+        "`bench/results/cpython-suite/README.md`")
+
+
+def concerto():
+    rel = f"{RESULTS}/concerto/quick.json"
+    res = load(rel)
+    s = res["engine"]["summary"]
+    rows = [
+        ["p99 time to first token / online-only serving", fmt(s["p99_ttft_vs_online_only"], 2),
+         fmt(s["naive_p99_ttft_vs_online_only"], 2)],
+        ["p99 time per output token / online-only serving",
+         fmt(s["p99_tpot_vs_online_only"], 2), "-"],
+        ["offline tokens served / naive co-serving's", fmt(s["offline_fraction_of_naive"], 2),
+         "1.00"],
+        ["online latency target (SLO) met", str(s["slo_met"]), str(s["naive_slo_met"])],
+    ]
+    return Area(
+        "LLM co-serving (Concerto)",
+        "The numpy engine serving online requests (Poisson arrivals) beside an offline batch, "
+        "KV checkpoints in far memory; Concerto's scheduler against online-only serving and "
+        "naive co-serving in the same run.",
+        ["measure", "Concerto", "naive co-serving"],
+        rows, [rel], res["command"], f"{res['started'][:10]}, `{res['commit']}`",
+        "`bench/results/concerto/README.md`; `docs/concerto.md`")
+
+
+def midas():
+    rel = f"{RESULTS}/midas/midas-quick.json"
+    res = load(rel)
+    rows = [[name, fmt(r["efficiency"], 3), fmt(r["harvested_fraction"], 2),
+             fmt(r.get("settle_s"), 0)] for name, r in res["runs"].items()]
+    pr = res["pressure"]
+    note = (f"Under an antagonist that took {pr['antagonist_mib']} MiB at "
+            f"{pr['antagonist_gib_per_s']:.2f} GiB/s: {pr['oom_kills']} OOM kills, "
+            f"{res['bad_reads']} bad reads.")
+    return Area(
+        "Soft memory: coordination by marginal utility (Midas)",
+        "Three soft-memory programs (a block cache over a file, two memoising services) under "
+        "one budget; efficiency is the throughput achieved over the throughput each would "
+        "reach with its ideal share, measured in the same run; the node daemon's policies "
+        "side by side.",
+        ["policy", "efficiency", "budget harvested", "settle s"],
+        rows, [rel], "python3 bench/midas.py --quick", when(res), "`bench/results/midas/README.md`",
+        note)
+
+
+AREAS = [paging_micro, programs_vs_swap, harness, programs_slowdown, defaults, wakeup, fork,
+         pool, codec, prefetch, reclaim, corun, access_scan, spawn, cpython_suite, concerto,
+         midas]
+
+
+def render():
+    L = ["# Benchmarks", "",
+         "<!-- Generated by `python3 bench/benchmarks_doc.py` from the results files it names; "
+         "do not edit by hand. -->", "",
+         "Today's number per area, each beside its baseline measured in the same run, with the "
+         "results file it is read from and the command that reproduces it. This page is "
+         "generated by `python3 bench/benchmarks_doc.py`; `bench/tests/test_benchmarks_doc.py` "
+         "fails if it differs from what the script writes. Each bench script's full tables are "
+         "in `bench/results/DETAILS.md`; the investigations behind the numbers are in the "
+         "`README.md` of their results directory (`bench/results/README.md` lists them).", "",
+         "Hosts: 2-vCPU VMs (Intel Xeon or AMD EPYC, named in each results file), shared and "
+         "noisy, hence same-run baselines and ratios.", ""]
+    for area in AREAS:
+        L += area().render()
+    return "\n".join(L).rstrip("\n") + "\n"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--check", action="store_true",
+                    help="exit 1 if docs/BENCHMARKS.md is not what this script writes")
+    ap.add_argument("--doc", default=DOC, help="where to write (default docs/BENCHMARKS.md)")
+    args = ap.parse_args(argv)
+    text = render()
+    if args.check:
+        with open(args.doc) as f:
+            same = f.read() == text
+        print("up to date" if same else f"{args.doc} differs: run python3 bench/benchmarks_doc.py")
+        return 0 if same else 1
+    with open(args.doc, "w") as f:
+        f.write(text)
+    print(f"wrote {args.doc} ({text.count(chr(10))} lines)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
