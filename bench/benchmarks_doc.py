@@ -499,9 +499,43 @@ def midas():
         note)
 
 
+def hermes():
+    rel = f"{RESULTS}/hermes/hermes-quick.json"
+    res = load(rel)
+    cells, summary = res["cells"], res["summary"]
+
+    def cell(key):
+        c = cells[key]
+        return f"{fmt(c['mean_ns'] / 1000, 1)} / {fmt(c['p99_ns'] / 1000, 1)}"
+
+    rows = []
+    for size, label in (("1k", "1 KiB"), ("256k", "256 KiB")):
+        for load_, what in (("alone", "alone"), ("anon", "under anonymous pressure")):
+            k = f"{size}_{load_}"
+            rows.append([f"{label} {what}", cell(f"{k}_glibc"), cell(f"{k}_jemalloc"),
+                         cell(f"{k}_tcmalloc"), cell(f"{k}_hermes"),
+                         f"{summary[f'mean_reduction_{k}']:.0%} / "
+                         f"{summary[f'p99_reduction_{k}']:.0%}"])
+    note = (f"redis SET p99 beside a batch job (median of 5 interleaved runs): "
+            f"{summary['redis_set_p99_ms_default']} ms as packaged, "
+            f"{summary['redis_set_p99_ms_reserve_only']} ms with the reserve, "
+            f"{summary['redis_set_p99_ms_hermes']} ms with the reserve, the batch mark and the "
+            f"node daemon (reduction {summary['redis_p99_reduction']:.2f}: worse; the target, "
+            f"40% better, is not met).")
+    return Area(
+        "Latency-critical allocation beside batch jobs (Hermes)",
+        "malloc plus first touch, mean / p99 in µs, against glibc, jemalloc and tcmalloc in the "
+        "same run; pressure: a 1 GiB memory cgroup at its limit (an antagonist's anonymous "
+        "memory and page cache). gleaner: `gleaner run --far off --latency-critical`.",
+        ["blocks", "glibc", "jemalloc", "tcmalloc", "gleaner reserve",
+         "reduction vs glibc (mean / p99)"],
+        rows, [rel], "python3 bench/hermes.py --quick --out bench/results/hermes/hermes-quick.json",
+        "2026-12-06, `bf835c0`", "`bench/results/hermes/README.md`", note)
+
+
 AREAS = [paging_micro, programs_vs_swap, harness, programs_slowdown, defaults, wakeup, fork,
          pool, codec, prefetch, reclaim, corun, access_scan, spawn, cpython_suite, concerto,
-         midas]
+         midas, hermes]
 
 
 def render():

@@ -77,6 +77,24 @@ enum NodeCommand {
     /// Print the running daemon's state as JSON: each pool's grant, what it holds, its
     /// counters, and the daemon's last decisions.
     Status,
+    /// Mark a running process for the batch reclaimer (Hermes): `--batch PID` (its page cache
+    /// may be dropped under pressure, largest file first) or `--latency-critical PID` (its files
+    /// are spared and its growth sizes the free memory kept). The mark lasts until the process
+    /// exits. Starts a daemon if none runs.
+    Mark {
+        /// The process to mark.
+        pid: i32,
+        /// Mark it a batch job.
+        #[arg(
+            long,
+            conflicts_with = "latency_critical",
+            required_unless_present = "latency_critical"
+        )]
+        batch: bool,
+        /// Mark it latency-critical.
+        #[arg(long)]
+        latency_critical: bool,
+    },
 }
 
 fn positive(s: &str) -> Result<f64, String> {
@@ -92,6 +110,21 @@ pub fn main(args: NodeArgs) -> ExitCode {
         .socket
         .clone()
         .unwrap_or_else(gleaner_node::client::default_socket);
+    if let Some(NodeCommand::Mark { pid, batch, .. }) = args.cmd {
+        use gleaner_node::proto::Class;
+        let class = if batch {
+            Class::Batch
+        } else {
+            Class::LatencyCritical
+        };
+        return match gleaner_node::client::mark(&socket, pid, class, true) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("gleaner node mark: {e}");
+                ExitCode::from(1)
+            }
+        };
+    }
     if let Some(NodeCommand::Status) = args.cmd {
         return match gleaner_node::client::status(&socket) {
             Ok(v) => {

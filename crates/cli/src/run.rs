@@ -24,6 +24,7 @@ use gleaner_proto::{ConnectOptions, Connection, Endpoint};
 use serde_json::json;
 
 mod hang;
+mod hermes;
 mod report;
 mod signals;
 
@@ -47,7 +48,7 @@ const EXIT_SETUP: u8 = 2;
 )]
 pub struct RunArgs {
     /// Local memory budget for the program's heap and anonymous mappings (e.g. 512M, 2G).
-    #[arg(long, value_name = "SIZE", required_unless_present = "local_ratio")]
+    #[arg(long, value_name = "SIZE", required_unless_present_any = ["local_ratio", "far"])]
     local_mem: Option<String>,
     /// Local budget as a percentage of --footprint (or, without it, of this machine's RAM).
     #[arg(long, value_name = "PCT", conflicts_with = "local_mem")]
@@ -225,6 +226,32 @@ pub struct RunArgs {
     /// Either way the summary counts the processes that ran on far memory and those that did not.
     #[arg(long)]
     fail_open: bool,
+    /// Far memory for the program's heap: `on` (the default: --local-mem or --local-ratio is
+    /// required) or `off` (plain local memory, no memnode: for `--latency-critical` or `--batch`
+    /// alone).
+    #[arg(long, value_name = "on|off", value_parser = ["on", "off"])]
+    far: Option<String>,
+    /// Run the program as a latency-critical service (Hermes): a management thread in each of
+    /// its processes keeps memory already faulted in for its next allocations (a heap grown step
+    /// by step for requests under 128 KiB, a pool of chunks for larger ones), so that `malloc`
+    /// plus first touch does not meet the kernel's direct reclaim under pressure. The reserve is
+    /// bounded by --reserve-max and, with far memory on, counts in the local budget. The node
+    /// daemon (`gleaner node`), if one runs, spares its files and keeps free memory for it.
+    #[arg(long, conflicts_with = "batch")]
+    latency_critical: bool,
+    /// The most memory the reserve holds ready (with --latency-critical).
+    #[arg(
+        long,
+        value_name = "SIZE",
+        default_value = "64M",
+        requires = "latency_critical"
+    )]
+    reserve_max: String,
+    /// Mark the program as a batch job with the node daemon (started if none runs): under
+    /// pressure the daemon drops its page cache, largest file first, to keep memory free for
+    /// latency-critical services. Its anonymous memory is never touched.
+    #[arg(long)]
+    batch: bool,
     /// Do not print the stats summary at the end.
     #[arg(long, short)]
     quiet: bool,
@@ -262,6 +289,9 @@ struct Budget {
 }
 
 fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
+    if args.far.as_deref() == Some("off") {
+        return hermes::run_local(args);
+    }
     let budget = budget(&args)?;
     let preload = find_preload_library()?;
     let program = resolve_command(&args.command[0])?;
@@ -431,6 +461,7 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
             },
         )
         .env("GLEANER_BIN", &self_exe);
+    hermes::configure(&mut cmd, &args)?;
 
     // Every path reaches the program absolute: its processes may change directory.
     if let Some(r) = args.replicas {
@@ -453,6 +484,9 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
         )
     })?;
     CHILD_PID.store(child.id() as i32, Ordering::SeqCst);
+    if args.batch {
+        hermes::mark_batch(child.id() as i32);
+    }
     // A process of the run whose pager waits for itself is ended (`hang.rs`).
     let hangs = HangWatch::start(stats_dir.path());
     let status = child.wait();
@@ -508,6 +542,7 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
         _ => (1, "ended in an unknown way".into()),
     };
     let processes = stats_dir.collect();
+    let reserves = hermes::reserve_reports(stats_dir.path());
     let reports = stats_dir.pager_reports();
     // The programs that came up without a pager: the command itself when static (warned about
     // at the start), and whatever a process of the run started so (the preload's exec reports).
@@ -572,6 +607,8 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
         "drop_far_copies": args.drop_far_copies.to_string(),
         "encrypt": args.encrypt.is_on(),
         "dirty_tracking": args.dirty_tracking.to_string(),
+        "latency_critical": hermes::reserve_json(&reserves),
+        "batch": args.batch,
     });
     if let Some(path) = &args.stats {
         let text = serde_json::to_string_pretty(&report).expect("JSON values serialise");
@@ -581,6 +618,9 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
     }
     if !args.quiet {
         eprintln!("{}", summary(&report, wall));
+        if let Some(line) = hermes::summary_line(&reserves) {
+            eprintln!("{line}");
+        }
     }
     Ok(ExitCode::from(exit))
 }
@@ -603,7 +643,12 @@ fn budget(args: &RunArgs) -> Result<Budget, SetupError> {
             };
             (base as f64 * pct / 100.0) as u64
         }
-        (None, None) => unreachable!("clap requires one of them"),
+        (None, None) => {
+            return Err(SetupError::new(
+                "far memory needs a budget: give --local-mem or --local-ratio (or --far off for \
+                 plain local memory)",
+            ))
+        }
     };
     let mut cfg = RegionConfig::new(arena as usize, local as usize);
     cfg.handler_threads = args.handlers;

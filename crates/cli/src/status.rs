@@ -36,16 +36,33 @@ pub fn main(args: StatusArgs) -> ExitCode {
     loop {
         let docs = read_all(&gleaner_pager::status_dirs());
         if args.prometheus {
-            print!("{}", crate::prometheus::render(&docs));
+            // The pagers' documents (a latency-critical reserve's is shown by the table only).
+            let pagers: Vec<Value> = docs
+                .iter()
+                .filter(|d| d["kind"].is_null())
+                .cloned()
+                .collect();
+            print!("{}", crate::prometheus::render(&pagers));
             return ExitCode::SUCCESS;
         }
+        let node = node_state();
         if args.json {
-            println!("{}", Value::Array(docs.clone()));
+            let mut all = docs.clone();
+            if let Some(state) = &node {
+                all.push(serde_json::json!({"kind": "node", "state": state}));
+            }
+            println!("{}", Value::Array(all));
         } else {
             if args.watch {
                 print!("\x1b[2J\x1b[H"); // clear the screen, cursor home
             }
-            print!("{}", render(&docs));
+            let pagers: Vec<Value> = docs
+                .iter()
+                .filter(|d| d["kind"].is_null())
+                .cloned()
+                .collect();
+            print!("{}", render(&pagers));
+            print!("{}", render_hermes(&docs, node.as_ref()));
         }
         if !args.watch {
             return ExitCode::SUCCESS;
@@ -82,8 +99,59 @@ fn read_all(dirs: &[PathBuf]) -> Vec<Value> {
             .cmp(&b["pid"].as_u64())
             .then(updated(b).total_cmp(&updated(a)))
     });
-    docs.dedup_by(|later, first| later["pid"] == first["pid"]);
+    // A latency-critical process publishes its reserve beside its pager's status: one of each.
+    docs.sort_by_key(|d| d["kind"].as_str().map(str::to_string));
+    docs.dedup_by(|later, first| later["pid"] == first["pid"] && later["kind"] == first["kind"]);
     docs
+}
+
+/// The latency-critical processes' reserves and the node daemon's batch reclaimer (Hermes).
+fn render_hermes(docs: &[Value], node: Option<&Value>) -> String {
+    let n = |v: &Value| v.as_u64().unwrap_or(0);
+    let mut out = String::new();
+    let lc: Vec<&Value> = docs
+        .iter()
+        .filter(|d| d["kind"] == "latency_critical")
+        .collect();
+    if !lc.is_empty() {
+        out += &format!(
+            "\nlatency-critical reserves\n{:>8}  {:<16} {:>10} {:>10} {:>10} {:>9} {:>9} {:>9}\n",
+            "PID", "PROGRAM", "RESERVE", "BOUND", "LOCKED", "HITS", "MISSES", "FALLBACK"
+        );
+        for d in lc {
+            let r = &d["reserve"];
+            out += &format!(
+                "{:>8}  {:<16} {:>10} {:>10} {:>10} {:>9} {:>9} {:>9}\n",
+                n(&d["pid"]),
+                d["program"].as_str().unwrap_or("?"),
+                format_size(n(&r["reserve_bytes"])),
+                format_size(n(&r["bound_bytes"])),
+                format_size(n(&r["locked_bytes"])),
+                n(&r["hits"]),
+                n(&r["misses"]),
+                n(&r["fallbacks"]),
+            );
+        }
+    }
+    if let Some(b) = node.map(|s| &s["batch"]).filter(|b| b.is_object()) {
+        let count = |k: &str| b[k].as_array().map_or(0, |a| a.len());
+        out += &format!(
+            "\nnode daemon: {} batch, {} latency-critical process(es); watermark {} (latency-critical \
+             growth {}/s); {} page-cache drops, {} dropped\n",
+            count("batch_pids"),
+            count("latency_critical_pids"),
+            format_size(n(&b["watermark_bytes"])),
+            format_size(b["lc_alloc_bytes_per_s"].as_f64().unwrap_or(0.0) as u64),
+            n(&b["drops"]),
+            format_size(n(&b["dropped_bytes"])),
+        );
+    }
+    out
+}
+
+/// The node daemon's state, if one answers on the default socket.
+fn node_state() -> Option<Value> {
+    gleaner_node::client::status(&gleaner_node::client::default_socket()).ok()
 }
 
 /// The table `gleaner status` prints.

@@ -117,3 +117,25 @@ pub fn status(socket: &Path) -> Result<serde_json::Value, String> {
         other => Err(format!("unexpected reply {other:?}")),
     }
 }
+
+/// Marks process `pid` as `class` with the daemon at `socket` (for the batch reclaimer); with
+/// `autostart`, starts a daemon if none answers.
+pub fn mark(
+    socket: &Path,
+    pid: i32,
+    class: crate::proto::Class,
+    autostart: bool,
+) -> Result<(), String> {
+    let s = connect(socket, autostart).map_err(|e| format!("{}: {e}", socket.display()))?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok();
+    crate::proto::send(&s, &crate::proto::Request::Mark { pid, class }, None)
+        .map_err(|e| e.to_string())?;
+    match crate::proto::recv::<crate::proto::Reply>(&s)
+        .map_err(|e| e.to_string())?
+        .0
+    {
+        crate::proto::Reply::Marked { .. } => Ok(()),
+        crate::proto::Reply::Error { error } => Err(error),
+        other => Err(format!("unexpected reply {other:?}")),
+    }
+}

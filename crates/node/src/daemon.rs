@@ -19,9 +19,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
+use crate::batch::Reclaimer;
 use crate::policy::{self, Params, Policy, PolicyKind, PoolView};
 use crate::pressure::{self, Level, Sample, Source};
-use crate::proto::{self, Kind, ProtoError, Reply, Request};
+use crate::proto::{self, Class, Kind, ProtoError, Reply, Request};
 use crate::shared::{self, Control, PoolCounters, SEGMENT_BYTES};
 
 /// The daemon's settings (the flags of `gleaner node`).
@@ -110,6 +111,8 @@ struct State {
     direct_secs: f64,
     last_registration: Instant,
     errors: u64,
+    /// Batch and latency-critical processes, and the batch reclaimer (Hermes).
+    batch: Reclaimer,
 }
 
 /// A running daemon's shared state.
@@ -173,6 +176,7 @@ impl Daemon {
                 direct_secs: 0.0,
                 last_registration: Instant::now(),
                 errors: 0,
+                batch: Reclaimer::new(cfg.reserve),
             }),
             cfg,
             stop: AtomicBool::new(false),
@@ -232,6 +236,12 @@ impl Daemon {
                 let state = self.status();
                 let _ = proto::send(&conn, &Reply::Status { state }, None);
             }
+            Request::Mark { pid, class } => match self.mark(&conn, pid, class) {
+                Ok(()) => {
+                    let _ = proto::send(&conn, &Reply::Marked { pid }, None);
+                }
+                Err(e) => self.refuse(&conn, &e),
+            },
             Request::Register {
                 version,
                 kind,
@@ -278,6 +288,26 @@ impl Daemon {
                 st.last_registration = Instant::now();
             }
         }
+    }
+
+    /// Marks `pid` for the batch reclaimer, if the caller may: the process's own user, or root.
+    fn mark(&self, conn: &UnixStream, pid: i32, class: Class) -> Result<(), String> {
+        let cred =
+            rustix::net::sockopt::socket_peercred(conn).map_err(|e| format!("SO_PEERCRED: {e}"))?;
+        use std::os::unix::fs::MetadataExt;
+        let owner = std::fs::metadata(format!("/proc/{pid}"))
+            .map_err(|_| format!("no process {pid}"))?
+            .uid();
+        let caller = cred.uid.as_raw();
+        if caller != 0 && caller != owner {
+            return Err(format!(
+                "process {pid} belongs to uid {owner}, not to the caller (uid {caller})"
+            ));
+        }
+        let mut st = self.state.lock().unwrap();
+        st.batch.mark(pid, class);
+        st.last_registration = Instant::now();
+        Ok(())
     }
 
     fn refuse(&self, conn: &UnixStream, error: &str) {
@@ -431,8 +461,12 @@ impl Daemon {
                 self.cut(st, &resident);
             }
             self.enforce(st, &resident);
+            st.batch.tick(sample.available);
             if let Some(idle) = self.cfg.exit_when_idle {
-                if st.pools.is_empty() && st.last_registration.elapsed() >= idle {
+                if st.pools.is_empty()
+                    && st.batch.is_empty()
+                    && st.last_registration.elapsed() >= idle
+                {
                     log::info!("no registration for {idle:?}: exiting");
                     self.stop();
                 }
@@ -569,6 +603,7 @@ impl Daemon {
             "refused_clients": st.errors,
             "pools": pools,
             "decisions": st.decisions,
+            "batch": st.batch.status(),
         })
     }
 }

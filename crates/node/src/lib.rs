@@ -12,6 +12,7 @@
 //! * [`metrics`]: its state as Prometheus metrics (`gleaner node --metrics ADDR`).
 #![deny(missing_docs)]
 
+pub mod batch;
 pub mod client;
 pub mod daemon;
 pub mod evict;

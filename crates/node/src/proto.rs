@@ -66,6 +66,26 @@ pub enum Request {
     },
     /// The daemon's state: pools, grants, pressure and its last decisions.
     Status,
+    /// Mark process `pid` as batch or latency-critical (Hermes, Middleware'21) for the batch
+    /// reclaimer. The mark lasts until the process exits; the connection may close at once.
+    /// The daemon accepts only processes of the caller's own user (or any, from root).
+    Mark {
+        /// The process.
+        pid: i32,
+        /// What it is.
+        class: Class,
+    },
+}
+
+/// The class of a process marked with [`Request::Mark`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Class {
+    /// A batch job: under pressure its page cache is dropped, largest file first.
+    Batch,
+    /// A latency-critical service: nothing of it is ever dropped, and its allocation rate sizes
+    /// the free memory the daemon keeps.
+    LatencyCritical,
 }
 
 fn one() -> f64 {
@@ -89,6 +109,11 @@ pub enum Reply {
         limit_bytes: u64,
         /// Whether the daemon takes memory directly rather than waiting for the runtime.
         direct: bool,
+    },
+    /// The process is marked (the answer to [`Request::Mark`]).
+    Marked {
+        /// The process.
+        pid: i32,
     },
     /// The daemon's state (the answer to [`Request::Status`]).
     Status {

@@ -6,6 +6,7 @@
 
 pub mod cli;
 pub mod evict;
+pub mod hermes;
 pub mod prefetch;
 pub mod reclaim;
 pub mod sim;

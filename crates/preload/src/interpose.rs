@@ -12,10 +12,19 @@ use std::ffi::c_void;
 
 use gleaner_pager::PAGE_SIZE;
 
-use crate::{arena, heap, loader, real};
+use crate::{arena, heap, loader, real, reserve};
 
 fn managed_allocations() -> bool {
     arena::get().is_some() && !crate::in_runtime()
+}
+
+/// A block from the latency-critical reserve (`reserve/`), where one runs and the request is the
+/// program's own (not gleaner's runtime, not the dynamic linker's); None sends the request on.
+fn from_reserve(size: usize, align: usize, zero: bool, caller: usize) -> Option<*mut c_void> {
+    if reserve::get().is_none() || crate::in_runtime() || loader::is_loader(caller) {
+        return None;
+    }
+    reserve::alloc(size, align, zero)
 }
 
 /// Sets this thread's `errno`.
@@ -98,6 +107,9 @@ pub(crate) unsafe extern "C" fn malloc_from(size: usize, caller: usize) -> *mut 
     if real::resolving() {
         return real::boot_alloc(size, false);
     }
+    if let Some(p) = from_reserve(size, 16, false, caller) {
+        return p;
+    }
     if managed_allocations() && !loader::is_loader(caller) {
         let p = heap::alloc(size, 16);
         if p.is_null() {
@@ -113,6 +125,11 @@ pub(crate) unsafe extern "C" fn malloc_from(size: usize, caller: usize) -> *mut 
 #[no_mangle]
 pub unsafe extern "C" fn free(p: *mut c_void) {
     if p.is_null() || real::is_boot(p) {
+        return;
+    }
+    if reserve::contains(p as usize) {
+        // SAFETY: a pointer in the reserve's window is one reserve::alloc returned.
+        unsafe { reserve::free(p) };
         return;
     }
     if arena::contains(p as usize) {
@@ -132,6 +149,9 @@ pub(crate) unsafe extern "C" fn calloc_from(n: usize, size: usize, caller: usize
     };
     if real::resolving() {
         return real::boot_alloc(total, true);
+    }
+    if let Some(p) = from_reserve(total, 16, true, caller) {
+        return p;
     }
     if managed_allocations() && !loader::is_loader(caller) {
         let p = heap::alloc_zeroed(total);
@@ -162,6 +182,22 @@ pub(crate) unsafe extern "C" fn realloc_from(
             let n = malloc_from(size, caller);
             if !n.is_null() {
                 std::ptr::copy_nonoverlapping(p as *const u8, n as *mut u8, size);
+            }
+            return n;
+        }
+    }
+    if reserve::contains(p as usize) {
+        // SAFETY: a live block of the reserve.
+        let old = unsafe { reserve::size_of(p) };
+        if size <= old && size > old / 2 {
+            return p;
+        }
+        // SAFETY: a new block from wherever malloc serves it; the old one is copied and freed.
+        unsafe {
+            let n = malloc_from(size, caller);
+            if !n.is_null() {
+                std::ptr::copy_nonoverlapping(p as *const u8, n as *mut u8, old.min(size));
+                reserve::free(p);
             }
             return n;
         }
@@ -206,6 +242,9 @@ pub unsafe extern "C" fn reallocarray(p: *mut c_void, n: usize, size: usize) -> 
 }
 
 fn aligned(align: usize, size: usize) -> *mut c_void {
+    if let Some(p) = from_reserve(size, align, false, 0) {
+        return p;
+    }
     if managed_allocations() {
         return heap::alloc(size, align);
     }
@@ -270,6 +309,10 @@ pub unsafe extern "C" fn pvalloc(size: usize) -> *mut c_void {
 pub unsafe extern "C" fn malloc_usable_size(p: *mut c_void) -> usize {
     if p.is_null() || real::is_boot(p) {
         return 0;
+    }
+    if reserve::contains(p as usize) {
+        // SAFETY: a live block of the reserve.
+        return unsafe { reserve::size_of(p) };
     }
     if arena::contains(p as usize) {
         // SAFETY: a live managed block.

@@ -76,6 +76,7 @@ mod locking;
 mod logger;
 mod real;
 mod report_files;
+mod reserve;
 mod retain;
 mod slab;
 mod stdio;
@@ -481,7 +482,7 @@ fn descriptor_limits() -> String {
     format!("{}, hard {}", lim.rlim_cur, lim.rlim_max)
 }
 
-fn mark_runtime_thread() {
+pub(crate) fn mark_runtime_thread() {
     IN_RUNTIME.with(|c| c.set(true));
 }
 
@@ -495,7 +496,9 @@ extern "C" fn init() {
     // The pager's descriptors are made above the program's descriptor limit, which is raised
     // meanwhile: the program keeps every number it would have without gleaner.
     let room = gleaner_fds::headroom();
-    match start() {
+    let pager = start();
+    let pager_started = matches!(pager, Ok(true));
+    match pager {
         Ok(false) => {}
         Ok(true) => {
             report_pager("started", None);
@@ -525,12 +528,37 @@ extern "C" fn init() {
             }
         }
     }
+    start_reserve(pager_started);
     drop(room);
     IN_RUNTIME.with(|c| c.set(false));
 }
 
+/// Starts the latency-critical reserve (`reserve/`) if it was asked for; with no pager, the
+/// exit and fork hooks the reserve needs are installed here.
+fn start_reserve(pager: bool) {
+    match reserve::start(arena::get().is_some()) {
+        Ok(false) => {}
+        Ok(true) => {
+            if !pager {
+                // SAFETY: registering plain extern "C" functions with no captured state.
+                unsafe {
+                    libc::atexit(at_exit);
+                    libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child));
+                }
+            }
+            reserve::report::link_node_daemon();
+        }
+        Err(e) => eprintln!(
+            "gleaner: warning: {} (pid {}) runs without its latency-critical reserve, which \
+             could not start: {e}",
+            program_name(),
+            std::process::id()
+        ),
+    }
+}
+
 /// This process's program, for messages: its executable's file name.
-fn program_name() -> String {
+pub(crate) fn program_name() -> String {
     std::env::current_exe()
         .ok()
         .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
@@ -541,7 +569,7 @@ fn program_name() -> String {
 /// touch managed memory: a program may move its environment into its heap (redis's
 /// `setproctitle` does), and the pager thread that reports a stop must not fault on a page that
 /// only it could serve.
-fn report_dir() -> Option<&'static PathBuf> {
+pub(crate) fn report_dir() -> Option<&'static PathBuf> {
     REPORT_DIR
         .get_or_init(|| {
             std::env::var_os("GLEANER_REPORT_DIR")
@@ -665,6 +693,9 @@ pub extern "C" fn gleaner_prefetch(addr: *const libc::c_void, len: usize) -> lib
 }
 
 extern "C" fn at_exit() {
+    let was = IN_RUNTIME.with(|c| c.replace(true));
+    reserve::report::finish();
+    IN_RUNTIME.with(|c| c.set(was));
     finish_process();
 }
 
@@ -731,6 +762,9 @@ pub(crate) fn finish_process() {
 }
 
 extern "C" fn fork_prepare() {
+    // First, while a pager's handlers still serve (far memory on, the reserve's heap is
+    // managed memory that a lock holder may be faulting on).
+    reserve::lock_for_fork();
     let Some(a) = arena::get() else { return };
     // Every process with managed memory (a pager's or plain): its child reads them.
     a.lock_fork_advice();
@@ -769,6 +803,8 @@ fn unlock_after_fork(a: &arena::Arena) -> bool {
 }
 
 extern "C" fn fork_parent() {
+    // SAFETY: taken in fork_prepare.
+    unsafe { reserve::unlock_after_fork(false) };
     let Some(a) = arena::get() else { return };
     // SAFETY: taken in fork_prepare, whenever the arena exists.
     unsafe { a.unlock_fork_advice() };
@@ -781,6 +817,8 @@ extern "C" fn fork_parent() {
 }
 
 extern "C" fn fork_child() {
+    // SAFETY: taken in fork_prepare (in the child, by its only thread's parent).
+    unsafe { reserve::unlock_after_fork(true) };
     let Some(a) = arena::get() else { return };
     // A descriptor limit raised for a parent's thread at the fork goes back to the program's.
     gleaner_fds::after_fork_in_child();

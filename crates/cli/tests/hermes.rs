@@ -1,0 +1,316 @@
+//! Hermes (issue 47): the latency-critical reserve in the preload library and the node daemon's
+//! batch reclaimer, with real programs, real files and a real daemon.
+
+mod common;
+
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use common::{compile_c, gleaner_bin, run_gleaner, TempDir};
+
+/// tests/c/hermes_program.c, compiled once per test binary.
+fn program() -> &'static str {
+    static BIN: OnceLock<String> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let out = gleaner_bin()
+            .parent()
+            .unwrap()
+            .join("gleaner_hermes_program");
+        let building = out.with_extension(format!("building-{}", std::process::id()));
+        compile_c(
+            &["-O1", "-Wall", "-Werror", "-pthread"],
+            &root.join("tests/c/hermes_program.c"),
+            &building,
+        );
+        std::fs::rename(&building, &out).unwrap();
+        out.to_string_lossy().into_owned()
+    })
+}
+
+fn stats(path: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).expect("the run's stats")).unwrap()
+}
+
+/// Threads, fork, realloc, memalign and calloc (over dirty reused blocks) with the reserve on,
+/// on plain local memory and on far memory; the reserve must have served requests.
+#[test]
+fn the_allocator_checks_pass_with_the_reserve_on() {
+    let dir = TempDir::new("hermes-all");
+    for far in [&["--far", "off"][..], &["--local-mem", "64M"][..]] {
+        let s = dir.path().join("stats.json");
+        let mut args = vec!["run", "--latency-critical", "--stats", s.to_str().unwrap()];
+        args.extend_from_slice(far);
+        args.extend_from_slice(&["--", program(), "all"]);
+        let (code, out, err) = run_gleaner(&args, Duration::from_secs(60));
+        assert_eq!(code, Some(0), "{far:?}: {out}\n{err}");
+        assert!(out.contains("ok"), "{out}");
+        let lc = &stats(&s)["latency_critical"];
+        assert!(lc["hits"].as_u64().unwrap() > 100, "{far:?}: {lc}");
+        assert!(err.contains("latency-critical reserve:"), "summary: {err}");
+    }
+}
+
+/// The reserve keeps at most its bound ready: the program's resident set beyond its live data
+/// stays under the bound (plus the program's own), and the stats agree at exit.
+#[test]
+fn the_reserve_stays_within_its_bound() {
+    let dir = TempDir::new("hermes-bound");
+    let s = dir.path().join("stats.json");
+    let (code, out, err) = run_gleaner(
+        &[
+            "run",
+            "--far",
+            "off",
+            "--latency-critical",
+            "--reserve-max",
+            "16M",
+            "--stats",
+            s.to_str().unwrap(),
+            "--",
+            program(),
+            "bound",
+            "96",
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    let p = &stats(&s)["latency_critical"]["processes"][0]["reserve"];
+    assert_eq!(p["bound_bytes"], 16 << 20, "{p}");
+    assert!(
+        p["pool_bytes"].as_u64().unwrap() <= 12 << 20,
+        "the pool's share is three quarters of the bound: {p}"
+    );
+    assert!(p["hits"].as_u64().unwrap() > 0, "{p}");
+}
+
+/// With no node daemon, a latency-critical program runs and says so once (its fork child does
+/// not say it again).
+#[test]
+fn without_a_daemon_it_runs_and_says_so_once() {
+    let dir = TempDir::new("hermes-nodaemon");
+    let mut child = Command::new(gleaner_bin())
+        .args([
+            "run",
+            "--far",
+            "off",
+            "--latency-critical",
+            "--",
+            program(),
+            "all",
+        ])
+        .env("GLEANER_NODE_SOCKET", dir.path().join("none.sock"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (code, out, err) = common::wait_output(&mut child, Duration::from_secs(60));
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert_eq!(err.matches("no node daemon").count(), 1, "{err}");
+}
+
+/// Bytes of `path` in the page cache (mincore over a mapping of it).
+fn cached(path: &Path) -> u64 {
+    let f = std::fs::File::open(path).unwrap();
+    let len = f.metadata().unwrap().len() as usize;
+    // SAFETY: a read-only shared mapping of the whole file, unmapped below; only mincore reads it.
+    unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        );
+        assert_ne!(p, libc::MAP_FAILED);
+        let mut v = vec![0u8; len.div_ceil(4096)];
+        assert_eq!(libc::mincore(p, len, v.as_mut_ptr()), 0);
+        libc::munmap(p, len);
+        v.iter().filter(|&&b| b & 1 == 1).count() as u64 * 4096
+    }
+}
+
+fn anon_kb(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    s.lines()
+        .find(|l| l.starts_with("RssAnon:"))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .unwrap()
+}
+
+/// A process killed on drop, with its children (a launcher's program, which outlives it).
+struct Killed(Child);
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let id = self.0.id();
+        let children = std::fs::read_to_string(format!("/proc/{id}/task/{id}/children"));
+        for pid in children.unwrap_or_default().split_whitespace() {
+            if let Ok(pid) = pid.parse::<i32>() {
+                // SAFETY: kill on a child of a process this test started.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn wait_line(child: &mut Child, want: &str) {
+    use std::io::BufRead;
+    let out = child.stdout.as_mut().unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(out).read_line(&mut line).unwrap();
+    assert!(line.contains(want), "{line}");
+}
+
+/// The daemon, kept under its watermark (`--reserve` above all memory), drops the page cache of
+/// the batch process's file and nothing else: not the latency-critical process's file, not a
+/// file nobody marked holds, not the batch process's anonymous memory.
+#[test]
+fn the_daemon_drops_only_batch_processes_file_pages() {
+    let dir = TempDir::new("hermes-batch");
+    let sock = dir.path().join("node.sock");
+    let make = |name: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, vec![7u8; 32 << 20]).unwrap();
+        p
+    };
+    let (batch_file, lc_file, other_file) = (make("batch.dat"), make("lc.dat"), make("other.dat"));
+    let _ = std::fs::read(&other_file).unwrap();
+    let daemon = Killed(
+        Command::new(gleaner_bin())
+            .args([
+                "node",
+                "--socket",
+                sock.to_str().unwrap(),
+                "--tick-ms",
+                "100",
+                "--reserve",
+                "1T",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !sock.exists() {
+        assert!(Instant::now() < deadline, "the daemon did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let start = |class: &str, file: &Path| {
+        let mut c = Command::new(gleaner_bin())
+            .args([
+                "run",
+                "--far",
+                "off",
+                class,
+                "-q",
+                "--",
+                program(),
+                "hold",
+                file.to_str().unwrap(),
+            ])
+            .env("GLEANER_NODE_SOCKET", &sock)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        wait_line(&mut c, "holding");
+        Killed(c)
+    };
+    // The batch job: a python process holding its file and 64 MiB of anonymous memory.
+    let lc = start("--latency-critical", &lc_file);
+    let mut batch = Killed(
+        Command::new(gleaner_bin())
+            .args(["run", "--far", "off", "--batch", "-q", "--", "python3", "-c",
+                   "import sys,time\nf=open(sys.argv[1],'rb')\nf.read()\nb=bytearray(64<<20)\nfor i in range(0,len(b),4096): b[i]=1\nprint('holding',flush=True)\ntime.sleep(600)",
+                   batch_file.to_str().unwrap()])
+            .env("GLEANER_NODE_SOCKET", &sock)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    wait_line(&mut batch.0, "holding");
+    let _ = std::fs::read(&other_file).unwrap();
+    // The python process is the launcher's child.
+    let py = std::fs::read_to_string(format!(
+        "/proc/{}/task/{}/children",
+        batch.0.id(),
+        batch.0.id()
+    ))
+    .unwrap()
+    .trim()
+    .parse::<u32>()
+    .unwrap();
+    let anon_before = anon_kb(py);
+    assert!(cached(&lc_file) > 30 << 20 && cached(&other_file) > 30 << 20);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let state = gleaner_node::client::status(&sock).unwrap();
+        if state["batch"]["drops"].as_u64().unwrap_or(0) > 0 && cached(&batch_file) < 4 << 20 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no drop: {state}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        cached(&lc_file) > 30 << 20,
+        "the latency-critical file was dropped"
+    );
+    assert!(
+        cached(&other_file) > 30 << 20,
+        "an unmarked file was dropped"
+    );
+    assert!(
+        anon_kb(py) >= anon_before * 95 / 100,
+        "anonymous memory was touched"
+    );
+    let state = gleaner_node::client::status(&sock).unwrap();
+    assert_eq!(
+        state["batch"]["latency_critical_pids"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1,
+        "{state}"
+    );
+    // Registration by pid: a plain process holding the unmarked file, marked batch afterwards.
+    let mut holder = Killed(
+        Command::new(program())
+            .args(["hold", other_file.to_str().unwrap()])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    wait_line(&mut holder.0, "holding");
+    let (code, out, err) = run_gleaner(
+        &[
+            "node",
+            "mark",
+            "--batch",
+            &holder.0.id().to_string(),
+            "--socket",
+            sock.to_str().unwrap(),
+        ],
+        Duration::from_secs(10),
+    );
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while cached(&other_file) > 4 << 20 {
+        assert!(
+            Instant::now() < deadline,
+            "the file of a process marked by pid stayed cached"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        cached(&lc_file) > 30 << 20,
+        "the latency-critical file was dropped"
+    );
+    drop((lc, batch, holder, daemon));
+}

@@ -1,0 +1,235 @@
+//! Hermes (Middleware'21): the pure decisions behind a latency-critical service's reserve and the
+//! node daemon's batch reclaimer. No system calls: the preload library's management thread and
+//! the node daemon feed in what they measured and carry out what these functions decide.
+//!
+//! * [`heap_plan`]: gradual heap reservation (the paper's Algorithm 1) for small requests.
+//! * [`bucket`], [`chunk_len`], [`pool_refill`]: the segregated pool of pre-faulted chunks for
+//!   large requests (Algorithm 2).
+//! * [`watermark`]: how much free memory the daemon keeps, sized from the latency-critical
+//!   processes' allocation rate.
+//! * [`files_to_drop`]: which batch files' page cache goes first (largest first).
+
+/// Requests of this many bytes or more are *large*: served from the chunk pool (the paper's
+/// `min_mmap_size`, glibc's default mmap threshold).
+pub const LARGE: usize = 128 * 1024;
+/// The pool's buckets: bucket `b` holds chunks of `[b * LARGE, (b + 1) * LARGE)` bytes, the last
+/// one every chunk from `TABLE_SIZE * LARGE` up (the paper's `table_size`).
+pub const TABLE_SIZE: usize = 8;
+/// The least a reserve keeps ready (the paper's `min_rsv`, 5 MB).
+pub const MIN_RESERVE: usize = 5 << 20;
+/// Reserve this many times the bytes asked in the last interval (the paper's `RSV_FACTOR`).
+pub const RESERVE_FACTOR: usize = 2;
+/// The heap grows in steps of at least this much: each step is pre-faulted outside the heap's
+/// lock and joins it in O(1), so a step's size no longer decides how long a request waits (the
+/// paper steps by the average request size because it extends the heap under the lock).
+pub const MIN_STEP: usize = 256 * 1024;
+
+/// What the management thread saw of one kind of request (small or large) in its last interval.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Interval {
+    /// Bytes requested.
+    pub bytes: usize,
+    /// Requests.
+    pub count: usize,
+}
+
+impl Interval {
+    /// The mean request, if any were made.
+    pub fn mean(&self) -> Option<usize> {
+        (self.count > 0).then(|| self.bytes / self.count)
+    }
+}
+
+/// The target a reserve is refilled to: `RESERVE_FACTOR` times the last interval's demand, at
+/// least [`MIN_RESERVE`], never more than `bound` (the reserve's configured ceiling).
+pub fn target(last: Interval, bound: usize) -> usize {
+    (RESERVE_FACTOR * last.bytes).max(MIN_RESERVE).min(bound)
+}
+
+/// Algorithm 1's decision for the small-request heap: how many bytes to add now, in steps of
+/// how many bytes. `free` is the heap's reserved bytes not yet handed out.
+///
+/// The heap is refilled once it falls under half its target (the paper's `RSV_THR`, which it
+/// does not publish; its released code expands at half of the top chunk's use), up to the
+/// target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeapPlan {
+    /// Bytes to add (0: nothing to do).
+    pub grow: usize,
+    /// Each step's size, a multiple of `page`.
+    pub step: usize,
+}
+
+/// [`HeapPlan`] for the heap after an interval `last`, with `free` bytes ready, under `bound`.
+pub fn heap_plan(last: Interval, free: usize, bound: usize, page: usize) -> HeapPlan {
+    let tgt = target(last, bound);
+    let step = round_up(last.mean().unwrap_or(0).max(MIN_STEP), page);
+    if free >= tgt / 2 || free >= bound {
+        return HeapPlan { grow: 0, step };
+    }
+    let grow = round_up(tgt - free, step).min(round_down(bound - free, step));
+    HeapPlan { grow, step }
+}
+
+/// The bucket of a chunk of `len` bytes.
+pub fn bucket(len: usize) -> usize {
+    (len / LARGE).min(TABLE_SIZE)
+}
+
+/// The length of the chunk that serves a request of `size` bytes with a `header` before it:
+/// whole pages.
+pub fn chunk_len(size: usize, header: usize, page: usize) -> Option<usize> {
+    size.checked_add(header)
+        .and_then(|n| n.checked_add(page - 1))
+        .map(|n| n / page * page)
+}
+
+/// Algorithm 2's refill: how many chunks of which length the pool should gain now, given the
+/// last interval's large requests, the bytes pooled, and the ceiling. The chunks are of the last
+/// interval's mean request (a latency-critical service repeats its sizes, so they refit); with
+/// no request yet, the pool waits for one to learn the size.
+pub fn pool_refill(
+    last: Interval,
+    pooled: usize,
+    bound: usize,
+    header: usize,
+    page: usize,
+) -> Option<(usize, usize)> {
+    let len = chunk_len(last.mean()?, header, page)?;
+    let tgt = target(last, bound);
+    if pooled >= tgt / 2 || len > bound {
+        return None;
+    }
+    let room = bound.saturating_sub(pooled) / len;
+    let want = (tgt - pooled).div_ceil(len);
+    let n = want.min(room);
+    (n > 0).then_some((n, len))
+}
+
+/// The free memory the daemon keeps on the node: what the latency-critical processes allocate
+/// in `horizon_ms` at their measured rate (bytes per second), doubled (the reserve's factor),
+/// at least `floor` bytes. Their first touches then find free pages instead of direct reclaim.
+pub fn watermark(lc_bytes_per_s: f64, horizon_ms: u64, floor: u64) -> u64 {
+    let ahead = lc_bytes_per_s.max(0.0) * horizon_ms as f64 / 1000.0;
+    ((RESERVE_FACTOR as f64 * ahead) as u64).max(floor)
+}
+
+/// What the daemon frees once free memory fell under the `watermark`: enough to bring it back to
+/// half again the watermark (hysteresis: a batch job streaming a file refills its cache at once,
+/// and dropping it back to the watermark exactly would mean dropping again at every tick).
+/// None while `available` is at or above the watermark.
+pub fn shortfall(available: u64, watermark: u64) -> Option<u64> {
+    (available < watermark).then(|| watermark + watermark / 2 - available)
+}
+
+/// One file a batch process holds, with the bytes of it in the page cache.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CachedFile<K> {
+    /// What the caller knows the file by (a path, a device and inode).
+    pub key: K,
+    /// Its bytes in the page cache.
+    pub cached: u64,
+}
+
+/// The files whose page cache to drop to free `need` bytes: largest first (few calls free much,
+/// as the paper argues), stopping once the sum reaches `need`. Files with nothing cached are
+/// never picked.
+pub fn files_to_drop<K: Clone>(files: &[CachedFile<K>], need: u64) -> Vec<K> {
+    let mut order: Vec<&CachedFile<K>> = files.iter().filter(|f| f.cached > 0).collect();
+    order.sort_by_key(|f| std::cmp::Reverse(f.cached));
+    let mut freed = 0;
+    let mut out = Vec::new();
+    for f in order {
+        if freed >= need {
+            break;
+        }
+        freed += f.cached;
+        out.push(f.key.clone());
+    }
+    out
+}
+
+fn round_up(x: usize, to: usize) -> usize {
+    x.div_ceil(to) * to
+}
+
+fn round_down(x: usize, to: usize) -> usize {
+    x / to * to
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    const P: usize = 4096;
+
+    #[test]
+    fn the_heap_refills_under_half_its_target_and_stays_under_the_bound() {
+        let idle = Interval::default();
+        // Nothing asked yet: the minimum reserve, in 256 KiB steps.
+        let plan = heap_plan(idle, 0, 64 << 20, P);
+        assert_eq!(plan.step, MIN_STEP);
+        assert_eq!(plan.grow, MIN_RESERVE.div_ceil(MIN_STEP) * MIN_STEP);
+        // More than half of the target ready: nothing.
+        assert_eq!(heap_plan(idle, MIN_RESERVE / 2, 64 << 20, P).grow, 0);
+        // A busy interval: twice its bytes.
+        let busy = Interval {
+            bytes: 20 << 20,
+            count: 20,
+        };
+        let plan = heap_plan(busy, 0, 64 << 20, P);
+        assert_eq!(plan.step, 1 << 20);
+        assert_eq!(plan.grow, 40 << 20);
+        // Never past the bound.
+        let plan = heap_plan(busy, 1 << 20, 8 << 20, P);
+        assert!(plan.grow + (1 << 20) <= 8 << 20, "{plan:?}");
+        assert_eq!(heap_plan(busy, 8 << 20, 8 << 20, P).grow, 0);
+    }
+
+    #[test]
+    fn buckets_are_linear_and_the_last_is_open() {
+        assert_eq!(bucket(LARGE), 1);
+        assert_eq!(bucket(2 * LARGE - 1), 1);
+        assert_eq!(bucket(256 * 1024 + 4096), 2);
+        assert_eq!(bucket(100 << 20), TABLE_SIZE);
+        assert_eq!(chunk_len(256 * 1024, 16, P), Some(256 * 1024 + P));
+        assert_eq!(chunk_len(usize::MAX, 16, P), None);
+    }
+
+    #[test]
+    fn the_pool_refills_with_the_mean_request_within_the_bound() {
+        let last = Interval {
+            bytes: 10 * 256 * 1024,
+            count: 10,
+        };
+        let (n, len) = pool_refill(last, 0, 64 << 20, 16, P).unwrap();
+        assert_eq!(len, 256 * 1024 + P);
+        assert!(n * len >= MIN_RESERVE && n * len <= 64 << 20);
+        assert_eq!(pool_refill(Interval::default(), 0, 64 << 20, 16, P), None);
+        assert_eq!(pool_refill(last, 60 << 20, 64 << 20, 16, P), None);
+        let (n, len) = pool_refill(last, 0, 1 << 20, 16, P).unwrap();
+        assert!(n * len <= 1 << 20);
+    }
+
+    #[test]
+    fn the_watermark_follows_the_allocation_rate() {
+        assert_eq!(watermark(0.0, 1000, 64 << 20), 64 << 20);
+        assert_eq!(watermark(100e6, 1000, 64 << 20), 200_000_000);
+    }
+
+    #[test]
+    fn the_shortfall_overshoots_the_watermark_by_half() {
+        assert_eq!(shortfall(100, 100), None);
+        assert_eq!(shortfall(60, 100), Some(90));
+        assert_eq!(shortfall(0, 100), Some(150));
+    }
+
+    #[test]
+    fn files_go_largest_first_until_enough_is_freed() {
+        let f = |key: &'static str, cached| CachedFile { key, cached };
+        let files = [f("a", 10), f("b", 300), f("c", 0), f("d", 50)];
+        assert_eq!(files_to_drop(&files, 1), vec!["b"]);
+        assert_eq!(files_to_drop(&files, 320), vec!["b", "d"]);
+        assert_eq!(files_to_drop(&files, 10_000), vec!["b", "d", "a"]);
+        assert!(files_to_drop(&files, 0).is_empty());
+    }
+}

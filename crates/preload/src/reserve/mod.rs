@@ -1,0 +1,337 @@
+//! The latency-critical reserve (Hermes, Middleware'21): memory that is already physically
+//! backed when the program asks for it, so that `malloc` plus the first touch of the block does
+//! not fall into the kernel's direct reclaim under memory pressure.
+//!
+//! On with `GLEANER_LATENCY_CRITICAL=1` (`gleaner run --latency-critical`). A management thread
+//! (`thread.rs`) wakes every 2 ms, looks at what the program asked for in the interval, and keeps
+//! two reserves pre-faulted with `MADV_POPULATE_WRITE` inside one address window (`window.rs`):
+//!
+//! * small requests (under 128 KiB) come from a heap grown step by step (`heap.rs`, Algorithm 1);
+//! * large ones from a segregated pool of pre-faulted chunks (`pool.rs`, Algorithm 2), `mlock`ed
+//!   (with `GLEANER_RESERVE_MLOCK=1`) while the process's `RLIMIT_MEMLOCK` leaves room, and
+//!   unlocked when handed out.
+//!
+//! A request the reserve has nothing ready for never waits: it goes to the default allocator (the
+//! C library's, or with far memory on, the managed heap) and counts as a miss. With far memory
+//! on, the window is carved from the managed arena, so the reserve counts in the budget.
+//!
+//! Every block carries the same 16-byte header as the managed heap's: `[start | tag, total]`
+//! (`tag` 0: a heap block of `total` bytes at `start`; 1: a pool chunk of `total` bytes).
+//!
+//! The reserve is bounded (`GLEANER_RESERVE_MAX`, 64 MiB by default): the heap's ready bytes and
+//! the pool's chunks together never pass it (the heap takes a quarter, the pool the rest). A
+//! fork child inherits the blocks (and frees them into its copy) but not the thread: its new
+//! requests go to the default allocator.
+
+mod heap;
+mod node;
+mod pool;
+pub(crate) mod report;
+mod stats;
+mod thread;
+mod window;
+
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
+
+use gleaner_pager::PAGE_SIZE;
+use gleaner_policy::hermes::{chunk_len, LARGE};
+use gleaner_proto::units::{format_size, parse_size};
+
+use heap::SmallHeap;
+use pool::{Chunk, Pool};
+use stats::Stats;
+use window::Window;
+
+pub(crate) use window::contains;
+
+const HEADER: usize = 16;
+/// The default bound on the reserve.
+const DEFAULT_MAX: usize = 64 << 20;
+
+/// The reserve of this process.
+pub(crate) struct Reserve {
+    window: Window,
+    heap: SmallHeap,
+    pool: Pool,
+    /// The heap's and the pool's shares of the bound.
+    heap_bound: usize,
+    pool_bound: usize,
+    /// `RLIMIT_MEMLOCK`'s soft limit: the most the pool keeps locked.
+    memlock_limit: usize,
+    period: std::time::Duration,
+    stats: Stats,
+}
+
+static RESERVE: OnceLock<Reserve> = OnceLock::new();
+/// Whether this process keeps the reserve: set at start, cleared in a fork child (which has no
+/// management thread; its requests go elsewhere). A flag, not a pid compared with `getpid`: that
+/// is a system call, and one per `malloc` made a loop of small allocations 7x slower.
+static OWNER: AtomicBool = AtomicBool::new(false);
+
+/// Whether new requests go to the reserve: it exists and this is the process that keeps it.
+fn active() -> Option<&'static Reserve> {
+    let r = RESERVE.get()?;
+    OWNER.load(Ordering::Relaxed).then_some(r)
+}
+
+/// The reserve, if this process has one (or inherited one).
+pub(crate) fn get() -> Option<&'static Reserve> {
+    RESERVE.get()
+}
+
+/// Starts the reserve if `GLEANER_LATENCY_CRITICAL=1`; `far`: the managed arena is up and the
+/// window is carved from it. Returns whether it started.
+pub(crate) fn start(far: bool) -> Result<bool, String> {
+    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    match var("GLEANER_LATENCY_CRITICAL").as_deref() {
+        None | Some("0") => return Ok(false),
+        Some("1") => {}
+        Some(v) => return Err(format!("GLEANER_LATENCY_CRITICAL={v}: give 1 or 0")),
+    }
+    let size = |k: &str, default: usize| -> Result<usize, String> {
+        var(k).map_or(Ok(default), |v| {
+            parse_size(&v)
+                .map(|n| n as usize)
+                .map_err(|e| format!("{k}: {e}"))
+        })
+    };
+    let bound = size("GLEANER_RESERVE_MAX", DEFAULT_MAX)?;
+    if bound < 2 * LARGE {
+        return Err(format!(
+            "GLEANER_RESERVE_MAX: at least {} (two large chunks)",
+            format_size(2 * LARGE as u64)
+        ));
+    }
+    let period_us = var("GLEANER_RESERVE_PERIOD_US")
+        .map_or(Ok(2000), |v| {
+            v.parse::<u64>()
+                .map_err(|e| format!("GLEANER_RESERVE_PERIOD_US: {e}"))
+        })?
+        .max(100);
+    // Address space only: far memory on, a share of the arena; off, a NORESERVE mapping.
+    let window_len = size(
+        "GLEANER_RESERVE_WINDOW",
+        if far { 4 << 30 } else { 64 << 30 },
+    )?;
+    let window = Window::new(window_len, far)?;
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit into the live local.
+    unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut lim) };
+    let heap_bound = (bound / 4).max(LARGE);
+    let reserve = Reserve {
+        window,
+        heap: SmallHeap::new(),
+        pool: Pool::new(),
+        heap_bound,
+        pool_bound: bound - heap_bound,
+        // Off unless asked (`GLEANER_RESERVE_MLOCK=1`): mlock and munlock take the address
+        // space's lock for writing and split the window's mapping per chunk, which stalled the
+        // program's own faults for milliseconds (p99 of 256 KiB allocations 3.6 ms against
+        // 0.5 ms without the reserve, in bench/hermes.py's first run). Managed pages are never
+        // locked: the pager must be free to evict them.
+        memlock_limit: if far || var("GLEANER_RESERVE_MLOCK").as_deref() != Some("1") {
+            0
+        } else {
+            usize::try_from(lim.rlim_cur).unwrap_or(usize::MAX)
+        },
+        period: std::time::Duration::from_micros(period_us),
+        stats: Stats::default(),
+    };
+    if RESERVE.set(reserve).is_err() {
+        return Ok(false);
+    }
+    OWNER.store(true, Ordering::Relaxed);
+    thread::spawn(RESERVE.get().expect("just set"))?;
+    Ok(true)
+}
+
+/// A block of `size` bytes aligned to `align` from the reserve (zeroed if `zero`), or None: the
+/// caller then serves the request from the default allocator.
+pub(crate) fn alloc(size: usize, align: usize, zero: bool) -> Option<*mut c_void> {
+    let r = active()?;
+    r.alloc(size, align, zero)
+}
+
+impl Reserve {
+    fn alloc(&self, size: usize, align: usize, zero: bool) -> Option<*mut c_void> {
+        let large = size >= LARGE;
+        let align = align.max(HEADER);
+        let total = size.checked_add(align + HEADER);
+        let (Some(total), true) = (total, align <= PAGE_SIZE) else {
+            self.stats.fallbacks.fetch_add(1, Ordering::Relaxed);
+            return None;
+        };
+        self.stats.demand(size, large);
+        let (start, tag, len, fresh) = if large {
+            self.large(total)?
+        } else {
+            match self.heap.take(total) {
+                Some(start) => (start, 0, total, false),
+                None => {
+                    self.miss();
+                    self.stats.fallbacks.fetch_add(1, Ordering::Relaxed);
+                    return None;
+                }
+            }
+        };
+        if !fresh {
+            self.stats.hits.fetch_add(1, Ordering::Relaxed);
+        }
+        let user = (start + HEADER).next_multiple_of(align);
+        // SAFETY: [start, start+len) was just taken for this request; the header's 16 bytes end
+        // at `user`, inside it, and the block's `size` bytes follow within it.
+        unsafe {
+            let h = (user - HEADER) as *mut usize;
+            h.write(start | tag);
+            h.add(1).write(len);
+            if zero && !fresh {
+                std::ptr::write_bytes(user as *mut u8, 0, size);
+            }
+        }
+        Some(user as *mut c_void)
+    }
+
+    /// A chunk for a large request of `total` bytes: from the pool (a hit), else a fresh range
+    /// of the window that the program faults in itself (a miss, which the pool takes back when
+    /// freed), else nothing (the request falls back). Returns `(start, 1, len, fresh)`.
+    fn large(&self, total: usize) -> Option<(usize, usize, usize, bool)> {
+        let len = chunk_len(total, 0, PAGE_SIZE)?;
+        if let Some(c) = self.pool.take(len) {
+            if c.locked {
+                // SAFETY: the chunk is the reserve's, locked by the thread; the program's
+                // memory is its own to swap from now on (Hermes unlocks on hand-out).
+                unsafe { libc::munlock(c.start as *const c_void, c.len) };
+                self.stats.locked_bytes.fetch_sub(c.len, Ordering::Relaxed);
+            }
+            return Some((c.start, 1, c.len, false));
+        }
+        self.miss();
+        if len <= self.pool_bound {
+            if let Some(start) = self.window.take(len) {
+                return Some((start, 1, len, true));
+            }
+        }
+        self.stats.fallbacks.fetch_add(1, Ordering::Relaxed);
+        None
+    }
+
+    /// A request found nothing ready. The thread is not woken: a wake-up is a system call in
+    /// the allocating thread and a context switch, which under redis's stream of small requests
+    /// cost a sixth of its CPU time (perf); the next period refills.
+    fn miss(&self) {
+        self.stats.misses.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Frees a block of the reserve.
+    ///
+    /// # Safety
+    /// `p` came from [`alloc`] (it lies in the window) and is not used any more.
+    unsafe fn free(&self, p: *mut c_void) {
+        // SAFETY: the caller's contract: the header precedes the pointer.
+        let (start, len) = unsafe { header(p) };
+        if start & 1 == 0 {
+            // SAFETY: a heap block of `len` bytes at `start`, no longer used.
+            unsafe { self.heap.give(start, len) };
+            return;
+        }
+        let c = Chunk {
+            start: start & !1,
+            len,
+            locked: false,
+        };
+        if let Err(c) = self.pool.put(c, self.pool_bound) {
+            self.stats
+                .released_bytes
+                .fetch_add(c.len as u64, Ordering::Relaxed);
+            self.window.give(c.start, c.len);
+        }
+    }
+}
+
+/// # Safety
+/// `p` came from the reserve and is live.
+unsafe fn header(p: *mut c_void) -> (usize, usize) {
+    // SAFETY: the caller's contract; the header precedes the pointer.
+    unsafe {
+        let h = (p as usize - HEADER) as *const usize;
+        (h.read(), h.add(1).read())
+    }
+}
+
+/// Frees `p`, a block of the reserve (it lies in the window).
+///
+/// # Safety
+/// `p` came from [`alloc`] and is not used any more.
+pub(crate) unsafe fn free(p: *mut c_void) {
+    if let Some(r) = RESERVE.get() {
+        // SAFETY: forwarded contract.
+        unsafe { r.free(p) }
+    }
+}
+
+/// The usable size of `p`, a live block of the reserve: up to the end of its block.
+///
+/// # Safety
+/// `p` came from [`alloc`] and is live.
+pub(crate) unsafe fn size_of(p: *mut c_void) -> usize {
+    // SAFETY: forwarded contract.
+    let (start, len) = unsafe { header(p) };
+    (start & !1) + len - p as usize
+}
+
+/// Takes the reserve's locks before `fork`.
+pub(crate) fn lock_for_fork() {
+    if let Some(r) = RESERVE.get() {
+        r.heap.lock();
+        r.pool.lock();
+        r.window.lock();
+    }
+}
+
+/// Releases them after `fork`, in parent and child (`in_child`: the child stops taking new
+/// requests, having no management thread).
+///
+/// # Safety
+/// Only after [`lock_for_fork`].
+pub(crate) unsafe fn unlock_after_fork(in_child: bool) {
+    if in_child {
+        OWNER.store(false, Ordering::Relaxed);
+    }
+    if let Some(r) = RESERVE.get() {
+        // SAFETY: forwarded contract.
+        unsafe {
+            r.window.unlock();
+            r.pool.unlock();
+            r.heap.unlock();
+        }
+    }
+}
+
+/// The reserve's stats as JSON (the run's stats and `gleaner status`).
+pub(crate) fn stats_json() -> Option<serde_json::Value> {
+    let r = RESERVE.get()?;
+    let s = &r.stats;
+    let n = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    Some(serde_json::json!({
+        "heap_ready_bytes": r.heap.free_bytes(),
+        "pool_bytes": r.pool.pooled(),
+        "reserve_bytes": r.heap.free_bytes() + r.pool.pooled(),
+        "bound_bytes": r.heap_bound + r.pool_bound,
+        "locked_bytes": s.locked_bytes.load(Ordering::Relaxed),
+        "memlock_limit_bytes": r.memlock_limit,
+        "far_memory": r.window.far(),
+        "hits": n(&s.hits),
+        "misses": n(&s.misses),
+        "fallbacks": n(&s.fallbacks),
+        "populated_bytes": n(&s.populated_bytes),
+        "released_bytes": n(&s.released_bytes),
+        "thread_wakeups": n(&s.wakeups),
+        "thread_cpu_seconds": n(&s.thread_cpu_ns) as f64 / 1e9,
+        "period_us": r.period.as_micros() as u64,
+    }))
+}

@@ -1,0 +1,59 @@
+//! The reserve's counters, as the run's stats and `gleaner status` show them.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use gleaner_policy::hermes::Interval;
+
+/// Counters bumped by the allocation paths and the management thread.
+#[derive(Default)]
+pub(crate) struct Stats {
+    /// Requests served from the reserve.
+    pub(crate) hits: AtomicU64,
+    /// Requests the reserve was meant to serve but had nothing ready for.
+    pub(crate) misses: AtomicU64,
+    /// Requests sent to the default allocator (the misses, and what the reserve does not serve:
+    /// over-aligned blocks, requests past its bound, a fork child's).
+    pub(crate) fallbacks: AtomicU64,
+    /// Bytes the thread pre-faulted.
+    pub(crate) populated_bytes: AtomicU64,
+    /// Bytes the thread gave back (pool chunks beyond the bound).
+    pub(crate) released_bytes: AtomicU64,
+    /// The thread's wake-ups and the CPU time it spent, in nanoseconds.
+    pub(crate) wakeups: AtomicU64,
+    pub(crate) thread_cpu_ns: AtomicU64,
+    /// Bytes `mlock`ed now.
+    pub(crate) locked_bytes: AtomicUsize,
+    /// Small and large requests since the thread last looked (the interval's demand).
+    pub(crate) small_bytes: AtomicUsize,
+    pub(crate) small_count: AtomicUsize,
+    pub(crate) large_bytes: AtomicUsize,
+    pub(crate) large_count: AtomicUsize,
+}
+
+impl Stats {
+    /// Notes a request of `size` bytes for the interval's demand.
+    pub(crate) fn demand(&self, size: usize, large: bool) {
+        let (bytes, count) = if large {
+            (&self.large_bytes, &self.large_count)
+        } else {
+            (&self.small_bytes, &self.small_count)
+        };
+        bytes.fetch_add(size, Ordering::Relaxed);
+        count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The last interval's small and large demand, and a new interval begins.
+    pub(crate) fn take_interval(&self) -> (Interval, Interval) {
+        let swap = |a: &AtomicUsize| a.swap(0, Ordering::Relaxed);
+        (
+            Interval {
+                bytes: swap(&self.small_bytes),
+                count: swap(&self.small_count),
+            },
+            Interval {
+                bytes: swap(&self.large_bytes),
+                count: swap(&self.large_count),
+            },
+        )
+    }
+}

@@ -1,0 +1,189 @@
+/* A program that knows nothing of gleaner, for the latency-critical reserve's tests (Hermes):
+ * it checks its own data through threads, fork, realloc, memalign and calloc.
+ *   all            every check below; exit 0 when all pass
+ *   bound MB       allocates 256 KiB blocks up to MB, frees them, idles, and checks that its
+ *                  resident set beyond its live data stays under GLEANER_RESERVE_MAX + 24 MiB
+ *   hold FILE      reads FILE into the page cache, holds it open, and sleeps (killed by the test) */
+#include <fcntl.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define CHECK(c, ...) do { if (!(c)) { fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
+    fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); exit(1); } } while (0)
+
+static void fill(unsigned char *p, size_t n, unsigned seed) {
+    for (size_t i = 0; i < n; i++) p[i] = (unsigned char)(seed * 31 + i * 7);
+}
+static int same(const unsigned char *p, size_t n, unsigned seed) {
+    for (size_t i = 0; i < n; i++) if (p[i] != (unsigned char)(seed * 31 + i * 7)) return 0;
+    return 1;
+}
+
+static void *worker(void *arg) {
+    unsigned id = (unsigned)(uintptr_t)arg;
+    size_t sizes[] = {24, 1000, 4096, 40000, 131072, 262144, 700000};
+    for (int round = 0; round < 200; round++) {
+        unsigned char *b[7];
+        for (int k = 0; k < 7; k++) {
+            b[k] = malloc(sizes[k]);
+            CHECK(b[k], "malloc %zu", sizes[k]);
+            fill(b[k], sizes[k], id * 1000 + round + k);
+        }
+        for (int k = 0; k < 7; k++) {
+            CHECK(same(b[k], sizes[k], id * 1000 + round + k), "thread %u block %d", id, k);
+            free(b[k]);
+        }
+    }
+    return 0;
+}
+
+static void check_threads(void) {
+    pthread_t t[4];
+    for (uintptr_t i = 0; i < 4; i++) CHECK(!pthread_create(&t[i], 0, worker, (void *)i), "create");
+    for (int i = 0; i < 4; i++) pthread_join(t[i], 0);
+}
+
+static void check_realloc(void) {
+    unsigned char *p = malloc(100);
+    fill(p, 100, 5);
+    size_t sizes[] = {1000, 50000, 200000, 1 << 20, 3000, 64};
+    size_t have = 100;
+    for (int i = 0; i < 6; i++) {
+        size_t keep = have < sizes[i] ? have : sizes[i];
+        p = realloc(p, sizes[i]);
+        CHECK(p, "realloc %zu", sizes[i]);
+        CHECK(same(p, keep, 5), "realloc to %zu lost data", sizes[i]);
+        fill(p, sizes[i], 5);
+        have = sizes[i];
+        CHECK(malloc_usable_size(p) >= have, "usable size");
+    }
+    free(p);
+}
+
+static void check_memalign(void) {
+    size_t aligns[] = {16, 32, 64, 256, 4096};
+    size_t sizes[] = {8, 1000, 200000};
+    for (int a = 0; a < 5; a++)
+        for (int s = 0; s < 3; s++) {
+            void *p = 0;
+            CHECK(!posix_memalign(&p, aligns[a], sizes[s]), "posix_memalign");
+            CHECK((uintptr_t)p % aligns[a] == 0, "posix_memalign %zu", aligns[a]);
+            fill(p, sizes[s], 9);
+            void *q = memalign(aligns[a], sizes[s]);
+            CHECK(q && (uintptr_t)q % aligns[a] == 0, "memalign %zu", aligns[a]);
+            void *r = aligned_alloc(aligns[a], sizes[s]);
+            CHECK(r && (uintptr_t)r % aligns[a] == 0, "aligned_alloc %zu", aligns[a]);
+            CHECK(same(p, sizes[s], 9), "aligned block");
+            free(p); free(q); free(r);
+        }
+}
+
+static void check_calloc(void) {
+    /* dirty blocks of each size are freed first, so calloc is served from reused memory */
+    size_t sizes[] = {48, 1024, 100000, 262144, 600000};
+    for (int s = 0; s < 5; s++) {
+        for (int k = 0; k < 20; k++) {
+            unsigned char *d = malloc(sizes[s]);
+            memset(d, 0xAB, sizes[s]);
+            free(d);
+            unsigned char *z = calloc(1, sizes[s]);
+            CHECK(z, "calloc");
+            for (size_t i = 0; i < sizes[s]; i++) CHECK(z[i] == 0, "calloc %zu byte %zu", sizes[s], i);
+            free(z);
+        }
+    }
+}
+
+static void check_fork(void) {
+    unsigned char *small = malloc(1000), *big = malloc(300000);
+    fill(small, 1000, 77);
+    fill(big, 300000, 78);
+    pid_t pid = fork();
+    CHECK(pid >= 0, "fork");
+    if (pid == 0) {
+        if (!same(small, 1000, 77) || !same(big, 300000, 78)) _exit(3);
+        /* the child allocates and frees, including the parent's blocks */
+        for (int i = 0; i < 100; i++) {
+            unsigned char *p = malloc(i % 2 ? 1000 : 262144);
+            size_t n = i % 2 ? 1000 : 262144;
+            fill(p, n, i);
+            if (!same(p, n, i)) _exit(4);
+            free(p);
+        }
+        free(small);
+        free(big);
+        _exit(0);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "fork child status %d", st);
+    CHECK(same(small, 1000, 77) && same(big, 300000, 78), "parent data after fork");
+    free(small);
+    free(big);
+}
+
+static long rss_kb(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmRSS:", 6)) kb = atol(line + 6);
+    if (f) fclose(f);
+    return kb;
+}
+
+static int run_bound(long mb) {
+    const char *m = getenv("GLEANER_RESERVE_MAX");
+    long bound = m ? atol(m) : 64L << 20;
+    long base = rss_kb();
+    size_t n = (size_t)mb * 4;
+    unsigned char **b = malloc(n * sizeof(*b));
+    long worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        b[i] = malloc(262144);
+        CHECK(b[i], "malloc");
+        for (size_t j = 0; j < 262144; j += 4096) b[i][j] = 1;
+        usleep(500);
+        long extra = (rss_kb() - base) * 1024 - (long)(i + 1) * 262144;
+        if (extra > worst) worst = extra;
+    }
+    for (size_t i = 0; i < n; i++) free(b[i]);
+    usleep(200000);
+    long extra = (rss_kb() - base) * 1024;
+    if (extra > worst) worst = extra;
+    printf("{\"bound\": %ld, \"worst_extra\": %ld}\n", bound, worst);
+    CHECK(worst <= bound + (24L << 20), "resident beyond live data %ld > bound %ld + 24 MiB", worst, bound);
+    return 0;
+}
+
+static int run_hold(const char *path) {
+    int fd = open(path, O_RDONLY);
+    CHECK(fd >= 0, "open %s", path);
+    char buf[1 << 16];
+    while (read(fd, buf, sizeof buf) > 0) {}
+    printf("holding\n");
+    fflush(stdout);
+    for (;;) pause();
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "all")) {
+        check_threads();
+        check_realloc();
+        check_memalign();
+        check_calloc();
+        check_fork();
+        printf("ok\n");
+        return 0;
+    }
+    if (argc > 2 && !strcmp(argv[1], "bound")) return run_bound(atol(argv[2]));
+    if (argc > 2 && !strcmp(argv[1], "hold")) return run_hold(argv[2]);
+    fprintf(stderr, "usage: %s all | bound MB | hold FILE\n", argv[0]);
+    return 2;
+}
