@@ -477,16 +477,7 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
     }
     let signals = SignalForwarder::install()?;
     let started = Instant::now();
-    let mut child = cmd.spawn().map_err(|e| {
-        SetupError(
-            format!("cannot execute {}: {e}", program.display()),
-            EXIT_NOT_EXECUTABLE,
-        )
-    })?;
-    CHILD_PID.store(child.id() as i32, Ordering::SeqCst);
-    if args.batch {
-        hermes::mark_batch(child.id() as i32);
-    }
+    let mut child = spawn_program(&mut cmd, &program, args.batch)?;
     // A process of the run whose pager waits for itself is ended (`hang.rs`).
     let hangs = HangWatch::start(stats_dir.path());
     let status = child.wait();
@@ -864,6 +855,27 @@ fn preload_list(lib: &Path) -> OsString {
         v.push(old);
     }
     v
+}
+
+/// Starts the program: its pid published for the signal forwarder (`CHILD_PID`), and under
+/// `--batch` marked a batch job with the node daemon. Shared by `gleaner run` with far memory
+/// and without it (`--far off`).
+fn spawn_program(
+    cmd: &mut Command,
+    program: &std::path::Path,
+    batch: bool,
+) -> Result<std::process::Child, SetupError> {
+    let child = cmd.spawn().map_err(|e| {
+        SetupError(
+            format!("cannot execute {}: {e}", program.display()),
+            EXIT_NOT_EXECUTABLE,
+        )
+    })?;
+    CHILD_PID.store(child.id() as i32, Ordering::SeqCst);
+    if batch {
+        hermes::mark_batch(child.id() as i32);
+    }
+    Ok(child)
 }
 
 #[cfg(test)]

@@ -4,31 +4,17 @@
 mod common;
 
 use std::os::fd::AsRawFd;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use common::{compile_c, gleaner_bin, run_gleaner, TempDir};
+use common::{build_c_program, gleaner_bin, run_gleaner, TempDir};
 
 /// tests/c/hermes_program.c, compiled once per test binary.
 fn program() -> &'static str {
     static BIN: OnceLock<String> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-        let out = gleaner_bin()
-            .parent()
-            .unwrap()
-            .join("gleaner_hermes_program");
-        let building = out.with_extension(format!("building-{}", std::process::id()));
-        compile_c(
-            &["-O1", "-Wall", "-Werror", "-pthread"],
-            &root.join("tests/c/hermes_program.c"),
-            &building,
-        );
-        std::fs::rename(&building, &out).unwrap();
-        out.to_string_lossy().into_owned()
-    })
+    BIN.get_or_init(|| build_c_program("hermes_program", "gleaner_hermes_program"))
 }
 
 fn stats(path: &Path) -> serde_json::Value {

@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use super::report::StatsDir;
 use super::signals::{signal_name, SignalForwarder, CHILD_PID};
 use super::{
-    find_preload_library, preload_list, resolve_command, RunArgs, SetupError, EXIT_NOT_EXECUTABLE,
+    find_preload_library, preload_list, resolve_command, spawn_program, RunArgs, SetupError,
 };
 
 /// Sets the reserve's variables on `cmd` for `--latency-critical`.
@@ -134,16 +134,7 @@ pub(super) fn run_local(args: RunArgs) -> Result<ExitCode, SetupError> {
     }
     let signals = SignalForwarder::install()?;
     let started = Instant::now();
-    let mut child = cmd.spawn().map_err(|e| {
-        SetupError(
-            format!("cannot execute {}: {e}", program.display()),
-            EXIT_NOT_EXECUTABLE,
-        )
-    })?;
-    CHILD_PID.store(child.id() as i32, Ordering::SeqCst);
-    if args.batch {
-        mark_batch(child.id() as i32);
-    }
+    let mut child = spawn_program(&mut cmd, &program, args.batch)?;
     let status = child.wait();
     CHILD_PID.store(0, Ordering::SeqCst);
     signals.stop();

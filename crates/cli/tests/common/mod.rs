@@ -40,24 +40,25 @@ pub fn compile_c(flags: &[&str], src: &Path, out: &Path) {
 /// data), compiled once per test binary; its path.
 pub fn preload_program() -> &'static str {
     static BIN: OnceLock<String> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-        let out = gleaner_bin()
-            .parent()
-            .unwrap()
-            .join("gleaner_preload_program");
-        // Built beside it and renamed into place: another test binary running at the same time
-        // may be executing the one there, and one half written failed its exec ("Permission
-        // denied", seen with two test binaries at once).
-        let building = out.with_extension(format!("building-{}", std::process::id()));
-        compile_c(
-            &["-O1", "-Wall", "-Werror", "-pthread"],
-            &root.join("tests/c/preload_program.c"),
-            &building,
-        );
-        std::fs::rename(&building, &out).expect("renaming the test program into place");
-        out.to_string_lossy().into_owned()
-    })
+    BIN.get_or_init(|| build_c_program("preload_program", "gleaner_preload_program"))
+}
+
+/// Compiles `tests/c/NAME.c` (-O1, warnings are errors, pthreads) beside the gleaner binary as
+/// `out_name`; its path. Built beside it and renamed into place: another test binary running at
+/// the same time may be executing the one there, and one half written failed its exec
+/// ("Permission denied", seen with two test binaries at once). Callers keep the path in a
+/// `OnceLock`, so each test binary compiles a program once.
+pub fn build_c_program(name: &str, out_name: &str) -> String {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = gleaner_bin().parent().unwrap().join(out_name);
+    let building = out.with_extension(format!("building-{}", std::process::id()));
+    compile_c(
+        &["-O1", "-Wall", "-Werror", "-pthread"],
+        &root.join(format!("tests/c/{name}.c")),
+        &building,
+    );
+    std::fs::rename(&building, &out).expect("renaming the test program into place");
+    out.to_string_lossy().into_owned()
 }
 
 /// The Python interpreter itself (`sys.executable`), not a version manager's shim, which would
