@@ -275,6 +275,16 @@ fn report(pid: libc::pid_t, program: &CStr, reason: &str) -> Option<StackText<42
     Some(path)
 }
 
+/// After an exec that returned (so failed): its report withdrawn, and the exec's `errno` kept for
+/// the caller (the unlink may change it); returns `rc`.
+fn failed_exec(reported: Option<StackText<4200>>, rc: c_int) -> c_int {
+    let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+    withdraw(reported);
+    // SAFETY: restores the exec's errno for the caller.
+    unsafe { *libc::__errno_location() = errno };
+    rc
+}
+
 /// Removes a report whose `exec` failed.
 fn withdraw(path: Option<StackText<4200>>) {
     if let Some(p) = path {
@@ -356,11 +366,7 @@ pub unsafe extern "C" fn execve(
     let reported = before_exec(path, envp);
     // SAFETY: forwarding the caller's arguments; returns only on failure.
     let rc = unsafe { real_execve()(path, argv, envp) };
-    let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
-    withdraw(reported);
-    // SAFETY: restores the exec's errno for the caller.
-    unsafe { *libc::__errno_location() = errno };
-    rc
+    failed_exec(reported, rc)
 }
 
 /// `execv(3)`.
@@ -391,11 +397,7 @@ pub unsafe extern "C" fn execvpe(
     let real = unsafe { std::mem::transmute::<*mut c_void, ExecveFn>(next(&SLOT, b"execvpe\0")) };
     // SAFETY: forwarding the caller's arguments; returns only on failure.
     let rc = unsafe { real(file, argv, envp) };
-    let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
-    withdraw(reported);
-    // SAFETY: restores the exec's errno for the caller.
-    unsafe { *libc::__errno_location() = errno };
-    rc
+    failed_exec(reported, rc)
 }
 
 /// `execvp(3)`.
