@@ -18,11 +18,11 @@ unsafe impl Sync for AnonMapping {}
 
 impl AnonMapping {
     /// Maps `len` bytes with `MAP_PRIVATE | MAP_ANONYMOUS | extra_flags` (for example
-    /// `MAP_NORESERVE` or `MAP_POPULATE`).
+    /// `MAP_NORESERVE` or `MAP_POPULATE`; `MAP_FIXED` is ignored: the kernel picks the address).
     pub fn new(len: usize, extra_flags: i32) -> io::Result<AnonMapping> {
-        // SAFETY: a fresh anonymous mapping at an address the kernel picks (no MAP_FIXED in
-        // the flags we add, and a caller passing MAP_FIXED with a null hint gets EPERM or the
-        // zero page refused): no existing memory is affected. Checked for MAP_FAILED.
+        // SAFETY: a fresh anonymous mapping at an address the kernel picks (MAP_FIXED is
+        // masked out of the caller's flags), so no existing memory is affected. Checked for
+        // MAP_FAILED.
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
