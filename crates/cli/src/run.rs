@@ -601,12 +601,7 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
         "latency_critical": hermes::reserve_json(&reserves),
         "batch": args.batch,
     });
-    if let Some(path) = &args.stats {
-        let text = serde_json::to_string_pretty(&report).expect("JSON values serialise");
-        if let Err(e) = std::fs::write(path, text + "\n") {
-            eprintln!("gleaner run: writing stats to {}: {e}", path.display());
-        }
-    }
+    write_stats(args.stats.as_deref(), &report);
     if !args.quiet {
         eprintln!("{}", summary(&report, wall));
         if let Some(line) = hermes::summary_line(&reserves) {
@@ -855,6 +850,17 @@ fn preload_list(lib: &Path) -> OsString {
         v.push(old);
     }
     v
+}
+
+/// Writes the run's stats document to `--stats PATH`, if given; a failure to write is said, and
+/// the run's outcome stands.
+fn write_stats(path: Option<&std::path::Path>, report: &serde_json::Value) {
+    if let Some(path) = path {
+        let text = serde_json::to_string_pretty(report).expect("JSON values serialise");
+        if let Err(e) = std::fs::write(path, text + "\n") {
+            eprintln!("gleaner run: writing stats to {}: {e}", path.display());
+        }
+    }
 }
 
 /// Starts the program: its pid published for the signal forwarder (`CHILD_PID`), and under

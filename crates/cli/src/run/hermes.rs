@@ -15,7 +15,8 @@ use serde_json::{json, Value};
 use super::report::StatsDir;
 use super::signals::{signal_name, SignalForwarder, CHILD_PID};
 use super::{
-    find_preload_library, preload_list, resolve_command, spawn_program, RunArgs, SetupError,
+    find_preload_library, preload_list, resolve_command, spawn_program, write_stats, RunArgs,
+    SetupError,
 };
 
 /// Sets the reserve's variables on `cmd` for `--latency-critical`.
@@ -161,12 +162,7 @@ pub(super) fn run_local(args: RunArgs) -> Result<ExitCode, SetupError> {
         "latency_critical": reserve_json(&reserves),
         "batch": args.batch,
     });
-    if let Some(path) = &args.stats {
-        let text = serde_json::to_string_pretty(&report).expect("JSON values serialise");
-        if let Err(e) = std::fs::write(path, text + "\n") {
-            eprintln!("gleaner run: writing stats to {}: {e}", path.display());
-        }
-    }
+    write_stats(args.stats.as_deref(), &report);
     if !args.quiet {
         eprintln!(
             "gleaner run: {name} {outcome} after {:.2} s on local memory (far memory off){}",
