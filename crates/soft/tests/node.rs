@@ -196,6 +196,9 @@ fn cooperative_shrink_then_a_stopped_runtime_still_gives_memory_back() {
     });
     // Cooperative: a second pool halves w1's share; w1 (running) shrinks by itself.
     let (mut w2, rx2) = workload(&s, "w2", 6.0, &[]);
+    // From 28 MiB or more down to 20: by itself, so the daemon punched nothing. (Its count of
+    // released segments is no evidence: a shrink may go by compaction alone, counted apart, and
+    // the count reaches the control area after the residency has dropped.)
     let st = wait_until(&s, "w1 to shrink to its half", 5.0, |st| {
         pool_named(st, "w1").is_some_and(|p| {
             p["limit"].as_u64().unwrap() <= 18 * MB && p["resident"].as_u64().unwrap() <= 20 * MB
@@ -206,7 +209,6 @@ fn cooperative_shrink_then_a_stopped_runtime_still_gives_memory_back() {
         p1["punched_segments"], 0,
         "w1 was running: it should have shrunk itself: {p1}"
     );
-    assert!(p1["released_segments"].as_u64().unwrap() > 0, "{p1}");
     // Direct: w1 stops; a third pool cuts its share again; the daemon punches w1's segments.
     let pid = w1.0.id() as i32;
     assert_eq!(unsafe_kill(pid, libc::SIGSTOP), 0);
