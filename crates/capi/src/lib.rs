@@ -2,10 +2,11 @@
 #![deny(missing_docs)]
 
 use std::cell::RefCell;
-use std::ffi::{c_char, c_void, CStr, CString};
+use std::ffi::{c_char, c_void, CString};
 use std::path::PathBuf;
 
 use gleaner_pager::{Region, RegionConfig};
+use gleaner_sys::ffi::opt_str;
 
 /// An opaque region handle for C.
 pub struct GleanerRegion(Region);
@@ -17,19 +18,6 @@ thread_local! {
 fn set_error(msg: String) {
     let c = CString::new(msg.replace('\0', " ")).expect("no interior NUL");
     LAST_ERROR.with(|e| *e.borrow_mut() = Some(c));
-}
-
-/// # Safety
-/// `p` is NULL or a NUL-terminated string valid for the duration of the call.
-unsafe fn opt_str(p: *const c_char) -> Result<Option<String>, String> {
-    if p.is_null() {
-        return Ok(None);
-    }
-    // SAFETY: the caller guarantees a valid NUL-terminated string.
-    let s = unsafe { CStr::from_ptr(p) };
-    s.to_str()
-        .map(|s| Some(s.to_string()))
-        .map_err(|_| "argument is not valid UTF-8".to_string())
 }
 
 /// See `gleaner_region_create` in `include/gleaner.h`.

@@ -9,11 +9,12 @@
 #![deny(missing_docs)]
 
 use std::cell::RefCell;
-use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::ffi::{c_char, c_int, c_void, CString};
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use gleaner_soft::{Pool, PoolConfig, SoftBox, SoftHashMap};
+use gleaner_sys::ffi::opt_str;
 
 thread_local! {
     static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
@@ -117,17 +118,6 @@ pub unsafe extern "C" fn gleaner_soft_config_init(c: *mut GleanerSoftConfig) {
             verify: 0,
         })
     };
-}
-
-unsafe fn opt_str(p: *const c_char) -> Result<Option<String>, String> {
-    if p.is_null() {
-        return Ok(None);
-    }
-    // SAFETY: a non-NULL string argument is NUL-terminated by the caller's promise.
-    let s = unsafe { CStr::from_ptr(p) };
-    s.to_str()
-        .map(|s| Some(s.to_string()))
-        .map_err(|_| "a string argument is not UTF-8".to_string())
 }
 
 /// Creates a pool; NULL on failure (see `gleaner_soft_last_error`).
