@@ -519,18 +519,13 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
 
     let status = status.map_err(|e| SetupError::new(format!("waiting for the program: {e}")))?;
     let name = args.command[0].to_string_lossy().into_owned();
-    let (mut exit, outcome) = match (status.code(), status.signal()) {
-        _ if hung.contains(&child.id()) => (
+    let (mut exit, outcome) = if hung.contains(&child.id()) {
+        (
             gleaner_pager::FATAL_EXIT_CODE as u8,
             "hung on its own far memory and was ended (see the message above)".to_string(),
-        ),
-        (Some(c), _) => (c as u8, format!("exited with status {c}")),
-        (None, Some(s)) => {
-            let outcome = format!("was killed by signal {s} ({})", signal_name(s));
-            eprintln!("gleaner run: {name} {outcome}");
-            ((128 + s) as u8, outcome)
-        }
-        _ => (1, "ended in an unknown way".into()),
+        )
+    } else {
+        exit_outcome(status, &name)
     };
     let processes = stats_dir.collect();
     let reserves = hermes::reserve_reports(stats_dir.path());
@@ -850,6 +845,20 @@ fn preload_list(lib: &Path) -> OsString {
         v.push(old);
     }
     v
+}
+
+/// The exit status `gleaner run` passes on for the program's `status` (a signal's is 128 + its
+/// number, as a shell's), and how the summary words it; a death by signal is said at once.
+fn exit_outcome(status: std::process::ExitStatus, name: &str) -> (u8, String) {
+    match (status.code(), status.signal()) {
+        (Some(c), _) => (c as u8, format!("exited with status {c}")),
+        (None, Some(s)) => {
+            let outcome = format!("was killed by signal {s} ({})", signal_name(s));
+            eprintln!("gleaner run: {name} {outcome}");
+            ((128 + s) as u8, outcome)
+        }
+        _ => (1, "ended in an unknown way".into()),
+    }
 }
 
 /// Writes the run's stats document to `--stats PATH`, if given; a failure to write is said, and

@@ -13,10 +13,10 @@ use gleaner_proto::units::{format_size, parse_size};
 use serde_json::{json, Value};
 
 use super::report::StatsDir;
-use super::signals::{signal_name, SignalForwarder, CHILD_PID};
+use super::signals::{SignalForwarder, CHILD_PID};
 use super::{
-    find_preload_library, preload_list, resolve_command, spawn_program, write_stats, RunArgs,
-    SetupError,
+    exit_outcome, find_preload_library, preload_list, resolve_command, spawn_program, write_stats,
+    RunArgs, SetupError,
 };
 
 /// Sets the reserve's variables on `cmd` for `--latency-critical`.
@@ -142,16 +142,7 @@ pub(super) fn run_local(args: RunArgs) -> Result<ExitCode, SetupError> {
     let wall = started.elapsed();
     let status = status.map_err(|e| SetupError::new(format!("waiting for the program: {e}")))?;
     let name = args.command[0].to_string_lossy().into_owned();
-    use std::os::unix::process::ExitStatusExt;
-    let (exit, outcome) = match (status.code(), status.signal()) {
-        (Some(c), _) => (c as u8, format!("exited with status {c}")),
-        (None, Some(s)) => {
-            let outcome = format!("was killed by signal {s} ({})", signal_name(s));
-            eprintln!("gleaner run: {name} {outcome}");
-            ((128 + s) as u8, outcome)
-        }
-        _ => (1, "ended in an unknown way".into()),
-    };
+    let (exit, outcome) = exit_outcome(status, &name);
     let reserves = reserve_reports(stats_dir.path());
     let report = json!({
         "command": args.command.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>(),
