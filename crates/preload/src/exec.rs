@@ -407,6 +407,14 @@ pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char)
     unsafe { execvpe(file, argv, environ) }
 }
 
+/// After a spawn of `program` that succeeded, as child `pid`: reported if it came up without a
+/// pager.
+fn after_spawn(pid: libc::pid_t, program: &CStr, envp: *const *mut c_char) {
+    if let Some(reason) = without_pager(program, envp.cast()) {
+        report(pid, program, reason);
+    }
+}
+
 /// `posix_spawn(3)`: reported after the spawn, with the child's pid.
 #[no_mangle]
 pub unsafe extern "C" fn posix_spawn(
@@ -423,12 +431,9 @@ pub unsafe extern "C" fn posix_spawn(
     // SAFETY: forwarding the caller's arguments (the pid to our variable when it gave none).
     let rc = unsafe { real_spawn(b"posix_spawn\0", &SLOT)(out, path, actions, attr, argv, envp) };
     if rc == 0 && !path.is_null() {
-        // SAFETY: posix_spawn's contract: a NUL-terminated path.
-        let p = unsafe { CStr::from_ptr(path) };
-        if let Some(reason) = without_pager(p, envp.cast()) {
-            // SAFETY: the spawn succeeded, so `out` holds the child's pid.
-            report(unsafe { *out }, p, reason);
-        }
+        // SAFETY: posix_spawn's contract: a NUL-terminated path; the spawn succeeded, so `out`
+        // holds the child's pid.
+        unsafe { after_spawn(*out, CStr::from_ptr(path), envp) };
     }
     rc
 }
@@ -452,10 +457,8 @@ pub unsafe extern "C" fn posix_spawnp(
         let mut found = StackText::<4200>::new();
         // SAFETY: posix_spawnp's contract: a NUL-terminated name.
         if let Some(p) = search_path(unsafe { CStr::from_ptr(file) }, &mut found) {
-            if let Some(reason) = without_pager(p, envp.cast()) {
-                // SAFETY: the spawn succeeded, so `out` holds the child's pid.
-                report(unsafe { *out }, p, reason);
-            }
+            // SAFETY: the spawn succeeded, so `out` holds the child's pid.
+            after_spawn(unsafe { *out }, p, envp);
         }
     }
     rc
