@@ -298,6 +298,55 @@ fn static_program(dir: &std::path::Path) -> std::path::PathBuf {
     out
 }
 
+/// A static program started with `posix_spawn` and with `posix_spawnp` (a `PATH` search) is
+/// named too, each with the child's own pid: Python's `os.posix_spawn[p]` call the C library's,
+/// which the preload library wraps.
+#[test]
+fn static_programs_started_by_posix_spawn_are_named_with_their_pids() {
+    let dir = common::TempDir::new("spawn");
+    let prog = static_program(dir.path());
+    let script = format!(
+        "import os\n\
+         os.environ['PATH'] = {dir:?} + ':' + os.environ['PATH']\n\
+         for fn, arg in ((os.posix_spawn, {prog:?}), (os.posix_spawnp, 'fill_memory_static')):\n\
+         \x20   pid = fn(arg, [arg, '1'], os.environ)\n\
+         \x20   print('child', pid, flush=True)\n\
+         \x20   os.waitpid(pid, 0)\n",
+        dir = dir.path().display().to_string(),
+        prog = prog.display().to_string(),
+    );
+    let (code, out, err) = common::run_gleaner(
+        &[
+            "run",
+            "--local-mem",
+            "16M",
+            "--",
+            common::real_python(),
+            "-c",
+            &script,
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
+    let pids: Vec<&str> = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("child "))
+        .collect();
+    assert_eq!(pids.len(), 2, "{out}");
+    let line = err
+        .lines()
+        .find(|l| l.contains("ran without far memory"))
+        .unwrap_or_else(|| panic!("no process named as running without far memory: {err}"));
+    assert!(line.contains("2 processes"), "{line}");
+    for pid in pids {
+        assert!(
+            line.contains(&format!("(pid {pid})")),
+            "pid {pid} not named: {line}"
+        );
+    }
+    assert_eq!(line.matches("statically linked").count(), 2, "{line}");
+}
+
 /// A statically linked program run under a shell (`sh -c ./static_program`) keeps its 64 MiB
 /// local whatever the budget: the run's summary names it, with the reason, and the stats file
 /// lists it; the shell itself ran on far memory.
