@@ -328,9 +328,11 @@ fn static_programs_started_by_posix_spawn_are_named_with_their_pids() {
         Duration::from_secs(60),
     );
     assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
-    let pids: Vec<&str> = out
-        .lines()
-        .filter_map(|l| l.strip_prefix("child "))
+    // The children write to the same stdout, so a pid's line may run into theirs.
+    let pids: Vec<String> = out
+        .split("child ")
+        .skip(1)
+        .map(|rest| rest.chars().take_while(char::is_ascii_digit).collect())
         .collect();
     assert_eq!(pids.len(), 2, "{out}");
     let line = err
