@@ -308,10 +308,11 @@ fn static_programs_started_by_posix_spawn_are_named_with_their_pids() {
     let script = format!(
         "import os\n\
          os.environ['PATH'] = {dir:?} + ':' + os.environ['PATH']\n\
+         pids = []\n\
          for fn, arg in ((os.posix_spawn, {prog:?}), (os.posix_spawnp, 'fill_memory_static')):\n\
-         \x20   pid = fn(arg, [arg, '1'], os.environ)\n\
-         \x20   print('child', pid, flush=True)\n\
-         \x20   os.waitpid(pid, 0)\n",
+         \x20   pids.append(fn(arg, [arg, '1'], os.environ))\n\
+         \x20   os.waitpid(pids[-1], 0)\n\
+         print('children', *pids, flush=True)\n",
         dir = dir.path().display().to_string(),
         prog = prog.display().to_string(),
     );
@@ -328,11 +329,12 @@ fn static_programs_started_by_posix_spawn_are_named_with_their_pids() {
         Duration::from_secs(60),
     );
     assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
-    // The children write to the same stdout, so a pid's line may run into theirs.
-    let pids: Vec<String> = out
-        .split("child ")
-        .skip(1)
-        .map(|rest| rest.chars().take_while(char::is_ascii_digit).collect())
+    // Printed once both children have exited, so no output of theirs runs into the line.
+    let pids: Vec<&str> = out
+        .lines()
+        .find_map(|l| l.strip_prefix("children "))
+        .unwrap_or_else(|| panic!("no `children` line: {out}"))
+        .split_whitespace()
         .collect();
     assert_eq!(pids.len(), 2, "{out}");
     let line = err
