@@ -10,7 +10,8 @@
 //! [`fault::handler::run`] (a handler thread reads fault messages) ->
 //! [`Handler::serve`](fault::resolve::Handler::serve) (the state machine) -> `on_missing` ->
 //! `fetch_remote` (the prefetcher's pages join the request: [`fault::prefetch`]) -> the store
-//! ([`StoreHandle::request`](store::StoreHandle::request), then `receive`) ->
+//! ([`StoreHandle::request`](store::StoreHandle::request), then `receive`: the codec layer
+//! [`store::coded`] over a blob store's [`BlobHandle`](store::BlobHandle)) ->
 //! [`CodecCtx::decode`](codec::CodecCtx::decode) -> [`fault::fetch::install_fetched`]
 //! (`UFFDIO_COPY`, writable where [`fault::predict`] says so).
 //!
@@ -20,12 +21,13 @@
 //! ([`evict::reclaimer::run_pool_thread`]), which pick victims in the eviction order
 //! ([`evict::order`], fed by the access scan [`evict::access`]) and evict them as one batch:
 //! [`Evictor::evict_batch`](evict::batch::Evictor::evict_batch) (move out, encode with
-//! [`codec`], write to the store, one `MADV_DONTNEED` for the batch). [`evict::watchdog`] ends a
+//! [`codec`] in [`store::coded`], write the blobs to the store, one `MADV_DONTNEED` for the
+//! batch). [`evict::watchdog`] ends a
 //! batch that is stuck.
 //!
 //! # Where the rest lives
-//! [`codec`] (compress and seal a far page), [`store`] (where far pages live: socket, shared
-//! memory, a pool of memnodes; the embedded memnode), [`observe`] (counters, stats, status,
+//! [`codec`] (compress and seal a far page), [`store`] (where far pages live: the codec layer
+//! over the blob stores, socket, shared memory, a pool of memnodes; the embedded memnode), [`observe`] (counters, stats, status,
 //! traces, the stuck-pager watcher), [`region`] (the public handle, fork), [`memory`] (the mapping and its userfaultfd),
 //! [`config`] (every knob and its default), [`engine`] (what a region's threads share).
 //!

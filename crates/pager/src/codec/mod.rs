@@ -600,6 +600,15 @@ impl CodecCtx {
         }
     }
 
+    /// Like [`CodecCtx::encode`], the blob written at the start of `out` (at least
+    /// [`ENCODE_ROOM`] bytes), where the caller keeps it: always [`Encoded::Blob`] (a page of
+    /// one repeated word becomes a small sealed blob).
+    pub fn encode_blob(&mut self, page_no: u64, page: &[u8], out: &mut [u8]) -> Encoded {
+        let same = same_filled(page);
+        let (len, version) = self.encode_to(page_no, page, same, out);
+        Encoded::Blob { len, version }
+    }
+
     /// Encodes `page`, whose repeated word (if any) the caller found: `same`, into the scratch
     /// buffer.
     fn encode_checked(&mut self, page_no: u64, page: &[u8], same: Option<u64>) -> (&[u8], u64) {

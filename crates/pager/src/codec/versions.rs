@@ -1,12 +1,12 @@
 //! The page-version table: per region page, the version its far blob was sealed with (0: no far
-//! copy). The codec owns it so that every store opens a blob the same way: with the version this
-//! client recorded when the blob was written, never one a memnode reports, so a memnode that
-//! hands back an older copy of a page, or another page's, is caught when the blob is opened.
+//! copy), or, for a page a store keeps as one repeated word, that word. The codec layer over the
+//! stores (`store/coded.rs`) keeps it and alone writes it, so that every store's blobs are opened
+//! the same way: with the version this client recorded when the blob was written, never one a
+//! memnode reports, so a memnode that hands back an older copy of a page, or another page's, is
+//! caught when the blob is opened.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-
-use super::{CodecCtx, Tampered};
 
 /// The versions of a region's far blobs, shared by the store's handles (cheap to clone).
 #[derive(Clone)]
@@ -35,20 +35,6 @@ impl Versions {
     /// How many pages the table covers.
     pub(crate) fn len(&self) -> usize {
         self.0.len()
-    }
-}
-
-impl CodecCtx {
-    /// Decodes the blob a store read for region page `page_no` into `dst`, opened with the
-    /// version `versions` records for it.
-    pub(crate) fn decode_recorded(
-        &mut self,
-        versions: &Versions,
-        page_no: u64,
-        blob: &[u8],
-        dst: &mut [u8],
-    ) -> Result<(), Tampered> {
-        self.decode(page_no, versions.get(page_no), blob, dst)
     }
 }
 

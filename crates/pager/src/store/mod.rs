@@ -1,18 +1,23 @@
-//! Where a region's far pages live: the [`PageStore`] trait and its two implementations.
+//! Where a region's far pages live, in two layers.
 //!
-//! * [`shm::ShmStore`]: the memnode runs on this host (a Unix socket). It grants the session
-//!   shared-memory slabs; the client maps them and keeps its own index of which page lives in
-//!   which slot. A fetch is a copy out of the client's own mapping and a write-back a copy into
-//!   it: no request, no memnode wake-up on the data path.
-//! * [`socket::SocketStore`]: any memnode, over TCP or a Unix socket: batched `Read` and
-//!   `Write` requests, one connection per thread that uses the store.
-//!
-//! The engine sees only the traits: a [`PageStore`] per region (session-wide operations) and a
-//! [`StoreHandle`] per thread (reads and writes). Pages cross the traits as plain 4 KiB pages;
-//! what a store does with them on the far side is its own business.
+//! * What the engine sees: a [`PageStore`] per region (session-wide operations) and a
+//!   [`StoreHandle`] per thread (reads and writes), through which pages pass as plain 4 KiB
+//!   pages. Their one implementation is [`coded`]: the page codec (compression, sealing) and the
+//!   page-version table, owned in one place, over a blob store.
+//! * What a store is: a [`BlobStore`] per region and a [`BlobHandle`] per thread, which move
+//!   opaque blobs (what the codec made of the pages) to and from the far side and never look
+//!   inside them. Three of them:
+//!   * [`shm::ShmStore`]: the memnode runs on this host (a Unix socket). It grants the session
+//!     shared-memory slabs; the client maps them and keeps its own index of which page's blob
+//!     lives where. A fetch is a decode out of the client's own mapping and a write-back an
+//!     encode into it: no request, no memnode wake-up on the data path.
+//!   * [`socket::SocketStore`]: any memnode, over TCP or a Unix socket: batched `Read` and
+//!     `Write` requests, one connection per thread that uses the store.
+//!   * [`pool::PoolStore`]: several memnodes, each extent of pages replicated on some of them.
 
 mod arena;
 mod blobs;
+pub(crate) mod coded;
 pub(crate) mod embedded;
 pub(crate) mod pool;
 pub(crate) mod shm;
@@ -24,6 +29,7 @@ use gleaner_proto::{ConnectOptions, Endpoint, Token};
 use serde::Serialize;
 
 pub(crate) use crate::codec::versions::zeroed_atomics;
+use crate::codec::versions::Versions;
 use crate::codec::{Codec, CodecStats};
 use crate::{PagerError, PAGE_SIZE};
 
@@ -132,7 +138,8 @@ pub struct StoreStats {
     pub codec: CodecStats,
 }
 
-/// The session-wide side of a store.
+/// What the engine sees of a region's far pages, session-wide: pages in, pages out. Implemented
+/// once, by [`coded::CodedStore`] (the codec over a [`BlobStore`]).
 pub(crate) trait PageStore: Send + Sync {
     /// A handle for one thread (each fault handler and reclaim thread owns one).
     fn handle(&self) -> Result<Box<dyn StoreHandle>, PagerError>;
@@ -203,7 +210,8 @@ impl Bell<'_> {
     }
 }
 
-/// One thread's access to the store.
+/// One thread's access to the far pages (each fault handler and reclaim thread owns one).
+/// Implemented once, by [`coded::CodedHandle`] (the codec over a [`BlobHandle`]).
 pub(crate) trait StoreHandle: Send {
     /// Starts fetching `pages` (at most [`gleaner_proto::MAX_BATCH_PAGES`]): over a socket the
     /// request leaves now, so the caller can do other work while the memnode answers. Complete
@@ -280,6 +288,121 @@ pub(crate) trait StoreHandle: Send {
     }
 }
 
+/// A far copy as a store holds it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum FarCopy<'a> {
+    /// The blob the codec made of the page, as stored (valid only during the call that hands
+    /// it out).
+    Blob(&'a [u8]),
+    /// The page is one repeated word, which the store did not keep: the codec layer's table
+    /// holds it (only a store whose [`BlobHandle::keeps_words`] says so hands these out).
+    Word,
+}
+
+/// A store, session-wide: where a region's blobs live. It moves opaque blobs and never looks
+/// inside one; [`coded::CodedStore`] makes pages of them. The methods mean what
+/// [`PageStore`]'s do.
+pub(crate) trait BlobStore: Send + Sync {
+    /// A handle for one thread.
+    fn handle(&self) -> Result<Box<dyn BlobHandle>, PagerError>;
+    /// Forgets `(first page, count)` ranges the program discarded (see [`PageStore::release`]).
+    fn release(&self, ranges: &[(u64, u32)]);
+    /// Drops the far copy of `page`, which the caller owns and which is resident (see
+    /// [`PageStore::forget`]).
+    fn forget(&self, _page: u64) {}
+    /// Ends the session.
+    fn close(&self);
+    /// Whether the blobs stored now can be given to a fork child as they are (see
+    /// [`PageStore::can_share_with_child`]).
+    fn can_share_with_child(&self) -> bool {
+        false
+    }
+    /// Keeps every blob stored now readable for the child about to be forked (see
+    /// [`PageStore::hold_for_child`]).
+    fn hold_for_child(&self, _alive: std::os::fd::OwnedFd) -> Result<(), StoreError> {
+        Err(StoreError::Lost(format!(
+            "far memory cannot be shared with a fork child over {}",
+            self.describe()
+        )))
+    }
+    /// In a fork child: the child's store on the snapshot its parent holds for it.
+    fn fork_child(&self, _client_name: &str) -> Result<Box<dyn BlobStore>, PagerError> {
+        Err(PagerError::Config(format!(
+            "far memory cannot be shared with a fork child over {}",
+            self.describe()
+        )))
+    }
+    /// The memnode's address, for stats and messages.
+    fn describe(&self) -> String;
+    /// The memnode's total capacity in pages.
+    fn capacity_pages(&self) -> u64;
+    /// What the store holds, for the stats JSON (its `codec` part is the layer's to fill).
+    fn stats(&self) -> StoreStats;
+}
+
+/// One thread's access to a [`BlobStore`]. A write-back is [`BlobHandle::reserve`], then
+/// [`BlobHandle::begin_stage`] and, per page, [`BlobHandle::room`] (the codec encodes the page
+/// there) and [`BlobHandle::push`], then [`BlobHandle::commit_watching`].
+pub(crate) trait BlobHandle: Send {
+    /// Starts fetching the blobs of `pages` (see [`StoreHandle::request`]).
+    fn request(&mut self, pages: &[u64]) -> Result<(), StoreError>;
+    /// Like [`BlobHandle::request`], for pages fetched ahead of demand (see
+    /// [`StoreHandle::request_prefetch`]).
+    fn request_prefetch(
+        &mut self,
+        pages: &[u64],
+        _deadline: std::time::Duration,
+    ) -> Result<(), StoreError> {
+        self.request(pages)
+    }
+    /// Completes the last request: calls `f(i, page, copy)` for each page, in request order (a
+    /// page may come more than once, read again from another replica after an error; `f`
+    /// tolerates that).
+    fn receive(
+        &mut self,
+        f: &mut dyn FnMut(usize, u64, FarCopy<'_>) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError>;
+    /// Makes sure `pages` can be staged without running out of room (see
+    /// [`StoreHandle::reserve`]).
+    fn reserve(&mut self, _pages: &[u64]) -> Result<(), StoreError> {
+        Ok(())
+    }
+    /// Whether the store keeps a page of one repeated word as no blob at all (shared memory,
+    /// whose index is in this process): the codec layer then pushes [`Encoded::Word`] for such
+    /// pages and keeps the word in its table. A store that sends its blobs away says no: every
+    /// page leaves sealed.
+    ///
+    /// [`Encoded::Word`]: crate::codec::Encoded::Word
+    fn keeps_words(&self) -> bool {
+        false
+    }
+    /// Starts the batch of the next commit.
+    fn begin_stage(&mut self);
+    /// Where the codec encodes the next page's blob: at least
+    /// [`ENCODE_ROOM`](crate::codec::ENCODE_ROOM) bytes; the blob lies at its start.
+    fn room(&mut self) -> &mut [u8];
+    /// Stages `page`'s far copy for the next commit: the blob just encoded at the start of
+    /// [`BlobHandle::room`] (its length and the version it carries in the clear), or a word
+    /// (only where [`BlobHandle::keeps_words`]).
+    fn push(&mut self, page: u64, copy: crate::codec::Encoded) -> Result<(), StoreError>;
+    /// Whether a link's time depends on the bytes sent (a socket), so that the codec should
+    /// follow `--compress auto`'s choice of compressor for it (`codec/choice.rs`).
+    fn follows_compressor_choice(&self) -> bool {
+        false
+    }
+    /// Makes the staged blobs durable on the far side (see [`StoreHandle::commit_watching`]).
+    fn commit_watching(&mut self, bell: Option<Bell<'_>>) -> Result<(), StoreError>;
+    /// The far copy of `page` (which the caller owns), where the store can show it without a
+    /// request (shared memory); `None` when there is none or the store cannot tell (a socket).
+    fn far_copy(&mut self, _page: u64) -> Option<FarCopy<'_>> {
+        None
+    }
+    /// Whether [`BlobHandle::far_copy`] would find a far copy of `page`.
+    fn has_far_copy(&self, _page: u64) -> bool {
+        false
+    }
+}
+
 /// Reads `pages` through `h` and returns copies (tests and slow paths).
 #[cfg(test)]
 pub(crate) fn read_copies(
@@ -316,15 +439,13 @@ pub(crate) fn open(
         DataPath::Socket => false,
     };
     let session = socket::MemnodeSession::open(endpoint, token, opts)?;
-    if use_shm {
-        Ok(Box::new(shm::ShmStore::new(session, region_pages, codec)?))
+    let versions = Versions::new(region_pages);
+    let blobs: Box<dyn BlobStore> = if use_shm {
+        Box::new(shm::ShmStore::new(session, region_pages)?)
     } else {
-        Ok(Box::new(socket::SocketStore::new(
-            session,
-            region_pages,
-            codec,
-        )))
-    }
+        Box::new(socket::SocketStore::new(session, versions.clone()))
+    };
+    Ok(Box::new(coded::CodedStore::new(blobs, codec, versions)))
 }
 
 /// A page-sized scratch buffer.
@@ -396,11 +517,14 @@ mod tests {
             )
         }
 
-        fn shm(&self, pages: usize) -> shm::ShmStore {
+        /// A shared-memory store (to tamper with) and the codec layer over it.
+        fn shm(&self, pages: usize) -> (shm::ShmStore, coded::CodedStore) {
             let session =
                 socket::MemnodeSession::open(self.endpoint.clone(), self.token, opts()).unwrap();
             let codec = Codec::new(Compression::Lz4, Encryption::On).unwrap();
-            shm::ShmStore::new(session, pages, codec).unwrap()
+            let shm = shm::ShmStore::new(session, pages).unwrap();
+            let coded = coded::CodedStore::new(Box::new(shm.clone()), codec, Versions::new(pages));
+            (shm, coded)
         }
     }
 
@@ -539,7 +663,7 @@ mod tests {
     #[test]
     fn a_memnode_that_changes_swaps_or_replays_a_blob_is_caught() {
         let node = Node::start(true, 100_000);
-        let store = node.shm(1000);
+        let (shm, store) = node.shm(1000);
         let mut h = store.handle().unwrap();
         let write = |h: &mut dyn StoreHandle, ids: &[u64], v: u64| {
             let pages: Vec<Vec<u8>> = ids.iter().map(|&id| page(id * 1000 + v)).collect();
@@ -547,13 +671,13 @@ mod tests {
         };
         write(&mut *h, &[1, 2, 3], 0);
         // A flipped bit in page 1's blob.
-        store.tamper_flip(1);
+        shm.tamper_flip(1);
         // Page 2 handed page 3's blob.
-        store.tamper_swap(2, 3);
+        shm.tamper_swap(2, 3);
         // Page 3 handed back an older version of itself.
-        let old = store.tamper_save(3);
+        let old = shm.tamper_save(3);
         write(&mut *h, &[3], 1);
-        store.tamper_restore(3, old);
+        shm.tamper_restore(3, old);
         for p in [1, 2, 3] {
             match read_copies(&mut *h, &[p]) {
                 Err(StoreError::Lost(why)) => {

@@ -7,9 +7,10 @@
 //!
 //! # Blobs
 //!
-//! Pages are stored as the codec's blobs (compressed, sealed: see `codec/mod.rs`), packed by size
-//! class, so the memory the host spends on far pages follows their compressed size. A page made
-//! of one repeated word is not stored at all: its index entry keeps the word. Only the thread that
+//! Pages are stored as the codec's blobs (compressed, sealed: see `codec/mod.rs`; the codec layer,
+//! `store/coded.rs`, makes them and opens them), packed by size class, so the memory the host
+//! spends on far pages follows their compressed size. A page made of one repeated word is not
+//! stored at all: its index entry marks it, and the codec layer's table keeps the word. Only the thread that
 //! owns a page (the page-state table's owned states: FETCHING, PREFETCHING, EVICTING,
 //! DISCARDING) reads or writes its index entry or its blob, so neither needs a lock; the state
 //! table's compare-and-swap orders them. The allocator and the grants sit behind one mutex,
@@ -45,8 +46,8 @@ use gleaner_proto::ErrorCode;
 use super::arena::Arena;
 use super::blobs::{Blobs, Loc, MAX_CHUNK_PAGES};
 use super::socket::{LazySession, MemnodeSession};
-use super::{page_buf, zeroed_atomics, PageBuf, PageStore, StoreError, StoreHandle, StoreStats};
-use crate::codec::{fill_word, same_filled, Codec, CodecCtx, Encoded, ENCODE_ROOM, MAX_BLOB_LEN};
+use super::{zeroed_atomics, BlobHandle, BlobStore, FarCopy, StoreError, StoreStats};
+use crate::codec::{Encoded, ENCODE_ROOM, MAX_BLOB_LEN};
 use crate::{PagerError, PAGE_SIZE};
 
 /// The first grant asks for this many pages (64 MiB); later ones for half of what the session
@@ -68,7 +69,8 @@ fn grant_cap(region_pages: u64) -> u64 {
 }
 
 /// An index entry: 0 when the page has no far copy, [`SAME_FILLED`] when its far copy is one
-/// repeated word (kept in the page's `ver` entry), else `offset << 16 | len` of its blob.
+/// repeated word (kept in the codec layer's table: `store/coded.rs`), else `offset << 16 | len`
+/// of its blob.
 const SAME_FILLED: u64 = u64::MAX;
 
 fn pack(loc: Loc) -> u64 {
@@ -83,7 +85,8 @@ fn unpack(e: u64) -> Loc {
     }
 }
 
-/// The store.
+/// The store (a clone is the same store).
+#[derive(Clone)]
 pub(crate) struct ShmStore {
     inner: Arc<Inner>,
 }
@@ -91,14 +94,11 @@ pub(crate) struct ShmStore {
 struct Inner {
     /// Opened at the first grant in a fork child's store ([`LazySession`]).
     session: LazySession,
-    codec: Arc<Codec>,
     /// The reserved range the slabs are mapped into (shared with a fork child's store, in the
     /// child).
     arena: Arc<Arena>,
     /// Per region page: its index entry (see [`SAME_FILLED`]).
     loc: Arc<Box<[AtomicU64]>>,
-    /// Per region page: the version its blob was sealed with, or its repeated word.
-    ver: Arc<Box<[AtomicU64]>>,
     /// In a fork child: the bytes of arena below which blobs are the parent's snapshot; 0
     /// otherwise (see [`Space::snapshot_bytes`]).
     snapshot_bytes: u64,
@@ -137,12 +137,10 @@ struct Space {
 }
 
 impl ShmStore {
-    /// A store over `session` for a region of `region_pages` pages, its pages encoded by
-    /// `codec`.
+    /// A store over `session` for a region of `region_pages` pages.
     pub(crate) fn new(
         session: MemnodeSession,
         region_pages: usize,
-        codec: Arc<Codec>,
     ) -> Result<ShmStore, PagerError> {
         // Blobs of incompressible pages are a little larger than a page and each chunk size
         // keeps its own released pages: twice the region's size in address space (nothing is
@@ -160,10 +158,8 @@ impl ShmStore {
         Ok(ShmStore {
             inner: Arc::new(Inner {
                 session: LazySession::opened(session),
-                codec,
                 arena: arena.clone(),
                 loc: Arc::new(zeroed_atomics(region_pages)),
-                ver: Arc::new(zeroed_atomics(region_pages)),
                 snapshot_bytes: 0,
                 granted: AtomicU64::new(0),
                 stored: AtomicU64::new(0),
@@ -188,7 +184,6 @@ impl ShmStore {
     /// own named `client_name` for the blobs it writes.
     pub(crate) fn fork_child(&self, client_name: &str) -> Result<ShmStore, PagerError> {
         let parent = &*self.inner;
-        let codec = parent.codec.for_fork_child()?;
         // Opened at its first grant: a child that execs or exits first never needs it.
         let session = parent.session.deferred_another(client_name);
         // The parent's allocator (and its lock, which a vanished thread may hold) is a copy of
@@ -199,10 +194,8 @@ impl ShmStore {
         Ok(ShmStore {
             inner: Arc::new(Inner {
                 session,
-                codec,
                 arena: parent.arena.clone(),
                 loc: parent.loc.clone(),
-                ver: parent.ver.clone(),
                 snapshot_bytes,
                 granted: AtomicU64::new(granted),
                 stored: AtomicU64::new(parent.stored.load(Ordering::Relaxed)),
@@ -223,13 +216,11 @@ impl ShmStore {
     }
 }
 
-impl PageStore for ShmStore {
-    fn handle(&self) -> Result<Box<dyn StoreHandle>, PagerError> {
+impl BlobStore for ShmStore {
+    fn handle(&self) -> Result<Box<dyn BlobHandle>, PagerError> {
         Ok(Box::new(ShmHandle {
             inner: self.inner.clone(),
-            ctx: self.inner.codec.ctx(),
             pending: Vec::new(),
-            page: page_buf(),
             staged: Vec::new(),
             batch: Vec::new(),
             batch_used: 0,
@@ -289,8 +280,7 @@ impl PageStore for ShmStore {
     }
 
     fn can_share_with_child(&self) -> bool {
-        // A child's store cannot hand its own snapshot down again (its codec has no third key).
-        !self.inner.codec.is_fork_child()
+        true
     }
 
     fn hold_for_child(&self, alive: OwnedFd) -> Result<(), StoreError> {
@@ -303,7 +293,7 @@ impl PageStore for ShmStore {
         Ok(())
     }
 
-    fn fork_child(&self, client_name: &str) -> Result<Box<dyn PageStore>, PagerError> {
+    fn fork_child(&self, client_name: &str) -> Result<Box<dyn BlobStore>, PagerError> {
         Ok(Box::new(ShmStore::fork_child(self, client_name)?))
     }
 
@@ -334,7 +324,7 @@ impl PageStore for ShmStore {
             blobs_held_for_children: space.held.len() as u64,
             reconnects: 0,
             pool: None,
-            codec: self.inner.codec.stats(),
+            codec: Default::default(),
         }
     }
 }
@@ -503,24 +493,17 @@ fn punch_pages(arena: &Arena, slabs: &[(u64, u64)], first: u64, pages: u64) {
 
 /// A page staged for write-back.
 enum Staged {
-    /// One repeated word: kept in the index, nothing stored.
-    Same(u64),
-    /// A blob at `start..start+len` of the handle's batch buffer, sealed with `version`.
-    Blob {
-        start: usize,
-        len: usize,
-        version: u64,
-    },
+    /// One repeated word (the codec layer keeps it): nothing stored.
+    Same,
+    /// A blob at `start..start+len` of the handle's batch buffer.
+    Blob { start: usize, len: usize },
 }
 
-/// One thread's access: no connection, only the shared index and arena, and its codec.
+/// One thread's access: no connection, only the shared index and arena.
 struct ShmHandle {
     inner: Arc<Inner>,
-    ctx: CodecCtx,
     /// The pages of the last request.
     pending: Vec<u64>,
-    /// Where a page is decoded into.
-    page: PageBuf,
     /// The pages staged since the last commit, in order, with their blobs in
     /// `batch[..batch_used]` (the buffer keeps its length between batches).
     staged: Vec<(u64, Staged)>,
@@ -531,51 +514,46 @@ struct ShmHandle {
 }
 
 impl ShmHandle {
-    /// Decodes the far copy of `page` (which the caller owns) into `self.page`.
-    fn decode(&mut self, page: u64) -> Result<(), StoreError> {
+    /// The far copy of `page` (which the caller owns), read in place.
+    fn copy_of(&self, page: u64) -> Result<FarCopy<'_>, StoreError> {
         let inner = &*self.inner;
-        let entry = inner
+        match inner
             .loc
             .get(page as usize)
-            .map_or(0, |e| e.load(Ordering::Relaxed));
-        let ver = match entry {
-            0 => {
-                return Err(StoreError::Lost(format!(
-                    "page {page} has no far copy in the shared-memory store"
-                )))
+            .map_or(0, |e| e.load(Ordering::Relaxed))
+        {
+            0 => Err(StoreError::Lost(format!(
+                "page {page} has no far copy in the shared-memory store"
+            ))),
+            SAME_FILLED => Ok(FarCopy::Word),
+            entry => {
+                let l = unpack(entry);
+                // SAFETY: the blob lies in a mapped slab (the allocator places blobs only in
+                // granted pages). The caller owns the page, so no thread of this client writes
+                // the blob meanwhile; what the memnode might do to the bytes is what the
+                // codec's authentication is for.
+                Ok(FarCopy::Blob(unsafe {
+                    inner.arena.bytes(l.offset, l.len as usize)
+                }))
             }
-            _ => inner.ver[page as usize].load(Ordering::Relaxed),
-        };
-        if entry == SAME_FILLED {
-            fill_word(&mut self.page[..], ver);
-            return Ok(());
         }
-        let l = unpack(entry);
-        // SAFETY: the blob lies in a mapped slab (the allocator places blobs only in granted
-        // pages). The caller owns the page, so no thread of this client writes the blob
-        // meanwhile; what the memnode might do to the bytes is what the codec's authentication
-        // is for.
-        let blob = unsafe { inner.arena.bytes(l.offset, l.len as usize) };
-        self.ctx
-            .decode(page, ver, blob, &mut self.page[..])
-            .map_err(|t| StoreError::Lost(t.to_string()))
     }
 }
 
-impl StoreHandle for ShmHandle {
+impl BlobHandle for ShmHandle {
     fn request(&mut self, pages: &[u64]) -> Result<(), StoreError> {
         self.pending.clear();
         self.pending.extend_from_slice(pages);
         Ok(())
     }
 
-    fn receive(&mut self, f: &mut dyn FnMut(usize, &[u8])) -> Result<(), StoreError> {
-        let pending = std::mem::take(&mut self.pending);
-        for (i, &page) in pending.iter().enumerate() {
-            self.decode(page)?;
-            f(i, &self.page[..]);
+    fn receive(
+        &mut self,
+        f: &mut dyn FnMut(usize, u64, FarCopy<'_>) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        for (i, &page) in self.pending.iter().enumerate() {
+            f(i, page, self.copy_of(page)?)?;
         }
-        self.pending = pending;
         Ok(())
     }
 
@@ -585,42 +563,44 @@ impl StoreHandle for ShmHandle {
         Ok(())
     }
 
-    fn stage<'d>(
-        &mut self,
-        pages: &[u64],
-        data: &mut dyn FnMut(usize) -> &'d [u8],
-    ) -> Result<(), StoreError> {
-        for (i, &page) in pages.iter().enumerate() {
-            // The codec writes the blob straight into the batch: room for the largest blob at
-            // its end, zeroed once (the buffer keeps its length between batches).
-            let start = self.batch_used;
-            if self.batch.len() < start + ENCODE_ROOM {
-                self.batch.resize(start + ENCODE_ROOM, 0);
-            }
-            let staged = match self
-                .ctx
-                .encode_or_word(page, data(i), &mut self.batch[start..])
-            {
-                Encoded::Word(word) => Staged::Same(word),
-                Encoded::Blob { len, version } => {
-                    self.batch_used += len;
-                    Staged::Blob {
-                        start,
-                        len,
-                        version,
-                    }
-                }
-            };
-            self.staged.push((page, staged));
+    fn keeps_words(&self) -> bool {
+        true
+    }
+
+    fn begin_stage(&mut self) {
+        self.staged.clear();
+        self.batch_used = 0;
+    }
+
+    fn room(&mut self) -> &mut [u8] {
+        // The codec writes the blob straight into the batch: room for the largest blob at its
+        // end, zeroed once (the buffer keeps its length between batches).
+        let start = self.batch_used;
+        if self.batch.len() < start + ENCODE_ROOM {
+            self.batch.resize(start + ENCODE_ROOM, 0);
         }
+        &mut self.batch[start..]
+    }
+
+    fn push(&mut self, page: u64, copy: Encoded) -> Result<(), StoreError> {
+        let staged = match copy {
+            Encoded::Word(_) => Staged::Same,
+            Encoded::Blob { len, .. } => {
+                let start = self.batch_used;
+                self.batch_used += len;
+                Staged::Blob { start, len }
+            }
+        };
+        self.staged.push((page, staged));
         Ok(())
     }
 
-    fn commit(&mut self) -> Result<(), StoreError> {
+    fn commit_watching(&mut self, _bell: Option<super::Bell<'_>>) -> Result<(), StoreError> {
+        // Nothing to wait for: the bell is not watched.
         let inner = &*self.inner;
         let lens = self.staged.iter().filter_map(|(_, s)| match s {
             Staged::Blob { len, .. } => Some(*len),
-            Staged::Same(_) => None,
+            Staged::Same => None,
         });
         let placed = inner.place(lens, &mut self.placed);
         if let Err(e) = placed {
@@ -632,22 +612,17 @@ impl StoreHandle for ShmHandle {
         let mut freed = Vec::new();
         let mut added = 0;
         for (page, s) in self.staged.drain(..) {
-            let (entry, ver) = match s {
-                Staged::Same(word) => (SAME_FILLED, word),
-                Staged::Blob {
-                    start,
-                    len,
-                    version,
-                } => {
+            let entry = match s {
+                Staged::Same => SAME_FILLED,
+                Staged::Blob { start, len } => {
                     let l = *places.next().expect("one place per blob");
                     // SAFETY: a place just allocated in a mapped slab, for this page only,
                     // which this thread owns (it is being evicted).
                     let dst = unsafe { inner.arena.bytes_mut(l.offset, len) };
                     dst.copy_from_slice(&self.batch[start..start + len]);
-                    (pack(l), version)
+                    pack(l)
                 }
             };
-            inner.ver[page as usize].store(ver, Ordering::Relaxed);
             match inner.loc[page as usize].swap(entry, Ordering::Relaxed) {
                 0 => added += 1,
                 SAME_FILLED => {}
@@ -661,20 +636,9 @@ impl StoreHandle for ShmHandle {
         Ok(())
     }
 
-    fn far_copy_matches(&mut self, page: u64, data: &[u8]) -> Option<bool> {
-        let inner = &*self.inner;
-        match inner
-            .loc
-            .get(page as usize)
-            .map_or(0, |e| e.load(Ordering::Relaxed))
-        {
-            0 => None,
-            SAME_FILLED => {
-                Some(same_filled(data) == Some(inner.ver[page as usize].load(Ordering::Relaxed)))
-            }
-            // A far copy that cannot be decoded is not equal: the page is written back again.
-            _ => Some(self.decode(page).is_ok() && self.page[..] == *data),
-        }
+    fn far_copy(&mut self, page: u64) -> Option<FarCopy<'_>> {
+        // None for no far copy: a blob that cannot be read is the codec layer's to judge.
+        self.copy_of(page).ok()
     }
 
     fn has_far_copy(&self, page: u64) -> bool {

@@ -21,9 +21,9 @@ use gleaner_proto::{
     SessionKey, Token,
 };
 
-use super::{page_buf, Bell, PageBuf, PageStore, StoreError, StoreHandle, StoreStats};
+use super::{Bell, BlobHandle, BlobStore, FarCopy, StoreError, StoreStats};
 use crate::codec::versions::Versions;
-use crate::codec::{Codec, CodecCtx};
+use crate::codec::{Encoded, ENCODE_ROOM};
 use crate::PagerError;
 
 /// A memnode session: the address and credentials to attach more connections, and the first
@@ -514,8 +514,8 @@ impl Forgets {
 /// The store over the socket.
 pub(crate) struct SocketStore {
     session: Arc<MemnodeSession>,
-    codec: Arc<Codec>,
-    /// Per region page: the version of its blob on the memnode.
+    /// Per region page: the version of its blob on the memnode (the codec layer's table, read
+    /// here to name a far copy to drop).
     versions: Versions,
     /// The copy of the session the memnode made for the fork being prepared (`Fork`), which
     /// the child attaches to.
@@ -525,16 +525,10 @@ pub(crate) struct SocketStore {
 }
 
 impl SocketStore {
-    /// The store of `session`, for a region of `region_pages` pages encoded by `codec`.
-    pub(crate) fn new(
-        session: MemnodeSession,
-        region_pages: usize,
-        codec: Arc<Codec>,
-    ) -> SocketStore {
-        let versions = Versions::new(region_pages);
+    /// The store of `session`; `versions` is the codec layer's version table.
+    pub(crate) fn new(session: MemnodeSession, versions: Versions) -> SocketStore {
         SocketStore {
             session: Arc::new(session),
-            codec,
             versions,
             child_session: Mutex::new(None),
             forgets: Arc::default(),
@@ -542,15 +536,12 @@ impl SocketStore {
     }
 }
 
-impl PageStore for SocketStore {
-    fn handle(&self) -> Result<Box<dyn StoreHandle>, PagerError> {
+impl BlobStore for SocketStore {
+    fn handle(&self) -> Result<Box<dyn BlobHandle>, PagerError> {
         Ok(Box::new(SocketHandle {
             link: Link::open(&self.session)?,
             pending: None,
-            ctx: self.codec.ctx(),
-            versions: self.versions.clone(),
-            staged: Vec::new(),
-            page: page_buf(),
+            room: vec![0; ENCODE_ROOM],
             forgets: self.forgets.clone(),
         }))
     }
@@ -570,8 +561,7 @@ impl PageStore for SocketStore {
     }
 
     fn can_share_with_child(&self) -> bool {
-        // A child's store cannot hand its own snapshot down again (its codec has no third key).
-        !self.codec.is_fork_child()
+        true
     }
 
     fn hold_for_child(&self, _alive: OwnedFd) -> Result<(), StoreError> {
@@ -585,7 +575,7 @@ impl PageStore for SocketStore {
         Ok(())
     }
 
-    fn fork_child(&self, client_name: &str) -> Result<Box<dyn PageStore>, PagerError> {
+    fn fork_child(&self, client_name: &str) -> Result<Box<dyn BlobStore>, PagerError> {
         let forked = self
             .child_session
             .lock()
@@ -594,7 +584,6 @@ impl PageStore for SocketStore {
             .ok_or_else(|| PagerError::Config("no session was copied for this child".into()))?;
         Ok(Box::new(SocketStore {
             session: Arc::new(self.session.attach_other(client_name, forked)?),
-            codec: self.codec.for_fork_child()?,
             // This process's copy of the parent's versions: those of the copied session.
             versions: self.versions.clone(),
             child_session: Mutex::new(None),
@@ -615,7 +604,6 @@ impl PageStore for SocketStore {
             data_path: "socket",
             reconnects: self.session.reconnects(),
             copies_dropped: self.forgets.dropped(),
-            codec: self.codec.stats(),
             ..StoreStats::default()
         }
     }
@@ -796,17 +784,13 @@ struct SocketHandle {
     link: Link,
     /// The read sent by `request`, with its ids.
     pending: Option<(PendingRead, Vec<u64>)>,
-    ctx: CodecCtx,
-    versions: Versions,
-    /// The pages of the batch being built and their blobs' versions, published at commit.
-    staged: Vec<(u64, u64)>,
-    /// Where a page is decoded into.
-    page: PageBuf,
+    /// Where the codec encodes a page's blob, before it joins the batch.
+    room: Vec<u8>,
     /// The store's far copies to drop, sent from here after a write-back.
     forgets: Arc<Forgets>,
 }
 
-impl StoreHandle for SocketHandle {
+impl BlobHandle for SocketHandle {
     fn request(&mut self, pages: &[u64]) -> Result<(), StoreError> {
         assert!(self.pending.is_none(), "a read is already outstanding");
         let p = self.link.send_read(pages, &mut 0)?;
@@ -826,45 +810,39 @@ impl StoreHandle for SocketHandle {
         Ok(())
     }
 
-    fn receive(&mut self, f: &mut dyn FnMut(usize, &[u8])) -> Result<(), StoreError> {
+    fn receive(
+        &mut self,
+        f: &mut dyn FnMut(usize, u64, FarCopy<'_>) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
         let (p, ids) = self.pending.take().expect("receive without a request");
-        let (ctx, versions, page_buf) = (&mut self.ctx, &self.versions, &mut self.page);
+        // The version the memnode echoes is not passed on: the codec layer opens the blob with
+        // the one it recorded, so a memnode that lies about it is caught.
         self.link
             .finish_read(p, &ids, &mut 0, &mut |i, page, _, blob| {
-                // The version the memnode echoes is not trusted: the blob is opened with the
-                // one this client recorded, so a memnode that lies about it is caught.
-                ctx.decode_recorded(versions, page, blob, &mut page_buf[..])
-                    .map_err(|t| StoreError::Lost(t.to_string()))?;
-                f(i, &page_buf[..]);
-                Ok(())
+                f(i, page, FarCopy::Blob(blob))
             })
     }
 
-    fn stage<'d>(
-        &mut self,
-        pages: &[u64],
-        data: &mut dyn FnMut(usize) -> &'d [u8],
-    ) -> Result<(), StoreError> {
-        let buf = self.link.batch();
-        PageBatch::begin(buf);
-        self.staged.clear();
-        for (i, &page) in pages.iter().enumerate() {
-            let (blob, version) = self.ctx.encode(page, data(i));
-            // The version travels in the clear too, so the memnode keeps the newest of two
-            // copies of a page (a batch a replaced connection delivers late).
-            PageBatch::push(buf, page, version, blob);
-            self.staged.push((page, version));
-        }
+    fn begin_stage(&mut self) {
+        PageBatch::begin(self.link.batch());
+    }
+
+    fn room(&mut self) -> &mut [u8] {
+        &mut self.room
+    }
+
+    fn push(&mut self, page: u64, copy: Encoded) -> Result<(), StoreError> {
+        let Encoded::Blob { len, version } = copy else {
+            unreachable!("a socket store keeps no words: every page leaves as a blob")
+        };
+        // The version travels in the clear too, so the memnode keeps the newest of two copies
+        // of a page (a batch a replaced connection delivers late).
+        PageBatch::push(self.link.batch(), page, version, &self.room[..len]);
         Ok(())
     }
 
-    fn choose_compressor(&mut self, zstd: bool) -> bool {
-        self.ctx.use_zstd(zstd);
-        self.ctx.codec().chooses_compressor()
-    }
-
-    fn commit(&mut self) -> Result<(), StoreError> {
-        self.commit_watching(None)
+    fn follows_compressor_choice(&self) -> bool {
+        true
     }
 
     fn commit_watching(&mut self, bell: Option<Bell<'_>>) -> Result<(), StoreError> {
@@ -876,19 +854,9 @@ impl StoreHandle for SocketHandle {
             }
             return Err(e);
         }
-        // Stored: the memnode now holds these versions (a refused batch stored nothing, and
-        // its pages stay local until written back again).
-        for &(page, version) in &self.staged {
-            self.versions.record(page, version);
-        }
-        self.staged.clear();
         let session = &self.link.session;
         self.forgets
             .send(FORGET_BATCH, &mut |copies| session.forget(copies));
         Ok(())
-    }
-
-    fn far_copy_matches(&mut self, _page: u64, _data: &[u8]) -> Option<bool> {
-        None
     }
 }

@@ -39,12 +39,13 @@ use std::time::{Duration, Instant};
 use gleaner_proto::{ConnectOptions, Endpoint, PageBatch, PendingRead, SessionKey, Token};
 use serde::Serialize;
 
+use super::coded::CodedStore;
 use super::socket::{Forgets, Link, MemnodeSession, FORGET_BATCH};
 use super::{
-    page_buf, zeroed_atomics, Bell, PageBuf, PageStore, StoreError, StoreHandle, StoreStats,
+    zeroed_atomics, Bell, BlobHandle, BlobStore, FarCopy, PageStore, StoreError, StoreStats,
 };
 use crate::codec::versions::Versions;
-use crate::codec::{Codec, CodecCtx};
+use crate::codec::{Codec, Encoded, ENCODE_ROOM};
 use crate::PagerError;
 
 mod repair;
@@ -113,9 +114,9 @@ struct Pool {
     filling: Box<[AtomicU64]>,
     /// Per extent: write-backs staged and not yet committed.
     inflight: Box<[AtomicU32]>,
-    /// Per region page: the version of its blob on the memnodes (0: none there).
+    /// Per region page: the version of its blob on the memnodes (0: none there): the codec
+    /// layer's table, read here to name far copies to drop and to bound re-replication.
     versions: Versions,
-    codec: Arc<Codec>,
     /// Wakes the repair thread (a member was lost, or the store is closing).
     wake: (Mutex<bool>, Condvar),
     stop: AtomicBool,
@@ -153,7 +154,6 @@ impl Pool {
         placement: Box<[AtomicU64]>,
         filling: Box<[AtomicU64]>,
         versions: Versions,
-        codec: Arc<Codec>,
     ) -> Pool {
         let seed: [u8; 8] = gleaner_proto::random_bytes();
         Pool {
@@ -163,7 +163,6 @@ impl Pool {
             placement,
             filling,
             versions,
-            codec,
             wake: (Mutex::new(false), Condvar::new()),
             stop: AtomicBool::new(false),
             rng: AtomicU64::new(u64::from_le_bytes(seed) | 1),
@@ -378,7 +377,7 @@ pub(crate) struct PoolStore {
 }
 
 /// Opens a session on every memnode of `endpoints` and the pool store over them, each extent on
-/// `replicas` of them.
+/// `replicas` of them, its pages encoded by `codec`.
 pub(crate) fn open(
     endpoints: Vec<Endpoint>,
     token: Token,
@@ -409,13 +408,13 @@ pub(crate) fn open(
         members.push(Member::new(session));
     }
     let extents = (region_pages as u64).div_ceil(EXTENT_PAGES) as usize;
+    let versions = Versions::new(region_pages);
     let pool = Arc::new(Pool::new(
         members,
         replicas,
         zeroed_atomics(extents),
         zeroed_atomics(extents),
-        Versions::new(region_pages),
-        codec,
+        versions.clone(),
     ));
     let p = pool.clone();
     let repair = std::thread::Builder::new()
@@ -425,11 +424,12 @@ pub(crate) fn open(
             op: "starting the re-replication thread",
             source,
         })?;
-    Ok(Box::new(PoolStore {
+    let store = PoolStore {
         pool,
         repair: Mutex::new(Some(repair)),
         child_sessions: Mutex::new(None),
-    }))
+    };
+    Ok(Box::new(CodedStore::new(Box::new(store), codec, versions)))
 }
 
 impl PoolStore {
@@ -472,7 +472,6 @@ impl PoolStore {
             copy(&parent.filling),
             // This process's copy of the parent's versions: those of the copied sessions.
             parent.versions.clone(),
-            parent.codec.for_fork_child()?,
         ));
         Ok(PoolStore {
             pool,
@@ -482,8 +481,8 @@ impl PoolStore {
     }
 }
 
-impl PageStore for PoolStore {
-    fn handle(&self) -> Result<Box<dyn StoreHandle>, PagerError> {
+impl BlobStore for PoolStore {
+    fn handle(&self) -> Result<Box<dyn BlobHandle>, PagerError> {
         let mut links = Vec::with_capacity(self.pool.members.len());
         for m in &self.pool.members {
             links.push(Some(Link::open(&m.session)?));
@@ -491,8 +490,7 @@ impl PageStore for PoolStore {
         Ok(Box::new(PoolHandle {
             pool: self.pool.clone(),
             links,
-            ctx: self.pool.codec.ctx(),
-            page: page_buf(),
+            room: vec![0; ENCODE_ROOM],
             requested: Vec::new(),
             reads: Vec::new(),
             staged: Vec::new(),
@@ -506,12 +504,6 @@ impl PageStore for PoolStore {
     }
 
     fn release(&self, ranges: &[(u64, u32)]) {
-        let held = self.pool.versions.len() as u64;
-        for &(first, count) in ranges {
-            for page in first.min(held)..first.saturating_add(u64::from(count)).min(held) {
-                self.pool.versions.record(page, 0);
-            }
-        }
         for (m, member) in self.pool.members.iter().enumerate() {
             if self.pool.alive(m) {
                 member.session.release(ranges);
@@ -538,10 +530,9 @@ impl PageStore for PoolStore {
 
     fn can_share_with_child(&self) -> bool {
         // Every member must take part (a degraded or draining pool brings its pages home for a
-        // fork), and a child's pool cannot hand its snapshot down again (no third key).
+        // fork).
         let pool = &*self.pool;
-        !pool.codec.is_fork_child()
-            && (0..pool.members.len()).all(|m| pool.alive(m) && !pool.draining(m))
+        (0..pool.members.len()).all(|m| pool.alive(m) && !pool.draining(m))
     }
 
     fn hold_for_child(&self, _alive: OwnedFd) -> Result<(), StoreError> {
@@ -559,7 +550,7 @@ impl PageStore for PoolStore {
         Ok(())
     }
 
-    fn fork_child(&self, client_name: &str) -> Result<Box<dyn PageStore>, PagerError> {
+    fn fork_child(&self, client_name: &str) -> Result<Box<dyn BlobStore>, PagerError> {
         let sessions = self
             .child_sessions
             .lock()
@@ -606,7 +597,6 @@ impl PageStore for PoolStore {
             data_path: "socket",
             reconnects: pool.members.iter().map(|m| m.session.reconnects()).sum(),
             copies_dropped: pool.forgets.dropped(),
-            codec: pool.codec.stats(),
             pool: Some(PoolStats {
                 replicas: pool.replicas,
                 extent_pages: EXTENT_PAGES,
@@ -695,15 +685,15 @@ struct PoolHandle {
     pool: Arc<Pool>,
     /// Per member (None once it is lost).
     links: Vec<Option<Link>>,
-    ctx: CodecCtx,
-    page: PageBuf,
+    /// Where the codec encodes a page's blob, before it joins the members' batches.
+    room: Vec<u8>,
     /// The pages of the outstanding read.
     requested: Vec<u64>,
     /// The outstanding read, per member asked: (member, the read if it left, its pages, their
     /// indices in `requested`, when it left).
     reads: Vec<PoolRead>,
-    /// The pages being written back and their versions.
-    staged: Vec<(u64, u64)>,
+    /// The pages being written back.
+    staged: Vec<u64>,
     /// Per member with a batch being built: (member, indices in `staged`).
     batches: Vec<(usize, Vec<usize>)>,
     /// Extents whose in-flight count this write-back holds.
@@ -788,7 +778,7 @@ impl PoolHandle {
     }
 }
 
-impl StoreHandle for PoolHandle {
+impl BlobHandle for PoolHandle {
     fn request(&mut self, pages: &[u64]) -> Result<(), StoreError> {
         assert!(self.reads.is_empty(), "a read is already outstanding");
         self.requested.clear();
@@ -797,7 +787,10 @@ impl StoreHandle for PoolHandle {
         self.send_reads(&all, &[])
     }
 
-    fn receive(&mut self, f: &mut dyn FnMut(usize, &[u8])) -> Result<(), StoreError> {
+    fn receive(
+        &mut self,
+        f: &mut dyn FnMut(usize, u64, FarCopy<'_>) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
         let mut avoid: Vec<usize> = Vec::new();
         let result = loop {
             let reads = std::mem::take(&mut self.reads);
@@ -806,20 +799,14 @@ impl StoreHandle for PoolHandle {
                 let m = read.member;
                 let outcome = match (read.pending, self.links[m].as_mut()) {
                     (Some(pending), Some(link)) => {
-                        let (ctx, page_buf, pool) = (&mut self.ctx, &mut self.page, &self.pool);
                         let indices = &read.indices;
+                        // The version the memnode echoes is not passed on: the codec layer
+                        // opens the blob with the one it recorded.
                         let r = link.finish_read(
                             pending,
                             &read.pages,
                             &mut 0,
-                            &mut |k, page, _, blob| {
-                                // Opened with the version this client recorded, never the
-                                // memnode's.
-                                ctx.decode_recorded(&pool.versions, page, blob, &mut page_buf[..])
-                                    .map_err(|t| StoreError::Lost(t.to_string()))?;
-                                f(indices[k], &page_buf[..]);
-                                Ok(())
-                            },
+                            &mut |k, page, _, blob| f(indices[k], page, FarCopy::Blob(blob)),
                         );
                         if r.is_ok() {
                             self.pool
@@ -853,46 +840,46 @@ impl StoreHandle for PoolHandle {
         result
     }
 
-    fn stage<'d>(
-        &mut self,
-        pages: &[u64],
-        data: &mut dyn FnMut(usize) -> &'d [u8],
-    ) -> Result<(), StoreError> {
+    fn begin_stage(&mut self) {
         self.release_held();
         self.staged.clear();
         self.batches.clear();
-        for (i, &page) in pages.iter().enumerate() {
-            let extent = (page / EXTENT_PAGES) as usize;
-            if !self.held.contains(&extent) {
-                // Counted before the placement is read, so that re-replication, which swaps
-                // the placement and then waits for this count, also waits for this write.
-                self.pool.inflight[extent].fetch_add(1, Ordering::AcqRel);
-                self.held.push(extent);
-            }
-            let word = self.pool.place(extent)?;
-            let (blob, version) = self.ctx.encode(page, data(i));
-            self.staged.push((page, version));
-            for m in members_of(word) {
-                let Some(link) = self.links[m].as_mut().filter(|_| self.pool.alive(m)) else {
-                    continue;
-                };
-                let k = match self.batches.iter().position(|b| b.0 == m) {
-                    Some(k) => k,
-                    None => {
-                        PageBatch::begin(link.batch());
-                        self.batches.push((m, Vec::new()));
-                        self.batches.len() - 1
-                    }
-                };
-                PageBatch::push(link.batch(), page, version, blob);
-                self.batches[k].1.push(i);
-            }
-        }
-        Ok(())
     }
 
-    fn commit(&mut self) -> Result<(), StoreError> {
-        self.commit_watching(None)
+    fn room(&mut self) -> &mut [u8] {
+        &mut self.room
+    }
+
+    fn push(&mut self, page: u64, copy: Encoded) -> Result<(), StoreError> {
+        let Encoded::Blob { len, version } = copy else {
+            unreachable!("a pool keeps no words: every page leaves as a blob")
+        };
+        let extent = (page / EXTENT_PAGES) as usize;
+        if !self.held.contains(&extent) {
+            // Counted before the placement is read, so that re-replication, which swaps the
+            // placement and then waits for this count, also waits for this write.
+            self.pool.inflight[extent].fetch_add(1, Ordering::AcqRel);
+            self.held.push(extent);
+        }
+        let word = self.pool.place(extent)?;
+        let i = self.staged.len();
+        self.staged.push(page);
+        for m in members_of(word) {
+            let Some(link) = self.links[m].as_mut().filter(|_| self.pool.alive(m)) else {
+                continue;
+            };
+            let k = match self.batches.iter().position(|b| b.0 == m) {
+                Some(k) => k,
+                None => {
+                    PageBatch::begin(link.batch());
+                    self.batches.push((m, Vec::new()));
+                    self.batches.len() - 1
+                }
+            };
+            PageBatch::push(link.batch(), page, version, &self.room[..len]);
+            self.batches[k].1.push(i);
+        }
+        Ok(())
     }
 
     fn commit_watching(&mut self, mut bell: Option<Bell<'_>>) -> Result<(), StoreError> {
@@ -925,22 +912,15 @@ impl StoreHandle for PoolHandle {
             return Err(StoreError::Full(why));
         }
         if let Some(i) = copies.iter().position(|&c| c == 0) {
-            let page = self.staged[i].0;
+            let page = self.staged[i];
             return Err(StoreError::Lost(format!(
                 "page {page} could not be written to any memnode holding it (lost memnodes: {})",
                 self.pool.lost_list()
             )));
         }
-        for &(page, version) in &self.staged {
-            self.pool.versions.record(page, version);
-        }
         self.staged.clear();
         self.pool.send_forgets(FORGET_BATCH);
         Ok(())
-    }
-
-    fn far_copy_matches(&mut self, _page: u64, _data: &[u8]) -> Option<bool> {
-        None
     }
 }
 
