@@ -2,10 +2,11 @@
 """Same-run A/B for issue 50 (the house regrouped): `gleaner bench micro` and the quick-start demo
 job, built from the commit before the regroup (BASE) and after it (NEW), alternated run by run.
 
-    python3 bench/results/house-ab/run.py BASE_DIR NEW_DIR [REPEATS]
+    python3 bench/results/house-ab/run.py BASE_DIR NEW_DIR [REPEATS [OUT]]
 
 BASE_DIR and NEW_DIR are checkouts with release builds (target/release/gleaner and the preload
-library). Writes results.json beside this script and prints the ratios NEW/BASE (medians).
+library). Writes OUT (results.json by default) beside this script and prints the ratios NEW/BASE
+(medians).
 """
 import json
 import os
@@ -39,6 +40,7 @@ def demo(tree):
 def main():
     base, new = sys.argv[1], sys.argv[2]
     repeats = int(sys.argv[3]) if len(sys.argv) > 3 else 3
+    out_name = sys.argv[4] if len(sys.argv) > 4 else "results.json"
     runs = {"base": [], "new": []}
     for r in range(repeats):
         order = [("base", base), ("new", new)] if r % 2 == 0 else [("new", new), ("base", base)]
@@ -54,7 +56,7 @@ def main():
     out = {"command": " ".join(["python3", "bench/results/house-ab/run.py"] + sys.argv[1:]),
            "base": base, "new": new, "repeats": repeats, "runs": runs,
            "ratio_new_over_base_medians": ratios}
-    with open(os.path.join(HERE, "results.json"), "w") as f:
+    with open(os.path.join(HERE, out_name), "w") as f:
         json.dump(out, f, indent=1)
     print(json.dumps(ratios))
 
