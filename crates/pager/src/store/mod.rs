@@ -153,34 +153,22 @@ pub(crate) trait PageStore: Send + Sync {
     /// `Engine::drop_far_copy`. Shared memory drops it at once; a socket notes the page and the
     /// version fetched, and drops them on the memnode (a pool: on every member holding it) in
     /// batches.
-    fn forget(&self, _page: u64) {}
+    fn forget(&self, page: u64);
     /// Ends the session (the region is going away).
     fn close(&self);
     /// Whether a fork child can be given the far pages as they are at the fork, without
     /// bringing them home: see [`PageStore::hold_for_child`] and [`PageStore::fork_child`].
-    fn can_share_with_child(&self) -> bool {
-        false
-    }
+    fn can_share_with_child(&self) -> bool;
     /// Keeps every far copy stored now readable as it is for the child about to be forked,
     /// whatever this process writes or frees later: shared memory holds the blobs it frees until
     /// `alive` (the read end of a pipe whose write end only the child holds) reports the end of
     /// file (the child has exited or exec'd); a socket asks the memnode for a copy of the
     /// session. On an error nothing is held and the fork must bring the pages home.
-    fn hold_for_child(&self, _alive: std::os::fd::OwnedFd) -> Result<(), StoreError> {
-        Err(StoreError::Lost(format!(
-            "far memory cannot be shared with a fork child over {}",
-            self.describe()
-        )))
-    }
+    fn hold_for_child(&self, alive: std::os::fd::OwnedFd) -> Result<(), StoreError>;
     /// In a fork child, before the program goes on: the child's store on the snapshot its
     /// parent holds for it, with a session of its own (client `client_name`) for what it
     /// writes.
-    fn fork_child(&self, _client_name: &str) -> Result<Box<dyn PageStore>, PagerError> {
-        Err(PagerError::Config(format!(
-            "far memory cannot be shared with a fork child over {}",
-            self.describe()
-        )))
-    }
+    fn fork_child(&self, client_name: &str) -> Result<Box<dyn PageStore>, PagerError>;
     /// The memnode's address, for stats and messages.
     fn describe(&self) -> String;
     /// The memnode's total capacity in pages (shared with its other sessions).
@@ -219,30 +207,25 @@ pub(crate) trait StoreHandle: Send {
     fn request(&mut self, pages: &[u64]) -> Result<(), StoreError>;
     /// Like [`StoreHandle::request`], for pages fetched ahead of demand: a memnode that
     /// schedules its link may drop the request if it waits longer than `deadline` (its
-    /// [`StoreHandle::receive`] then fails with [`StoreError::Late`], having read nothing). By
-    /// default an ordinary request.
+    /// [`StoreHandle::receive`] then fails with [`StoreError::Late`], having read nothing).
     fn request_prefetch(
         &mut self,
         pages: &[u64],
-        _deadline: std::time::Duration,
-    ) -> Result<(), StoreError> {
-        self.request(pages)
-    }
+        deadline: std::time::Duration,
+    ) -> Result<(), StoreError>;
     /// Completes the last request: calls `f(i, data)` for each page, in request order, with its
     /// 4 KiB of data (valid only during the call).
     fn receive(&mut self, f: &mut dyn FnMut(usize, &[u8])) -> Result<(), StoreError>;
     /// Makes sure `pages` (at most [`gleaner_proto::MAX_BATCH_PAGES`]) can be staged without
-    /// running out of room, all or nothing: shared memory sets aside a slot for each page that
-    /// has none ([`StoreError::Full`] when the memnode has no more to grant). A socket can
-    /// promise nothing here (the default); its memnode reports a lack of room at
-    /// [`StoreHandle::commit`].
-    fn reserve(&mut self, _pages: &[u64]) -> Result<(), StoreError> {
-        Ok(())
-    }
+    /// running out of room, all or nothing. No store promises anything here today: blob sizes
+    /// are known only once the pages are encoded, so shared memory finds room at commit (and
+    /// undoes the whole batch when the memnode has none to grant), and a socket's memnode
+    /// reports a lack of room at [`StoreHandle::commit`].
+    fn reserve(&mut self, pages: &[u64]) -> Result<(), StoreError>;
     /// Encodes the contents of `pages` (some or all of those last reserved) for the next commit:
     /// `data(i)` is the i-th page's 4 KiB, read where the caller holds it (the codec is the first
-    /// to read it: no copy is made before). Shared memory encodes into its batch; a socket into
-    /// its send buffer.
+    /// to read it: no copy is made before). The codec layer encodes each page into the room the
+    /// blob store offers: shared memory's batch, a socket's scratch beside its send buffer.
     fn stage<'d>(
         &mut self,
         pages: &[u64],
@@ -251,29 +234,22 @@ pub(crate) trait StoreHandle: Send {
     /// Under `--compress auto`, asks the pages staged next to be compressed with zstd (`true`)
     /// or LZ4 (`codec/choice.rs`); returns whether the store follows such choices: only one
     /// with a link whose time the bytes make (a socket), not shared memory (always LZ4).
-    fn choose_compressor(&mut self, _zstd: bool) -> bool {
-        false
-    }
+    fn choose_compressor(&mut self, zstd: bool) -> bool;
     /// Makes the staged pages durable on the far side. On [`StoreError::Full`] (a socket only)
     /// nothing was stored.
     fn commit(&mut self) -> Result<(), StoreError>;
     /// Like [`StoreHandle::commit`], answering `bell` while it waits for the far side: a socket
     /// (and a pool, for each member in turn) calls its `on_ring` whenever its file becomes
-    /// readable until the memnode acknowledges the write. By default (a store that does not wait
-    /// long: shared memory) the bell is not watched.
-    fn commit_watching(&mut self, bell: Option<Bell<'_>>) -> Result<(), StoreError> {
-        let _ = bell;
-        self.commit()
-    }
+    /// readable until the memnode acknowledges the write; shared memory, which does not wait
+    /// long, does not watch it.
+    fn commit_watching(&mut self, bell: Option<Bell<'_>>) -> Result<(), StoreError>;
     /// Whether the far copy of `page` (which the caller owns) equals `data`: shared memory
     /// decodes the page's blob and compares; `None` when there is no far copy to compare (none
     /// is kept, or a socket, which cannot tell).
     fn far_copy_matches(&mut self, page: u64, data: &[u8]) -> Option<bool>;
     /// Whether [`StoreHandle::far_copy_matches`] could compare `page` (which the caller owns)
     /// with a far copy: false when none is kept, or the store cannot tell (a socket).
-    fn has_far_copy(&self, _page: u64) -> bool {
-        false
-    }
+    fn has_far_copy(&self, page: u64) -> bool;
     /// Stores `pages`: reserve, stage and commit at once. All or nothing on
     /// [`StoreError::Full`].
     #[cfg(test)]
