@@ -87,6 +87,28 @@ impl Mapping {
         }
     }
 
+    /// Appends `len` bytes of the mapping at offset `off` to `out` (its spare room is written
+    /// directly: unlike [`Mapping::copy_out`] into a resized buffer, the output is not zeroed
+    /// first, which for a large read costs as much as the copy).
+    pub fn append_to(&self, off: usize, len: usize, out: &mut Vec<u8>) {
+        assert!(off.checked_add(len).is_some_and(|e| e <= self.len));
+        out.reserve(len);
+        let at = out.len();
+        // SAFETY: the source range is inside the mapping (checked); the destination is the
+        // vector's spare room, at least `len` bytes after `reserve`, which cannot overlap the
+        // mapping. The copy initialises those `len` bytes, so the new length covers only
+        // initialised bytes. Concurrent changes to the source can only make the bytes stale or
+        // mixed, never invalid (`u8`), and callers validate before use.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.ptr.as_ptr().add(off),
+                out.as_mut_ptr().add(at),
+                len,
+            );
+            out.set_len(at + len);
+        }
+    }
+
     /// Copies `src` into the mapping at offset `off`.
     pub fn copy_in(&self, off: usize, src: &[u8]) {
         assert!(off.checked_add(src.len()).is_some_and(|e| e <= self.len));
@@ -104,5 +126,27 @@ impl Drop for Mapping {
         // SAFETY: `ptr`/`len` are exactly what mmap returned, and no reference into the mapping
         // outlives `self` (they all borrow it).
         let _ = unsafe { munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn append_to_adds_the_bytes_after_what_the_buffer_holds() {
+        let fd = rustix::fs::memfd_create("map-test", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+        rustix::fs::ftruncate(&fd, 8192).unwrap();
+        let map = Mapping::new(&fd, 8192).unwrap();
+        let data: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8).collect();
+        map.copy_in(100, &data);
+        let mut out = b"head".to_vec();
+        map.append_to(100, data.len(), &mut out);
+        assert_eq!(&out[..4], b"head");
+        assert_eq!(&out[4..], &data[..]);
+        // Reused with room to spare: the length follows what was appended, nothing more.
+        out.clear();
+        map.append_to(100, 32, &mut out);
+        assert_eq!(out, data[..32]);
     }
 }

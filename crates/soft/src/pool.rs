@@ -438,21 +438,21 @@ impl PoolInner {
             }
         }
         out.clear();
-        out.resize(len as usize, 0);
+        out.reserve(len as usize);
         let mut hdr = [0u8; HEADER as usize];
-        let mut at = 0usize;
         let mut ok = true;
         for (i, l) in locs.iter().enumerate() {
             let base = shared::segment_offset(l.seg) as usize + l.off as usize;
             self.map.copy_out(base, &mut hdr);
             self.map
-                .copy_out(base + HEADER as usize, &mut out[at..at + l.len as usize]);
-            at += l.len as usize;
+                .append_to(base + HEADER as usize, l.len as usize, out);
             ok &= header_ok(&hdr, slot, version, l.len, i as u32);
         }
         // Seqlock close: the data is trusted only if no segment's generation moved during the
-        // copy (a punch bumps it first) and every header is the one we wrote.
-        fence(Ordering::SeqCst);
+        // copy (a punch bumps it first) and every header is the one we wrote. The generation
+        // loads after this fence cannot be ordered before the copy's loads (a seqlock reader's
+        // acquire fence, as crossbeam's).
+        fence(Ordering::Acquire);
         for l in locs {
             if self.ctrl.gen(l.seg).load(Ordering::Acquire) != g.segs[l.seg as usize].gen {
                 g.stats.torn_caught += 1;

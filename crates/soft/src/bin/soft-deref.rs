@@ -1,0 +1,115 @@
+//! `soft-deref`: what a soft read costs beside a plain copy (Midas's dereference cost). For an
+//! object of 32 bytes and one of 4 MiB it times, in the same run and alternately, a hit through
+//! a [`SoftBox`] (`read_into`, reusing the output's allocation) and a plain copy of the same
+//! bytes from ordinary memory into a reused buffer, and prints one JSON line: the medians of
+//! `--rounds` rounds in ns per read, and their ratios. Every read is checked against the
+//! object's bytes; a wrong read exits 3.
+//!
+//! `soft-deref [--rounds R] [--reads-small N] [--reads-large N]`
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::Instant;
+
+use gleaner_soft::{Pool, PoolConfig, SoftBox};
+
+/// A value of `len` bytes that depends on `seed`.
+fn value(seed: u8, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31) ^ seed)
+        .collect()
+}
+
+/// ns per read of `reads` hits of `obj` into `out`.
+fn time_soft(obj: &SoftBox, reads: u64, out: &mut Vec<u8>) -> f64 {
+    let t = Instant::now();
+    for _ in 0..reads {
+        if !obj.read_into(&[], out) {
+            eprintln!("soft-deref: a read found nothing");
+            std::process::exit(3);
+        }
+        black_box(&out);
+    }
+    t.elapsed().as_nanos() as f64 / reads as f64
+}
+
+/// ns per plain copy of `src` into `out`, `reads` times.
+fn time_plain(src: &[u8], reads: u64, out: &mut Vec<u8>) -> f64 {
+    let t = Instant::now();
+    for _ in 0..reads {
+        out.clear();
+        out.extend_from_slice(black_box(src));
+        black_box(&out);
+    }
+    t.elapsed().as_nanos() as f64 / reads as f64
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn arg(args: &[String], name: &str, default: u64) -> u64 {
+    match args.iter().position(|a| a == name) {
+        None => default,
+        Some(i) => match args.get(i + 1).and_then(|v| v.parse().ok()) {
+            Some(v) => v,
+            None => {
+                eprintln!("soft-deref: {name} takes a number");
+                std::process::exit(2);
+            }
+        },
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "-h" || a == "--help") {
+        println!("usage: soft-deref [--rounds R] [--reads-small N] [--reads-large N]");
+        return;
+    }
+    let rounds = arg(&args, "--rounds", 7).max(1);
+    let reads_small = arg(&args, "--reads-small", 2_000_000).max(1);
+    let reads_large = arg(&args, "--reads-large", 200).max(1);
+    let small = value(7, 32);
+    let large = value(9, 4 << 20);
+    let cfg = PoolConfig {
+        name: "deref".into(),
+        capacity: 64 << 20,
+        limit: 32 << 20,
+        ..PoolConfig::default()
+    };
+    let pool = Pool::new(cfg, Arc::new(|_: &[u8]| None)).unwrap_or_else(|e| {
+        eprintln!("soft-deref: opening the pool: {e}");
+        std::process::exit(1);
+    });
+    let (a, b) = (pool.new_unique(), pool.new_unique());
+    assert!(a.write(&small) && b.write(&large), "the pool had no room");
+    let mut out = Vec::new();
+    let mut rows: [Vec<f64>; 4] = Default::default();
+    for _ in 0..rounds {
+        rows[0].push(time_soft(&a, reads_small, &mut out));
+        if out != small {
+            std::process::exit(3);
+        }
+        rows[1].push(time_plain(&small, reads_small, &mut out));
+        rows[2].push(time_soft(&b, reads_large, &mut out));
+        if out != large {
+            std::process::exit(3);
+        }
+        rows[3].push(time_plain(&large, reads_large, &mut out));
+    }
+    let [soft_small, plain_small, soft_large, plain_large] = rows.map(median);
+    println!(
+        "{}",
+        serde_json::json!({
+            "soft_32b_ns": soft_small,
+            "plain_32b_ns": plain_small,
+            "deref_ratio_32b": soft_small / plain_small,
+            "soft_4m_ns": soft_large,
+            "plain_4m_ns": plain_large,
+            "deref_ratio_4m": soft_large / plain_large,
+            "rounds": rounds,
+        })
+    );
+}
