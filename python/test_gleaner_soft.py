@@ -6,11 +6,13 @@ Run by crates/soft-capi/tests/python.rs (which sets GLEANER_SOFT_LIB), or by han
 
 import os
 import sys
+import tempfile
 import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gleaner_soft  # noqa: E402
+import sqlite_query_cache  # noqa: E402
 
 
 def value_of(args):
@@ -50,6 +52,43 @@ class BindingTest(unittest.TestCase):
             self.assertLessEqual(pool.stats()["resident_bytes"], 64 << 10)
             self.assertFalse(p.present())
             self.assertEqual(p.read(b"ab"), value_of(b"ab"))
+
+    def test_sqlite_query_cache_stays_right_through_writes_and_a_shrink(self):
+        report, orders = sqlite_query_cache.REPORT, ("orders",)
+        with tempfile.TemporaryDirectory() as tmp, \
+                gleaner_soft.Pool(lambda key: cache.rebuild(key), name="sqlite-test",
+                                  capacity=64 << 20, limit=8 << 20) as pool:
+            db = sqlite_query_cache.build(os.path.join(tmp, "t.db"), 20_000, 100, seed=3)
+            cache = sqlite_query_cache.QueryCache(db, pool)
+
+            def direct(c):
+                return [list(r) for r in db.execute(report, (c,)).fetchall()]
+
+            for _ in range(3):
+                for c in range(100):
+                    self.assertEqual(cache.query(report, (c,), orders), direct(c))
+            s = pool.stats()
+            self.assertEqual((s["misses"], s["hits"]), (100, 200))
+
+            # A write is seen at once: the table's generation keys every result that reads it.
+            before = cache.query(report, (7,), orders)
+            cache.execute("INSERT INTO orders (customer, day, amount) VALUES (?, ?, ?)",
+                          (7, 3, 1234.5), "orders")
+            after = cache.query(report, (7,), orders)
+            self.assertNotEqual(after, before)
+            self.assertEqual(after, direct(7))
+
+            # The grant goes to nothing: the results are rebuilt, never lost or wrong.
+            pool.set_limit(0)
+            deadline = time.time() + 5
+            while pool.stats()["resident_bytes"] > 64 << 10 and time.time() < deadline:
+                time.sleep(0.01)
+            self.assertLessEqual(pool.stats()["resident_bytes"], 64 << 10)
+            misses = pool.stats()["misses"]
+            for c in range(100):
+                self.assertEqual(cache.query(report, (c,), orders), direct(c))
+            self.assertGreaterEqual(pool.stats()["misses"], misses + 100)
+            db.close()
 
     def test_a_failing_reconstructor_raises_lookup_error(self):
         def recon(args):
