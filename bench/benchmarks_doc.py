@@ -113,22 +113,32 @@ def programs_vs_swap():
     res = load(rel)
     rows = []
     for job, j in res["jobs"].items():
+        if "all_local" not in j:
+            rows.append([job, "-", "-", "-", "-", "-", "-", "-", "-", j.get("error", "failed")])
+            continue
         loc = j["all_local"]["wall_s"]
         g = [r for r in j["gleaner"] if r.get("ok")]
         lx = [r for r in j["linux-swap"] if r.get("ok")]
         gw = med([r["wall_s"] for r in g])
         lw = med([r["wall_s"] for r in lx])
         lcell = fmt(lw, 2) if lx else f"killed in {len(j['linux-swap'])} of {len(j['linux-swap'])}"
+        faults = j.get("median_far_faults") or {}
+        gf, lf = faults.get("gleaner"), faults.get("linux-swap")
         rows.append([job, j["local_mem"], fmt(loc, 2), fmt(gw, 2), lcell,
                      ratio(gw, lw) if lx else "-",
+                     fmt(gf, 0) if gf is not None else "-", fmt(lf, 0) if lf is not None else "-",
+                     ratio(gf, lf) if gf is not None and lf else "-",
                      f"{len(g)}/{len(j['gleaner'])}"])
     return Area(
-        "Programs beside Linux swap at half their footprint (the demo job, sqlite, node)",
+        "Programs beside Linux swap at half their footprint (the demo job, sqlite, node, a JVM "
+        "program)",
         "Each job pinned to one CPU, checksums compared with the all-local run; gleaner under "
         "`gleaner run --local-mem`, Linux in a memory cgroup of the same limit with zram swap. "
-        "Wall seconds, median of the runs that completed. The demo job is the quick-start's "
-        "`scripts/demo_job.py`.",
+        "Wall seconds, median of the runs that completed; far faults are gleaner's remote faults "
+        "and the cgroup's major faults over the whole run (medians). The demo job is the "
+        "quick-start's `scripts/demo_job.py`.",
         ["job", "local memory", "all-local s", "gleaner s", "Linux swap s", "gleaner / Linux",
+         "gleaner far faults", "Linux major faults", "faults gleaner / Linux",
          "gleaner runs ok"],
         rows, [rel], "python3 bench/programs_vs_swap.py --out " + rel, when(res),
         "`bench/results/access-scan/README.md`")

@@ -3,7 +3,7 @@
 same limit, in the same run: wall time and far faults (gleaner's remote faults; the cgroup's
 major faults).
 
-    sudo python3 bench/programs_vs_swap.py [--reps 3] [--jobs sqlite,node,demo] [--out FILE]
+    sudo python3 bench/programs_vs_swap.py [--reps 3] [--jobs sqlite,node,jvm,demo] [--out FILE]
 
 For each job the all-local run comes first and gives the footprint (its peak RSS); the limit is
 half of it (`--local-pct`), the same number for `gleaner run --local-mem` and for the memory
@@ -13,7 +13,12 @@ checksum compared with all-local's. Jobs (each prints `checksum HEX over N objec
 
 * sqlite: bench/jobs/sqlite_job.py 400000 (`:memory:`, 400k rows, an index, a group-by);
 * node:   bench/jobs/node_job.js 1500000 (a Map of 1.5M small objects);
+* jvm:    bench/java/FarHeap.java (compiled with javac into a temporary directory; a HashMap of
+          300k 1 KiB byte arrays, two GCs, a checksum pass; bench/codec.py's JVM options);
 * demo:   scripts/demo_job.py 50000 (the quick start's job).
+
+Far faults are reported per job run and per 1,000 of the job's objects (`far_faults_per_1k`), so
+the jobs compare with the servers' faults per 1,000 requests.
 
 Every job is pinned to CPU 0 with taskset under every system. Writes the JSON results (every
 command, raw counters) to --out. Needs root (zram, cgroups).
@@ -30,6 +35,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 from bench.harness import swapenv  # noqa: E402
 from bench.harness.common import git_commit, machine, now_iso, python_exe  # noqa: E402
+from bench.codec import JAVA_N, compile_java, java_job  # noqa: E402
 from bench.vs_swap import _write, demo_cell  # noqa: E402
 
 JOBS = {
@@ -38,12 +44,24 @@ JOBS = {
                      "1500000"],
     "demo": lambda: [python_exe(), os.path.join(ROOT, "scripts", "demo_job.py"), "50000"],
 }
+# Objects each job makes, for faults per 1,000 objects.
+OBJECTS = {"sqlite": 400_000, "node": 1_500_000, "jvm": JAVA_N, "demo": 50_000}
+# Where the JVM job's classes are (compiled once, in main).
+JAVA = {}
+
+
+def job_command(job):
+    """The job's command, pinned to CPU 0."""
+    if job == "jvm":
+        # java_job pins it itself.
+        return java_job(JAVA["java"], JAVA["classes"])
+    return ["taskset", "-c", "0"] + JOBS[job]()
 
 
 def cell(ctx, job, system, rep, local_mem, limit):
     tmp = tempfile.mkdtemp(prefix=f"pvs-{job}-")
     try:
-        cmd = ["taskset", "-c", "0"] + JOBS[job]()
+        cmd = job_command(job)
         rec = demo_cell(ctx, system, rep, tmp, job=cmd, local_mem=local_mem, cgroup_limit=limit,
                         kind=job)
     finally:
@@ -52,12 +70,14 @@ def cell(ctx, job, system, rep, local_mem, limit):
         rec["far_faults"] = (rec.get("gleaner") or {}).get("remote_faults")
     elif system == "linux-swap":
         rec["far_faults"] = (((rec.get("swap") or {}).get("cgroup")) or {}).get("pgmajfault")
+    if rec.get("far_faults") is not None:
+        rec["far_faults_per_1k"] = round(rec["far_faults"] * 1000 / OBJECTS[job], 2)
     return rec
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--jobs", default="sqlite,node,demo")
+    ap.add_argument("--jobs", default="sqlite,node,jvm,demo")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--local-pct", type=int, default=50)
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "programs-vs-swap.json"))
@@ -66,7 +86,21 @@ def main():
     res = {"date": now_iso(), "git_commit": git_commit(), "machine": machine(),
            "params": vars(args), "jobs": {}}
     ok = True
-    for job in args.jobs.split(","):
+    jobs = args.jobs.split(",")
+    unknown = [j for j in jobs if j not in JOBS and j != "jvm"]
+    if unknown:
+        ap.error(f"unknown job(s) {', '.join(unknown)}: choose from sqlite, node, jvm, demo")
+    java_tmp = tempfile.mkdtemp(prefix="pvs-java-")
+    if "jvm" in jobs:
+        classes, rec, err = compile_java(java_tmp)
+        res["java_build"] = rec
+        if err:
+            print(f"jvm: {err}", file=sys.stderr)
+            res["jobs"]["jvm"] = {"error": err}
+            jobs.remove("jvm")
+            ok = False
+        JAVA.update(java=rec.get("java"), classes=classes)
+    for job in jobs:
         base = cell(ctx, job, "all-local", 0, "0", None)
         peak = (base.get("usage") or {}).get("maxrss_bytes") or (base.get("usage") or {}).get("maxrss_tree_bytes")
         if not base.get("ok") or not peak:
@@ -99,11 +133,14 @@ def main():
                 out["median_wall_s"]["gleaner"] / out["median_wall_s"]["linux-swap"], 3)
         if all(faults.values()):
             out["median_far_faults"] = {s: statistics.median(v) for s, v in faults.items()}
+            out["far_faults_ratio_gleaner_to_linux"] = round(
+                out["median_far_faults"]["gleaner"] / max(out["median_far_faults"]["linux-swap"], 1), 3)
         res["jobs"][job] = out
         _write(res, args.out)
         print(f"{job}: limit {local_mem}, median wall {out.get('median_wall_s')}, ratio "
               f"{out.get('wall_ratio_gleaner_to_linux')}, far faults {out.get('median_far_faults')}",
               file=sys.stderr)
+    shutil.rmtree(java_tmp, ignore_errors=True)
     res["complete"] = True
     _write(res, args.out)
     return 0 if ok else 1
