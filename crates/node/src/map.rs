@@ -54,6 +54,7 @@ impl Mapping {
     }
 
     /// The atomic `u64` at byte offset `off` (8-aligned, inside the mapping).
+    #[inline]
     pub fn u64_at(&self, off: usize) -> &AtomicU64 {
         assert!(
             off.is_multiple_of(8) && off + 8 <= self.len,
@@ -65,6 +66,7 @@ impl Mapping {
     }
 
     /// The atomic `u32` at byte offset `off` (4-aligned, inside the mapping).
+    #[inline]
     pub fn u32_at(&self, off: usize) -> &AtomicU32 {
         assert!(
             off.is_multiple_of(4) && off + 4 <= self.len,
@@ -77,6 +79,7 @@ impl Mapping {
     /// Copies `dst.len()` bytes from offset `off` out of the mapping. The bytes may be changing
     /// under the copy (another process punching or writing): the caller must validate them
     /// afterwards (a seqlock-style re-check) before trusting them.
+    #[inline]
     pub fn copy_out(&self, off: usize, dst: &mut [u8]) {
         assert!(off.checked_add(dst.len()).is_some_and(|e| e <= self.len));
         // SAFETY: the source range is inside the mapping (checked) and cannot overlap `dst`, a
@@ -90,6 +93,7 @@ impl Mapping {
     /// Appends `len` bytes of the mapping at offset `off` to `out` (its spare room is written
     /// directly: unlike [`Mapping::copy_out`] into a resized buffer, the output is not zeroed
     /// first, which for a large read costs as much as the copy).
+    #[inline]
     pub fn append_to(&self, off: usize, len: usize, out: &mut Vec<u8>) {
         assert!(off.checked_add(len).is_some_and(|e| e <= self.len));
         out.reserve(len);
@@ -110,6 +114,7 @@ impl Mapping {
     }
 
     /// Copies `src` into the mapping at offset `off`.
+    #[inline]
     pub fn copy_in(&self, off: usize, src: &[u8]) {
         assert!(off.checked_add(src.len()).is_some_and(|e| e <= self.len));
         // SAFETY: the destination range is inside the mapping (checked) and cannot overlap

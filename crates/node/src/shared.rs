@@ -145,17 +145,20 @@ impl Control {
     }
 
     /// The `u64` field at `off`.
+    #[inline]
     pub fn word(&self, off: usize) -> &std::sync::atomic::AtomicU64 {
         self.map.u64_at(off)
     }
 
     /// The generation word of data segment `seg` (1-based).
+    #[inline]
     pub fn gen(&self, seg: u32) -> &std::sync::atomic::AtomicU64 {
         assert!(seg >= 1 && u64::from(seg) <= MAX_SEGMENTS);
         self.map.u64_at(OFF_GEN + 8 * seg as usize)
     }
 
     /// Entry `i` of the cold order.
+    #[inline]
     pub fn cold(&self, i: usize) -> &std::sync::atomic::AtomicU32 {
         assert!((i as u64) < MAX_SEGMENTS);
         self.map.u32_at(OFF_COLD + 4 * i)
@@ -175,6 +178,7 @@ impl Control {
 }
 
 /// The byte offset of data segment `seg` (1-based) in the memfd.
+#[inline]
 pub fn segment_offset(seg: u32) -> u64 {
     u64::from(seg) * SEGMENT_BYTES
 }

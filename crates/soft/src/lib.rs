@@ -27,6 +27,7 @@ mod open;
 pub mod plan;
 mod pool;
 mod ptr;
+mod words;
 
 pub use collections::{SoftArray, SoftHashMap, SoftQueue};
 pub use pool::{Pool, PoolConfig, Reconstructor, Stats, HEADER, PIECE_MAX};

@@ -2,11 +2,15 @@
 //! per-object hotness, an evacuator thread, and (optionally) a link to the node daemon.
 //!
 //! **Reads never return torn or foreign data.** Every object piece in a segment starts with a
-//! 16-byte header (slot, version, length, tag). A read, under the pool's lock (so evacuation
-//! and writes cannot race it), checks the segment's generation word, copies header and payload
-//! out, then re-checks the generation and the header. The daemon bumps the generation before it
-//! punches a segment, so a copy that overlapped a punch sees the new generation (or a zeroed
-//! header) and the read becomes a miss that runs the reconstructor. The memfd is sealed against
+//! 16-byte header (slot, version, length, tag). A read checks the segment's generation word,
+//! copies header and payload out, then re-checks the generation and the header. The daemon bumps
+//! the generation before it punches a segment, so a copy that overlapped a punch sees the new
+//! generation (or a zeroed header) and the read becomes a miss that runs the reconstructor. An
+//! object in one piece is read without the pool's lock: its read words (`words.rs`, a seqlock per
+//! object that only the lock holder writes) say where it lies, and a move, a rewrite or an
+//! eviction during the copy changes them, which sends the read to the locked path. Everything
+//! else (objects in pieces, a read that failed its checks) reads under the lock, so evacuation
+//! and writes cannot race it. The memfd is sealed against
 //! shrinking, so a punched range reads as zeros and never faults: no signal handler or
 //! fault-resilient copy is needed (Midas needed both; see docs/soft-memory.md).
 
@@ -21,6 +25,7 @@ use gleaner_node::shared::{self, Control, SEGMENT_BYTES};
 use gleaner_node::Mapping;
 
 use crate::plan::{self, Action, SegInfo};
+use crate::words::ReadWords;
 
 /// Bytes of an object piece's header.
 pub const HEADER: u64 = 16;
@@ -205,6 +210,8 @@ pub(crate) struct PoolInner {
     map: Mapping,
     nseg: u32,
     state: Mutex<Inner>,
+    /// Where each object lies, for reads without the lock (written under it).
+    words: ReadWords,
     wake: Condvar,
     link: Mutex<Option<std::os::unix::net::UnixStream>>,
     registered: AtomicBool,
@@ -255,6 +262,7 @@ impl Pool {
                 pinned: None,
                 last_scan: None,
             }),
+            words: ReadWords::default(),
             wake: Condvar::new(),
             link: Mutex::new(None),
             registered: AtomicBool::new(false),
@@ -393,12 +401,13 @@ impl PoolInner {
             in_use: true,
             ..Default::default()
         };
+        self.words.take_hits(slot);
         slot
     }
 
     pub(crate) fn free_slot(&self, slot: u32) {
         let mut g = self.lock();
-        drop_place(&mut g, slot);
+        self.drop_place(&mut g, slot);
         g.objs[slot as usize].in_use = false;
         g.free_slots.push(slot);
     }
@@ -409,6 +418,38 @@ impl PoolInner {
 
     fn count(&self, off: usize, n: u64) {
         self.ctrl.word(off).fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Copies object `slot` out into `out` without the pool's lock, where its read words allow
+    /// (one piece, not moved, rewritten or dropped during the copy, its segment not punched,
+    /// its header the one written). False sends the read to the locked path.
+    fn try_copy_unlocked(&self, slot: u32, out: &mut Vec<u8>) -> bool {
+        let Some(s) = self.words.snapshot(slot) else {
+            return false;
+        };
+        // Until confirmed, the fields may come from different writes: in range before use.
+        if s.seg == 0 || s.seg > self.nseg || u64::from(s.off) + HEADER + u64::from(s.len) > SEG {
+            return false;
+        }
+        let gen = self.ctrl.gen(s.seg);
+        if gen.load(Ordering::Acquire) != s.gen {
+            return false;
+        }
+        let base = shared::segment_offset(s.seg) as usize + s.off as usize;
+        let mut hdr = [0u8; HEADER as usize];
+        self.map.copy_out(base, &mut hdr);
+        out.clear();
+        self.map
+            .append_to(base + HEADER as usize, s.len as usize, out);
+        // `still` fences: the generation is loaded again after the copy.
+        if !self.words.still(slot, &s)
+            || gen.load(Ordering::Relaxed) != s.gen
+            || !header_ok(&hdr, slot, s.version, s.len, 0)
+        {
+            return false;
+        }
+        self.words.hit(slot);
+        true
     }
 
     /// Copies the object out into `out` if it is present and intact. Returns false (after
@@ -475,6 +516,13 @@ impl PoolInner {
     /// Reads object `slot` into `out`: a copy, from soft memory on a hit, from the
     /// reconstructor (called with `args`) on a miss. False if the reconstructor gave nothing.
     pub(crate) fn read(&self, slot: u32, args: &[u8], out: &mut Vec<u8>) -> bool {
+        if self.try_copy_unlocked(slot, out) {
+            self.count(shared::OFF_HITS, 1);
+            if self.cfg.verify {
+                self.verify(args, out);
+            }
+            return true;
+        }
         let victim;
         {
             let mut g = self.lock();
@@ -525,7 +573,7 @@ impl PoolInner {
     }
 
     fn write_locked(&self, g: &mut Inner, slot: u32, data: &[u8]) -> bool {
-        drop_place(g, slot);
+        self.drop_place(g, slot);
         let o = &mut g.objs[slot as usize];
         o.version = o.version.wrapping_add(1);
         o.len = data.len() as u64;
@@ -549,7 +597,11 @@ impl PoolInner {
             s.objs.push(slot);
         }
         g.objs[slot as usize].place = if locs.len() == 1 {
-            Place::One(locs[0])
+            let l = locs[0];
+            let gen = g.segs[l.seg as usize].gen;
+            self.words
+                .publish(slot, Some((l.seg, l.off, l.len, version, gen)));
+            Place::One(l)
         } else {
             Place::Many(locs.clone().into_boxed_slice())
         };
@@ -639,9 +691,22 @@ impl PoolInner {
         Some(victim)
     }
 
+    /// Takes object `slot` out of its place (its pieces stop counting as live); reads without
+    /// the lock see it gone.
+    fn drop_place(&self, g: &mut Inner, slot: u32) {
+        let place = std::mem::take(&mut g.objs[slot as usize].place);
+        if matches!(place, Place::One(_)) {
+            self.words.publish(slot, None);
+        }
+        for l in place.locs() {
+            let s = &mut g.segs[l.seg as usize];
+            s.live = s.live.saturating_sub(HEADER + round16(l.len as u64));
+        }
+    }
+
     fn evict(&self, g: &mut Inner, slot: u32) {
         let len = g.objs[slot as usize].len;
-        drop_place(g, slot);
+        self.drop_place(g, slot);
         g.evicted_bytes += len.max(1);
         g.objs[slot as usize].evicted_at = g.evicted_bytes;
     }
@@ -795,7 +860,14 @@ impl PoolInner {
             return;
         }
         g.last_scan = Some(Instant::now());
-        // Scan: hotness per segment, then age every object (CLOCK).
+        // Scan: hits taken without the lock join the objects' hotness; hotness per segment;
+        // then age every object (CLOCK).
+        for (slot, o) in g.objs.iter_mut().enumerate() {
+            let hits = self.words.take_hits(slot as u32);
+            if hits > 0 {
+                o.hot = o.hot.saturating_add(hits).min(15);
+            }
+        }
         for seg in 1..=self.nseg as usize {
             if !g.segs[seg].used {
                 continue;
@@ -852,14 +924,6 @@ fn seg_infos(g: &Inner, nseg: u32) -> Vec<SegInfo> {
             }
         })
         .collect()
-}
-
-fn drop_place(g: &mut Inner, slot: u32) {
-    let place = std::mem::take(&mut g.objs[slot as usize].place);
-    for l in place.locs() {
-        let s = &mut g.segs[l.seg as usize];
-        s.live = s.live.saturating_sub(HEADER + round16(l.len as u64));
-    }
 }
 
 fn round16(n: u64) -> u64 {

@@ -69,10 +69,21 @@ fn reads_racing_evacuation_and_direct_punches_never_see_torn_data() {
             }
         }));
     }
-    // Chaos: punch used segments as the daemon would, and move the grant up and down.
+    // Chaos: punch used segments as the daemon would, and move the grant up and down: for
+    // 2.5 s, and on (up to 30 s, on a loaded machine) until every kind of event below was seen.
     let t0 = Instant::now();
     let mut n = 0u64;
-    while t0.elapsed() < Duration::from_millis(2500) {
+    let seen_enough = |reads: u64| {
+        let s = pool.stats();
+        reads > 1000
+            && s.revoked_segments > 10
+            && s.hits > 0
+            && s.misses > 0
+            && s.released_segments > 0
+    };
+    while t0.elapsed() < Duration::from_millis(2500)
+        || (t0.elapsed() < Duration::from_secs(30) && !seen_enough(reads.load(Ordering::Relaxed)))
+    {
         let used = pool.used_segments();
         if n.is_multiple_of(3) && !used.is_empty() {
             let s = used[(n as usize * 7919) % used.len()];
@@ -101,6 +112,68 @@ fn reads_racing_evacuation_and_direct_punches_never_see_torn_data() {
         s.released_segments > 0,
         "shrinking grants released segments: {s:?}"
     );
+}
+
+/// Reads of one 1 MiB object while a writer rewrites it with ever larger counters, in a pool of
+/// three segments, so that the place a read copies from is soon reused by a later write (the
+/// reads go without the pool's lock, as a one-piece object's do): each read sees one whole value, never a mix of two, never one older than
+/// the last write completed before the read began, nor than one the same thread saw before.
+#[test]
+fn reads_see_whole_values_never_older_than_one_seen_before() {
+    let cfg = PoolConfig {
+        name: "fresh".into(),
+        capacity: 64 << 20,
+        limit: 6 << 20,
+        tick: Duration::from_millis(2),
+        ..Default::default()
+    };
+    let pool = Pool::new(cfg, Arc::new(|_: &[u8]| None)).unwrap();
+    let obj = Arc::new(pool.new_unique());
+    const WORDS: usize = 1 << 18;
+    let stamp = |n: u32| -> Vec<u8> { n.to_le_bytes().repeat(WORDS) };
+    assert!(obj.write(&stamp(0)));
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let mut readers = Vec::new();
+    for _ in 0..2 {
+        let (obj, stop, done) = (obj.clone(), stop.clone(), done.clone());
+        readers.push(std::thread::spawn(move || {
+            let (mut out, mut last, mut reads) = (Vec::new(), 0u32, 0u64);
+            while !stop.load(Ordering::Relaxed) {
+                let floor = done.load(Ordering::Acquire) as u32;
+                assert!(obj.read_into(&[], &mut out), "the object was dropped");
+                assert_eq!(out.len(), 4 * WORDS);
+                let n = u32::from_le_bytes(out[..4].try_into().unwrap());
+                assert!(
+                    out.chunks(4).all(|w| w == n.to_le_bytes()),
+                    "a torn read: it starts with {n}"
+                );
+                assert!(n >= last, "read {n} after {last}");
+                assert!(n >= floor, "read {n} after {floor} was written");
+                last = n;
+                reads += 1;
+            }
+            (reads, last)
+        }));
+    }
+    let t0 = Instant::now();
+    let mut n = 0u32;
+    while t0.elapsed() < Duration::from_millis(1500) {
+        n += 1;
+        assert!(obj.write(&stamp(n)));
+        done.store(u64::from(n), Ordering::Release);
+    }
+    stop.store(true, Ordering::Relaxed);
+    for r in readers {
+        let (reads, last) = r.join().unwrap();
+        assert!(
+            reads > 100 && last > 0,
+            "{reads} reads, the last saw {last}"
+        );
+    }
+    let s = pool.stats();
+    assert_eq!(s.misses, 0, "{s:?}");
+    assert!(n > 100, "only {n} writes: {s:?}");
 }
 
 #[test]
