@@ -300,3 +300,61 @@ fn the_daemon_drops_only_batch_processes_file_pages() {
     );
     drop((lc, batch, holder, daemon));
 }
+
+/// bench/hermes/rocksdb_latency.c (a RocksDB program on librocksdb's C API), compiled once per
+/// test binary. librocksdb-dev missing is a failure that says so, never a skip.
+fn rocksdb_program() -> &'static str {
+    static BIN: OnceLock<String> = OnceLock::new();
+    BIN.get_or_init(|| {
+        assert!(
+            Path::new("/usr/include/rocksdb/c.h").exists(),
+            "librocksdb-dev is MISSING (no /usr/include/rocksdb/c.h): scripts/setup.sh installs it"
+        );
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let out = gleaner_bin()
+            .parent()
+            .unwrap()
+            .join(format!("gleaner_rocksdb_latency.{}", std::process::id()));
+        let cc = Command::new("cc")
+            .args(["-O2", "-Wall", "-Werror"])
+            .arg(root.join("bench/hermes/rocksdb_latency.c"))
+            .arg("-o")
+            .arg(&out)
+            .arg("-lrocksdb")
+            .output()
+            .expect("a C compiler (cc)");
+        assert!(
+            cc.status.success(),
+            "building the RocksDB program against librocksdb: {}",
+            String::from_utf8_lossy(&cc.stderr)
+        );
+        out.to_string_lossy().into_owned()
+    })
+}
+
+/// RocksDB (a real one, through librocksdb) under `gleaner run --latency-critical`, on plain
+/// local memory and on far memory: every 1 KiB and 200 KiB record it puts reads back equal (the
+/// program compares each byte and fails naming the key), and the reserve served its requests.
+#[test]
+fn rocksdb_reads_back_what_it_wrote_with_the_reserve_on() {
+    let dir = TempDir::new("hermes-rocksdb");
+    for (i, far) in [&["--far", "off"][..], &["--local-mem", "64M"][..]]
+        .iter()
+        .enumerate()
+    {
+        let db = dir.path().join(format!("db{i}"));
+        let s = dir.path().join(format!("stats{i}.json"));
+        let mut args = vec!["run", "--latency-critical", "--stats", s.to_str().unwrap()];
+        args.extend_from_slice(far);
+        args.extend_from_slice(&["--", rocksdb_program(), db.to_str().unwrap(), "20000", "400"]);
+        let (code, out, err) = run_gleaner(&args, Duration::from_secs(90));
+        assert_eq!(code, Some(0), "{far:?}: {out}\n{err}");
+        let result: serde_json::Value = serde_json::from_str(out.trim().lines().last().unwrap())
+            .unwrap_or_else(|e| panic!("{far:?}: the program's JSON: {e}: {out}"));
+        assert_eq!(result["verified"], 20400, "{far:?}: {result}");
+        assert_eq!(result["get_200k"]["count"], 400, "{far:?}: {result}");
+        let lc = &stats(&s)["latency_critical"];
+        assert!(lc["hits"].as_u64().unwrap() > 100, "{far:?}: {lc}");
+    }
+    let _ = std::fs::remove_file(rocksdb_program());
+}
