@@ -65,17 +65,28 @@ pub struct NodeArgs {
     /// Exit after this many seconds with no registered pool (daemons started on demand).
     #[arg(long, value_name = "SECS", value_parser = positive)]
     exit_when_idle: Option<f64>,
-    /// The batch reclaimer (Hermes): the longest time between two reclaims while they are
-    /// futile (free memory back under the watermark sooner than the time between them, as when
-    /// a batch job re-reads its files as fast as they are dropped); the time doubles from 250 ms
-    /// up to this. 250 = no backoff (a reclaim every 250 ms while under the watermark).
-    #[arg(long, value_name = "MS", default_value_t = 4000, value_parser = clap::value_parser!(u64).range(1..))]
-    batch_backoff_max_ms: u64,
+    /// How the batch reclaimer (Hermes) drops batch jobs' page cache under its watermark.
+    /// `adaptive`: only what is needed, behind the reader of a file being read (what a job
+    /// re-reading the file reads last again), and reclaims that do not hold (free memory back
+    /// under the watermark sooner than the time between them, as when a job re-reads as fast as
+    /// it is dropped) back off, 250 ms doubling up to 4 s apart. `eager`: whole files, every
+    /// 250 ms while under the watermark (the first version; to compare).
+    #[arg(long, value_enum, value_name = "MODE", default_value = "adaptive")]
+    batch_reclaim: BatchReclaim,
     /// Serve Prometheus metrics over HTTP at http://ADDR/metrics (HOST:PORT, e.g.
     /// 127.0.0.1:9471; port 0 picks a free one, logged): memory and pressure, the soft budget,
     /// each pool's grant, residency, hits, misses and rebuild time, punches, errors.
     #[arg(long, value_name = "ADDR")]
     metrics: Option<String>,
+}
+
+/// `gleaner node --batch-reclaim`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum BatchReclaim {
+    /// Only what is needed, behind the reader; futile reclaims back off.
+    Adaptive,
+    /// Whole files, every 250 ms while under the watermark.
+    Eager,
 }
 
 #[derive(Subcommand, Debug)]
@@ -193,7 +204,10 @@ pub fn main(args: NodeArgs) -> ExitCode {
         soft_budget: args.soft_budget,
         source,
         exit_when_idle: args.exit_when_idle.map(Duration::from_secs_f64),
-        batch_backoff_max: Duration::from_millis(args.batch_backoff_max_ms),
+        batch_reclaim: match args.batch_reclaim {
+            BatchReclaim::Adaptive => gleaner_node::batch::Mode::Adaptive,
+            BatchReclaim::Eager => gleaner_node::batch::Mode::Eager,
+        },
     };
     let (daemon, listener) = match Daemon::bind(cfg) {
         Ok(x) => x,

@@ -48,8 +48,8 @@ pub struct Config {
     pub source: Source,
     /// Exit after this long with no registration (for daemons started on demand).
     pub exit_when_idle: Option<Duration>,
-    /// The longest time the batch reclaimer waits between futile reclaims (Hermes).
-    pub batch_backoff_max: Duration,
+    /// How the batch reclaimer (Hermes) drops.
+    pub batch_reclaim: crate::batch::Mode,
 }
 
 struct Pool {
@@ -178,7 +178,7 @@ impl Daemon {
                 direct_secs: 0.0,
                 last_registration: Instant::now(),
                 errors: 0,
-                batch: Reclaimer::new(cfg.reserve, cfg.batch_backoff_max),
+                batch: Reclaimer::new(cfg.reserve, cfg.batch_reclaim),
             }),
             cfg,
             stop: AtomicBool::new(false),

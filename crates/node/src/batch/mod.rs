@@ -15,9 +15,12 @@
 //!
 //! A batch job that re-reads its files as fast as they are dropped makes dropping futile: each
 //! round costs the daemon's scan and the job's re-reads (CPU the latency-critical processes share)
-//! and frees nothing for long. So the reclaimer backs off: when free memory falls back under
-//! the watermark sooner than the time between reclaims after one, that time doubles (up to a
-//! limit); a reclaim that held, or a latency-critical burst (the rate rising by half), resets it.
+//! and frees nothing for long. So, in [`Mode::Adaptive`] (the default), the reclaimer drops only
+//! the bytes needed, behind the reader of an open file (what a cyclic re-read reaches last), and
+//! backs off: when free memory falls back under the watermark sooner than the time between
+//! reclaims after one, that time doubles (up to [`BACKOFF_MAX`]); a reclaim that held, or a
+//! latency-critical burst (the rate rising by half), resets it. [`Mode::Eager`] is the first
+//! version (whole files, every 250 ms under the watermark), kept to compare against.
 
 pub mod files;
 
@@ -25,7 +28,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use gleaner_policy::hermes::{files_to_drop, shortfall, watermark, CachedFile};
+use gleaner_policy::hermes::{files_to_drop, range_behind, shortfall, watermark, CachedFile};
 use serde_json::json;
 
 use crate::proto::Class;
@@ -38,8 +41,19 @@ pub const HORIZON_MS: u64 = 1000;
 /// batch job that refills its cache as fast as it is dropped (measured: a fifth of a CPU at
 /// 100 ms in the first `bench/hermes.py` runs).
 pub const MIN_RECLAIM_INTERVAL: Duration = Duration::from_millis(250);
-/// The default longest time between reclaims when they are futile (see the module's doc).
-pub const DEFAULT_BACKOFF_MAX: Duration = Duration::from_millis(4000);
+/// The longest time between reclaims while they are futile (see the module's doc).
+pub const BACKOFF_MAX: Duration = Duration::from_millis(4000);
+
+/// How the reclaimer drops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Backs off futile reclaims (up to [`BACKOFF_MAX`] apart) and drops only what is needed,
+    /// behind the reader of an open file ([`range_behind`]).
+    Adaptive,
+    /// A reclaim every [`MIN_RECLAIM_INTERVAL`] while under the watermark, each dropping whole
+    /// files (the reclaimer's first version, kept to compare against).
+    Eager,
+}
 
 /// The reclaimer's state: the marked processes, the rate, and what it has dropped.
 pub struct Reclaimer {
@@ -57,8 +71,8 @@ pub struct Reclaimer {
     last_reclaim: Option<Instant>,
     /// The time kept between reclaims now (doubled while they are futile).
     interval: Duration,
-    /// The longest `interval` may grow to.
-    backoff_max: Duration,
+    /// How it drops.
+    mode: Mode,
     /// Since when free memory has been at or above the watermark (None: under it).
     above_since: Option<Instant>,
     /// The last reclaim's outcome, until judged: whether free memory went back above the
@@ -79,9 +93,8 @@ pub struct Reclaimer {
 }
 
 impl Reclaimer {
-    /// A reclaimer that keeps at least `floor` bytes free while anything is marked, backing off
-    /// futile reclaims up to `backoff_max` apart (at most [`MIN_RECLAIM_INTERVAL`]: no backoff).
-    pub fn new(floor: u64, backoff_max: Duration) -> Reclaimer {
+    /// A reclaimer that keeps at least `floor` bytes free while anything is marked.
+    pub fn new(floor: u64, mode: Mode) -> Reclaimer {
         Reclaimer {
             marks: BTreeMap::new(),
             cgroups: BTreeMap::new(),
@@ -91,7 +104,7 @@ impl Reclaimer {
             last_tick: None,
             last_reclaim: None,
             interval: MIN_RECLAIM_INTERVAL,
-            backoff_max: backoff_max.max(MIN_RECLAIM_INTERVAL),
+            mode,
             above_since: None,
             judge: None,
             rate_at_reclaim: 0.0,
@@ -195,7 +208,10 @@ impl Reclaimer {
                 self.interval = if held {
                     MIN_RECLAIM_INTERVAL
                 } else {
-                    (self.interval * 2).min(self.backoff_max)
+                    (self.interval * 2).min(match self.mode {
+                        Mode::Adaptive => BACKOFF_MAX,
+                        Mode::Eager => MIN_RECLAIM_INTERVAL,
+                    })
                 };
             }
             // A burst of the latency-critical processes ends any backoff.
@@ -266,13 +282,18 @@ impl Reclaimer {
                 })
             })
             .collect();
-        let sizes: BTreeMap<FileId, u64> = cached.iter().map(|f| (f.key, f.cached)).collect();
+        let cached_of: BTreeMap<FileId, u64> = cached.iter().map(|f| (f.key, f.cached)).collect();
         let mut dropped = Vec::new();
-        for id in files_to_drop(&cached, need) {
+        for (id, bytes) in files_to_drop(&cached, need) {
             let path = &paths[&id];
-            match files::drop_cache(path) {
+            // Only what is needed, behind the reader when the file is open (see `range_behind`).
+            let size = files::size(path).unwrap_or(0);
+            let (ranges, bytes) = match self.mode {
+                Mode::Adaptive => (range_behind(size, files::position(path), bytes), bytes),
+                Mode::Eager => (vec![(0, size)], cached_of[&id]),
+            };
+            match files::drop_cache(path, &ranges) {
                 Ok(()) => {
-                    let bytes = sizes[&id];
                     self.drops += 1;
                     self.dropped_bytes += bytes;
                     let shown = std::fs::read_link(path).unwrap_or_else(|_| path.clone());
@@ -296,7 +317,7 @@ impl Reclaimer {
                 "path": dir.display().to_string(), "class": class, "processes": n,
             })).collect::<Vec<_>>(),
             "reclaim_interval_s": self.interval.as_secs_f64(),
-            "backoff_max_s": self.backoff_max.as_secs_f64(),
+            "mode": format!("{:?}", self.mode).to_lowercase(),
             "ticks_backing_off": self.backoffs,
             "latency_critical_pids": list(Class::LatencyCritical),
             "lc_alloc_bytes_per_s": self.lc_rate,
