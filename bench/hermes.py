@@ -18,17 +18,17 @@ batch job, against glibc, jemalloc and tcmalloc (as Debian packages them) in the
    32 MiB allocated, touched and freed every 16 MiB read, and a file re-read), in the 1 GiB cgroup,
    at two pressure levels: 100% (held memory + re-read file = the cgroup's limit: whatever the
    service adds must be reclaimed) and 125% (1.25 x the limit: the batch job's file no longer
-   fits). Per level, configurations run interleaved, REPS times each:
+   fits). Per level, configurations run interleaved, 5 times each (medians reported):
      * redis (Debian's, on its own jemalloc): `redis-benchmark` SET/GET of 1 KiB values (30000
        requests over 100000 keys) and of 200 KiB values (500 over 250 keys), 4 clients;
        "default" (as packaged), "reserve" (`gleaner run --latency-critical`), "hermes" (the
-       reserve, the batch job marked batch, a node daemon watching the cgroup: its default
-       `--batch-reclaim adaptive`) and "hermes_eager" (the same with `--batch-reclaim eager`,
-       the reclaimer's first version: whole files every 250 ms while under its watermark; the
-       before/after of the reclaimer in one run);
+       reserve, the batch job marked batch, a node daemon watching the cgroup with its default
+       `--batch-reclaim eager`: whole files every 250 ms while under its watermark) and
+       "hermes_adaptive" (the same with `--batch-reclaim adaptive`: only the bytes needed,
+       behind the reader, and futile reclaims backed off; the two reclaimers side by side);
      * RocksDB: bench/hermes/rocksdb_latency.c on librocksdb (40000 puts of 1 KiB records, 600
        of 200 KiB, then every record read back and compared); glibc, jemalloc, tcmalloc,
-       "hermes" and "hermes_eager".
+       "hermes" and "hermes_adaptive".
    SLO: for each service and operation, glibc's (redis: as packaged) p90 with the node to itself
    (no antagonist, same run); violations = operations slower than it (redis: estimated from
    redis-benchmark's latency distribution, linear between its points). The batch job's
@@ -231,9 +231,9 @@ def micro(binary, allocs, reps, cg, bigfile, tmp):
 class Daemon:
     """A node daemon watching the cgroup, with the batch job marked batch by pid."""
 
-    def __init__(self, cg, sock, batch_pid, eager):
+    def __init__(self, cg, sock, batch_pid, reclaim):
         args = [GLEANER, "node", "--socket", sock, "--cgroup", cg.path, "--reserve", "256M",
-                "--batch-reclaim", "eager" if eager else "adaptive"]
+                "--batch-reclaim", reclaim]
         if os.path.exists(sock):
             os.unlink(sock)
         self.p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -312,10 +312,10 @@ REDIS_LOADS = [("1k", ["-d", "1024", "-n", "30000", "-r", "100000"]),
 
 
 def redis_run(cg, mode, tmp, sock, batch_pid=None, counter=None):
-    """One redis run: mode default | reserve | hermes | hermes_eager; inside `cg` if given."""
+    """One redis run: mode default | reserve | hermes | hermes_adaptive; inside `cg` if given."""
     port = 16379 + (os.getpid() % 1000)
     env = {**os.environ, "GLEANER_NODE_SOCKET": sock}
-    daemon = Daemon(cg, sock, batch_pid, mode == "hermes_eager") if mode.startswith("hermes") else None
+    daemon = Daemon(cg, sock, batch_pid, "adaptive" if mode == "hermes_adaptive" else "eager") if mode.startswith("hermes") else None
     st = os.path.join(tmp, "redis-stats.json")
     if os.path.exists(st):
         os.unlink(st)
@@ -358,8 +358,8 @@ def redis_run(cg, mode, tmp, sock, batch_pid=None, counter=None):
 
 
 def rocksdb_run(binary, cg, name, prefix, env, tmp, sock, batch_pid=None, counter=None):
-    """One RocksDB run under allocator `name` (hermes / hermes_eager: with a daemon)."""
-    daemon = Daemon(cg, sock, batch_pid, name == "hermes_eager") if name.startswith("hermes") else None
+    """One RocksDB run under allocator `name` (hermes / hermes_adaptive: with a daemon)."""
+    daemon = Daemon(cg, sock, batch_pid, "adaptive" if name == "hermes_adaptive" else "eager") if name.startswith("hermes") else None
     db = os.path.join(tmp, "rocksdb")
     shutil.rmtree(db, ignore_errors=True)
     samples = os.path.join(tmp, "rocksdb-samples")
@@ -396,6 +396,7 @@ ROCKS_SMALL, ROCKS_LARGE = 40000, 600
 ROCKS_CLASSES = ["put_1k", "get_1k", "put_200k", "get_200k"]
 LEVELS = {"100": 1.0, "125": 1.25}
 BATCH_ANON_MB = 600
+SERVICE_REPS = 5
 
 
 def services(rocks_bin, allocs, reps, cg, bigfile, tmp):
@@ -412,7 +413,7 @@ def services(rocks_bin, allocs, reps, cg, bigfile, tmp):
         r = rocksdb_run(rocks_bin, None, "glibc", prefix, env, tmp, sock)
         out["alone"]["rocksdb"].append(r)
     rocks_modes = dict(allocs)
-    rocks_modes["hermes_eager"] = allocs["hermes"]
+    rocks_modes["hermes_adaptive"] = allocs["hermes"]
     for level, factor in LEVELS.items():
         read_mb = int(LIMIT / 2**20 * factor) - BATCH_ANON_MB
         counter = os.path.join(tmp, f"batch-counter-{level}")
@@ -422,7 +423,7 @@ def services(rocks_bin, allocs, reps, cg, bigfile, tmp):
         try:
             for _ in range(reps):  # interleaved: a neighbour's burst on this shared VM hits all
                 if have_redis:
-                    for mode in ["default", "reserve", "hermes_eager", "hermes"]:
+                    for mode in ["default", "reserve", "hermes_adaptive", "hermes"]:
                         r = redis_run(cg, mode, tmp, sock, ant.pid, counter)
                         lv["redis"].setdefault(mode, []).append(r)
                         log(f"redis {level}% {mode}: SET 1k p99 {r['set_1k']['p99_ms']} ms, "
@@ -477,7 +478,7 @@ def summarize_services(sv):
         g = summary[f"rocksdb_slo_violations_glibc_{level}"]
         summary[f"rocksdb_slo_violation_reduction_{level}"] = (
             round(1 - summary[f"rocksdb_slo_violations_hermes_{level}"] / g, 4) if g else None)
-        for name in ["hermes", "hermes_eager"]:
+        for name in ["hermes", "hermes_adaptive"]:
             summary[f"rocksdb_batch_throughput_ratio_{name}_{level}"] = round(
                 med(r["batch_mib_s"] for r in rk[name]) / med(r["batch_mib_s"] for r in rk["glibc"]), 3)
         # redis: p99 per operation and size, violations, the batch job's throughput.
@@ -490,7 +491,7 @@ def summarize_services(sv):
                 summary[f"redis_slo_violations_{mode}_{level}"] = med(r["slo_violations"] for r in rd[mode])
                 for k in ["set_1k", "get_1k", "set_200k", "get_200k"]:
                     summary[f"redis_{k}_p99_ms_{mode}_{level}"] = med(r[k]["p99_ms"] for r in rd[mode])
-            for mode in ["reserve", "hermes", "hermes_eager"]:
+            for mode in ["reserve", "hermes", "hermes_adaptive"]:
                 b = summary[f"redis_set_1k_p99_ms_default_{level}"]
                 summary[f"redis_p99_reduction_{mode}_{level}"] = round(
                     1 - summary[f"redis_set_1k_p99_ms_{mode}_{level}"] / b, 4)
@@ -501,7 +502,7 @@ def summarize_services(sv):
             g = summary[f"redis_slo_violations_default_{level}"]
             summary[f"redis_slo_violation_reduction_{level}"] = (
                 round(1 - summary[f"redis_slo_violations_hermes_{level}"] / g, 4) if g else None)
-            for name in ["hermes", "hermes_eager"]:
+            for name in ["hermes", "hermes_adaptive"]:
                 summary[f"redis_batch_throughput_ratio_{name}_{level}"] = round(
                     med(r["batch_mib_s"] for r in rd[name]) / med(r["batch_mib_s"] for r in rd["default"]), 3)
     # Headlines (100% pressure).
@@ -511,10 +512,10 @@ def summarize_services(sv):
         summary["redis_p99_reduction"] = summary[f"redis_p99_reduction_hermes_{head}"]
     ratios = [v for k, v in summary.items() if k.startswith(("rocksdb_batch_throughput_ratio_hermes_",
                                                              "redis_batch_throughput_ratio_hermes_"))
-              and "eager" not in k]
+              and "adaptive" not in k]
     summary["batch_throughput_ratio_min"] = min(ratios)
     # Overheads: the worst run.
-    daemons, threads = {"hermes": [], "hermes_eager": []}, []
+    daemons, threads = {"hermes": [], "hermes_adaptive": []}, []
     for lv in sv["levels"].values():
         for svc in ("redis", "rocksdb"):
             for name, runs in lv[svc].items():
@@ -524,14 +525,19 @@ def summarize_services(sv):
                     if r.get("daemon"):
                         daemons[name].append(r["daemon"]["cpu_share"])
     for name, shares in daemons.items():
-        suffix = "" if name == "hermes" else "_eager"
+        suffix = "" if name == "hermes" else "_adaptive"
         summary[f"daemon_cpu_share_max{suffix}"] = max(shares) if shares else None
         summary[f"daemon_cpu_share_median{suffix}"] = statistics.median(shares) if shares else None
-    # Raw samples are not kept in the results file (40800 per run); their summaries are.
+    # Raw samples (40600 per RocksDB run) and redis's distribution points are not kept in the
+    # results file; their summaries and the violation counts are.
     for lv in [sv["alone"]] + list(sv["levels"].values()):
-        for runs in ([lv["rocksdb"]] if isinstance(lv["rocksdb"], list) else lv["rocksdb"].values()):
-            for r in runs:
-                r.pop("samples", None)
+        for svc in ("rocksdb", "redis"):
+            for runs in ([lv[svc]] if isinstance(lv[svc], list) else lv[svc].values()):
+                for r in runs:
+                    r.pop("samples", None)
+                    for v in r.values():
+                        if isinstance(v, dict):
+                            v.pop("points", None)
     return summary, threads
 
 
@@ -553,7 +559,8 @@ def rocksdb_binary(tmp):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[1],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="3 runs per cell (the only mode)")
+    ap.add_argument("--quick", action="store_true",
+                    help="3 runs per micro-benchmark cell, 5 per service configuration (the only mode)")
     ap.add_argument("--out", help="write the results JSON here too")
     args = ap.parse_args()
     reps = 3
@@ -571,7 +578,7 @@ def main():
     allocs = allocators()
     try:
         cells, micro_shares = micro(binary, allocs, reps, cg, bigfile, tmp)
-        sv = services(rocks_bin, allocs, reps, cg, bigfile, tmp)
+        sv = services(rocks_bin, allocs, SERVICE_REPS, cg, bigfile, tmp)
     finally:
         cg.remove()
         shutil.rmtree(tmp, ignore_errors=True)
@@ -589,9 +596,12 @@ def main():
                 summary[f"p99_reduction_{key}_vs_{other}"] = red(key, "p99_ns", other)
     svc_summary, svc_shares = summarize_services(sv)
     summary.update(svc_summary)
-    shares = [x for x in micro_shares + svc_shares if x is not None]
-    summary["reserve_thread_cpu_share_max"] = max(shares) if shares else None
-    summary["reserve_thread_cpu_share_median"] = statistics.median(shares) if shares else None
+    # The reserve thread's CPU share: in the micro-benchmark (which does little but allocate, so
+    # the thread pre-faults nearly all its memory) and in the services.
+    for where, xs in (("micro", micro_shares), ("services", svc_shares)):
+        xs = [x for x in xs if x is not None]
+        summary[f"reserve_thread_cpu_share_{where}_max"] = max(xs) if xs else None
+        summary[f"reserve_thread_cpu_share_{where}_median"] = statistics.median(xs) if xs else None
     commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
     result = {"quick": True, "date": time.strftime("%Y-%m-%d", time.gmtime()), "git_commit": commit,
