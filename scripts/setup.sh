@@ -18,6 +18,9 @@ python3 -c 'import numpy' 2>/dev/null || /usr/bin/python3 -c 'import numpy' 2>/d
 python3 -c 'import prometheus_client' 2>/dev/null ||
     /usr/bin/python3 -c 'import prometheus_client' 2>/dev/null ||
     need_apt+=(python3-prometheus-client)
+# librocksdb's C API, for the RocksDB program of the Hermes test and benchmark
+# (bench/hermes/rocksdb_latency.c).
+[ -f /usr/include/rocksdb/c.h ] || need_apt+=(librocksdb-dev)
 # systemd-analyze, for the test of the service units.
 command -v systemd-analyze >/dev/null || need_apt+=(systemd)
 if [ ${#need_apt[@]} -gt 0 ]; then

@@ -145,6 +145,20 @@ fn render_hermes(docs: &[Value], node: Option<&Value>) -> String {
             n(&b["drops"]),
             format_size(n(&b["dropped_bytes"])),
         );
+        if let Some(mode) = b["mode"].as_str() {
+            out += &format!(
+                "  reclaim: {mode}, at most every {:.2} s now\n",
+                b["reclaim_interval_s"].as_f64().unwrap_or(0.0)
+            );
+        }
+        for cg in b["cgroups"].as_array().into_iter().flatten() {
+            out += &format!(
+                "  cgroup {} marked {}: {} process(es)\n",
+                cg["path"].as_str().unwrap_or("?"),
+                cg["class"].as_str().unwrap_or("?"),
+                n(&cg["processes"]),
+            );
+        }
     }
     out
 }

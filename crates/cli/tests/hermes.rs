@@ -300,3 +300,207 @@ fn the_daemon_drops_only_batch_processes_file_pages() {
     );
     drop((lc, batch, holder, daemon));
 }
+
+/// bench/hermes/rocksdb_latency.c (a RocksDB program on librocksdb's C API), compiled once per
+/// test binary. librocksdb-dev missing is a failure that says so, never a skip.
+fn rocksdb_program() -> &'static str {
+    static BIN: OnceLock<String> = OnceLock::new();
+    BIN.get_or_init(|| {
+        assert!(
+            Path::new("/usr/include/rocksdb/c.h").exists(),
+            "librocksdb-dev is MISSING (no /usr/include/rocksdb/c.h): scripts/setup.sh installs it"
+        );
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let out = gleaner_bin()
+            .parent()
+            .unwrap()
+            .join(format!("gleaner_rocksdb_latency.{}", std::process::id()));
+        let cc = Command::new("cc")
+            .args(["-O2", "-Wall", "-Werror"])
+            .arg(root.join("bench/hermes/rocksdb_latency.c"))
+            .arg("-o")
+            .arg(&out)
+            .arg("-lrocksdb")
+            .output()
+            .expect("a C compiler (cc)");
+        assert!(
+            cc.status.success(),
+            "building the RocksDB program against librocksdb: {}",
+            String::from_utf8_lossy(&cc.stderr)
+        );
+        out.to_string_lossy().into_owned()
+    })
+}
+
+/// RocksDB (a real one, through librocksdb) under `gleaner run --latency-critical`, on plain
+/// local memory and on far memory: every 1 KiB and 200 KiB record it puts reads back equal (the
+/// program compares each byte and fails naming the key), and the reserve served its requests.
+#[test]
+fn rocksdb_reads_back_what_it_wrote_with_the_reserve_on() {
+    let dir = TempDir::new("hermes-rocksdb");
+    for (i, far) in [&["--far", "off"][..], &["--local-mem", "64M"][..]]
+        .iter()
+        .enumerate()
+    {
+        let db = dir.path().join(format!("db{i}"));
+        let s = dir.path().join(format!("stats{i}.json"));
+        let mut args = vec!["run", "--latency-critical", "--stats", s.to_str().unwrap()];
+        args.extend_from_slice(far);
+        args.extend_from_slice(&[
+            "--",
+            rocksdb_program(),
+            db.to_str().unwrap(),
+            "20000",
+            "400",
+        ]);
+        let (code, out, err) = run_gleaner(&args, Duration::from_secs(90));
+        assert_eq!(code, Some(0), "{far:?}: {out}\n{err}");
+        let result: serde_json::Value = serde_json::from_str(out.trim().lines().last().unwrap())
+            .unwrap_or_else(|e| panic!("{far:?}: the program's JSON: {e}: {out}"));
+        assert_eq!(result["verified"], 20400, "{far:?}: {result}");
+        assert_eq!(result["get_200k"]["count"], 400, "{far:?}: {result}");
+        let lc = &stats(&s)["latency_critical"];
+        assert!(lc["hits"].as_u64().unwrap() > 100, "{far:?}: {lc}");
+    }
+    let _ = std::fs::remove_file(rocksdb_program());
+}
+
+/// A memory cgroup made for a test (v2 if the machine has it, else v1's memory hierarchy),
+/// removed on drop. Needs root: without it the test fails saying so.
+struct TestCgroup(std::path::PathBuf);
+impl TestCgroup {
+    fn new(name: &str) -> TestCgroup {
+        let base = if Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
+            Path::new("/sys/fs/cgroup")
+        } else {
+            Path::new("/sys/fs/cgroup/memory")
+        };
+        let dir = base.join(format!("gleaner-test-{name}-{}", std::process::id()));
+        std::fs::create_dir(&dir).unwrap_or_else(|e| {
+            panic!(
+                "cannot make a cgroup at {} ({e}): this test needs root and a cgroup hierarchy",
+                dir.display()
+            )
+        });
+        TestCgroup(dir)
+    }
+    /// `program args`, started inside the cgroup.
+    fn spawn(&self, program: &str, args: &[&str]) -> Child {
+        let procs = self.0.join("cgroup.procs");
+        Command::new("sh")
+            .args([
+                "-c",
+                &format!("echo $$ > {} && exec \"$@\"", procs.display()),
+                "sh",
+            ])
+            .arg(program)
+            .args(args)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+}
+impl Drop for TestCgroup {
+    fn drop(&mut self) {
+        for _ in 0..50 {
+            if std::fs::remove_dir(&self.0).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// Registration by cgroup: `gleaner node mark --batch --cgroup DIR` on a real cgroup; the daemon
+/// drops the page cache of the files its processes hold, a process that joins it afterwards
+/// included, and not the file of a process outside it; a directory that is no cgroup is refused.
+#[test]
+fn a_cgroup_marked_batch_has_its_processes_page_cache_dropped() {
+    let dir = TempDir::new("hermes-cgroup");
+    let sock = dir.path().join("node.sock");
+    let make = |name: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, vec![3u8; 32 << 20]).unwrap();
+        p
+    };
+    let (in_file, late_file, out_file) = (make("in.dat"), make("late.dat"), make("out.dat"));
+    let daemon = Killed(
+        Command::new(gleaner_bin())
+            .args([
+                "node",
+                "--socket",
+                sock.to_str().unwrap(),
+                "--tick-ms",
+                "100",
+            ])
+            .args(["--reserve", "1T"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !sock.exists() {
+        assert!(Instant::now() < deadline, "the daemon did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let cg = TestCgroup::new("batch");
+    let mut inside = Killed(cg.spawn(program(), &["hold", in_file.to_str().unwrap()]));
+    wait_line(&mut inside.0, "holding");
+    let mut outside = Killed(
+        Command::new(program())
+            .args(["hold", out_file.to_str().unwrap()])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    wait_line(&mut outside.0, "holding");
+    let mark = |target: &Path| {
+        run_gleaner(
+            &[
+                "node",
+                "mark",
+                "--batch",
+                "--cgroup",
+                target.to_str().unwrap(),
+            ]
+            .into_iter()
+            .chain(["--socket", sock.to_str().unwrap()])
+            .collect::<Vec<_>>(),
+            Duration::from_secs(10),
+        )
+    };
+    let (code, out, err) = mark(&cg.0);
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert!(err.contains("(1 processes in it now)"), "{err}");
+    let gone = |file: &Path, what: &str| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while cached(file) > 4 << 20 {
+            let state = gleaner_node::client::status(&sock).unwrap();
+            assert!(Instant::now() < deadline, "{what} stayed cached: {state}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    gone(&in_file, "the file of the cgroup's process");
+    // A process that joins the cgroup after it was marked is covered too.
+    let mut late = Killed(cg.spawn(program(), &["hold", late_file.to_str().unwrap()]));
+    wait_line(&mut late.0, "holding");
+    gone(
+        &late_file,
+        "the file of a process that joined the marked cgroup",
+    );
+    assert!(
+        cached(&out_file) > 30 << 20,
+        "the file of a process outside the cgroup was dropped"
+    );
+    let state = gleaner_node::client::status(&sock).unwrap();
+    let cgroups = &state["batch"]["cgroups"];
+    assert_eq!(cgroups[0]["path"], cg.0.to_str().unwrap(), "{state}");
+    assert_eq!(cgroups[0]["processes"], 2, "{state}");
+    assert_eq!(cgroups[0]["class"], "batch", "{state}");
+    // A directory that is no cgroup: a clear refusal.
+    let (code, _, err) = mark(dir.path());
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("is not a cgroup directory"), "{err}");
+    drop((inside, late, outside, daemon));
+}

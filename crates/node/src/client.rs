@@ -118,6 +118,29 @@ pub fn status(socket: &Path) -> Result<serde_json::Value, String> {
     }
 }
 
+/// Marks the cgroup at `dir` for the batch reclaimer, starting a daemon if `autostart` and
+/// none runs; the number of processes in it now.
+pub fn mark_cgroup(
+    socket: &Path,
+    dir: &Path,
+    class: crate::proto::Class,
+    autostart: bool,
+) -> Result<u64, String> {
+    let s = connect(socket, autostart).map_err(|e| format!("{}: {e}", socket.display()))?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok();
+    let path = dir.to_string_lossy().into_owned();
+    crate::proto::send(&s, &crate::proto::Request::MarkCgroup { path, class }, None)
+        .map_err(|e| e.to_string())?;
+    match crate::proto::recv::<crate::proto::Reply>(&s)
+        .map_err(|e| e.to_string())?
+        .0
+    {
+        crate::proto::Reply::MarkedCgroup { processes } => Ok(processes),
+        crate::proto::Reply::Error { error } => Err(error),
+        other => Err(format!("unexpected reply {other:?}")),
+    }
+}
+
 /// Marks process `pid` as `class` with the daemon at `socket` (for the batch reclaimer); with
 /// `autostart`, starts a daemon if none answers.
 pub fn mark(

@@ -48,6 +48,8 @@ pub struct Config {
     pub source: Source,
     /// Exit after this long with no registration (for daemons started on demand).
     pub exit_when_idle: Option<Duration>,
+    /// How the batch reclaimer (Hermes) drops.
+    pub batch_reclaim: crate::batch::Mode,
 }
 
 struct Pool {
@@ -176,7 +178,7 @@ impl Daemon {
                 direct_secs: 0.0,
                 last_registration: Instant::now(),
                 errors: 0,
-                batch: Reclaimer::new(cfg.reserve),
+                batch: Reclaimer::new(cfg.reserve, cfg.batch_reclaim),
             }),
             cfg,
             stop: AtomicBool::new(false),
@@ -236,6 +238,12 @@ impl Daemon {
                 let state = self.status();
                 let _ = proto::send(&conn, &Reply::Status { state }, None);
             }
+            Request::MarkCgroup { path, class } => match self.mark_cgroup(&conn, &path, class) {
+                Ok(n) => {
+                    let _ = proto::send(&conn, &Reply::MarkedCgroup { processes: n }, None);
+                }
+                Err(e) => self.refuse(&conn, &e),
+            },
             Request::Mark { pid, class } => match self.mark(&conn, pid, class) {
                 Ok(()) => {
                     let _ = proto::send(&conn, &Reply::Marked { pid }, None);
@@ -308,6 +316,38 @@ impl Daemon {
         st.batch.mark(pid, class);
         st.last_registration = Instant::now();
         Ok(())
+    }
+
+    /// Marks the cgroup at `path` for the batch reclaimer, if the caller may: the owner of the
+    /// cgroup's directory, or root.
+    fn mark_cgroup(&self, conn: &UnixStream, path: &str, class: Class) -> Result<u64, String> {
+        let cred =
+            rustix::net::sockopt::socket_peercred(conn).map_err(|e| format!("SO_PEERCRED: {e}"))?;
+        use std::os::unix::fs::MetadataExt;
+        let dir = std::fs::canonicalize(path).map_err(|e| format!("cgroup {path}: {e}"))?;
+        if !dir.join("cgroup.procs").is_file() {
+            return Err(format!(
+                "{} is not a cgroup directory (it has no cgroup.procs)",
+                dir.display()
+            ));
+        }
+        let owner = std::fs::metadata(&dir)
+            .map_err(|e| format!("cgroup {}: {e}", dir.display()))?
+            .uid();
+        let caller = cred.uid.as_raw();
+        if caller != 0 && caller != owner {
+            return Err(format!(
+                "cgroup {} belongs to uid {owner}, not to the caller (uid {caller})",
+                dir.display()
+            ));
+        }
+        let mut st = self.state.lock().unwrap();
+        let n = st
+            .batch
+            .mark_cgroup(&dir, class)
+            .map_err(|e| format!("cgroup {}: {e}", dir.display()))?;
+        st.last_registration = Instant::now();
+        Ok(n as u64)
     }
 
     fn refuse(&self, conn: &UnixStream, error: &str) {

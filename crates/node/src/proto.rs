@@ -75,6 +75,15 @@ pub enum Request {
         /// What it is.
         class: Class,
     },
+    /// Mark every process in a cgroup (v1 or v2: the directory holding its `cgroup.procs`),
+    /// those that join it later included, as long as the cgroup exists. The daemon accepts only
+    /// a cgroup directory the caller owns (or any, from root).
+    MarkCgroup {
+        /// The cgroup's directory, absolute (e.g. `/sys/fs/cgroup/batch`).
+        path: String,
+        /// What its processes are.
+        class: Class,
+    },
 }
 
 /// The class of a process marked with [`Request::Mark`].
@@ -114,6 +123,11 @@ pub enum Reply {
     Marked {
         /// The process.
         pid: i32,
+    },
+    /// The cgroup is marked (the answer to [`Request::MarkCgroup`]).
+    MarkedCgroup {
+        /// How many processes it holds now.
+        processes: u64,
     },
     /// The daemon's state (the answer to [`Request::Status`]).
     Status {

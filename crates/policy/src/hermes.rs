@@ -7,7 +7,8 @@
 //!   large requests (Algorithm 2).
 //! * [`watermark`]: how much free memory the daemon keeps, sized from the latency-critical
 //!   processes' allocation rate.
-//! * [`files_to_drop`]: which batch files' page cache goes first (largest first).
+//! * [`files_to_drop`]: which batch files' page cache goes first (largest first), and how much.
+//! * [`range_behind`]: which part of a file being read to drop (what its reader just read).
 
 /// Requests of this many bytes or more are *large*: served from the chunk pool (the paper's
 /// `min_mmap_size`, glibc's default mmap threshold).
@@ -131,10 +132,10 @@ pub struct CachedFile<K> {
     pub cached: u64,
 }
 
-/// The files whose page cache to drop to free `need` bytes: largest first (few calls free much,
-/// as the paper argues), stopping once the sum reaches `need`. Files with nothing cached are
-/// never picked.
-pub fn files_to_drop<K: Clone>(files: &[CachedFile<K>], need: u64) -> Vec<K> {
+/// The files whose page cache to drop to free `need` bytes, with the bytes to drop of each:
+/// largest first (few calls free much, as the paper argues), all of each file's cache but the
+/// last one's, of which only what is still needed. Files with nothing cached are never picked.
+pub fn files_to_drop<K: Clone>(files: &[CachedFile<K>], need: u64) -> Vec<(K, u64)> {
     let mut order: Vec<&CachedFile<K>> = files.iter().filter(|f| f.cached > 0).collect();
     order.sort_by_key(|f| std::cmp::Reverse(f.cached));
     let mut freed = 0;
@@ -143,10 +144,37 @@ pub fn files_to_drop<K: Clone>(files: &[CachedFile<K>], need: u64) -> Vec<K> {
         if freed >= need {
             break;
         }
-        freed += f.cached;
-        out.push(f.key.clone());
+        let take = f.cached.min(need - freed);
+        freed += take;
+        out.push((f.key.clone(), take));
     }
     out
+}
+
+/// The byte ranges (offset, length) of a file of `size` bytes to drop to free about `bytes`,
+/// given the position `pos` its reader is at: the `bytes` just behind it, wrapping to the file's
+/// end. A batch job that re-reads a file cyclically reads those last again (dropping them is
+/// what is optimal for a cyclic scan, where the kernel's LRU drops what it reads next), and one
+/// that reads a file once never again. Ranges are whole pages; `bytes` at or beyond the file's
+/// size, or an unknown position, give the whole file: `[(0, size)]`.
+pub fn range_behind(size: u64, pos: Option<u64>, bytes: u64) -> Vec<(u64, u64)> {
+    const PAGE: u64 = 4096;
+    let bytes = bytes.div_ceil(PAGE) * PAGE;
+    let Some(pos) = pos.filter(|_| bytes < size) else {
+        return vec![(0, size)];
+    };
+    let pos = (pos.min(size)).div_ceil(PAGE) * PAGE;
+    if pos >= bytes {
+        vec![(pos - bytes, bytes)]
+    } else {
+        let rest = bytes - pos;
+        let end = size.div_ceil(PAGE) * PAGE;
+        let mut out = vec![(end.saturating_sub(rest), rest)];
+        if pos > 0 {
+            out.insert(0, (0, pos));
+        }
+        out
+    }
 }
 
 fn round_up(x: usize, to: usize) -> usize {
@@ -227,9 +255,39 @@ mod tests {
     fn files_go_largest_first_until_enough_is_freed() {
         let f = |key: &'static str, cached| CachedFile { key, cached };
         let files = [f("a", 10), f("b", 300), f("c", 0), f("d", 50)];
-        assert_eq!(files_to_drop(&files, 1), vec!["b"]);
-        assert_eq!(files_to_drop(&files, 320), vec!["b", "d"]);
-        assert_eq!(files_to_drop(&files, 10_000), vec!["b", "d", "a"]);
+        assert_eq!(files_to_drop(&files, 1), vec![("b", 1)]);
+        assert_eq!(files_to_drop(&files, 320), vec![("b", 300), ("d", 20)]);
+        assert_eq!(
+            files_to_drop(&files, 10_000),
+            vec![("b", 300), ("d", 50), ("a", 10)]
+        );
         assert!(files_to_drop(&files, 0).is_empty());
+    }
+
+    #[test]
+    fn the_range_dropped_is_what_the_reader_just_read() {
+        const M: u64 = 1 << 20;
+        // Behind the reader.
+        assert_eq!(
+            range_behind(100 * M, Some(50 * M), 10 * M),
+            vec![(40 * M, 10 * M)]
+        );
+        // Wrapping to the file's end.
+        assert_eq!(
+            range_behind(100 * M, Some(4 * M), 10 * M),
+            vec![(0, 4 * M), (94 * M, 6 * M)]
+        );
+        assert_eq!(
+            range_behind(100 * M, Some(0), 10 * M),
+            vec![(90 * M, 10 * M)]
+        );
+        // Whole pages: a position within a page counts that page as read.
+        assert_eq!(range_behind(100 * M, Some(M + 1), 4096), vec![(M, 4096)]);
+        // The whole file: more asked than it holds, or no position known.
+        assert_eq!(
+            range_behind(100 * M, Some(50 * M), 100 * M),
+            vec![(0, 100 * M)]
+        );
+        assert_eq!(range_behind(100 * M, None, M), vec![(0, 100 * M)]);
     }
 }

@@ -77,14 +77,41 @@ pub fn cached_bytes(path: &std::path::Path) -> Option<u64> {
     (r == 0).then(|| vec.iter().filter(|&&b| b & 1 == 1).count() as u64 * page as u64)
 }
 
-/// Drops the file's clean pages from the page cache (`POSIX_FADV_DONTNEED`; dirty pages stay
-/// until written back). Anonymous memory is never reached this way.
-pub fn drop_cache(path: &std::path::Path) -> std::io::Result<()> {
+/// Drops the clean pages of the byte ranges `(offset, length)` of the file from the page cache
+/// (`POSIX_FADV_DONTNEED`; dirty pages stay until written back). Anonymous memory is never
+/// reached this way.
+pub fn drop_cache(path: &std::path::Path, ranges: &[(u64, u64)]) -> std::io::Result<()> {
     let f = File::open(path)?;
-    // SAFETY: advice on a descriptor we own; offset 0 and length 0 cover the whole file.
-    let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-    if r != 0 {
-        return Err(std::io::Error::from_raw_os_error(r));
+    for &(offset, len) in ranges {
+        let (Ok(offset), Ok(len)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len))
+        else {
+            return Err(std::io::Error::from(std::io::ErrorKind::InvalidInput));
+        };
+        // SAFETY: advice on a descriptor we own, over a range of its file.
+        let r =
+            unsafe { libc::posix_fadvise(f.as_raw_fd(), offset, len, libc::POSIX_FADV_DONTNEED) };
+        if r != 0 {
+            return Err(std::io::Error::from_raw_os_error(r));
+        }
     }
     Ok(())
+}
+
+/// The file position of the descriptor behind `path`, when it is a `/proc/PID/fd/N` link (from
+/// `/proc/PID/fdinfo/N`); None for a mapped file or an unreadable one.
+pub fn position(path: &std::path::Path) -> Option<u64> {
+    let fd = path.file_name()?.to_str()?;
+    let dir = path.parent()?;
+    if dir.file_name()? != "fd" {
+        return None;
+    }
+    let info = std::fs::read_to_string(dir.parent()?.join("fdinfo").join(fd)).ok()?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("pos:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// The file's size, bytes.
+pub fn size(path: &std::path::Path) -> Option<u64> {
+    std::fs::metadata(path).ok().map(|m| m.len())
 }

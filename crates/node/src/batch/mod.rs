@@ -9,13 +9,28 @@
 //! (those they hold open or mapped), largest first, until the shortfall is covered. It never
 //! drops a file a latency-critical process holds, and never touches anonymous memory (it only
 //! advises the kernel about files).
+//!
+//! Processes are marked one by one ([`Reclaimer::mark`]) or by cgroup ([`Reclaimer::mark_cgroup`]:
+//! every process in the cgroup, read again each tick, for as long as the cgroup exists).
+//!
+//! A batch job that re-reads its files as fast as they are dropped makes dropping futile: each
+//! round costs the daemon's scan and the job's re-reads (CPU the latency-critical processes share)
+//! and frees nothing for long. [`Mode::Adaptive`] answers that: the reclaimer drops only the
+//! bytes needed, behind the reader of an open file (what a cyclic re-read reaches last), and
+//! backs off: when free memory falls back under the watermark sooner than the time between
+//! reclaims after one, that time doubles (up to [`BACKOFF_MAX`]); a reclaim that held, or a
+//! latency-critical burst (the rate rising by half), resets it. [`Mode::Eager`] (the default)
+//! drops whole files every 250 ms while under the watermark: measured in `bench/hermes.py`, it
+//! keeps a service's own file cache (RocksDB's tables) in memory beside a streaming batch job,
+//! which the adaptive mode does not, for about twice the daemon's CPU.
 
 pub mod files;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Instant;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
-use gleaner_policy::hermes::{files_to_drop, shortfall, watermark, CachedFile};
+use gleaner_policy::hermes::{files_to_drop, range_behind, shortfall, watermark, CachedFile};
 use serde_json::json;
 
 use crate::proto::Class;
@@ -27,17 +42,48 @@ pub const HORIZON_MS: u64 = 1000;
 /// `/proc` reads and a `mincore` per file, which the daemon's 50 ms tick would repeat for a
 /// batch job that refills its cache as fast as it is dropped (measured: a fifth of a CPU at
 /// 100 ms in the first `bench/hermes.py` runs).
-pub const MIN_RECLAIM_INTERVAL: std::time::Duration = std::time::Duration::from_millis(250);
+pub const MIN_RECLAIM_INTERVAL: Duration = Duration::from_millis(250);
+/// The longest time between reclaims while they are futile (see the module's doc).
+pub const BACKOFF_MAX: Duration = Duration::from_millis(4000);
+
+/// How the reclaimer drops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// A reclaim every [`MIN_RECLAIM_INTERVAL`] while under the watermark, each dropping whole
+    /// files (the default).
+    Eager,
+    /// Backs off futile reclaims (up to [`BACKOFF_MAX`] apart) and drops only what is needed,
+    /// behind the reader of an open file ([`range_behind`]).
+    Adaptive,
+}
 
 /// The reclaimer's state: the marked processes, the rate, and what it has dropped.
 pub struct Reclaimer {
+    /// Processes marked by pid.
     marks: BTreeMap<i32, Class>,
+    /// Cgroups marked (their `cgroup.procs`), and how many processes each held at the last tick.
+    cgroups: BTreeMap<PathBuf, (Class, usize)>,
+    /// The marks in force: the cgroups' members, overridden by the marks by pid.
+    effective: BTreeMap<i32, Class>,
     /// Each latency-critical process's resident bytes at the last tick.
     lc_resident: BTreeMap<i32, u64>,
     /// Their growth, bytes per second (a moving average).
     lc_rate: f64,
     last_tick: Option<Instant>,
     last_reclaim: Option<Instant>,
+    /// The time kept between reclaims now (doubled while they are futile).
+    interval: Duration,
+    /// How it drops.
+    mode: Mode,
+    /// Since when free memory has been at or above the watermark (None: under it).
+    above_since: Option<Instant>,
+    /// The last reclaim's outcome, until judged: whether free memory went back above the
+    /// watermark for a whole interval after it (it held).
+    judge: Option<bool>,
+    /// The latency-critical rate at the last reclaim.
+    rate_at_reclaim: f64,
+    /// Ticks under the watermark on which a reclaim waited, backing off.
+    backoffs: u64,
     /// The least free memory kept, whatever the rate.
     floor: u64,
     watermark: u64,
@@ -50,13 +96,21 @@ pub struct Reclaimer {
 
 impl Reclaimer {
     /// A reclaimer that keeps at least `floor` bytes free while anything is marked.
-    pub fn new(floor: u64) -> Reclaimer {
+    pub fn new(floor: u64, mode: Mode) -> Reclaimer {
         Reclaimer {
             marks: BTreeMap::new(),
+            cgroups: BTreeMap::new(),
+            effective: BTreeMap::new(),
             lc_resident: BTreeMap::new(),
             lc_rate: 0.0,
             last_tick: None,
             last_reclaim: None,
+            interval: MIN_RECLAIM_INTERVAL,
+            mode,
+            above_since: None,
+            judge: None,
+            rate_at_reclaim: 0.0,
+            backoffs: 0,
             floor,
             watermark: floor,
             drops: 0,
@@ -71,15 +125,52 @@ impl Reclaimer {
     pub fn mark(&mut self, pid: i32, class: Class) {
         log::info!("pid {pid} marked {class:?}");
         self.marks.insert(pid, class);
+        self.effective.insert(pid, class);
     }
 
-    /// Whether no process is marked.
+    /// Marks every process in the cgroup directory `dir` (one holding `cgroup.procs`, v1 or v2)
+    /// as long as the cgroup exists, processes that join it later included; the number of its
+    /// processes now. A process also marked by pid keeps that mark.
+    pub fn mark_cgroup(&mut self, dir: &Path, class: Class) -> std::io::Result<usize> {
+        let members = cgroup_members(dir)?;
+        log::info!(
+            "cgroup {} marked {class:?} ({} processes)",
+            dir.display(),
+            members.len()
+        );
+        self.cgroups
+            .insert(dir.to_path_buf(), (class, members.len()));
+        self.refresh_effective();
+        Ok(members.len())
+    }
+
+    /// Whether nothing is marked.
     pub fn is_empty(&self) -> bool {
-        self.marks.is_empty()
+        self.marks.is_empty() && self.cgroups.is_empty()
+    }
+
+    /// Reads the marked cgroups' members again (forgetting cgroups that are gone) and rebuilds
+    /// the marks in force.
+    fn refresh_effective(&mut self) {
+        let mut effective = BTreeMap::new();
+        self.cgroups
+            .retain(|dir, (class, count)| match cgroup_members(dir) {
+                Ok(pids) => {
+                    *count = pids.len();
+                    effective.extend(pids.into_iter().map(|p| (p, *class)));
+                    true
+                }
+                Err(e) => {
+                    log::info!("marked cgroup {} is gone ({e}): unmarked", dir.display());
+                    false
+                }
+            });
+        effective.extend(self.marks.iter().map(|(&p, &c)| (p, c)));
+        self.effective = effective;
     }
 
     fn pids(&self, class: Class) -> impl Iterator<Item = i32> + '_ {
-        self.marks
+        self.effective
             .iter()
             .filter(move |(_, &c)| c == class)
             .map(|(&p, _)| p)
@@ -89,28 +180,57 @@ impl Reclaimer {
     pub fn tick(&mut self, available: u64) {
         self.marks
             .retain(|pid, _| std::path::Path::new(&format!("/proc/{pid}")).exists());
+        self.refresh_effective();
         self.lc_resident
             .retain(|pid, _| std::path::Path::new(&format!("/proc/{pid}")).exists());
         self.measure_rate();
-        if self.marks.is_empty() {
+        if self.is_empty() {
             return;
         }
         self.watermark = watermark(self.lc_rate, HORIZON_MS, self.floor);
+        let now = Instant::now();
         let Some(need) = shortfall(available, self.watermark) else {
+            let since = *self.above_since.get_or_insert(now);
+            if now.duration_since(since) >= self.interval && self.judge.is_some() {
+                self.judge = Some(true);
+            }
             return;
         };
-        if self.pids(Class::Batch).next().is_none()
-            || self
-                .last_reclaim
-                .is_some_and(|t| t.elapsed() < MIN_RECLAIM_INTERVAL)
-        {
+        self.above_since = None;
+        if self.pids(Class::Batch).next().is_none() {
             return;
         }
+        if let Some(last) = self.last_reclaim {
+            if now.duration_since(last) < MIN_RECLAIM_INTERVAL {
+                return;
+            }
+            // Judged once, when free memory is first back under the watermark: the last reclaim
+            // was futile unless free memory stayed above it a whole interval after it.
+            if let Some(held) = self.judge.take() {
+                self.interval = if held {
+                    MIN_RECLAIM_INTERVAL
+                } else {
+                    (self.interval * 2).min(match self.mode {
+                        Mode::Adaptive => BACKOFF_MAX,
+                        Mode::Eager => MIN_RECLAIM_INTERVAL,
+                    })
+                };
+            }
+            // A burst of the latency-critical processes ends any backoff.
+            if self.lc_rate > 1.5 * self.rate_at_reclaim + (1 << 20) as f64 {
+                self.interval = MIN_RECLAIM_INTERVAL;
+            }
+            if now.duration_since(last) < self.interval {
+                self.backoffs += 1;
+                return;
+            }
+        }
         self.rounds_under_watermark += 1;
-        let started = Instant::now();
-        self.last_reclaim = Some(started);
+        self.last_reclaim = Some(now);
+        self.judge = Some(false);
+        self.rate_at_reclaim = self.lc_rate;
         self.reclaim(need);
-        self.scan_secs += started.elapsed().as_secs_f64();
+        self.scan_secs += now.elapsed().as_secs_f64();
     }
 
     /// Updates the latency-critical processes' growth rate from their resident sets.
@@ -164,13 +284,18 @@ impl Reclaimer {
                 })
             })
             .collect();
-        let sizes: BTreeMap<FileId, u64> = cached.iter().map(|f| (f.key, f.cached)).collect();
+        let cached_of: BTreeMap<FileId, u64> = cached.iter().map(|f| (f.key, f.cached)).collect();
         let mut dropped = Vec::new();
-        for id in files_to_drop(&cached, need) {
+        for (id, bytes) in files_to_drop(&cached, need) {
             let path = &paths[&id];
-            match files::drop_cache(path) {
+            // Only what is needed, behind the reader when the file is open (see `range_behind`).
+            let size = files::size(path).unwrap_or(0);
+            let (ranges, bytes) = match self.mode {
+                Mode::Adaptive => (range_behind(size, files::position(path), bytes), bytes),
+                Mode::Eager => (vec![(0, size)], cached_of[&id]),
+            };
+            match files::drop_cache(path, &ranges) {
                 Ok(()) => {
-                    let bytes = sizes[&id];
                     self.drops += 1;
                     self.dropped_bytes += bytes;
                     let shown = std::fs::read_link(path).unwrap_or_else(|_| path.clone());
@@ -190,6 +315,12 @@ impl Reclaimer {
         let list = |class| self.pids(class).collect::<Vec<_>>();
         json!({
             "batch_pids": list(Class::Batch),
+            "cgroups": self.cgroups.iter().map(|(dir, (class, n))| json!({
+                "path": dir.display().to_string(), "class": class, "processes": n,
+            })).collect::<Vec<_>>(),
+            "reclaim_interval_s": self.interval.as_secs_f64(),
+            "mode": format!("{:?}", self.mode).to_lowercase(),
+            "ticks_backing_off": self.backoffs,
             "latency_critical_pids": list(Class::LatencyCritical),
             "lc_alloc_bytes_per_s": self.lc_rate,
             "watermark_bytes": self.watermark,
@@ -201,6 +332,12 @@ impl Reclaimer {
             "last_dropped": self.last_dropped,
         })
     }
+}
+
+/// The processes in the cgroup directory `dir` (its `cgroup.procs`).
+pub fn cgroup_members(dir: &Path) -> std::io::Result<Vec<i32>> {
+    let text = std::fs::read_to_string(dir.join("cgroup.procs"))?;
+    Ok(text.lines().filter_map(|l| l.trim().parse().ok()).collect())
 }
 
 /// A process's resident bytes (`/proc/PID/statm`'s second field).
