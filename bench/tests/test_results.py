@@ -105,6 +105,7 @@ def test_section_only_between_markers(quick, tmp_path):
 
 @pytest.mark.skipif(shutil.which("memcached") is None, reason="memcached not installed")
 def test_mcload_checks_every_value(tmp_path):
+    os.makedirs(BUILD, exist_ok=True)  # a fresh checkout has no build directory yet
     exe = os.path.join(BUILD, "mcload")
     subprocess.run(["gcc", "-O2", "-o", exe, os.path.join(HARNESS, "mcload.c"), "-lm"], check=True)
     with socket.socket() as s:
