@@ -7,7 +7,10 @@
 //! ([`ReadWords::snapshot`] then [`ReadWords::still`]), copies the object out, and trusts the
 //! copy only if the sequence number did not move meanwhile, the segment's generation is the one
 //! recorded (the daemon bumps it before it punches) and the piece's header is the one written.
-//! Anything else sends the read to the locked path, which decides.
+//! Anything else sends the read to the locked path, which decides. The copy may overlap the lock
+//! holder's writes to the same bytes (a seqlock's reader always may): it is a raw copy out of
+//! the shared mapping (`Mapping::copy_out`, `append_to`), which other processes write as well,
+//! and its bytes are used only once the checks above have passed.
 //!
 //! The words live in chunks of [`CHUNK`] slots made on first use and kept for the pool's life,
 //! so a reader never follows a pointer into freed memory; slots beyond `CHUNK * CHUNKS` (16 Mi)
