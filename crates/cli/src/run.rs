@@ -303,6 +303,7 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
     }
     let budget = budget(&args)?;
     let preload = find_preload_library()?;
+    let node_socket = node_for_elastic_budget(budget.ceiling)?;
     let program = resolve_command(&args.command[0])?;
     let top_is_static = is_static_elf(&program);
     if top_is_static {
@@ -407,7 +408,15 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
 
     let stats_dir = StatsDir::create()?;
     let mut cmd = Command::new(&program);
-    elastic_env(&mut cmd, budget.ceiling)?;
+    match (&node_socket, budget.ceiling) {
+        (Some(socket), Some(ceiling)) => {
+            cmd.env("GLEANER_LOCAL_MEM_CEILING", ceiling.to_string())
+                .env(gleaner_node::client::SOCKET_ENV, socket);
+        }
+        _ => {
+            cmd.env_remove("GLEANER_LOCAL_MEM_CEILING");
+        }
+    }
     cmd.arg0(&args.command[0])
         .args(&args.command[1..])
         .env("LD_PRELOAD", preload_list(&preload))
@@ -618,13 +627,13 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
 }
 
 /// For an elastic budget (a `--local-mem` range): makes sure a node daemon answers (starting
-/// one, as soft-memory pools do, when none does) and tells the program's pagers where it is and
-/// the ceiling. Without one, clears what the launcher's own environment might pass on.
-fn elastic_env(cmd: &mut Command, ceiling: Option<u64>) -> Result<(), SetupError> {
-    let Some(ceiling) = ceiling else {
-        cmd.env_remove("GLEANER_LOCAL_MEM_CEILING");
-        return Ok(());
-    };
+/// one, as soft-memory pools do, when none does) and returns its socket, absolute, for the
+/// program's pagers; before anything else starts, so that a run that cannot have one fails
+/// having started nothing.
+fn node_for_elastic_budget(ceiling: Option<u64>) -> Result<Option<PathBuf>, SetupError> {
+    if ceiling.is_none() {
+        return Ok(None);
+    }
     let socket = gleaner_node::client::default_socket();
     gleaner_node::client::connect(&socket, true).map_err(|e| {
         SetupError::new(format!(
@@ -634,10 +643,7 @@ fn elastic_env(cmd: &mut Command, ceiling: Option<u64>) -> Result<(), SetupError
             socket.display()
         ))
     })?;
-    let socket = absolute("GLEANER_NODE_SOCKET", &socket)?;
-    cmd.env("GLEANER_LOCAL_MEM_CEILING", ceiling.to_string())
-        .env(gleaner_node::client::SOCKET_ENV, socket);
-    Ok(())
+    Ok(Some(absolute("GLEANER_NODE_SOCKET", &socket)?))
 }
 
 fn budget(args: &RunArgs) -> Result<Budget, SetupError> {

@@ -48,6 +48,7 @@
 //! | `GLEANER_FORK` | what a fork child gets: `far` (a pager of its own on a snapshot of the far pages) or `home` (every page brought home before the fork) | `far` |
 //! | `GLEANER_FORK_LOCAL_MEM` | a fork child's local budget | a quarter of `GLEANER_LOCAL_MEM` |
 //! | `GLEANER_LOCAL_MEM_CEILING` | an elastic budget: `GLEANER_LOCAL_MEM` is its floor, this its ceiling; the pager registers with the node daemon (`GLEANER_NODE_SOCKET`) and follows its grants | — (a fixed budget) |
+//! | `GLEANER_ELASTIC_NAME` | the name an elastic budget's registration shows in `gleaner node status` (with the pid) | the executable's name |
 //! | `GLEANER_NODE_SOCKET` | the node daemon's socket, for an elastic budget | `gleaner_node::client::default_socket` |
 //! | `GLEANER_FAIL_OPEN` | `1`: a process whose pager cannot start runs all-local, with a warning, instead of stopping with exit 86 | `0` |
 //! | `GLEANER_TEST_HANG` | a test hook: `handlers` makes every fault handler wait for a page of its own far memory (the watchdog must stop the process), `all` the watchdog too (`gleaner run` must end it) | — |
@@ -445,9 +446,12 @@ fn start() -> Result<bool, String> {
             socket: gleaner_node::client::default_socket(),
             name: format!(
                 "{} (pid {})",
-                std::env::current_exe()
+                std::env::var("GLEANER_ELASTIC_NAME")
                     .ok()
-                    .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+                    .filter(|n| !n.is_empty())
+                    .or_else(|| std::env::current_exe()
+                        .ok()
+                        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned())))
                     .unwrap_or_else(|| "program".into()),
                 std::process::id()
             ),

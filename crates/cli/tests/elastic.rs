@@ -1,0 +1,389 @@
+//! Elastic budgets (`gleaner run --local-mem FLOOR..CEILING`) under a real `gleaner node`:
+//! real programs (`bench/elastic_workload.py` on the real Python interpreter, which checks every
+//! page it reads), a real daemon on a socket of its own, killed and restarted mid-run, and
+//! malformed or unsupported registrations on the real socket.
+//!
+//! Needs `target/release/gleaner` and the preload library built (`cargo build --workspace
+//! --release`), as every test of `gleaner run` does.
+
+mod common;
+
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{gleaner_bin, real_python, wait_output, TempDir};
+use gleaner_node::proto::{self, Kind, Reply, Request};
+use serde_json::Value;
+
+const MIB: u64 = 1 << 20;
+
+fn workload() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../bench/elastic_workload.py")
+}
+
+/// A `gleaner node` on `socket`, killed on drop.
+struct Node(Child);
+
+impl Node {
+    fn start(socket: &Path) -> Node {
+        let child = Command::new(gleaner_bin())
+            .args(["node", "--interval", "0.3", "--tick-ms", "50"])
+            .args(["--elastic-budget", "256M", "--elastic-step", "64M"])
+            .arg("--socket")
+            .arg(socket)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .expect("starting gleaner node");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while UnixStream::connect(socket).is_err() {
+            assert!(Instant::now() < deadline, "gleaner node did not listen");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Node(child)
+    }
+
+    fn kill(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn status(socket: &Path) -> Value {
+    gleaner_node::client::status(socket).expect("gleaner node status")
+}
+
+/// The far program named `name` in a status, if registered.
+fn program<'a>(st: &'a Value, name: &str) -> Option<&'a Value> {
+    st["programs"]
+        .as_array()?
+        .iter()
+        .find(|p| p["name"].as_str().unwrap_or("").starts_with(name))
+}
+
+/// `gleaner run --local-mem RANGE` of the workload, named `name` for the daemon.
+fn start_program(socket: &Path, name: &str, range: &str, args: &[&str], stats: &Path) -> Child {
+    Command::new(gleaner_bin())
+        .args(["run", "-q", "--local-mem", range, "--stats"])
+        .arg(stats)
+        .arg("--")
+        .arg(real_python())
+        .arg(workload())
+        .args(args)
+        .env(gleaner_node::client::SOCKET_ENV, socket)
+        .env("GLEANER_ELASTIC_NAME", name)
+        .env("GLEANER_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .expect("starting gleaner run")
+}
+
+/// Checks a finished workload: exit 0 and its line of results, every page checked.
+fn finished_well(name: &str, out: (Option<i32>, String, String)) -> String {
+    let (code, stdout, stderr) = out;
+    assert_eq!(
+        code,
+        Some(0),
+        "{name} failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    let line: Value = serde_json::from_str(stdout.trim().lines().last().unwrap_or(""))
+        .unwrap_or_else(|e| panic!("{name}: no result line ({e})\n{stdout}\n{stderr}"));
+    assert!(line["pages_checked"].as_u64().unwrap() > 0, "{line}");
+    stderr
+}
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+/// Every `budget_pages` in a `--stats` file.
+fn budget_pages(v: &Value, out: &mut Vec<u64>) {
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m {
+                if k == "budget_pages" {
+                    out.push(u(x));
+                } else {
+                    budget_pages(x, out);
+                }
+            }
+        }
+        Value::Array(a) => a.iter().for_each(|x| budget_pages(x, out)),
+        _ => {}
+    }
+}
+
+#[test]
+fn the_program_faulting_more_is_granted_more_within_its_range() {
+    let dir = TempDir::new("elastic-two");
+    let socket = dir.path().join("node.sock");
+    let _node = Node::start(&socket);
+    // "big" sweeps 160 MiB (more than half the 256 MiB total: it faults unless it gets more),
+    // "small" 16 MiB, both for at least 6 s.
+    let big_args = ["--first-mib", "160", "--second-mib", "160", "--passes", "1"];
+    let small_args = ["--first-mib", "16", "--second-mib", "16", "--passes", "1"];
+    let mut big = start_program(
+        &socket,
+        "big",
+        "48M..208M",
+        &[&big_args[..], &["--first-seconds", "6"]].concat(),
+        &dir.path().join("big.json"),
+    );
+    let mut small = start_program(
+        &socket,
+        "small",
+        "48M..208M",
+        &[&small_args[..], &["--first-seconds", "6"]].concat(),
+        &dir.path().join("small.json"),
+    );
+    let (floor, ceiling) = (48 * MIB, 208 * MIB);
+    let mut widest = 0i64;
+    let mut samples = 0;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while big.try_wait().unwrap().is_none() || small.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the programs ran past 60 s");
+        let st = status(&socket);
+        let total = u(&st["elastic_total"]);
+        let granted: u64 = st["programs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| u(&p["limit"]))
+            .sum();
+        if let (Some(b), Some(s)) = (program(&st, "big"), program(&st, "small")) {
+            samples += 1;
+            for p in [b, s] {
+                let (limit, applied) = (u(&p["limit"]), u(&p["budget_applied"]));
+                assert!(
+                    (floor..=ceiling).contains(&limit),
+                    "grant out of range: {p}"
+                );
+                // The pager's budget: 0 until its first report, then within the range.
+                assert!(
+                    applied == 0 || (floor..=ceiling).contains(&applied),
+                    "budget out of range: {p}"
+                );
+            }
+            assert!(
+                granted <= total.max(2 * floor),
+                "grants {granted} over the total {total}: {st}"
+            );
+            widest = widest.max(u(&b["limit"]) as i64 - u(&s["limit"]) as i64);
+        }
+        std::thread::sleep(Duration::from_millis(150));
+    }
+    let big_err = finished_well("big", wait_output(&mut big, Duration::from_secs(10)));
+    finished_well("small", wait_output(&mut small, Duration::from_secs(10)));
+    assert!(
+        samples >= 5,
+        "both were registered in only {samples} samples"
+    );
+    assert!(
+        widest >= (96 * MIB) as i64,
+        "the program faulting more never got at least 96 MiB more than the other (most: {} MiB)",
+        widest / MIB as i64
+    );
+    assert!(
+        big_err.contains("elastic budget: registered with the node daemon"),
+        "{big_err}"
+    );
+    // The pager applied what it was granted: its budget grew past the floor.
+    let stats: Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("big.json")).unwrap()).unwrap();
+    let mut pages = Vec::new();
+    budget_pages(&stats, &mut pages);
+    assert!(
+        pages.iter().any(|&p| p * 4096 > floor),
+        "big's pager never grew its budget: {pages:?}"
+    );
+}
+
+#[test]
+fn a_daemon_killed_mid_run_leaves_the_program_at_its_budget_until_one_returns() {
+    let dir = TempDir::new("elastic-kill");
+    let socket = dir.path().join("node.sock");
+    let mut node = Node::start(&socket);
+    let stats = dir.path().join("run.json");
+    let mut prog = start_program(
+        &socket,
+        "alone",
+        "48M..192M",
+        &[
+            "--first-mib",
+            "160",
+            "--second-mib",
+            "160",
+            "--passes",
+            "1",
+            "--first-seconds",
+            "8",
+        ],
+        &stats,
+    );
+    // Alone and faulting, it is granted its ceiling and applies it.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        assert!(
+            Instant::now() < deadline,
+            "never granted its ceiling: {}",
+            status(&socket)
+        );
+        assert!(
+            prog.try_wait().unwrap().is_none(),
+            "the program ended early"
+        );
+        let st = status(&socket);
+        if let Some(p) = program(&st, "alone") {
+            if u(&p["limit"]) == 192 * MIB && u(&p["budget_applied"]) == 192 * MIB {
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    node.kill();
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(
+        prog.try_wait().unwrap().is_none(),
+        "the program must go on without the daemon"
+    );
+    // A daemon that comes back gets the program's registration again, at the budget it holds.
+    let _node = Node::start(&socket);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let regrant = loop {
+        let st = status(&socket);
+        if let Some(p) = program(&st, "alone") {
+            break u(&p["limit"]);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the program did not register again"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(regrant, 192 * MIB, "re-registered at the budget it kept");
+    let stderr = finished_well("alone", wait_output(&mut prog, Duration::from_secs(60)));
+    assert!(
+        stderr.contains("went away; the local budget stays at 192 MiB"),
+        "{stderr}"
+    );
+    let v: Value = serde_json::from_slice(&std::fs::read(&stats).unwrap()).unwrap();
+    let mut pages = Vec::new();
+    budget_pages(&v, &mut pages);
+    assert!(
+        pages.contains(&(192 * MIB / 4096)),
+        "the budget at the end is not the one kept: {pages:?}"
+    );
+}
+
+/// Sends `body` as a registration and returns the daemon's error, or panics.
+fn refused(socket: &Path, body: &str) -> String {
+    let s = UnixStream::connect(socket).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    proto::send_raw(&s, body.as_bytes(), None).unwrap();
+    match proto::recv::<Reply>(&s).unwrap().0 {
+        Reply::Error { error } => error,
+        other => panic!("{body}: expected an error, got {other:?}"),
+    }
+}
+
+#[test]
+fn bad_ranges_and_registrations_get_clear_errors() {
+    let dir = TempDir::new("elastic-bad");
+    // Bad ranges: refused before anything starts.
+    for (range, says) in [
+        ("2G..256M", "above the ceiling"),
+        ("..2G", "both ends"),
+        ("256M..", "both ends"),
+        ("256M..lots", "the ceiling"),
+    ] {
+        let (code, _, err) = common::run_gleaner(
+            &["run", "--local-mem", range, "--", "true"],
+            Duration::from_secs(20),
+        );
+        assert_eq!(code, Some(2), "{range}: {err}");
+        assert!(err.contains(says), "{range}: {err}");
+    }
+    // No daemon, and none can be started: a clear error, the program never runs.
+    let marker = dir.path().join("ran");
+    let out = Command::new(gleaner_bin())
+        .args(["run", "--local-mem", "64M..128M", "--", "touch"])
+        .arg(&marker)
+        .env(
+            gleaner_node::client::SOCKET_ENV,
+            dir.path().join("none/node.sock"),
+        )
+        .env("GLEANER_BIN", "/nonexistent/gleaner")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("needs the node daemon"), "{err}");
+    assert!(!marker.exists(), "the program ran without its daemon");
+
+    // Malformed and unsupported registrations on a real daemon's socket.
+    let socket = dir.path().join("node.sock");
+    let _node = Node::start(&socket);
+    let reg = |extra: &str| {
+        format!(r#"{{"op":"register","version":1,"kind":"far_program","name":"x"{extra}}}"#)
+    };
+    for (body, says) in [
+        (reg(r#","floor_bytes":10,"ceiling_bytes":5"#), "above ceiling_bytes"),
+        (reg(""), "ceiling_bytes"),
+        (
+            r#"{"op":"register","version":1,"kind":"latency_critical","name":"x"}"#.into(),
+            "not served",
+        ),
+        (
+            r#"{"op":"report","far_faults":1,"timed_faults":1,"timed_ns":1,"resident_bytes":1,"budget_bytes":1}"#
+                .into(),
+            "after register",
+        ),
+        (reg(r#","ceiling_bytes":5,"bogus":1"#), "malformed"),
+        (reg(r#","ceiling_bytes":5,"weight":-1"#), "weight"),
+    ] {
+        let e = refused(&socket, &body);
+        assert!(e.contains(says), "{body}: {e}");
+    }
+    // A registered far program that sends anything but reports is refused and dropped.
+    let s = UnixStream::connect(&socket).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let req = Request::Register {
+        version: proto::VERSION,
+        kind: Kind::FarProgram,
+        name: "chatty".into(),
+        weight: 1.0,
+        floor_bytes: 8 * MIB,
+        ceiling_bytes: 16 * MIB,
+        resident_bytes: 0,
+    };
+    proto::send(&s, &req, None).unwrap();
+    assert!(matches!(
+        proto::recv::<Reply>(&s).unwrap().0,
+        Reply::Registered { limit_bytes, .. } if limit_bytes == 8 * MIB
+    ));
+    assert!(program(&status(&socket), "chatty").is_some());
+    proto::send(&s, &Request::Status, None).unwrap();
+    match proto::recv::<Reply>(&s).unwrap().0 {
+        Reply::Error { error } => assert!(error.contains("only reports"), "{error}"),
+        other => panic!("expected an error, got {other:?}"),
+    }
+    // The daemon still serves, and counted every refusal.
+    std::thread::sleep(Duration::from_millis(100));
+    let st = status(&socket);
+    assert!(program(&st, "chatty").is_none(), "{st}");
+    assert!(u(&st["refused_clients"]) >= 7, "{st}");
+}
