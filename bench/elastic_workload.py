@@ -4,7 +4,7 @@
 Run under `gleaner run` by `bench/elastic.py` and by `crates/cli/tests/elastic.rs`. It holds one
 buffer of max(FIRST, SECOND) MiB; every page carries its own number and a count of the passes
 that wrote it. Phase one sweeps the first FIRST MiB `--passes` times, phase two the first SECOND
-MiB as often; each sweep reads every page of the working set, checks both fields and writes the
+MiB `--second-passes` times; each sweep reads every page of the working set, checks both fields and writes the
 count back incremented, so a page lost or handed back stale by the pager is caught (exit 1).
 
 Prints one line of JSON at the end: each phase's seconds, the pages checked, the wall time.
@@ -43,7 +43,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--first-mib", type=int, required=True, help="working set of phase one")
     ap.add_argument("--second-mib", type=int, required=True, help="working set of phase two")
-    ap.add_argument("--passes", type=int, default=10, help="sweeps per phase")
+    ap.add_argument("--passes", type=int, default=10, help="sweeps of phase one (and two)")
+    ap.add_argument("--second-passes", type=int, help="sweeps of phase two (default: --passes)")
     ap.add_argument("--first-seconds", type=float, default=0.0,
                     help="sweep phase one for at least this long (after --passes)")
     a = ap.parse_args()
@@ -56,11 +57,13 @@ def main():
     t_init = time.monotonic() - t0
     checked = 0
     phases = []
-    for mib, at_least in ((a.first_mib, a.first_seconds), (a.second_mib, 0.0)):
+    second = a.passes if a.second_passes is None else a.second_passes
+    for mib, passes, at_least in ((a.first_mib, a.passes, a.first_seconds),
+                                  (a.second_mib, second, 0.0)):
         pages = mib * MIB // PAGE
         start = time.monotonic()
         n = 0
-        while n < a.passes or time.monotonic() - start < at_least:
+        while n < passes or time.monotonic() - start < at_least:
             checked += sweep(buf, pages, counts, n)
             n += 1
         phases.append({"mib": mib, "passes": n, "seconds": time.monotonic() - start})
