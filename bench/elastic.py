@@ -3,7 +3,7 @@
 working sets trade sizes halfway through, under the node daemon against fixed equal budgets, in
 one run.
 
-    python3 bench/elastic.py --quick        # about 3 minutes; last line: one JSON object
+    python3 bench/elastic.py --quick        # about 2 minutes; last line: one JSON object
     python3 bench/elastic.py                # more repetitions
     python3 bench/elastic.py --out FILE     # where the results go
 
@@ -174,13 +174,13 @@ def within_range(run, p):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="2 repetitions per mode (~3 min)")
-    ap.add_argument("--reps", type=int, help="repetitions per mode (default 2 quick, 5 full)")
+    ap.add_argument("--quick", action="store_true", help="3 repetitions per mode (~2 min)")
+    ap.add_argument("--reps", type=int, help="repetitions per mode (default 3 quick, 7 full)")
     ap.add_argument("--out", help="results file")
     a = ap.parse_args()
     p = {"total_mib": 256, "floor_mib": 48, "ceiling_mib": 208, "big_mib": 160,
-         "small_mib": 24, "big_passes": 30, "interval_s": 0.5, "step_mib": 64,
-         "reps": a.reps or (2 if a.quick else 5)}
+         "small_mib": 24, "big_passes": 60, "interval_s": 0.5, "step_mib": 64,
+         "reps": a.reps or (3 if a.quick else 7)}
     if not os.path.exists(GLEANER):
         raise SystemExit(f"{GLEANER} is missing: cargo build --workspace --release")
     py = python_exe()
