@@ -23,7 +23,8 @@ wrong read fails the benchmark.
 
 The two modes alternate, `--reps` times each. Reported: each run's makespan (both programs
 finished), each program's wall time and phases, and for the daemon runs the grants sampled every
-250 ms from the daemon's status. The figure: the median fixed makespan over the median daemon
+250 ms from the daemon's status (with the most the pagers applied together, which the daemon
+keeps within the total: a giver's budget falls before the gainer's rises). The figure: the median fixed makespan over the median daemon
 makespan (target: >= 1.3).
 
 Writes bench/results/elastic/elastic[-quick].json; prints a summary and, as the last line, one
@@ -172,6 +173,12 @@ def within_range(run, p):
     return True
 
 
+def peak_applied(run):
+    """The most the programs' pagers applied together at one sample, MiB."""
+    return max((sum(q["applied_mib"] for q in s["programs"].values()) for s in run["grants"]),
+               default=0)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="3 repetitions per mode (~2 min)")
@@ -206,6 +213,9 @@ def main():
         "daemon_makespan_s": round(statistics.median(daemon), 2),
         "target_speedup": 1.3,
         "grants_within_range": all(within_range(r, p) for r in runs if r["mode"] == "daemon"),
+        # The daemon never lets the budgets the pagers apply exceed the total together.
+        "peak_applied_sum_mib": max(peak_applied(r) for r in runs if r["mode"] == "daemon"),
+        "total_mib": p["total_mib"],
         "bad_runs": len(bad),
     }
     res = {

@@ -182,6 +182,13 @@ fn the_program_faulting_more_is_granted_more_within_its_range() {
                 granted <= total.max(2 * floor),
                 "grants {granted} over the total {total}: {st}"
             );
+            // A giver's budget falls before the gainer's rises: what the pagers apply stays
+            // within the total together.
+            let applied = u(&b["budget_applied"]) + u(&s["budget_applied"]);
+            assert!(
+                applied <= total,
+                "applied {applied} over the total {total}: {st}"
+            );
             widest = widest.max(u(&b["limit"]) as i64 - u(&s["limit"]) as i64);
         }
         std::thread::sleep(Duration::from_millis(150));

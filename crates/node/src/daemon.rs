@@ -748,6 +748,8 @@ impl Daemon {
                     floor: p.floor,
                     ceiling: p.ceiling,
                     grant: p.limit,
+                    // The budget its pager applies: above the grant while it shrinks to it.
+                    holds: p.limit.max(p.now.budget),
                     loss: p.loss,
                 }
             })
@@ -763,6 +765,7 @@ impl Daemon {
                     .sum::<u64>()
                     .min(self.cfg.soft_budget.unwrap_or(u64::MAX)),
                 grant: views.iter().map(|v| v.limit).sum(),
+                holds: views.iter().map(|v| v.limit.max(v.resident)).sum(),
                 loss: if secs > 0.0 {
                     rebuild_ns as f64 / secs
                 } else {

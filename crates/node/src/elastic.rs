@@ -16,6 +16,12 @@
 //!    bytes per pair, only where the gainer loses at least `gap` times as much as the giver and
 //!    at least `min_loss` ns/s more (anti-oscillation: noise and near-equal losses move nothing).
 //!
+//! A claimant whose grant was lowered gives its memory back over time (a pager evicts in the
+//! background): until then it still `holds` more than its grant. Growth (steps 3 and 4) comes
+//! only out of memory nobody holds, `total - sum(max(grant, holds))`, so the grants and what is
+//! really held never exceed the total together; a giver's grant falls at once, and the gainer's
+//! rises as the memory comes free, at the next rounds.
+//!
 //! No I/O here: the daemon (`daemon.rs`) gathers the counters and applies the grants.
 
 use serde::Serialize;
@@ -31,6 +37,8 @@ pub struct Claimant {
     pub ceiling: u64,
     /// Its grant during the round that ended (bytes).
     pub grant: u64,
+    /// What it may still hold (bytes): its grant, or more while it shrinks to a lowered one.
+    pub holds: u64,
     /// Time it lost per second for want of memory over the round, ns/s.
     pub loss: f64,
 }
@@ -102,8 +110,10 @@ pub fn arbitrate(claimants: &[Claimant], total: u64, p: &Params) -> Vec<Grant> {
             why[i] = format!("over the total by {} MiB: gave back", give >> 20);
         }
     }
+    // What nobody holds: growth comes only out of it.
+    let held = |i: usize, gi: u64| gi.max(claimants[i].holds);
+    let mut free = total.saturating_sub((0..n).map(|i| held(i, g[i])).sum());
     // 3. Idle memory to those losing time, most first.
-    let mut free = total.saturating_sub(g.iter().sum());
     for &i in by_loss_asc.iter().rev() {
         if free == 0 || claimants[i].loss < p.min_loss {
             break;
@@ -143,13 +153,18 @@ pub fn arbitrate(claimants: &[Claimant], total: u64, p: &Params) -> Vec<Grant> {
         if m == 0 {
             continue;
         }
-        g[hi] += m;
+        let before = held(lo, g[lo]);
         g[lo] -= m;
+        free += before - held(lo, g[lo]);
+        // The gainer gets what is free now; the rest comes free as the giver shrinks.
+        let got = m.min(free);
+        g[hi] += got;
+        free -= got;
         used[hi] = true;
         used[lo] = true;
         why[hi] = format!(
             "+{} MiB from {} (losing {:.1} ms/s vs {:.1})",
-            m >> 20,
+            got >> 20,
             l.id,
             h.loss / 1e6,
             l.loss / 1e6
@@ -186,6 +201,7 @@ mod tests {
             floor: floor * MIB,
             ceiling: ceiling * MIB,
             grant: grant * MIB,
+            holds: grant * MIB,
             loss: loss_ms * 1e6,
         }
     }
@@ -207,13 +223,21 @@ mod tests {
     #[test]
     fn the_one_faulting_more_is_granted_more() {
         let cs = [c(1, 64, 512, 256, 200.0), c(2, 64, 512, 256, 5.0)];
-        assert_eq!(grants(&cs, 512, &step(64)), vec![320, 192]);
+        // The giver's grant falls at once; the gainer's rises once the giver let the memory go.
+        let g = arbitrate(&cs, 512 * MIB, &step(64));
+        assert_eq!((g[0].grant / MIB, g[1].grant / MIB), (256, 192));
+        assert!(g[1].why.contains("-64 MiB to 1"), "{:?}", g[1]);
+        let mut next = cs.clone();
+        next[1].grant = 192 * MIB;
+        next[1].holds = 192 * MIB;
+        assert_eq!(grants(&next, 512, &step(64)), vec![320, 128]);
         // Repeated rounds with the same losses end at the floor and the ceiling's bounds.
         let mut cs = cs.to_vec();
         for _ in 0..20 {
             let g = arbitrate(&cs, 512 * MIB, &step(64));
             for (c, g) in cs.iter_mut().zip(g) {
                 c.grant = g.grant;
+                c.holds = g.grant;
             }
         }
         assert_eq!((cs[0].grant / MIB, cs[1].grant / MIB), (448, 64));
@@ -269,8 +293,30 @@ mod tests {
             c(3, 128, 512, 128, 0.0),
             c(4, 0, 512, 128, 1.0),
         ];
-        // 3 is at its floor: 4 gives to 1; 2 finds no other giver.
-        assert_eq!(grants(&cs, 512, &p), vec![192, 128, 128, 64]);
+        // 3 is at its floor: 4 gives (to 1, as it lets the memory go); 2 finds no other giver.
+        let g = arbitrate(&cs, 512 * MIB, &p);
+        assert_eq!(
+            g.iter().map(|g| g.grant / MIB).collect::<Vec<_>>(),
+            vec![128, 128, 128, 64]
+        );
+        assert!(g[3].why.contains("to 1"), "{:?}", g[3]);
+    }
+
+    #[test]
+    fn a_giver_still_shrinking_gives_only_what_it_let_go() {
+        let p = step(64);
+        // 2 was lowered from 256 to 192 MiB but still holds 256: 1 gets nothing yet, 2's grant
+        // falls on, and grants plus holdings stay within 512.
+        let mut cs = [c(1, 0, 512, 256, 300.0), c(2, 0, 512, 192, 1.0)];
+        cs[1].holds = 256 * MIB;
+        assert_eq!(grants(&cs, 512, &p), vec![256, 128]);
+        // Once it holds its grant, the memory it let go goes to 1 (as idle memory), and the
+        // next step moves what is free at once.
+        cs[1].holds = 192 * MIB;
+        assert_eq!(grants(&cs, 512, &p), vec![320, 128]);
+        // Part of it let go: 1 gets that part now.
+        cs[1].holds = 224 * MIB;
+        assert_eq!(grants(&cs, 512, &p), vec![288, 128]);
     }
 
     #[test]
