@@ -136,6 +136,7 @@ struct Program {
 #[derive(Debug, Clone, Copy, Default)]
 struct Report {
     far_faults: u64,
+    far_pages_in: u64,
     timed_faults: u64,
     timed_ns: u64,
     resident: u64,
@@ -162,9 +163,15 @@ impl Program {
         }
     }
 
-    /// Closes the round: its loss since the last one, over `secs` seconds.
+    /// Closes the round: its loss since the last one, over `secs` seconds: far pages brought in
+    /// (each a far fault, on demand or served ahead by the prefetcher; the faults alone where
+    /// the pager does not report pages) times the mean far-fault cost.
     fn close_round(&mut self, secs: f64) {
-        let faults = self.now.far_faults.saturating_sub(self.last.far_faults);
+        let faults = self
+            .now
+            .far_faults
+            .saturating_sub(self.last.far_faults)
+            .max(self.now.far_pages_in.saturating_sub(self.last.far_pages_in));
         let timed = self.now.timed_faults.saturating_sub(self.last.timed_faults);
         let ns = self.now.timed_ns.saturating_sub(self.last.timed_ns);
         if timed > 0 {
@@ -391,6 +398,7 @@ impl Daemon {
                 Ok((
                     Request::Report {
                         far_faults,
+                        far_pages_in,
                         timed_faults,
                         timed_ns,
                         resident_bytes,
@@ -402,6 +410,7 @@ impl Daemon {
                     if let Some(p) = st.programs.get_mut(&id) {
                         p.now = Report {
                             far_faults,
+                            far_pages_in,
                             timed_faults,
                             timed_ns,
                             resident: resident_bytes,
@@ -910,7 +919,8 @@ impl Daemon {
                     "cgroup": p.cgroup, "floor": p.floor, "ceiling": p.ceiling, "limit": p.limit,
                     "share": p.limit as f64 / total,
                     "budget_applied": p.now.budget, "resident": p.now.resident,
-                    "far_faults": p.now.far_faults, "fault_cost_ns": p.cost_ns,
+                    "far_faults": p.now.far_faults, "far_pages_in": p.now.far_pages_in,
+                    "fault_cost_ns": p.cost_ns,
                     "loss_ns_per_s": p.loss,
                     "registered_secs": p.registered.elapsed().as_secs_f64(),
                 })

@@ -74,6 +74,10 @@ pub enum Request {
     Report {
         /// Faults served from far memory.
         far_faults: u64,
+        /// Far pages brought in, on demand and ahead of demand (prefetched): with a prefetcher
+        /// most pages of a sequential sweep come in without a fault of their own.
+        #[serde(default)]
+        far_pages_in: u64,
         /// Of those, the faults whose service was timed (a sample).
         timed_faults: u64,
         /// The time the timed faults took in all, ns.

@@ -1,6 +1,6 @@
 //! An elastic local budget (`gleaner run --local-mem FLOOR..CEILING`): a pager thread registers
 //! the region with the node daemon (`gleaner node`) as a far program, reports its far-fault
-//! count and the time its timed faults took (counters the fault path keeps anyway: nothing is
+//! count, the far pages it brought in (on demand and prefetched) and the time its timed faults took (counters the fault path keeps anyway: nothing is
 //! added to it), and applies the grants the daemon pushes, clamped to the floor..ceiling.
 //!
 //! * A grant above the budget applies at once: the budget, the reclaim scheduler's and the
@@ -208,6 +208,7 @@ fn report(engine: &Engine) -> Request {
     let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
     Request::Report {
         far_faults: get(&c.remote_faults),
+        far_pages_in: get(&c.bytes_in) / PAGE_SIZE as u64,
         timed_faults: get(&c.timed_faults),
         timed_ns: get(&c.lookup_ns) + get(&c.fetch_ns) + get(&c.install_ns),
         resident_bytes: (engine.budget.resident() * PAGE_SIZE) as u64,
