@@ -47,6 +47,8 @@ def main():
     ap.add_argument("--second-passes", type=int, help="sweeps of phase two (default: --passes)")
     ap.add_argument("--first-seconds", type=float, default=0.0,
                     help="sweep phase one for at least this long (after --passes)")
+    ap.add_argument("--second-seconds", type=float, default=0.0,
+                    help="sweep phase two for at least this long (after its passes)")
     a = ap.parse_args()
     total = max(a.first_mib, a.second_mib) * MIB // PAGE
     t0 = time.monotonic()
@@ -59,7 +61,7 @@ def main():
     phases = []
     second = a.passes if a.second_passes is None else a.second_passes
     for mib, passes, at_least in ((a.first_mib, a.passes, a.first_seconds),
-                                  (a.second_mib, second, 0.0)):
+                                  (a.second_mib, second, a.second_seconds)):
         pages = mib * MIB // PAGE
         start = time.monotonic()
         n = 0

@@ -220,6 +220,74 @@ fn the_program_faulting_more_is_granted_more_within_its_range() {
 }
 
 #[test]
+fn a_program_whose_working_set_shrinks_gives_its_memory_to_the_other() {
+    let dir = TempDir::new("elastic-trade");
+    let socket = dir.path().join("node.sock");
+    let _node = Node::start(&socket);
+    // "first" sweeps 160 MiB for 4 s then 16 MiB for 4 s; "second" the other way round.
+    let phases = |a: &'static str, b: &'static str| {
+        vec![
+            "--first-mib",
+            a,
+            "--second-mib",
+            b,
+            "--passes",
+            "1",
+            "--second-passes",
+            "1",
+            "--first-seconds",
+            "4",
+            "--second-seconds",
+            "4",
+        ]
+    };
+    let mut first = start_program(
+        &socket,
+        "first",
+        "48M..208M",
+        &phases("160", "16"),
+        &dir.path().join("first.json"),
+    );
+    let mut second = start_program(
+        &socket,
+        "second",
+        "48M..208M",
+        &phases("16", "160"),
+        &dir.path().join("second.json"),
+    );
+    let mut first_peak = 0;
+    let mut gave_back = false;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while first.try_wait().unwrap().is_none() && second.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the programs ran past 60 s");
+        let st = status(&socket);
+        if let (Some(f), Some(s)) = (program(&st, "first"), program(&st, "second")) {
+            let applied = u(&f["budget_applied"]);
+            first_peak = first_peak.max(applied);
+            // After it held 160 MiB or more, its pager applied a budget at least 64 MiB lower
+            // while it ran, and the other one's grant rose.
+            if first_peak >= 160 * MIB
+                && applied + 64 * MIB <= first_peak
+                && u(&s["limit"]) >= 112 * MIB
+            {
+                gave_back = true;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    finished_well("first", wait_output(&mut first, Duration::from_secs(30)));
+    finished_well("second", wait_output(&mut second, Duration::from_secs(30)));
+    assert!(
+        first_peak >= 160 * MIB,
+        "first never grew to 160 MiB ({first_peak})"
+    );
+    assert!(
+        gave_back,
+        "first never gave memory back to second (peak {first_peak})"
+    );
+}
+
+#[test]
 fn a_daemon_killed_mid_run_leaves_the_program_at_its_budget_until_one_returns() {
     let dir = TempDir::new("elastic-kill");
     let socket = dir.path().join("node.sock");
