@@ -288,6 +288,107 @@ fn a_program_whose_working_set_shrinks_gives_its_memory_to_the_other() {
 }
 
 #[test]
+fn a_soft_pool_and_a_far_program_share_one_arbiter() {
+    let dir = TempDir::new("elastic-soft");
+    let socket = dir.path().join("node.sock");
+    let _node = Node::start(&socket);
+    let soft = gleaner_bin().parent().unwrap().join("soft-workload");
+    assert!(
+        soft.is_file(),
+        "{} is missing: cargo build --workspace --release",
+        soft.display()
+    );
+    // A soft pool whose misses cost next to nothing to rebuild (64 MiB of objects), registered
+    // first: it is admitted with the daemon's initial grant (100 MiB).
+    let mut pool = Command::new(&soft)
+        .args(["--name", "cheap", "--objects", "4096", "--size", "16384"])
+        .args([
+            "--cost-us",
+            "0",
+            "--zipf",
+            "0",
+            "--secs",
+            "7",
+            "--report-ms",
+            "200",
+        ])
+        .arg("--node")
+        .arg(&socket)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .expect("starting soft-workload");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while status(&socket)["pools"]
+        .as_array()
+        .is_none_or(|p| p.is_empty())
+    {
+        assert!(Instant::now() < deadline, "the pool did not register");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // A far program sweeping 160 MiB: it loses far more time per second than the pool.
+    let mut prog = start_program(
+        &socket,
+        "sweeper",
+        "48M..208M",
+        &[
+            "--first-mib",
+            "160",
+            "--second-mib",
+            "160",
+            "--passes",
+            "1",
+            "--first-seconds",
+            "5",
+        ],
+        &dir.path().join("sweeper.json"),
+    );
+    let (mut prog_peak, mut pool_low) = (0, u64::MAX);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while prog.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the program ran past 60 s");
+        let st = status(&socket);
+        let total = u(&st["elastic_total"]);
+        let pools: u64 = st["pools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| u(&p["limit"]))
+            .sum();
+        if let Some(p) = program(&st, "sweeper") {
+            let limit = u(&p["limit"]);
+            assert!((48 * MIB..=208 * MIB).contains(&limit), "{p}");
+            assert!(
+                limit + pools <= total,
+                "grants over the total {total}: {st}"
+            );
+            prog_peak = prog_peak.max(limit);
+            if let Some(pool) = st["pools"].as_array().unwrap().first() {
+                pool_low = pool_low.min(u(&pool["limit"]));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    finished_well("sweeper", wait_output(&mut prog, Duration::from_secs(10)));
+    let (code, stdout, stderr) = wait_output(&mut pool, Duration::from_secs(30));
+    assert_eq!(code, Some(0), "soft-workload failed: {stdout}\n{stderr}");
+    let last: Value = serde_json::from_str(stdout.trim().lines().last().unwrap_or("")).unwrap();
+    assert_eq!(last["bad"], 0, "a soft read went wrong: {last}");
+    assert!(
+        prog_peak >= 192 * MIB,
+        "the program never got most of what the pool gave up (peak {} MiB)",
+        prog_peak / MIB
+    );
+    assert!(
+        pool_low <= 64 * MIB,
+        "the cheap pool never gave memory to the program (lowest grant {} MiB)",
+        pool_low / MIB
+    );
+}
+
+#[test]
 fn a_daemon_killed_mid_run_leaves_the_program_at_its_budget_until_one_returns() {
     let dir = TempDir::new("elastic-kill");
     let socket = dir.path().join("node.sock");
