@@ -209,6 +209,9 @@ pub struct Daemon {
     state: Mutex<State>,
     stop: AtomicBool,
     _lock: std::fs::File,
+    /// The listening socket (a clone of the one [`Daemon::serve`] accepts on), shut down by
+    /// [`Daemon::stop`] to wake the accept loop.
+    listening: UnixListener,
 }
 
 /// Errors starting the daemon.
@@ -271,6 +274,9 @@ impl Daemon {
             cfg,
             stop: AtomicBool::new(false),
             _lock: lock,
+            listening: listener
+                .try_clone()
+                .map_err(|e| StartError::Io(show.clone(), e))?,
         });
         Ok((d, listener))
     }
@@ -278,7 +284,10 @@ impl Daemon {
     /// Asks the daemon to stop (its control loop and accept loop end soon after).
     pub fn stop(&self) {
         self.stop.store(true, Ordering::SeqCst);
-        // Wake the accept loop.
+        // Wake the accept loop: shutting the listening socket down makes a blocked accept
+        // return (on Linux) even where the socket's file was removed (a test's directory gone),
+        // which a connection to its path could no longer do; the daemon then hung for good.
+        let _ = rustix::net::shutdown(&self.listening, rustix::net::Shutdown::Read);
         let _ = UnixStream::connect(&self.cfg.socket);
     }
 
