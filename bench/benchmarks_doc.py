@@ -509,6 +509,32 @@ def midas():
         note)
 
 
+def elastic():
+    rel = f"{RESULTS}/elastic/elastic-quick.json"
+    res = load(rel)
+    s, p = res["summary"], res["params"]
+    runs = res["runs"]
+    rows = [[f"fixed `--local-mem {p['total_mib'] // 2}M` each",
+             ", ".join(fmt(r["makespan_s"], 1) for r in runs if r["mode"] == "fixed"),
+             fmt(s["fixed_makespan_s"], 2), "1.00x"],
+            [f"node daemon, `--local-mem {p['floor_mib']}M..{p['ceiling_mib']}M` each, "
+             f"{p['total_mib']}M in all",
+             ", ".join(fmt(r["makespan_s"], 1) for r in runs if r["mode"] == "daemon"),
+             fmt(s["daemon_makespan_s"], 2), f"{s['speedup']:.2f}x"]]
+    note = (f"Target: >= {s['target_speedup']}x. Grants within the range: "
+            f"{s['grants_within_range']}; the most the pagers applied together: "
+            f"{s['peak_applied_sum_mib']} MiB of {s['total_mib']}; failed runs (a wrong read "
+            f"fails one): {s['bad_runs']}.")
+    return Area(
+        "Elastic budgets: local memory moved between programs by the node daemon",
+        "Two `gleaner run` programs (`bench/elastic_workload.py`, checking every page read) "
+        "whose working sets trade sizes halfway through (160 MiB and 24 MiB), started together; "
+        "makespan until both finished, fixed equal budgets against elastic ones under "
+        "`gleaner node`, alternating in the same run.",
+        ["budgets", "makespans s", "median s", "sooner than fixed"],
+        rows, [rel], res["command"], when(res), "`bench/results/elastic/README.md`", note)
+
+
 def hermes():
     rel = f"{RESULTS}/hermes/hermes-quick.json"
     res = load(rel)
@@ -560,7 +586,7 @@ def hermes():
 
 AREAS = [paging_micro, programs_vs_swap, harness, programs_slowdown, defaults, wakeup, fork,
          pool, codec, prefetch, reclaim, corun, access_scan, spawn, cpython_suite, concerto,
-         midas, hermes]
+         midas, elastic, hermes]
 
 
 def render():

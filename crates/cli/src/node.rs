@@ -58,6 +58,14 @@ pub struct NodeArgs {
     /// The most all soft pools hold together. Default: all idle memory beyond the reserve.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     soft_budget: Option<u64>,
+    /// The most the soft pools and the elastic far programs (`gleaner run --local-mem
+    /// FLOOR..CEILING`) are granted together. Default: idle memory plus what they hold, less
+    /// the reserve. Programs' floors are granted even beyond it.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    elastic_budget: Option<u64>,
+    /// The most one round moves between two far programs (or a program and the soft pools).
+    #[arg(long, default_value = "256M", value_name = "SIZE", value_parser = parse_size)]
+    elastic_step: u64,
     /// Coordinate one cgroup v2 (read its memory.max, memory.current and memory.pressure)
     /// rather than the whole machine.
     #[arg(long, value_name = "DIR")]
@@ -91,8 +99,8 @@ enum BatchReclaim {
 
 #[derive(Subcommand, Debug)]
 enum NodeCommand {
-    /// Print the running daemon's state as JSON: each pool's grant, what it holds, its
-    /// counters, and the daemon's last decisions.
+    /// Print the running daemon's state as JSON: each soft pool's and far program's grant and
+    /// share, what it holds, its counters, and the daemon's last decisions.
     Status,
     /// Mark a running process, or a cgroup, for the batch reclaimer (Hermes): `--batch` (its
     /// page cache may be dropped under pressure, largest file first) or `--latency-critical`
@@ -202,6 +210,11 @@ pub fn main(args: NodeArgs) -> ExitCode {
         grace: Duration::from_millis(args.grace_ms),
         reserve: args.reserve.unwrap_or((total / 20).max(64 << 20)),
         soft_budget: args.soft_budget,
+        elastic_budget: args.elastic_budget,
+        elastic: gleaner_node::elastic::Params {
+            step: args.elastic_step,
+            ..Default::default()
+        },
         source,
         exit_when_idle: args.exit_when_idle.map(Duration::from_secs_f64),
         batch_reclaim: match args.batch_reclaim {

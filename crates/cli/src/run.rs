@@ -25,6 +25,7 @@ use serde_json::json;
 
 mod hang;
 mod hermes;
+mod local_mem;
 mod report;
 mod signals;
 
@@ -47,8 +48,14 @@ const EXIT_SETUP: u8 = 2;
                   gleaner run --memnode 10.0.0.7:7070 --token-file ~/.gleaner/token --local-mem 512M -- redis-server"
 )]
 pub struct RunArgs {
-    /// Local memory budget for the program's heap and anonymous mappings (e.g. 512M, 2G).
-    #[arg(long, value_name = "SIZE", required_unless_present_any = ["local_ratio", "far"])]
+    /// Local memory budget for the program's heap and anonymous mappings (e.g. 512M, 2G), or a
+    /// range FLOOR..CEILING (e.g. 256M..2G): an elastic budget that the node daemon (`gleaner
+    /// node`, started on demand as `gleaner node --exit-when-idle 60` when none runs) moves
+    /// between the two as the machine's far-memory programs and soft-memory pools need it,
+    /// more to the program losing more time to far faults. The program starts at the floor;
+    /// a lowered grant is evicted down in the background. If the daemon goes away the budget
+    /// stays where it is (within the range) until a daemon answers again.
+    #[arg(long, value_name = "SIZE|FLOOR..CEILING", required_unless_present_any = ["local_ratio", "far"])]
     local_mem: Option<String>,
     /// Local budget as a percentage of --footprint (or, without it, of this machine's RAM).
     #[arg(long, value_name = "PCT", conflicts_with = "local_mem")]
@@ -283,6 +290,8 @@ pub fn main(args: RunArgs) -> ExitCode {
 /// Memory settings the launcher hands to the preload library.
 struct Budget {
     local: u64,
+    /// An elastic budget's ceiling (`local` is then its floor).
+    ceiling: Option<u64>,
     arena: u64,
     /// `--heap-retain`, if given (else the library's default).
     heap_retain: Option<u64>,
@@ -294,6 +303,7 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
     }
     let budget = budget(&args)?;
     let preload = find_preload_library()?;
+    let node_socket = node_for_elastic_budget(budget.ceiling)?;
     let program = resolve_command(&args.command[0])?;
     let top_is_static = is_static_elf(&program);
     if top_is_static {
@@ -398,6 +408,15 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
 
     let stats_dir = StatsDir::create()?;
     let mut cmd = Command::new(&program);
+    match (&node_socket, budget.ceiling) {
+        (Some(socket), Some(ceiling)) => {
+            cmd.env("GLEANER_LOCAL_MEM_CEILING", ceiling.to_string())
+                .env(gleaner_node::client::SOCKET_ENV, socket);
+        }
+        _ => {
+            cmd.env_remove("GLEANER_LOCAL_MEM_CEILING");
+        }
+    }
     cmd.arg0(&args.command[0])
         .args(&args.command[1..])
         .env("LD_PRELOAD", preload_list(&preload))
@@ -572,6 +591,7 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
         "exit_status": exit,
         "wall_seconds": wall.as_secs_f64(),
         "local_mem_bytes": budget.local,
+        "local_mem_ceiling_bytes": budget.ceiling,
         "memnode": endpoint.to_string(),
         "memnode_embedded": args.memnode.is_none(),
         "processes": processes,
@@ -606,31 +626,56 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
     Ok(ExitCode::from(exit))
 }
 
+/// For an elastic budget (a `--local-mem` range): makes sure a node daemon answers (starting
+/// one, as soft-memory pools do, when none does) and returns its socket, absolute, for the
+/// program's pagers; before anything else starts, so that a run that cannot have one fails
+/// having started nothing.
+fn node_for_elastic_budget(ceiling: Option<u64>) -> Result<Option<PathBuf>, SetupError> {
+    if ceiling.is_none() {
+        return Ok(None);
+    }
+    let socket = gleaner_node::client::default_socket();
+    gleaner_node::client::connect(&socket, true).map_err(|e| {
+        SetupError::new(format!(
+            "--local-mem FLOOR..CEILING needs the node daemon, and none could be reached or \
+             started at {}: {e} (start one with `gleaner node`, or give a single size for a \
+             fixed budget)",
+            socket.display()
+        ))
+    })?;
+    Ok(Some(absolute("GLEANER_NODE_SOCKET", &socket)?))
+}
+
 fn budget(args: &RunArgs) -> Result<Budget, SetupError> {
     let arena = parse_size(&args.arena).map_err(|e| SetupError::new(format!("--arena: {e}")))?;
-    let local = match (&args.local_mem, args.local_ratio) {
-        (Some(s), _) => parse_size(s).map_err(|e| SetupError::new(format!("--local-mem: {e}")))?,
-        (None, Some(pct)) => {
-            if !(pct > 0.0 && pct <= 100.0) {
-                return Err(SetupError::new(format!(
-                    "--local-ratio must be a percentage in (0, 100], not {pct}"
-                )));
+    let mut ceiling = None;
+    let local =
+        match (&args.local_mem, args.local_ratio) {
+            (Some(s), _) => {
+                let m = local_mem::parse(s)
+                    .map_err(|e| SetupError::new(format!("--local-mem: {e}")))?;
+                ceiling = m.ceiling;
+                m.floor
             }
-            let base = match &args.footprint {
-                Some(s) => {
-                    parse_size(s).map_err(|e| SetupError::new(format!("--footprint: {e}")))?
+            (None, Some(pct)) => {
+                if !(pct > 0.0 && pct <= 100.0) {
+                    return Err(SetupError::new(format!(
+                        "--local-ratio must be a percentage in (0, 100], not {pct}"
+                    )));
                 }
-                None => meminfo("MemTotal")?,
-            };
-            (base as f64 * pct / 100.0) as u64
-        }
-        (None, None) => {
-            return Err(SetupError::new(
+                let base = match &args.footprint {
+                    Some(s) => {
+                        parse_size(s).map_err(|e| SetupError::new(format!("--footprint: {e}")))?
+                    }
+                    None => meminfo("MemTotal")?,
+                };
+                (base as f64 * pct / 100.0) as u64
+            }
+            (None, None) => return Err(SetupError::new(
                 "far memory needs a budget: give --local-mem or --local-ratio (or --far off for \
                  plain local memory)",
-            ))
-        }
-    };
+            )),
+        };
     let mut cfg = RegionConfig::new(arena as usize, local as usize);
     cfg.handler_threads = args.handlers;
     cfg.validate_only()
@@ -640,8 +685,19 @@ fn budget(args: &RunArgs) -> Result<Budget, SetupError> {
         .as_deref()
         .map(|s| parse_size(s).map_err(|e| SetupError::new(format!("--heap-retain: {e}"))))
         .transpose()?;
+    if let Some(c) = ceiling {
+        if c > arena {
+            return Err(SetupError::new(format!(
+                "--local-mem: the ceiling ({}) is above the far-memory heap (--arena {}): give a \
+                 ceiling of at most the heap",
+                gleaner_proto::units::format_size(c),
+                gleaner_proto::units::format_size(arena)
+            )));
+        }
+    }
     Ok(Budget {
         local,
+        ceiling,
         arena,
         heap_retain,
     })

@@ -1,7 +1,8 @@
 //! `gleaner status`: the programs running on far memory on this machine, from the status files
 //! their pagers publish every second (see `gleaner_pager::status_dir`): each process's budget,
 //! residency, fault rates and memnodes (for a pool: each memnode's state, extents, pages and read
-//! latency, and the extents short of a replica).
+//! latency, and the extents short of a replica); and, where a node daemon answers, each soft
+//! pool's and elastic far program's share of local memory and the daemon's last decisions.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -63,6 +64,9 @@ pub fn main(args: StatusArgs) -> ExitCode {
                 .collect();
             print!("{}", render(&pagers));
             print!("{}", render_hermes(&docs, node.as_ref()));
+            if let Some(state) = &node {
+                print!("{}", render_shares(state));
+            }
         }
         if !args.watch {
             return ExitCode::SUCCESS;
@@ -157,6 +161,90 @@ fn render_hermes(docs: &[Value], node: Option<&Value>) -> String {
                 cg["path"].as_str().unwrap_or("?"),
                 cg["class"].as_str().unwrap_or("?"),
                 n(&cg["processes"]),
+            );
+        }
+    }
+    out
+}
+
+/// The node daemon's local-memory shares: each elastic far program's and soft pool's grant and
+/// share of what the daemon hands out, and its last decisions (at most five).
+fn render_shares(node: &Value) -> String {
+    let n = |v: &Value| v.as_u64().unwrap_or(0);
+    let f = |v: &Value| v.as_f64().unwrap_or(0.0);
+    let empty = |k: &str| node[k].as_array().is_none_or(|a| a.is_empty());
+    if empty("programs") && empty("pools") {
+        return String::new();
+    }
+    let mut out = format!(
+        "\nnode daemon (pid {}, policy {}): {} of local memory to share, pressure {}\n\
+         {:>5}  {:<12} {:<24} {:>10} {:>6} {:>10} {:>21}  {}\n",
+        n(&node["pid"]),
+        node["policy"].as_str().unwrap_or("?"),
+        format_size(n(&node["elastic_total"])),
+        node["level"].as_str().unwrap_or("?"),
+        "ID",
+        "KIND",
+        "NAME",
+        "GRANT",
+        "SHARE",
+        "HOLDS",
+        "RANGE",
+        "LOSS / UTILITY"
+    );
+    for p in node["programs"].as_array().into_iter().flatten() {
+        out += &format!(
+            "{:>5}  {:<12} {:<24} {:>10} {:>5.1}% {:>10} {:>21}  {:.1} ms/s lost to far faults ({:.0} us each)
+",
+            n(&p["id"]),
+            "program",
+            p["name"].as_str().unwrap_or("?"),
+            format_size(n(&p["limit"])),
+            100.0 * f(&p["share"]),
+            format_size(n(&p["budget_applied"])),
+            format!("{}..{}", format_size(n(&p["floor"])), format_size(n(&p["ceiling"]))),
+            f(&p["loss_ns_per_s"]) / 1e6,
+            f(&p["fault_cost_ns"]) / 1e3,
+        );
+    }
+    for p in node["pools"].as_array().into_iter().flatten() {
+        out += &format!(
+            "{:>5}  {:<12} {:<24} {:>10} {:>5.1}% {:>10} {:>21}  {}
+",
+            n(&p["id"]),
+            "soft pool",
+            p["name"].as_str().unwrap_or("?"),
+            format_size(n(&p["limit"])),
+            100.0 * f(&p["share"]),
+            format_size(n(&p["resident"])),
+            format!(
+                "{}..{}",
+                format_size(n(&p["floor"])),
+                format_size(n(&p["ceiling"]))
+            ),
+            p["utility"]
+                .as_f64()
+                .map_or("-".to_string(), |u| format!("utility {u:.3}")),
+        );
+    }
+    let decisions = node["decisions"].as_array().map_or(&[][..], |d| &d[..]);
+    if !decisions.is_empty() {
+        out += "last decisions:\n";
+    }
+    for d in decisions.iter().rev().take(5) {
+        for c in d["changes"].as_array().into_iter().flatten() {
+            let who = if c["program"].is_null() {
+                format!("pool {}", n(&c["pool"]))
+            } else {
+                format!("program {}", n(&c["program"]))
+            };
+            out += &format!(
+                "  at {} ms: {who} ({}) {} -> {}: {}\n",
+                n(&d["at_ms"]),
+                c["name"].as_str().unwrap_or("?"),
+                format_size(n(&c["from"])),
+                format_size(n(&c["to"])),
+                c["why"].as_str().unwrap_or(""),
             );
         }
     }
@@ -268,5 +356,34 @@ mod tests {
         assert!(t.contains("drained"), "{t}");
         assert!(t.contains("41 us/read"), "{t}");
         assert!(render(&[]).contains("no program is running"));
+    }
+
+    #[test]
+    fn the_daemon_s_shares_and_decisions_are_shown() {
+        let node = json!({"pid": 7, "policy": "midas", "elastic_total": 512u64 << 20,
+            "level": "none",
+            "programs": [{"id": 3, "name": "big (pid 10)", "limit": 384u64 << 20, "share": 0.75,
+                          "budget_applied": 320u64 << 20, "floor": 64u64 << 20,
+                          "ceiling": 448u64 << 20, "loss_ns_per_s": 12.5e6,
+                          "fault_cost_ns": 20000.0}],
+            "pools": [{"id": 4, "name": "cache", "limit": 128u64 << 20, "share": 0.25,
+                       "resident": 100u64 << 20, "floor": 0, "ceiling": 1u64 << 30,
+                       "utility": 0.5}],
+            "decisions": [{"at_ms": 1000, "changes": [{"program": 3, "name": "big (pid 10)",
+                "from": 320u64 << 20, "to": 384u64 << 20, "why": "+64 MiB from 5"}]}]});
+        let t = render_shares(&node);
+        assert!(t.contains("512.00 MiB of local memory to share"), "{t}");
+        assert!(t.contains("big (pid 10)") && t.contains("75.0%"), "{t}");
+        assert!(
+            t.contains("12.5 ms/s lost to far faults (20 us each)"),
+            "{t}"
+        );
+        assert!(t.contains("64.00 MiB..448.00 MiB"), "{t}");
+        assert!(t.contains("soft pool") && t.contains("25.0%"), "{t}");
+        assert!(
+            t.contains("program 3 (big (pid 10)) 320.00 MiB -> 384.00 MiB: +64 MiB from 5"),
+            "{t}"
+        );
+        assert!(render_shares(&json!({"programs": [], "pools": []})).is_empty());
     }
 }

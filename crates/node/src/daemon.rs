@@ -7,6 +7,14 @@
 //! still holds too much after the grace period, or at once under severe pressure, the daemon
 //! punches its segments itself, coldest first by the runtime's published order (a hint it
 //! validates), bumping each segment's generation before the punch.
+//!
+//! Far programs (`gleaner run --local-mem FLOOR..CEILING`) register too: each round the local
+//! memory that pressure allows ([`Config::elastic_budget`] at most) is arbitrated between them
+//! and the soft pools taken together by time lost per second (`elastic.rs`); the soft pools'
+//! share is then divided among them by the policy as before. A program's grant is pushed on its
+//! connection and its pager applies it (growing at once, shrinking by evicting in the
+//! background). Between rounds only the soft pools are cut under pressure: a program's floor
+//! is the user's promise, and its grant above it falls at the next round.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io;
@@ -44,6 +52,11 @@ pub struct Config {
     pub reserve: u64,
     /// The most all soft pools may hold together, bytes (default: idle memory).
     pub soft_budget: Option<u64>,
+    /// The most the soft pools and the far programs' grants may total, bytes (default: idle
+    /// memory plus what they hold, less the reserve).
+    pub elastic_budget: Option<u64>,
+    /// How grants move between far programs and the soft pools.
+    pub elastic: crate::elastic::Params,
     /// Where pressure is read.
     pub source: Source,
     /// Exit after this long with no registration (for daemons started on demand).
@@ -101,8 +114,83 @@ impl Pool {
     }
 }
 
+/// A registered far program (a pager with an elastic budget).
+struct Program {
+    id: u64,
+    pid: i32,
+    name: String,
+    cgroup: String,
+    floor: u64,
+    ceiling: u64,
+    limit: u64,
+    conn: UnixStream,
+    /// Its latest report (cumulative counters) and the one at the last round.
+    now: Report,
+    last: Report,
+    /// Mean far-fault cost, ns (the last known; a default until a timed fault is reported).
+    cost_ns: f64,
+    /// Time lost per second over the last round, ns/s.
+    loss: f64,
+    registered: Instant,
+}
+
+/// A far program's cumulative counters, as reported.
+#[derive(Debug, Clone, Copy, Default)]
+struct Report {
+    far_faults: u64,
+    far_pages_in: u64,
+    timed_faults: u64,
+    timed_ns: u64,
+    resident: u64,
+    budget: u64,
+}
+
+/// The fault cost assumed for a program until it reports a timed fault: a fetch over a local
+/// memnode's shared memory with decompression, measured around 20 us here.
+const DEFAULT_FAULT_COST_NS: f64 = 20_000.0;
+
+impl Program {
+    fn set_limit(&mut self, limit: u64) {
+        let limit = limit.clamp(self.floor, self.ceiling);
+        if limit != self.limit {
+            self.limit = limit;
+            let _ = proto::send(
+                &self.conn,
+                &Reply::Limit {
+                    limit_bytes: limit,
+                    direct: false,
+                },
+                None,
+            );
+        }
+    }
+
+    /// Closes the round: its loss since the last one, over `secs` seconds: far pages brought in
+    /// (each a far fault, on demand or served ahead by the prefetcher; the faults alone where
+    /// the pager does not report pages) times the mean far-fault cost.
+    fn close_round(&mut self, secs: f64) {
+        let faults = self
+            .now
+            .far_faults
+            .saturating_sub(self.last.far_faults)
+            .max(self.now.far_pages_in.saturating_sub(self.last.far_pages_in));
+        let timed = self.now.timed_faults.saturating_sub(self.last.timed_faults);
+        let ns = self.now.timed_ns.saturating_sub(self.last.timed_ns);
+        if timed > 0 {
+            self.cost_ns = ns as f64 / timed as f64;
+        } else if self.now.timed_faults > 0 {
+            self.cost_ns = self.now.timed_ns as f64 / self.now.timed_faults as f64;
+        }
+        self.loss = crate::elastic::fault_loss(faults, self.cost_ns, secs);
+        self.last = self.now;
+    }
+}
+
 struct State {
     pools: BTreeMap<u64, Pool>,
+    programs: BTreeMap<u64, Program>,
+    /// What soft pools and programs may total now (bytes).
+    elastic_total: u64,
     next_id: u64,
     policy: Box<dyn Policy>,
     decisions: VecDeque<serde_json::Value>,
@@ -123,6 +211,9 @@ pub struct Daemon {
     state: Mutex<State>,
     stop: AtomicBool,
     _lock: std::fs::File,
+    /// The listening socket (a clone of the one [`Daemon::serve`] accepts on), shut down by
+    /// [`Daemon::stop`] to wake the accept loop.
+    listening: UnixListener,
 }
 
 /// Errors starting the daemon.
@@ -168,6 +259,8 @@ impl Daemon {
         let d = Arc::new(Daemon {
             state: Mutex::new(State {
                 pools: BTreeMap::new(),
+                programs: BTreeMap::new(),
+                elastic_total: pressure::budget(&sample, 0, cfg.reserve, cfg.elastic_budget),
                 next_id: 1,
                 policy,
                 decisions: VecDeque::new(),
@@ -183,6 +276,9 @@ impl Daemon {
             cfg,
             stop: AtomicBool::new(false),
             _lock: lock,
+            listening: listener
+                .try_clone()
+                .map_err(|e| StartError::Io(show.clone(), e))?,
         });
         Ok((d, listener))
     }
@@ -190,7 +286,10 @@ impl Daemon {
     /// Asks the daemon to stop (its control loop and accept loop end soon after).
     pub fn stop(&self) {
         self.stop.store(true, Ordering::SeqCst);
-        // Wake the accept loop.
+        // Wake the accept loop: shutting the listening socket down makes a blocked accept
+        // return (on Linux) even where the socket's file was removed (a test's directory gone),
+        // which a connection to its path could no longer do; the daemon then hung for good.
+        let _ = rustix::net::shutdown(&self.listening, rustix::net::Shutdown::Read);
         let _ = UnixStream::connect(&self.cfg.socket);
     }
 
@@ -234,6 +333,12 @@ impl Daemon {
             }
         };
         match req {
+            Request::Report { .. } => {
+                self.refuse(
+                    &conn,
+                    "a report comes on a far_program's registration, after register",
+                );
+            }
             Request::Status => {
                 let state = self.status();
                 let _ = proto::send(&conn, &Reply::Status { state }, None);
@@ -279,6 +384,10 @@ impl Daemon {
                         return;
                     }
                 };
+                if kind == Kind::FarProgram {
+                    self.follow_program(&conn, id);
+                    return;
+                }
                 // The registration lives as long as the connection. Anything further the
                 // client sends is a protocol error (and ends the registration).
                 let r = proto::recv_raw(&conn);
@@ -296,6 +405,138 @@ impl Daemon {
                 st.last_registration = Instant::now();
             }
         }
+    }
+
+    /// Reads a registered far program's reports until its connection closes (or it sends
+    /// anything else, which is refused), then drops the registration.
+    fn follow_program(&self, conn: &UnixStream, id: u64) {
+        loop {
+            match proto::recv::<Request>(conn) {
+                Ok((
+                    Request::Report {
+                        far_faults,
+                        far_pages_in,
+                        timed_faults,
+                        timed_ns,
+                        resident_bytes,
+                        budget_bytes,
+                    },
+                    None,
+                )) => {
+                    let mut st = self.state.lock().unwrap();
+                    if let Some(p) = st.programs.get_mut(&id) {
+                        p.now = Report {
+                            far_faults,
+                            far_pages_in,
+                            timed_faults,
+                            timed_ns,
+                            resident: resident_bytes,
+                            budget: budget_bytes,
+                        };
+                    }
+                }
+                Ok((_, Some(_))) => {
+                    self.refuse(conn, "a report carries no descriptor");
+                    break;
+                }
+                Ok((other, None)) => {
+                    let op = serde_json::to_value(&other)
+                        .ok()
+                        .and_then(|v| v.get("op").and_then(|o| o.as_str()).map(String::from))
+                        .unwrap_or_default();
+                    self.refuse(
+                        conn,
+                        &format!("a registered far_program sends only reports, not `{op}`"),
+                    );
+                    break;
+                }
+                Err(ProtoError::Closed) => break,
+                Err(e) => {
+                    self.refuse(conn, &e.to_string());
+                    break;
+                }
+            }
+        }
+        let mut st = self.state.lock().unwrap();
+        if let Some(p) = st.programs.remove(&id) {
+            log::info!("program {id} ({}, pid {}) left", p.name, p.pid);
+        }
+        st.last_registration = Instant::now();
+    }
+
+    /// Registers a far program (no descriptor): its grant starts at its floor, or at what it
+    /// holds (a re-registration after a daemon restart) where the total leaves room.
+    fn register_program(
+        &self,
+        conn: &UnixStream,
+        fd: Option<OwnedFd>,
+        a: RegisterArgs,
+    ) -> Result<u64, String> {
+        if fd.is_some() {
+            return Err("a far_program registers without a descriptor".into());
+        }
+        if a.ceiling == 0 {
+            return Err("a far_program gives its ceiling_bytes (above 0)".into());
+        }
+        if a.floor > a.ceiling {
+            return Err(format!(
+                "floor_bytes {} above ceiling_bytes {}",
+                a.floor, a.ceiling
+            ));
+        }
+        let cred =
+            rustix::net::sockopt::socket_peercred(conn).map_err(|e| format!("SO_PEERCRED: {e}"))?;
+        let pid = cred.pid.as_raw_nonzero().get();
+        let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+            .map(|s| s.trim().rsplit("::").next().unwrap_or("").to_string())
+            .unwrap_or_default();
+        let write_conn = conn.try_clone().map_err(|e| e.to_string())?;
+        write_conn
+            .set_write_timeout(Some(Duration::from_millis(100)))
+            .map_err(|e| e.to_string())?;
+        let mut st = self.state.lock().unwrap();
+        let granted: u64 = st.programs.values().map(|p| p.limit).sum::<u64>()
+            + st.pools.values().map(|p| p.limit).sum::<u64>();
+        let free = st.elastic_total.saturating_sub(granted);
+        let limit = a.resident.min(a.floor + free).clamp(a.floor, a.ceiling);
+        let id = st.next_id;
+        st.next_id += 1;
+        proto::send(
+            conn,
+            &Reply::Registered {
+                id,
+                limit_bytes: limit,
+            },
+            None,
+        )
+        .map_err(|e| e.to_string())?;
+        log::info!(
+            "program {id} ({}, pid {pid}) registered: {}..{} MiB, grant {} MiB",
+            a.name,
+            a.floor >> 20,
+            a.ceiling >> 20,
+            limit >> 20
+        );
+        st.programs.insert(
+            id,
+            Program {
+                id,
+                pid,
+                name: a.name,
+                cgroup,
+                floor: a.floor,
+                ceiling: a.ceiling,
+                limit,
+                conn: write_conn,
+                now: Report::default(),
+                last: Report::default(),
+                cost_ns: DEFAULT_FAULT_COST_NS,
+                loss: 0.0,
+                registered: Instant::now(),
+            },
+        );
+        st.last_registration = Instant::now();
+        Ok(id)
     }
 
     /// Marks `pid` for the batch reclaimer, if the caller may: the process's own user, or root.
@@ -375,11 +616,12 @@ impl Daemon {
                 proto::VERSION
             ));
         }
-        if a.kind != Kind::SoftPool {
-            return Err(format!(
-                "kind {:?} is not served by this daemon yet (only soft_pool)",
-                a.kind
-            ));
+        if a.kind == Kind::LatencyCritical {
+            return Err(
+                "kind latency_critical is not served by this daemon yet (only soft_pool and \
+                 far_program; mark a latency-critical process with `gleaner node mark`)"
+                    .into(),
+            );
         }
         if a.name.is_empty() || a.name.len() > 200 {
             return Err("name: give 1 to 200 bytes".into());
@@ -389,6 +631,9 @@ impl Daemon {
                 "weight {}: give a number above 0 and at most 1e6",
                 a.weight
             ));
+        }
+        if a.kind == Kind::FarProgram {
+            return self.register_program(conn, fd, a);
         }
         let fd = fd.ok_or("register a soft_pool with its memfd attached (SCM_RIGHTS)")?;
         let (nseg, ctrl) = shared::adopt_pool_memfd(&fd)?;
@@ -486,13 +731,22 @@ impl Daemon {
             let resident: BTreeMap<u64, u64> =
                 st.pools.iter().map(|(&id, p)| (id, p.resident())).collect();
             let soft: u64 = resident.values().sum();
+            let programs: u64 = st.programs.values().map(|p| p.now.resident).sum();
             st.sample = sample;
             st.level = pressure::level(&sample, self.cfg.reserve);
-            st.budget = pressure::budget(&sample, soft, self.cfg.reserve, self.cfg.soft_budget);
+            st.elastic_total = pressure::budget(
+                &sample,
+                soft + programs,
+                self.cfg.reserve,
+                self.cfg.elastic_budget,
+            );
+            let to_programs: u64 = st.programs.values().map(|p| p.limit).sum();
+            st.budget = pressure::budget(&sample, soft, self.cfg.reserve, self.cfg.soft_budget)
+                .min(st.elastic_total.saturating_sub(to_programs));
             let now = Instant::now();
             let round_due = now.duration_since(last_round) >= self.cfg.interval;
             let granted: u64 = st.pools.values().map(|p| p.limit).sum();
-            if round_due && !st.pools.is_empty() {
+            if round_due && !(st.pools.is_empty() && st.programs.is_empty()) {
                 let secs = now.duration_since(last_round).as_secs_f64();
                 last_round = now;
                 self.round(st, &resident, secs);
@@ -504,6 +758,7 @@ impl Daemon {
             st.batch.tick(sample.available);
             if let Some(idle) = self.cfg.exit_when_idle {
                 if st.pools.is_empty()
+                    && st.programs.is_empty()
                     && st.batch.is_empty()
                     && st.last_registration.elapsed() >= idle
                 {
@@ -531,11 +786,82 @@ impl Daemon {
             .collect()
     }
 
+    /// Arbitrates local memory between the far programs and the soft pools taken together
+    /// (`elastic.rs`), applies the programs' grants, and returns the soft pools' share.
+    fn arbitrate(
+        &self,
+        st: &mut State,
+        views: &[PoolView],
+        secs: f64,
+        record: &mut Vec<serde_json::Value>,
+    ) -> u64 {
+        use crate::elastic::{arbitrate, Claimant};
+        let mut claimants: Vec<Claimant> = st
+            .programs
+            .values_mut()
+            .map(|p| {
+                p.close_round(secs);
+                Claimant {
+                    id: p.id,
+                    floor: p.floor,
+                    ceiling: p.ceiling,
+                    grant: p.limit,
+                    // The budget its pager applies: above the grant while it shrinks to it.
+                    holds: p.limit.max(p.now.budget),
+                    loss: p.loss,
+                }
+            })
+            .collect();
+        if !views.is_empty() {
+            let rebuild_ns: u64 = views.iter().map(|v| v.delta.rebuild_ns).sum();
+            claimants.push(Claimant {
+                id: 0,
+                floor: views.iter().map(|v| v.floor).sum(),
+                ceiling: views
+                    .iter()
+                    .map(|v| v.ceiling)
+                    .sum::<u64>()
+                    .min(self.cfg.soft_budget.unwrap_or(u64::MAX)),
+                grant: views.iter().map(|v| v.limit).sum(),
+                holds: views.iter().map(|v| v.limit.max(v.resident)).sum(),
+                loss: if secs > 0.0 {
+                    rebuild_ns as f64 / secs
+                } else {
+                    0.0
+                },
+            });
+        }
+        let grants = arbitrate(&claimants, st.elastic_total, &self.cfg.elastic);
+        let mut soft = 0;
+        for g in grants {
+            if g.id == 0 {
+                soft = g.grant;
+                continue;
+            }
+            if let Some(p) = st.programs.get_mut(&g.id) {
+                if g.grant != p.limit {
+                    record.push(json!({"program": g.id, "name": p.name, "from": p.limit,
+                                       "to": g.grant, "loss_ns_per_s": p.loss, "why": g.why}));
+                }
+                p.set_limit(g.grant);
+            }
+        }
+        soft
+    }
+
     fn round(&self, st: &mut State, resident: &BTreeMap<u64, u64>, secs: f64) {
         let views = self.views(st, resident, secs);
-        let decisions = st.policy.round(&views, st.budget);
-        let direct = st.level == Level::Severe;
         let mut record = Vec::new();
+        if !st.programs.is_empty() {
+            let soft = self.arbitrate(st, &views, secs, &mut record);
+            st.budget = st.budget.min(soft);
+        }
+        let decisions = if views.is_empty() {
+            Vec::new()
+        } else {
+            st.policy.round(&views, st.budget)
+        };
+        let direct = st.level == Level::Severe;
         for d in &decisions {
             if let Some(p) = st.pools.get_mut(&d.id) {
                 p.last = p.ctrl.counters();
@@ -546,7 +872,9 @@ impl Daemon {
             }
         }
         if !record.is_empty() {
-            st.decisions.push_back(json!({"at_ms": unix_ms(), "budget": st.budget, "level": st.level, "changes": record}));
+            st.decisions
+                .push_back(json!({"at_ms": unix_ms(), "budget": st.budget,
+                "elastic_total": st.elastic_total, "level": st.level, "changes": record}));
             while st.decisions.len() > 32 {
                 st.decisions.pop_front();
             }
@@ -625,12 +953,32 @@ impl Daemon {
                     "released_segments": p.ctrl.word(shared::OFF_RELEASED).load(Ordering::Relaxed),
                     "heartbeat": p.ctrl.word(shared::OFF_HEARTBEAT).load(Ordering::Relaxed),
                     "utility": st.policy.utility(p.id),
+                    "share": p.limit as f64 / st.elastic_total.max(1) as f64,
+                    "registered_secs": p.registered.elapsed().as_secs_f64(),
+                })
+            })
+            .collect();
+        let total = st.elastic_total.max(1) as f64;
+        let programs: Vec<serde_json::Value> = st
+            .programs
+            .values()
+            .map(|p| {
+                json!({
+                    "id": p.id, "pid": p.pid, "name": p.name, "kind": Kind::FarProgram,
+                    "cgroup": p.cgroup, "floor": p.floor, "ceiling": p.ceiling, "limit": p.limit,
+                    "share": p.limit as f64 / total,
+                    "budget_applied": p.now.budget, "resident": p.now.resident,
+                    "far_faults": p.now.far_faults, "far_pages_in": p.now.far_pages_in,
+                    "fault_cost_ns": p.cost_ns,
+                    "loss_ns_per_s": p.loss,
                     "registered_secs": p.registered.elapsed().as_secs_f64(),
                 })
             })
             .collect();
         json!({
             "pid": std::process::id(),
+            "elastic_total": st.elastic_total,
+            "programs": programs,
             "policy": self.cfg.policy,
             "budget": st.budget,
             "level": st.level,

@@ -6,8 +6,9 @@
 //! * [`shared`]: the pool memfd and control-area layout both sides use (the contract);
 //! * [`proto`]: the registration protocol on the daemon's Unix socket;
 //! * [`client`]: finding, connecting to and starting a daemon;
-//! * [`policy`], [`pressure`], [`evict`]: pure decisions (allocation, pressure level and
-//!   budget, which segments to punch), unit-tested apart from the mechanisms;
+//! * [`policy`], [`pressure`], [`evict`], [`elastic`]: pure decisions (allocation, pressure
+//!   level and budget, which segments to punch, local memory between far programs with elastic
+//!   budgets and the soft pools), unit-tested apart from the mechanisms;
 //! * [`daemon`]: the daemon itself (`gleaner node`);
 //! * [`metrics`]: its state as Prometheus metrics (`gleaner node --metrics ADDR`).
 #![deny(missing_docs)]
@@ -15,6 +16,7 @@
 pub mod batch;
 pub mod client;
 pub mod daemon;
+pub mod elastic;
 pub mod evict;
 mod map;
 pub mod metrics;

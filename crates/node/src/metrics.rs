@@ -136,6 +136,53 @@ pub fn render(s: &Value) -> String {
             e.sample(&[("pool", &id), ("name", pool)], read(p));
         }
     }
+    let programs: &[Value] = s["programs"].as_array().map_or(&[], |v| v.as_slice());
+    e.single(
+        "gleaner_node_elastic_total_bytes",
+        Gauge,
+        "What soft pools and far programs with elastic budgets may be granted together now.",
+        n(&s["elastic_total"]),
+    );
+    let per_program: [(&str, _, &str, Read); 5] = [
+        (
+            "gleaner_node_program_limit_bytes",
+            Gauge,
+            "A far program's grant (its elastic budget's target).",
+            |p| p["limit"].as_f64().unwrap_or(0.0),
+        ),
+        (
+            "gleaner_node_program_budget_bytes",
+            Gauge,
+            "The budget a far program's pager applies now (above the grant while it shrinks).",
+            |p| p["budget_applied"].as_f64().unwrap_or(0.0),
+        ),
+        (
+            "gleaner_node_program_resident_bytes",
+            Gauge,
+            "What a far program's pager holds resident now.",
+            |p| p["resident"].as_f64().unwrap_or(0.0),
+        ),
+        (
+            "gleaner_node_program_far_faults_total",
+            Counter,
+            "Far faults a program's pager served.",
+            |p| p["far_faults"].as_f64().unwrap_or(0.0),
+        ),
+        (
+            "gleaner_node_program_loss_ratio",
+            Gauge,
+            "Time a far program lost to far memory over the last round, per second.",
+            |p| p["loss_ns_per_s"].as_f64().unwrap_or(0.0) / 1e9,
+        ),
+    ];
+    for (name, kind, help, read) in per_program {
+        e.family(name, kind, help);
+        for p in programs {
+            let id = p["id"].as_u64().unwrap_or(0).to_string();
+            let prog = p["name"].as_str().unwrap_or("?");
+            e.sample(&[("program", &id), ("name", prog)], read(p));
+        }
+    }
     e.finish()
 }
 
@@ -149,7 +196,10 @@ mod tests {
         let s = json!({"total": 1000, "available": 500, "budget": 300, "level": "Severe",
             "psi_some_avg10": 12.5, "refused_clients": 2, "direct_punch_secs": 0.25,
             "pools": [{"id": 3, "name": "cache", "limit": 64, "resident": 32,
-                       "rebuild_ns": 1500000000u64}]});
+                       "rebuild_ns": 1500000000u64}],
+            "elastic_total": 4096,
+            "programs": [{"id": 5, "name": "redis (pid 9)", "limit": 256, "budget_applied": 320,
+                          "loss_ns_per_s": 2.5e8}]});
         let t = render(&s);
         assert!(t.contains("gleaner_node_pressure_level 2\n"), "{t}");
         assert!(
@@ -163,6 +213,19 @@ mod tests {
         assert!(t.contains("gleaner_node_pools 1\n"), "{t}");
         assert!(
             t.contains("gleaner_node_pool_rebuild_seconds_total{pool=\"3\",name=\"cache\"} 1.5\n"),
+            "{t}"
+        );
+        assert!(t.contains("gleaner_node_elastic_total_bytes 4096\n"), "{t}");
+        assert!(
+            t.contains(
+                "gleaner_node_program_budget_bytes{program=\"5\",name=\"redis (pid 9)\"} 320\n"
+            ),
+            "{t}"
+        );
+        assert!(
+            t.contains(
+                "gleaner_node_program_loss_ratio{program=\"5\",name=\"redis (pid 9)\"} 0.25\n"
+            ),
             "{t}"
         );
     }

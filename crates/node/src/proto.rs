@@ -7,8 +7,11 @@
 //! the pool's memfd as `SCM_RIGHTS` ancillary data of its first byte.
 //!
 //! Every registration names its `kind` so other kinds of client can join the same daemon later
-//! (Hermes's latency-critical processes, far-memory programs with elastic budgets, metrics
-//! readers): this daemon accepts [`Kind::SoftPool`] and answers the others with a clear error.
+//! (Hermes's latency-critical processes, metrics readers): this daemon accepts
+//! [`Kind::SoftPool`] and [`Kind::FarProgram`] and answers the others with a clear error.
+//! A far program registers without a descriptor, with its floor and ceiling, and then sends a
+//! [`Request::Report`] of its pager's counters every few hundred milliseconds on the same
+//! connection; the daemon pushes its grant as [`Reply::Limit`].
 //! The daemon takes the client's pid from the socket (`SO_PEERCRED`), not from the message.
 
 use std::io::{self, IoSlice, IoSliceMut};
@@ -33,7 +36,7 @@ pub const MAX_MESSAGE: usize = 1 << 20;
 pub enum Kind {
     /// A soft-memory pool (a memfd of segments the daemon may punch).
     SoftPool,
-    /// A far-memory program whose local budget is elastic (issue 46 part 3; not served yet).
+    /// A far-memory program whose local budget is elastic (`gleaner run --local-mem A..B`).
     FarProgram,
     /// A latency-critical process (Hermes, issue 47; not served yet).
     LatencyCritical,
@@ -66,6 +69,24 @@ pub enum Request {
     },
     /// The daemon's state: pools, grants, pressure and its last decisions.
     Status,
+    /// A registered far program's pager counters, cumulative since it started (sent on the
+    /// registration's connection; anywhere else it is refused).
+    Report {
+        /// Faults served from far memory.
+        far_faults: u64,
+        /// Far pages brought in, on demand and ahead of demand (prefetched): with a prefetcher
+        /// most pages of a sequential sweep come in without a fault of their own.
+        #[serde(default)]
+        far_pages_in: u64,
+        /// Of those, the faults whose service was timed (a sample).
+        timed_faults: u64,
+        /// The time the timed faults took in all, ns.
+        timed_ns: u64,
+        /// Pages resident now, in bytes.
+        resident_bytes: u64,
+        /// The budget the pager applies now, bytes (it trails a lowered grant while it evicts).
+        budget_bytes: u64,
+    },
     /// Mark process `pid` as batch or latency-critical (Hermes, Middleware'21) for the batch
     /// reclaimer. The mark lasts until the process exits; the connection may close at once.
     /// The daemon accepts only processes of the caller's own user (or any, from root).

@@ -312,6 +312,18 @@ impl MemnodeTarget {
     }
 }
 
+/// An elastic local budget (`gleaner run --local-mem FLOOR..CEILING`): see
+/// [`RegionConfig::elastic`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ElasticBudget {
+    /// The most the budget may grow to, bytes.
+    pub ceiling: usize,
+    /// The node daemon's socket.
+    pub socket: PathBuf,
+    /// The name the registration shows in `gleaner node status`.
+    pub name: String,
+}
+
 /// How to build a [`crate::Region`].
 #[derive(Debug, Clone)]
 pub struct RegionConfig {
@@ -420,6 +432,11 @@ pub struct RegionConfig {
     /// Publish a live status file for `gleaner status` every second (see
     /// [`crate::status_dir`]). Default off; the preload library turns it on.
     pub publish_status: bool,
+    /// An elastic budget: [`RegionConfig::local_budget`] is its floor, and the region registers
+    /// with the node daemon (`gleaner node`) as a far program and applies the grants it gets,
+    /// between the floor and this ceiling (`evict/elastic.rs`). None (the default): the budget
+    /// stays fixed. A fork child's region never has one.
+    pub elastic: Option<ElasticBudget>,
     /// What to fetch ahead of demand: `none`, `next:N`, `stride`, `readahead`, `leap[:PWMAX]`.
     /// Default [`DEFAULT_PREFETCH`] (`leap:32`).
     pub prefetch: PrefetcherKind,
@@ -477,6 +494,7 @@ impl RegionConfig {
             max_reclaim_threads: default_max_reclaim_threads(),
             reclaim_cpus: ReclaimCpus::Any,
             stats_trace: None,
+            elastic: None,
             publish_status: false,
             prefetch: DEFAULT_PREFETCH,
             prefetch_install: PrefetchInstall::default(),
@@ -566,6 +584,15 @@ impl RegionConfig {
                 self.batch_pages()
             )));
         }
+        if let Some(e) = &self.elastic {
+            if e.ceiling < self.local_budget {
+                return Err(PagerError::Config(format!(
+                    "the elastic budget's ceiling ({}) is below its floor, the local budget ({})",
+                    gleaner_proto::units::format_size(e.ceiling as u64),
+                    gleaner_proto::units::format_size(self.local_budget as u64)
+                )));
+            }
+        }
         if let Some(child) = self.fork_local_budget {
             let c = self.fork_child_config();
             if c.local_budget > child {
@@ -593,6 +620,7 @@ impl RegionConfig {
         c.trace = None;
         c.stats_trace = None;
         c.stats_path = None;
+        c.elastic = None;
         c
     }
 

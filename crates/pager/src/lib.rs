@@ -65,10 +65,10 @@ pub use observe::stuck;
 
 pub use config::{
     default_max_reclaim_threads, AccessScanSetting, Compression, DataPath, DecodeBudget,
-    DirtyTracking, Encryption, EvictKind, FarCopies, ForkMode, MemnodeTarget, PrefetchInstall,
-    PrefetcherKind, ReclaimCpus, ReclaimMode, RegionConfig, WritePrediction, DEFAULT_EVICT,
-    DEFAULT_EVICT_BATCH, DEFAULT_PREFETCH, FORK_CHILD_BUDGET_DIVISOR, MAX_AUTO_HANDLERS,
-    MIN_AUTO_EVICT_BATCH, MIN_BUDGET_BATCHES,
+    DirtyTracking, ElasticBudget, Encryption, EvictKind, FarCopies, ForkMode, MemnodeTarget,
+    PrefetchInstall, PrefetcherKind, ReclaimCpus, ReclaimMode, RegionConfig, WritePrediction,
+    DEFAULT_EVICT, DEFAULT_EVICT_BATCH, DEFAULT_PREFETCH, FORK_CHILD_BUDGET_DIVISOR,
+    MAX_AUTO_HANDLERS, MIN_AUTO_EVICT_BATCH, MIN_BUDGET_BATCHES,
 };
 pub use evict::reclaim::ReclaimStats;
 pub use fatal::{exit_now, on_fatal, FATAL_EXIT_CODE};

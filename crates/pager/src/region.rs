@@ -255,14 +255,16 @@ impl Region {
         } else {
             None
         };
-        // The handlers, the reclaim threads and, in a fork child, the thread serving faults
-        // while the handlers start.
-        let evictors = crate::evict::evictors::Evictors::new(placement.len() + pool + 1).map_err(
-            |source| PagerError::Os {
-                op: "eventfd (the eviction bells)",
-                source,
-            },
-        )?;
+        // The handlers, the reclaim threads, in a fork child the thread serving faults while the
+        // handlers start, and an elastic budget's thread (`evict/elastic.rs`).
+        let elastic = cfg.elastic.clone().filter(|_| !l.fork_child);
+        let evictors = crate::evict::evictors::Evictors::new(
+            placement.len() + pool + 1 + usize::from(elastic.is_some()),
+        )
+        .map_err(|source| PagerError::Os {
+            op: "eventfd (the eviction bells)",
+            source,
+        })?;
         // Spare descriptors for what the region makes mid-run, where the program may hold every
         // other one it is allowed: an evictor (pipe and pagemap file) for each thread that
         // opens one late, and a shared-memory grant's socket clone and memfd.
@@ -384,6 +386,14 @@ impl Region {
             let e = engine.clone();
             threads.push(spawn("gleaner-watch", hook, move || {
                 crate::evict::watchdog::run(e)
+            })?);
+        }
+        if let Some(e) = elastic {
+            let ceiling = (e.ceiling / PAGE_SIZE).min(pages).max(budget);
+            let handle = engine.store.handle()?;
+            let eng = engine.clone();
+            threads.push(spawn("gleaner-elastic", hook, move || {
+                crate::evict::elastic::run(eng, e, budget, ceiling, handle)
             })?);
         }
         if let Some(out) = l.trace_out {

@@ -47,6 +47,9 @@
 //! | `GLEANER_BIN` | the `gleaner` executable, to start an embedded memnode | on `PATH` |
 //! | `GLEANER_FORK` | what a fork child gets: `far` (a pager of its own on a snapshot of the far pages) or `home` (every page brought home before the fork) | `far` |
 //! | `GLEANER_FORK_LOCAL_MEM` | a fork child's local budget | a quarter of `GLEANER_LOCAL_MEM` |
+//! | `GLEANER_LOCAL_MEM_CEILING` | an elastic budget: `GLEANER_LOCAL_MEM` is its floor, this its ceiling; the pager registers with the node daemon (`GLEANER_NODE_SOCKET`) and follows its grants | — (a fixed budget) |
+//! | `GLEANER_ELASTIC_NAME` | the name an elastic budget's registration shows in `gleaner node status` (with the pid) | the executable's name |
+//! | `GLEANER_NODE_SOCKET` | the node daemon's socket, for an elastic budget | `gleaner_node::client::default_socket` |
 //! | `GLEANER_FAIL_OPEN` | `1`: a process whose pager cannot start runs all-local, with a warning, instead of stopping with exit 86 | `0` |
 //! | `GLEANER_TEST_HANG` | a test hook: `handlers` makes every fault handler wait for a page of its own far memory (the watchdog must stop the process), `all` the watchdog too (`gleaner run` must end it) | — |
 //! | `GLEANER_REPORT_DIR` | write `pager-PID.json` here saying whether this process's pager started (set by `gleaner run`, which counts them) | — |
@@ -178,6 +181,7 @@ struct Config {
     trace: Option<PathBuf>,
     fork: ForkMode,
     fork_local: Option<u64>,
+    elastic_ceiling: Option<u64>,
 }
 
 fn config_from_env() -> Result<Option<Config>, String> {
@@ -251,6 +255,9 @@ fn config_from_env() -> Result<Option<Config>, String> {
         fork: parsed("GLEANER_FORK")?.unwrap_or_default(),
         fork_local: var("GLEANER_FORK_LOCAL_MEM")
             .map(|v| size("GLEANER_FORK_LOCAL_MEM", &v))
+            .transpose()?,
+        elastic_ceiling: var("GLEANER_LOCAL_MEM_CEILING")
+            .map(|v| size("GLEANER_LOCAL_MEM_CEILING", &v))
             .transpose()?,
     }))
 }
@@ -432,6 +439,23 @@ fn start() -> Result<bool, String> {
     rc.fork = cfg.fork;
     rc.fork_local_budget = cfg.fork_local.map(|b| b as usize);
     rc.publish_status = true;
+    rc.elastic = cfg
+        .elastic_ceiling
+        .map(|ceiling| gleaner_pager::ElasticBudget {
+            ceiling: ceiling as usize,
+            socket: gleaner_node::client::default_socket(),
+            name: format!(
+                "{} (pid {})",
+                std::env::var("GLEANER_ELASTIC_NAME")
+                    .ok()
+                    .filter(|n| !n.is_empty())
+                    .or_else(|| std::env::current_exe()
+                        .ok()
+                        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned())))
+                    .unwrap_or_else(|| "program".into()),
+                std::process::id()
+            ),
+        });
     rc.sparse = true;
     rc.thread_start_hook = Some(mark_runtime_thread);
     rc.release_hook = Some(release_kept_blocks);

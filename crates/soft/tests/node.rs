@@ -294,9 +294,16 @@ fn malformed_registrations_get_clear_errors_and_the_daemon_keeps_running() {
         Some(good.as_fd()),
         "protocol version 9",
     );
+    // A far program (an elastic budget, `crates/cli/tests/elastic.rs`) brings no memfd.
     expect_error(
         &s,
-        br#"{"op":"register","version":1,"kind":"far_program","name":"x"}"#,
+        br#"{"op":"register","version":1,"kind":"far_program","name":"x","ceiling_bytes":1}"#,
+        Some(good.as_fd()),
+        "without a descriptor",
+    );
+    expect_error(
+        &s,
+        br#"{"op":"register","version":1,"kind":"latency_critical","name":"x"}"#,
         Some(good.as_fd()),
         "not served",
     );
@@ -336,7 +343,7 @@ fn malformed_registrations_get_clear_errors_and_the_daemon_keeps_running() {
     drop(UnixStream::connect(&s).unwrap());
     // Still serving: status answers, and a good registration works.
     let st = status(&s);
-    assert_eq!(st["refused_clients"], 12, "{st}");
+    assert_eq!(st["refused_clients"], 13, "{st}");
     let c = UnixStream::connect(&s).unwrap();
     proto::send_raw(&c, &reg(""), Some(good.as_fd())).unwrap();
     assert!(matches!(

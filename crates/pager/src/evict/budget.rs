@@ -10,7 +10,8 @@ use crate::fault::state::PageTable;
 pub(crate) struct Budget {
     /// Resident pages plus installs in flight; never above the limit.
     pub(crate) resident: AtomicUsize,
-    /// The most pages resident at once ([`Budget::pages`]; it only grows: [`Budget::grow`]).
+    /// The most pages resident at once ([`Budget::pages`]; it grows with [`Budget::grow`], and
+    /// only an elastic budget's shrink lowers it: [`Budget::lower`]).
     pages: AtomicUsize,
     /// How far past the budget the region may grow while the memnode refuses writes.
     pub(crate) overflow: usize,
@@ -69,6 +70,13 @@ impl Budget {
             self.notify_progress();
         }
         grew
+    }
+
+    /// Lowers the budget to `pages` (never raises it): an elastic budget's shrink
+    /// (`evict/elastic.rs`), which evicts first, so that what is resident stays about as far
+    /// below the budget as before and no fault waits for the shrink.
+    pub(crate) fn lower(&self, pages: usize) {
+        self.pages.fetch_min(pages, Ordering::AcqRel);
     }
 
     /// Pages resident now (installs in flight included).

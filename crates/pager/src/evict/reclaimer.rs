@@ -96,6 +96,25 @@ fn leave_batch(shared: &Engine) {
     shared.reclaim.in_batch.fetch_sub(1, Ordering::SeqCst);
 }
 
+/// Evicts one batch for an elastic budget's shrink (`evict/elastic.rs`), off the fault path;
+/// returns the pages evicted (0 while eviction is paused around a fork, or when nothing could
+/// be claimed or the memnode refused the write).
+pub(crate) fn evict_for_shrink(
+    engine: &Engine,
+    ev: &mut Evictor,
+    store: &mut dyn StoreHandle,
+) -> usize {
+    if !enter_batch(engine) {
+        return 0;
+    }
+    let n = ev.evict_batch(engine, store);
+    leave_batch(engine);
+    if n > 0 {
+        engine.budget.notify_progress();
+    }
+    n
+}
+
 /// A faulting thread reclaims `pages` pages synchronously (the budget is exhausted, or the mode
 /// is `direct`). Returns the pages evicted.
 fn reclaim_directly(
