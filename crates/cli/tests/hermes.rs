@@ -315,18 +315,11 @@ fn rocksdb_program() -> &'static str {
             .parent()
             .unwrap()
             .join(format!("gleaner_rocksdb_latency.{}", std::process::id()));
-        let cc = Command::new("cc")
-            .args(["-O2", "-Wall", "-Werror"])
-            .arg(root.join("bench/hermes/rocksdb_latency.c"))
-            .arg("-o")
-            .arg(&out)
-            .arg("-lrocksdb")
-            .output()
-            .expect("a C compiler (cc)");
-        assert!(
-            cc.status.success(),
-            "building the RocksDB program against librocksdb: {}",
-            String::from_utf8_lossy(&cc.stderr)
+        common::compile_c_linking(
+            &["-O2", "-Wall", "-Werror"],
+            &root.join("bench/hermes/rocksdb_latency.c"),
+            &out,
+            &["-lrocksdb"],
         );
         out.to_string_lossy().into_owned()
     })

@@ -484,16 +484,7 @@ impl Daemon {
                 a.floor, a.ceiling
             ));
         }
-        let cred =
-            rustix::net::sockopt::socket_peercred(conn).map_err(|e| format!("SO_PEERCRED: {e}"))?;
-        let pid = cred.pid.as_raw_nonzero().get();
-        let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
-            .map(|s| s.trim().rsplit("::").next().unwrap_or("").to_string())
-            .unwrap_or_default();
-        let write_conn = conn.try_clone().map_err(|e| e.to_string())?;
-        write_conn
-            .set_write_timeout(Some(Duration::from_millis(100)))
-            .map_err(|e| e.to_string())?;
+        let (pid, cgroup, write_conn) = registrant(conn)?;
         let mut st = self.state.lock().unwrap();
         let granted: u64 = st.programs.values().map(|p| p.limit).sum::<u64>()
             + st.pools.values().map(|p| p.limit).sum::<u64>();
@@ -501,15 +492,7 @@ impl Daemon {
         let limit = a.resident.min(a.floor + free).clamp(a.floor, a.ceiling);
         let id = st.next_id;
         st.next_id += 1;
-        proto::send(
-            conn,
-            &Reply::Registered {
-                id,
-                limit_bytes: limit,
-            },
-            None,
-        )
-        .map_err(|e| e.to_string())?;
+        send_registered(conn, id, limit)?;
         log::info!(
             "program {id} ({}, pid {pid}) registered: {}..{} MiB, grant {} MiB",
             a.name,
@@ -646,16 +629,7 @@ impl Daemon {
         if a.floor > ceiling {
             return Err(format!("floor {} above ceiling {ceiling}", a.floor));
         }
-        let cred =
-            rustix::net::sockopt::socket_peercred(conn).map_err(|e| format!("SO_PEERCRED: {e}"))?;
-        let pid = cred.pid.as_raw_nonzero().get();
-        let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
-            .map(|s| s.trim().rsplit("::").next().unwrap_or("").to_string())
-            .unwrap_or_default();
-        let write_conn = conn.try_clone().map_err(|e| e.to_string())?;
-        write_conn
-            .set_write_timeout(Some(Duration::from_millis(100)))
-            .map_err(|e| e.to_string())?;
+        let (pid, cgroup, write_conn) = registrant(conn)?;
         let mut st = self.state.lock().unwrap();
         let granted: u64 = st.pools.values().map(|p| p.limit).sum();
         let budget = st.budget;
@@ -696,15 +670,7 @@ impl Daemon {
         if pool.resident() > limit + SEGMENT_BYTES {
             pool.lowered_at = Some(Instant::now());
         }
-        proto::send(
-            conn,
-            &Reply::Registered {
-                id,
-                limit_bytes: limit,
-            },
-            None,
-        )
-        .map_err(|e| e.to_string())?;
+        send_registered(conn, id, limit)?;
         log::info!(
             "pool {id} ({}, pid {pid}) registered: {nseg} segments, grant {} MiB",
             pool.name,
@@ -1030,6 +996,36 @@ fn direct_shrink(p: &mut Pool, count: usize) -> usize {
         .word(shared::OFF_PUNCHED)
         .fetch_add(n as u64, Ordering::Relaxed);
     n
+}
+
+/// Tells a client on `conn` it is registered as `id` with a grant of `limit` bytes.
+fn send_registered(conn: &UnixStream, id: u64, limit: u64) -> Result<(), String> {
+    proto::send(
+        conn,
+        &Reply::Registered {
+            id,
+            limit_bytes: limit,
+        },
+        None,
+    )
+    .map_err(|e| e.to_string())
+}
+
+/// Who registers on `conn`: its pid (from the socket's credentials), its cgroup, and the
+/// connection to push grants on (writes time out after 100 ms: a stalled client never holds the
+/// daemon up).
+fn registrant(conn: &UnixStream) -> Result<(i32, String, UnixStream), String> {
+    let cred =
+        rustix::net::sockopt::socket_peercred(conn).map_err(|e| format!("SO_PEERCRED: {e}"))?;
+    let pid = cred.pid.as_raw_nonzero().get();
+    let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+        .map(|s| s.trim().rsplit("::").next().unwrap_or("").to_string())
+        .unwrap_or_default();
+    let write_conn = conn.try_clone().map_err(|e| e.to_string())?;
+    write_conn
+        .set_write_timeout(Some(Duration::from_millis(100)))
+        .map_err(|e| e.to_string())?;
+    Ok((pid, cgroup, write_conn))
 }
 
 fn unix_ms() -> u64 {

@@ -205,6 +205,16 @@ impl Engine {
             .wait_while_busy(&self.mem.table, page, || self.stopping());
     }
 
+    /// Tells the reclaim scheduler and the eviction order that the budget is now `pages` (it
+    /// grew or shrank at run time: an orphaned fork child's, an elastic one's).
+    pub(crate) fn budget_changed(&self, pages: usize) {
+        self.reclaim.set_budget(pages);
+        self.policy
+            .lock()
+            .expect("eviction policy lock")
+            .set_capacity(pages);
+    }
+
     /// Charges one budget slot to a page about to be installed (a remote page when `refault`
     /// names it), unless room can only be made by reclaiming directly: then it returns false
     /// and takes nothing. Never waits.

@@ -22,11 +22,17 @@ pub fn gleaner_bin() -> PathBuf {
 /// Compiles the C file `src` to `out` with `cc` and `flags`; a compiler error fails the test
 /// with the compiler's message.
 pub fn compile_c(flags: &[&str], src: &Path, out: &Path) {
+    compile_c_linking(flags, src, out, &[]);
+}
+
+/// As [`compile_c`], with `libs` (`-lNAME`) after the source, where the linker wants them.
+pub fn compile_c_linking(flags: &[&str], src: &Path, out: &Path, libs: &[&str]) {
     let cc = Command::new("cc")
         .args(flags)
         .arg(src)
         .arg("-o")
         .arg(out)
+        .args(libs)
         .output()
         .expect("a C compiler (cc)");
     assert!(

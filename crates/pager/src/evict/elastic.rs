@@ -228,7 +228,7 @@ fn apply(
     let before = b.pages();
     if target > before {
         b.grow(target);
-        set_capacity(engine, target);
+        engine.budget_changed(target);
         log::debug!("elastic budget: grew from {before} to {target} pages");
         return false;
     }
@@ -269,19 +269,9 @@ fn apply(
     }
     let after = b.pages();
     if after != before {
-        set_capacity(engine, after);
+        engine.budget_changed(after);
     }
     after > target
-}
-
-/// Tells the reclaim scheduler and the eviction order the budget is now `pages`.
-fn set_capacity(engine: &Engine, pages: usize) {
-    engine.reclaim.set_budget(pages);
-    engine
-        .policy
-        .lock()
-        .expect("eviction policy lock")
-        .set_capacity(pages);
 }
 
 /// Waits up to `wait` for `conn` to be readable or the region to stop; whether it is readable.

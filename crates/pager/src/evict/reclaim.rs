@@ -234,7 +234,7 @@ impl Reclaim {
         }
     }
 
-    /// The budget grew to `pages` (`evict/inherit.rs`).
+    /// The budget is now `pages` (it grew or shrank at run time: `Engine::budget_changed`).
     pub(crate) fn set_budget(&self, pages: usize) {
         self.sched
             .lock()

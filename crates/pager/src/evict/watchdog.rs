@@ -121,12 +121,7 @@ fn take_if_orphaned(engine: &Engine) {
     if !engine.budget.grow(pages) {
         return;
     }
-    engine.reclaim.set_budget(pages);
-    engine
-        .policy
-        .lock()
-        .expect("eviction policy lock")
-        .set_capacity(pages);
+    engine.budget_changed(pages);
     log::info!(
         "pid {}: the process that forked it exited; its local budget of {pages} pages is this \
          process's now (it had {before})",
