@@ -1,7 +1,8 @@
 //! An elastic local budget (`gleaner run --local-mem FLOOR..CEILING`): a pager thread registers
 //! the region with the node daemon (`gleaner node`) as a far program, reports its far-fault
-//! count, the far pages it brought in (on demand and prefetched) and the time its timed faults took (counters the fault path keeps anyway: nothing is
-//! added to it), and applies the grants the daemon pushes, clamped to the floor..ceiling.
+//! count, the far pages it brought in (on demand and prefetched) and the time its timed faults
+//! took (counters the fault path keeps anyway: nothing is added to it), and applies the grants
+//! the daemon pushes, clamped to the floor..ceiling.
 //!
 //! * A grant above the budget applies at once: the budget, the reclaim scheduler's and the
 //!   eviction order's capacity grow (as `evict/watchdog.rs`'s orphaned fork child's does).
@@ -12,7 +13,8 @@
 //! * If the daemon goes away (killed, restarted), the budget stays where it is (never
 //!   below the floor nor above the ceiling) and the thread re-registers, every second, as the
 //!   budget it holds, when a daemon answers again. A refused registration (an older daemon, a
-//!   bad range) is said once on stderr, and the budget stays at the floor.
+//!   bad range) is said once on stderr, and the budget stays where it is (the floor, when it
+//!   is the first registration).
 //!
 //! The thread never touches managed memory: its buffers come from the pager's own heap (it
 //! starts through the pager's thread start hook, as every pager thread does).
