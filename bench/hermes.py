@@ -156,6 +156,12 @@ def read_counter(path):
     raise RuntimeError(f"the batch job's counter {path} is unreadable")
 
 
+def batch_mib_s(counter, before):
+    """The batch job's read rate (MiB/s) since `before`, a `read_counter` of `counter`."""
+    after = read_counter(counter)
+    return round((after[0] - before[0]) / (after[1] - before[1]) / 2**20, 1)
+
+
 def stop(p):
     try:
         os.killpg(p.pid, signal.SIGKILL)
@@ -311,11 +317,19 @@ REDIS_LOADS = [("1k", ["-d", "1024", "-n", "30000", "-r", "100000"]),
                ("200k", ["-d", str(200 * 1024), "-n", "500", "-r", "250"])]
 
 
+def daemon_for(config, cg, sock, batch_pid):
+    """The node daemon a configuration runs beside: none but for hermes (eager reclaim) and
+    hermes_adaptive."""
+    if not config.startswith("hermes"):
+        return None
+    return Daemon(cg, sock, batch_pid, "adaptive" if config == "hermes_adaptive" else "eager")
+
+
 def redis_run(cg, mode, tmp, sock, batch_pid=None, counter=None):
     """One redis run: mode default | reserve | hermes | hermes_adaptive; inside `cg` if given."""
     port = 16379 + (os.getpid() % 1000)
     env = {**os.environ, "GLEANER_NODE_SOCKET": sock}
-    daemon = Daemon(cg, sock, batch_pid, "adaptive" if mode == "hermes_adaptive" else "eager") if mode.startswith("hermes") else None
+    daemon = daemon_for(mode, cg, sock, batch_pid)
     st = os.path.join(tmp, "redis-stats.json")
     if os.path.exists(st):
         os.unlink(st)
@@ -338,8 +352,7 @@ def redis_run(cg, mode, tmp, sock, batch_pid=None, counter=None):
             for op, t in parse_redis(out).items():
                 res[f"{op.lower()}_{size}"] = t
         if counter:
-            after = read_counter(counter)
-            res["batch_mib_s"] = round((after[0] - before[0]) / (after[1] - before[1]) / 2**20, 1)
+            res["batch_mib_s"] = batch_mib_s(counter, before)
         subprocess.run(["redis-cli", "-p", str(port), "shutdown", "nosave"], capture_output=True)
         try:
             server.wait(timeout=10)
@@ -359,7 +372,7 @@ def redis_run(cg, mode, tmp, sock, batch_pid=None, counter=None):
 
 def rocksdb_run(binary, cg, name, prefix, env, tmp, sock, batch_pid=None, counter=None):
     """One RocksDB run under allocator `name` (hermes / hermes_adaptive: with a daemon)."""
-    daemon = Daemon(cg, sock, batch_pid, "adaptive" if name == "hermes_adaptive" else "eager") if name.startswith("hermes") else None
+    daemon = daemon_for(name, cg, sock, batch_pid)
     db = os.path.join(tmp, "rocksdb")
     shutil.rmtree(db, ignore_errors=True)
     samples = os.path.join(tmp, "rocksdb-samples")
@@ -378,8 +391,7 @@ def rocksdb_run(binary, cg, name, prefix, env, tmp, sock, batch_pid=None, counte
             cls, *vals = line.split()
             res["samples"][cls] = [float(v) for v in vals]
         if counter:
-            after = read_counter(counter)
-            res["batch_mib_s"] = round((after[0] - before[0]) / (after[1] - before[1]) / 2**20, 1)
+            res["batch_mib_s"] = batch_mib_s(counter, before)
         if name.startswith("hermes"):
             res["thread_cpu_share"] = thread_share(st)
         if daemon:

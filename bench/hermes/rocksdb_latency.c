@@ -17,6 +17,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "latency.h"
+
 #define SMALL 1024
 #define LARGE (200 * 1024)
 
@@ -27,17 +29,6 @@ struct samples {
     double *ns;
     size_t n;
 };
-
-static double now_ns(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1e9 + t.tv_nsec;
-}
-
-static int cmp(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 static void die(const char *what, const char *key, char *err) {
     fprintf(stderr, "rocksdb_latency: %s %s: %s\n", what, key, err ? err : "(no error text)");

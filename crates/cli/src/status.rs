@@ -192,40 +192,41 @@ fn render_shares(node: &Value) -> String {
         "RANGE",
         "LOSS / UTILITY"
     );
-    for p in node["programs"].as_array().into_iter().flatten() {
-        out += &format!(
-            "{:>5}  {:<12} {:<24} {:>10} {:>5.1}% {:>10} {:>21}  {:.1} ms/s lost to far faults ({:.0} us each)
-",
+    // One row per claimant: what it is granted and holds, its range, and why it gets what it
+    // gets (a program's loss, a pool's utility).
+    let row = |p: &Value, kind: &str, holds: &Value, why: String| {
+        format!(
+            "{:>5}  {:<12} {:<24} {:>10} {:>5.1}% {:>10} {:>21}  {why}\n",
             n(&p["id"]),
-            "program",
+            kind,
             p["name"].as_str().unwrap_or("?"),
             format_size(n(&p["limit"])),
             100.0 * f(&p["share"]),
-            format_size(n(&p["budget_applied"])),
-            format!("{}..{}", format_size(n(&p["floor"])), format_size(n(&p["ceiling"]))),
-            f(&p["loss_ns_per_s"]) / 1e6,
-            f(&p["fault_cost_ns"]) / 1e3,
-        );
-    }
-    for p in node["pools"].as_array().into_iter().flatten() {
-        out += &format!(
-            "{:>5}  {:<12} {:<24} {:>10} {:>5.1}% {:>10} {:>21}  {}
-",
-            n(&p["id"]),
-            "soft pool",
-            p["name"].as_str().unwrap_or("?"),
-            format_size(n(&p["limit"])),
-            100.0 * f(&p["share"]),
-            format_size(n(&p["resident"])),
+            format_size(n(holds)),
             format!(
                 "{}..{}",
                 format_size(n(&p["floor"])),
                 format_size(n(&p["ceiling"]))
             ),
-            p["utility"]
-                .as_f64()
-                .map_or("-".to_string(), |u| format!("utility {u:.3}")),
+        )
+    };
+    for p in node["programs"].as_array().into_iter().flatten() {
+        out += &row(
+            p,
+            "program",
+            &p["budget_applied"],
+            format!(
+                "{:.1} ms/s lost to far faults ({:.0} us each)",
+                f(&p["loss_ns_per_s"]) / 1e6,
+                f(&p["fault_cost_ns"]) / 1e3
+            ),
         );
+    }
+    for p in node["pools"].as_array().into_iter().flatten() {
+        let utility = p["utility"]
+            .as_f64()
+            .map_or("-".to_string(), |u| format!("utility {u:.3}"));
+        out += &row(p, "soft pool", &p["resident"], utility);
     }
     let decisions = node["decisions"].as_array().map_or(&[][..], |d| &d[..]);
     if !decisions.is_empty() {
@@ -380,6 +381,10 @@ mod tests {
         );
         assert!(t.contains("64.00 MiB..448.00 MiB"), "{t}");
         assert!(t.contains("soft pool") && t.contains("25.0%"), "{t}");
+        assert!(
+            t.contains("100.00 MiB") && t.contains("utility 0.500"),
+            "{t}"
+        );
         assert!(
             t.contains("program 3 (big (pid 10)) 320.00 MiB -> 384.00 MiB: +64 MiB from 5"),
             "{t}"

@@ -106,6 +106,16 @@ fn finished_well(name: &str, out: (Option<i32>, String, String)) -> String {
     stderr
 }
 
+/// What the daemon grants, in all, to the entries of `kind` (`programs` or `pools`) in `st`.
+fn granted(st: &Value, kind: &str) -> u64 {
+    st[kind]
+        .as_array()
+        .unwrap_or_else(|| panic!("no {kind} in {st}"))
+        .iter()
+        .map(|p| u(&p["limit"]))
+        .sum()
+}
+
 fn u(v: &Value) -> u64 {
     v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"))
 }
@@ -158,12 +168,7 @@ fn the_program_faulting_more_is_granted_more_within_its_range() {
         assert!(Instant::now() < deadline, "the programs ran past 60 s");
         let st = status(&socket);
         let total = u(&st["elastic_total"]);
-        let granted: u64 = st["programs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|p| u(&p["limit"]))
-            .sum();
+        let granted = granted(&st, "programs");
         if let (Some(b), Some(s)) = (program(&st, "big"), program(&st, "small")) {
             samples += 1;
             for p in [b, s] {
@@ -351,12 +356,7 @@ fn a_soft_pool_and_a_far_program_share_one_arbiter() {
         assert!(Instant::now() < deadline, "the program ran past 60 s");
         let st = status(&socket);
         let total = u(&st["elastic_total"]);
-        let pools: u64 = st["pools"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|p| u(&p["limit"]))
-            .sum();
+        let pools = granted(&st, "pools");
         if let Some(p) = program(&st, "sweeper") {
             let limit = u(&p["limit"]);
             assert!((48 * MIB..=208 * MIB).contains(&limit), "{p}");

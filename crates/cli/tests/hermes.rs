@@ -153,31 +153,22 @@ fn wait_line(child: &mut Child, want: &str) {
     assert!(line.contains(want), "{line}");
 }
 
-/// The daemon, kept under its watermark (`--reserve` above all memory), drops the page cache of
-/// the batch process's file and nothing else: not the latency-critical process's file, not a
-/// file nobody marked holds, not the batch process's anonymous memory.
-#[test]
-fn the_daemon_drops_only_batch_processes_file_pages() {
-    let dir = TempDir::new("hermes-batch");
-    let sock = dir.path().join("node.sock");
-    let make = |name: &str| {
-        let p = dir.path().join(name);
-        std::fs::write(&p, vec![7u8; 32 << 20]).unwrap();
-        p
-    };
-    let (batch_file, lc_file, other_file) = (make("batch.dat"), make("lc.dat"), make("other.dat"));
-    let _ = std::fs::read(&other_file).unwrap();
+/// A 32 MiB file `name` in `dir`, every byte `byte` (written, so its pages are in the page cache).
+fn file_of_32_mib(dir: &TempDir, name: &str, byte: u8) -> std::path::PathBuf {
+    let p = dir.path().join(name);
+    std::fs::write(&p, vec![byte; 32 << 20]).unwrap();
+    p
+}
+
+/// A node daemon on `sock`, always under its watermark (`--reserve 1T`: more than all memory), so
+/// that it reclaims every tick (100 ms); returned once its socket exists.
+fn daemon_under_its_watermark(sock: &Path) -> Killed {
     let daemon = Killed(
         Command::new(gleaner_bin())
-            .args([
-                "node",
-                "--socket",
-                sock.to_str().unwrap(),
-                "--tick-ms",
-                "100",
-                "--reserve",
-                "1T",
-            ])
+            .arg("node")
+            .arg("--socket")
+            .arg(sock)
+            .args(["--tick-ms", "100", "--reserve", "1T"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -188,6 +179,20 @@ fn the_daemon_drops_only_batch_processes_file_pages() {
         assert!(Instant::now() < deadline, "the daemon did not start");
         std::thread::sleep(Duration::from_millis(50));
     }
+    daemon
+}
+
+/// The daemon, kept under its watermark (`--reserve` above all memory), drops the page cache of
+/// the batch process's file and nothing else: not the latency-critical process's file, not a
+/// file nobody marked holds, not the batch process's anonymous memory.
+#[test]
+fn the_daemon_drops_only_batch_processes_file_pages() {
+    let dir = TempDir::new("hermes-batch");
+    let sock = dir.path().join("node.sock");
+    let make = |name: &str| file_of_32_mib(&dir, name, 7);
+    let (batch_file, lc_file, other_file) = (make("batch.dat"), make("lc.dat"), make("other.dat"));
+    let _ = std::fs::read(&other_file).unwrap();
+    let daemon = daemon_under_its_watermark(&sock);
     let start = |class: &str, file: &Path| {
         let mut c = Command::new(gleaner_bin())
             .args([
@@ -411,32 +416,9 @@ impl Drop for TestCgroup {
 fn a_cgroup_marked_batch_has_its_processes_page_cache_dropped() {
     let dir = TempDir::new("hermes-cgroup");
     let sock = dir.path().join("node.sock");
-    let make = |name: &str| {
-        let p = dir.path().join(name);
-        std::fs::write(&p, vec![3u8; 32 << 20]).unwrap();
-        p
-    };
+    let make = |name: &str| file_of_32_mib(&dir, name, 3);
     let (in_file, late_file, out_file) = (make("in.dat"), make("late.dat"), make("out.dat"));
-    let daemon = Killed(
-        Command::new(gleaner_bin())
-            .args([
-                "node",
-                "--socket",
-                sock.to_str().unwrap(),
-                "--tick-ms",
-                "100",
-            ])
-            .args(["--reserve", "1T"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !sock.exists() {
-        assert!(Instant::now() < deadline, "the daemon did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let daemon = daemon_under_its_watermark(&sock);
     let cg = TestCgroup::new("batch");
     let mut inside = Killed(cg.spawn(program(), &["hold", in_file.to_str().unwrap()]));
     wait_line(&mut inside.0, "holding");
