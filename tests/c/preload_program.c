@@ -32,6 +32,12 @@
  *   preload_program fd-limit MB     open descriptors until the limit refuses one (EMFILE), as a
  *                                   busy server may, then fill MB, verify, rewrite and verify
  *                                   again. Prints how many it opened (`opened N`)
+ *   preload_program fd-churn MB     a thread takes every free descriptor (opens until EMFILE),
+ *                                   gives back a few and takes them again, over and over, while
+ *                                   the main thread fills MB, verifies, rewrites and verifies
+ *                                   again: the pager's grants and evictions make descriptors at
+ *                                   the very moments the program races for every number. Prints
+ *                                   how often the thread reached the limit (`limits N`)
  *   preload_program mlock MB        lock all memory (mlockall(MCL_CURRENT | MCL_FUTURE), as
  *                                   `memcached -k` does), fill MB, mlock a 4 MiB buffer and fill
  *                                   it, verify both, munlock, munlockall, rewrite and verify
@@ -108,6 +114,7 @@
 #include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -547,6 +554,42 @@ static int run_fd_limit(size_t mb) {
     if (!check(a, len, 32)) fail("memory rewritten at the descriptor limit");
     free(a);
     printf("fd-limit ok, opened %d\n", opened);
+    return 0;
+}
+
+/* ---- fd-churn ----------------------------------------------------------------------- */
+
+static atomic_int churn_done;
+static atomic_long churn_limits;
+
+/* Takes every descriptor it can, gives the last 8 back, and again, until told to stop; then
+ * closes them all. */
+static void *fd_churner(void *arg) {
+    (void)arg;
+    static int held[1 << 16];
+    int n = 0;
+    while (!atomic_load(&churn_done)) {
+        int fd;
+        while (n < (1 << 16) && (fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0) held[n++] = fd;
+        if (n < (1 << 16) && errno != EMFILE) fail("open stopped short of the descriptor limit");
+        atomic_fetch_add(&churn_limits, 1);
+        for (int i = 0; i < 8 && n > 0; i++) close(held[--n]);
+    }
+    while (n > 0) close(held[--n]);
+    return NULL;
+}
+
+static int run_fd_churn(size_t mb) {
+    pthread_t t;
+    if (pthread_create(&t, NULL, fd_churner, NULL)) fail("pthread_create");
+    size_t len = mb << 20;
+    char *a = filled(mb, 33); /* checked as it is filled, while the thread races */
+    fill(a, len, 34);
+    if (!check(a, len, 34)) fail("memory rewritten while descriptors were taken");
+    atomic_store(&churn_done, 1);
+    pthread_join(t, NULL);
+    free(a);
+    printf("fd-churn ok, limits %ld\n", atomic_load(&churn_limits));
     return 0;
 }
 
@@ -1239,6 +1282,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "big")) return run_big(mb);
     if (!strcmp(argv[1], "close-all")) return run_close_all(mb);
     if (!strcmp(argv[1], "fd-limit")) return run_fd_limit(mb);
+    if (!strcmp(argv[1], "fd-churn")) return run_fd_churn(mb);
     if (!strcmp(argv[1], "mlock")) return run_mlock(mb);
     if (!strcmp(argv[1], "wipe-on-fork")) return run_wipe_on_fork(mb);
     if (!strcmp(argv[1], "uring-plain")) return run_uring(mb, 0);

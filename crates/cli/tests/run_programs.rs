@@ -1556,6 +1556,32 @@ fn a_program_at_its_descriptor_limit_keeps_its_far_memory() {
     );
 }
 
+/// A program with a thread that takes every free descriptor, over and over, while its memory
+/// goes far and comes back: each of the pager's new descriptors (a grant's socket clone and
+/// memfd, an evictor's pipe) races with the program for the last numbers, and must still be
+/// made, with the data intact. (A grant once held its room over the memnode's round trip, and
+/// such a program took every number the raised limit gave: the grant arrived with no
+/// descriptor and the program was stopped.)
+#[test]
+fn a_program_racing_for_every_descriptor_keeps_its_far_memory() {
+    let (code, out, err, stats) = run_program_under_ulimit("-n 256", "fd-churn", "128");
+    assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
+    assert!(out.contains("fd-churn ok"), "{out}");
+    assert!(
+        number_after(&out, "limits ") > 10,
+        "the thread reached the limit again and again: {out}"
+    );
+    let t = &stats["total"];
+    assert!(
+        t["store"]["slabs"].as_u64().unwrap() >= 2,
+        "grants while descriptors were taken: {stats}"
+    );
+    assert!(
+        t["evictions"]["dirty"].as_u64().unwrap() > pages(112 << 20),
+        "{stats}"
+    );
+}
+
 /// With `--heap-retain 0` every freed big block is discarded at once (the behaviour before
 /// blocks were kept): nothing is reused, and the program's data is the same.
 #[test]

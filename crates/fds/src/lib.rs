@@ -21,7 +21,8 @@
 //! write-back or a fetch for want of one descriptor (a shared-memory grant's memfd, an
 //! eviction pipe) and stop the program. So a pager keeps spare descriptors, as many as it may
 //! make mid-run ([`keep_spares`]), and gives some up just before it makes descriptors of its
-//! own ([`with_room`]).
+//! own ([`with_room`]; [`with_room_retrying`] where the program may take the freed number
+//! first).
 
 #![deny(missing_docs)]
 
@@ -122,6 +123,38 @@ pub fn with_room<T>(n: usize, make: impl FnOnce() -> T) -> T {
     let made = make();
     refill();
     made
+}
+
+/// How long [`with_room_retrying`] keeps trying to find a number for a new descriptor.
+pub const NUMBER_PATIENCE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Whether `e` says the process has no descriptor number free (`EMFILE`).
+pub fn is_out_of_numbers(e: &std::io::Error) -> bool {
+    e.raw_os_error() == Some(libc::EMFILE)
+}
+
+/// As [`with_room`], but tried again while `make` fails for want of a descriptor number
+/// (`out_of_numbers`), for up to [`NUMBER_PATIENCE`], with pauses growing from 50 us to 20 ms
+/// and room made again each time. Giving a spare up and making a descriptor are two system
+/// calls: a program thread that opens descriptors in a loop can take the freed number in
+/// between (where the limit could not be raised, [`confined`], the spares lie in its range),
+/// and at its limit it gives numbers back only now and then. Returns `make`'s last result.
+pub fn with_room_retrying<T, E>(
+    n: usize,
+    mut make: impl FnMut() -> Result<T, E>,
+    out_of_numbers: impl Fn(&E) -> bool,
+) -> Result<T, E> {
+    let started = std::time::Instant::now();
+    let mut pause = std::time::Duration::from_micros(50);
+    loop {
+        match with_room(n, &mut make) {
+            Err(e) if out_of_numbers(&e) && started.elapsed() < NUMBER_PATIENCE => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(std::time::Duration::from_millis(20));
+            }
+            made => return made,
+        }
+    }
 }
 
 /// The pid of the process one of whose threads is inside [`with_room`] (0: nobody). Not a

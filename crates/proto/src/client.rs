@@ -13,6 +13,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use crate::auth::{client_proof, proofs_equal, random_bytes, server_proof, SessionKey, Token};
+use crate::fdpass::Peeked;
 use crate::frame::read_frame;
 use crate::kind::MessageKind;
 use crate::message::{ErrorCode, Message, PageBatch, PageIds, PageRanges, PageVersions};
@@ -77,7 +78,11 @@ pub enum Stream {
 impl Stream {
     /// Connects to `endpoint`, waiting at most `timeout` for a TCP connection to be established.
     pub fn connect(endpoint: &Endpoint, timeout: Duration) -> io::Result<Stream> {
-        gleaner_fds::with_room(1, || Self::connect_now(endpoint, timeout))
+        gleaner_fds::with_room_retrying(
+            1,
+            || Self::connect_now(endpoint, timeout),
+            gleaner_fds::is_out_of_numbers,
+        )
     }
 
     fn connect_now(endpoint: &Endpoint, timeout: Duration) -> io::Result<Stream> {
@@ -794,9 +799,12 @@ impl Connection {
                 endpoint: self.endpoint.clone(),
             });
         };
-        let sock = sock
-            .try_clone()
-            .map_err(|e| self.transport_error(e.into()))?;
+        // A clone of the socket, and below a copy of the slab's memfd: each made in a window
+        // of its own with room for it, where the program may hold every other descriptor
+        // (`gleaner_fds::with_room_retrying`).
+        let sock =
+            gleaner_fds::with_room_retrying(1, || sock.try_clone(), gleaner_fds::is_out_of_numbers)
+                .map_err(|e| self.transport_error(e.into()))?;
         if !self.stream.buffer().is_empty() {
             // The grant's descriptor comes with its first byte, read below with `recvmsg`:
             // bytes already read ahead would be a frame no request asked for.
@@ -808,33 +816,71 @@ impl Connection {
         self.tx.clear();
         Message::GrantRequest { pages }.encode(&mut self.tx);
         let req_id = self.send_request(MessageKind::GrantRequest)?;
-        let mut fds = Vec::new();
-        // Read past the stream's patience (`recvmsg` on a clone of its socket): under the
-        // whole reply timeout at once, then back to the stream's own.
+        // Read past the stream's patience (on a clone of its socket): under the whole reply
+        // timeout at once, then back to the stream's own. The room for the memfd is made only
+        // once the reply is there (held over the round trip, it let a program opening
+        // descriptors in a loop take every number). The memfd is taken by peeking at the
+        // reply's first byte: a peek that finds no number free leaves the descriptor queued
+        // and is tried again, where a read would have closed it and lost the slab. The read
+        // that follows lets the kernel close the queued original.
         let every = crate::patience::notice_every(self.reply_timeout);
-        let _ = sock.set_read_timeout(Some(self.reply_timeout));
-        let read = crate::fdpass::read_frame_with_fds(&sock, &mut self.rx, &mut fds);
+        let waited = std::time::Instant::now();
+        wait_readable(&sock, self.reply_timeout);
+        let left = self
+            .reply_timeout
+            .saturating_sub(waited.elapsed())
+            .max(Duration::from_millis(1));
+        let _ = sock.set_read_timeout(Some(left));
+        let peeked = gleaner_fds::with_room_retrying(
+            1,
+            || match crate::fdpass::peek_fd(&sock) {
+                Ok(Peeked::NoNumber) => Err(ProtoError::Io(rustix::io::Errno::MFILE.into())),
+                other => other,
+            },
+            |e| matches!(e, ProtoError::Io(e) if gleaner_fds::is_out_of_numbers(e)),
+        );
+        let memfd = match peeked {
+            Ok(Peeked::Fd(fd)) => Ok(Some(fd)),
+            Ok(_) => Ok(None),
+            Err(ProtoError::Io(e)) if gleaner_fds::is_out_of_numbers(&e) => Err(e),
+            Err(e) => {
+                let _ = sock.set_read_timeout(Some(every));
+                return Err(self.transport_error(e));
+            }
+        };
+        // Read even where no copy could be made: the stream stays in step.
+        let read = crate::fdpass::read_frame_dropping_fds(&sock, &mut self.rx);
         let _ = sock.set_read_timeout(Some(every));
         let header = read.map_err(|e| self.transport_error(e))?;
+        let memfd = memfd.map_err(|e| {
+            self.transport_error(ProtoError::Io(std::io::Error::new(
+                e.kind(),
+                format!(
+                    "no descriptor number was free for the granted slab's memfd for {:.0} s \
+                     (the program holds every descriptor its limit, ulimit -n, allows); the \
+                     slab is lost to this session",
+                    gleaner_fds::NUMBER_PATIENCE.as_secs_f64()
+                ),
+            )))
+        })?;
         let kind = self.check_reply(header, req_id)?;
         let (slab_id, granted) = match Message::decode(kind, &self.rx) {
             Ok(Message::Grant { slab_id, pages }) => (slab_id, pages),
             _ => return Err(self.unexpected(kind)),
         };
-        if fds.len() != 1 || granted == 0 || granted > pages {
+        let Some(memfd) = memfd.filter(|_| granted > 0 && granted <= pages) else {
             return Err(self.transport_error(ProtoError::Malformed {
                 kind,
                 why: format!(
-                    "a grant of {granted} pages (asked {pages}) arrived with {} descriptors; \
-                     expected one descriptor and 1..={pages} pages",
-                    fds.len()
+                    "a grant of {granted} pages (asked {pages}) arrived without its descriptor \
+                     or out of bounds; expected one descriptor and 1..={pages} pages"
                 ),
             }));
-        }
+        };
         Ok(SlabGrant {
             slab_id,
             pages: granted,
-            memfd: fds.pop().expect("one descriptor"),
+            memfd,
         })
     }
 
@@ -860,6 +906,18 @@ impl Connection {
             Stream::Unix(s) => Stream::Unix(s.try_clone()?),
         })
     }
+}
+
+/// Waits until `sock` has bytes to read (or its peer closed it), at most `timeout`; a timeout
+/// or an interruption just returns, and the read that follows says what happened.
+fn wait_readable(sock: &UnixStream, timeout: Duration) {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    let mut fds = [PollFd::new(sock, PollFlags::IN)];
+    let limit = Timespec {
+        tv_sec: timeout.as_secs().try_into().unwrap_or(i64::MAX),
+        tv_nsec: timeout.subsec_nanos().into(),
+    };
+    let _ = poll(&mut fds, Some(&limit));
 }
 
 #[cfg(test)]

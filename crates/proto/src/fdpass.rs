@@ -12,8 +12,8 @@ use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 
 use rustix::net::{
-    recvmsg, sendmsg, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
-    SendAncillaryMessage, SendFlags,
+    recvmsg, sendmsg, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, ReturnFlags,
+    SendAncillaryBuffer, SendAncillaryMessage, SendFlags,
 };
 
 use crate::frame::{FrameHeader, HEADER_LEN};
@@ -76,8 +76,25 @@ pub fn read_frame_with_fds(
     payload: &mut Vec<u8>,
     fds: &mut Vec<OwnedFd>,
 ) -> Result<FrameHeader, ProtoError> {
+    read_frame_taking(sock, payload, Some(fds))
+}
+
+/// Reads one frame into `payload` and lets the kernel close any descriptor that came with it
+/// (one [`peek_fd`] already copied).
+pub fn read_frame_dropping_fds(
+    sock: &UnixStream,
+    payload: &mut Vec<u8>,
+) -> Result<FrameHeader, ProtoError> {
+    read_frame_taking(sock, payload, None)
+}
+
+fn read_frame_taking(
+    sock: &UnixStream,
+    payload: &mut Vec<u8>,
+    mut fds: Option<&mut Vec<OwnedFd>>,
+) -> Result<FrameHeader, ProtoError> {
     let mut hdr = [0u8; HEADER_LEN];
-    recv_exact(sock, &mut hdr, fds, true)?;
+    recv_exact(sock, &mut hdr, fds.as_deref_mut(), true)?;
     let header = FrameHeader::decode(&hdr)?;
     payload.clear();
     payload.resize(header.len as usize, 0);
@@ -85,17 +102,75 @@ pub fn read_frame_with_fds(
     Ok(header)
 }
 
-/// Fills `buf` with `recvmsg`, collecting descriptors into `fds`.
+/// What [`peek_fd`] found at the head of the stream.
+#[derive(Debug)]
+pub enum Peeked {
+    /// A copy of the descriptor the next byte brings (the byte and its descriptor stay queued).
+    Fd(OwnedFd),
+    /// The next byte brings no descriptor.
+    NoFd,
+    /// The next byte brings one, but this process had no number free for the copy: nothing
+    /// was consumed, and a later peek can try again.
+    NoNumber,
+}
+
+/// Looks at the next byte of `sock` without consuming it (`MSG_PEEK`), taking a copy of any
+/// descriptor it brings. A read that consumes the byte installs the descriptor or, where no
+/// number is free, closes it for good; a peek that finds no number leaves it queued. Blocks as
+/// a read does (the socket's read timeout applies); the end of the stream is
+/// [`ProtoError::Closed`].
+pub fn peek_fd(sock: &UnixStream) -> Result<Peeked, ProtoError> {
+    let mut byte = [0u8; 1];
+    loop {
+        let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS_PER_FRAME))];
+        let mut control = RecvAncillaryBuffer::new(&mut space);
+        let r = recvmsg(
+            sock,
+            &mut [IoSliceMut::new(&mut byte)],
+            &mut control,
+            RecvFlags::CMSG_CLOEXEC | RecvFlags::PEEK,
+        );
+        let m = match r {
+            Ok(m) => m,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(io::Error::from(e).into()),
+        };
+        let mut fds: Vec<OwnedFd> = Vec::new();
+        for msg in control.drain() {
+            if let RecvAncillaryMessage::ScmRights(received) = msg {
+                fds.extend(received);
+            }
+        }
+        if m.bytes == 0 {
+            return Err(ProtoError::Closed);
+        }
+        if m.flags.contains(ReturnFlags::CTRUNC) && fds.is_empty() {
+            return Ok(Peeked::NoNumber);
+        }
+        if fds.len() > 1 {
+            return Err(io::Error::other("a frame brought more than one file descriptor").into());
+        }
+        return Ok(fds.pop().map_or(Peeked::NoFd, Peeked::Fd));
+    }
+}
+
+/// Fills `buf` with `recvmsg`, collecting descriptors into `fds` (`None`: with no room for
+/// them, so that the kernel closes them).
 fn recv_exact(
     sock: &UnixStream,
     buf: &mut [u8],
-    fds: &mut Vec<OwnedFd>,
+    mut fds: Option<&mut Vec<OwnedFd>>,
     first: bool,
 ) -> Result<(), ProtoError> {
     let mut filled = 0;
     while filled < buf.len() {
         let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS_PER_FRAME))];
-        let mut control = RecvAncillaryBuffer::new(&mut space);
+        let room = if fds.is_some() {
+            &mut space[..]
+        } else {
+            &mut space[..0]
+        };
+        let mut control = RecvAncillaryBuffer::new(room);
         let r = recvmsg(
             sock,
             &mut [IoSliceMut::new(&mut buf[filled..])],
@@ -107,13 +182,15 @@ fn recv_exact(
             Err(rustix::io::Errno::INTR) => continue,
             Err(e) => return Err(io::Error::from(e).into()),
         };
-        for msg in control.drain() {
-            if let RecvAncillaryMessage::ScmRights(received) = msg {
-                fds.extend(received);
+        if let Some(fds) = fds.as_deref_mut() {
+            for msg in control.drain() {
+                if let RecvAncillaryMessage::ScmRights(received) = msg {
+                    fds.extend(received);
+                }
             }
-        }
-        if fds.len() > MAX_FDS_PER_FRAME {
-            return Err(io::Error::other("a frame brought too many file descriptors").into());
+            if fds.len() > MAX_FDS_PER_FRAME {
+                return Err(io::Error::other("a frame brought too many file descriptors").into());
+            }
         }
         if n == 0 {
             return Err(if first && filled == 0 {

@@ -146,12 +146,17 @@ impl Evictor {
     pub(crate) fn try_new(s: &Engine, in_handler: bool) -> Result<Evictor, String> {
         let batch = s.batch.max();
         // Three descriptors, made mid-run where the program may hold all the others.
-        let (pipe, pagemap) = gleaner_fds::with_room(3, || {
-            let pipe = Pipe::new(batch).map_err(|e| format!("making the eviction pipe: {e}"))?;
-            let pagemap = Pagemap::open()
-                .map_err(|e| format!("opening /proc/self/pagemap for eviction: {e}"))?;
-            Ok::<_, String>((pipe, pagemap))
-        })?;
+        let (pipe, pagemap) = gleaner_fds::with_room_retrying(
+            3,
+            || {
+                let pipe = Pipe::new(batch).map_err(|e| ("making the eviction pipe", e))?;
+                let pagemap =
+                    Pagemap::open().map_err(|e| ("opening /proc/self/pagemap for eviction", e))?;
+                Ok((pipe, pagemap))
+            },
+            |(_, e)| gleaner_fds::is_out_of_numbers(e),
+        )
+        .map_err(|(what, e)| format!("{what}: {e}"))?;
         Ok(Evictor {
             slot: s.evictors.register_current(),
             scan_all: in_handler,

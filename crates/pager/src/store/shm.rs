@@ -385,9 +385,10 @@ impl Inner {
                 self.session.endpoint()
             ))
         })?;
-        // A clone of the socket and the slab's memfd: room for both, where the program may
-        // hold every other descriptor.
-        let reply = gleaner_fds::with_room(2, || session.with_control(|conn| conn.grant(want)))
+        // The grant makes room for the socket's clone and the slab's memfd itself, each just
+        // before it is made (`Connection::grant`).
+        let reply = session
+            .with_control(|conn| conn.grant(want))
             .ok_or_else(|| StoreError::Lost("the memnode session is closed".into()))?;
         let g = match reply {
             Ok(g) => g,
