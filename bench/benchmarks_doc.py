@@ -121,7 +121,9 @@ def programs_vs_swap():
         lx = [r for r in j["linux-swap"] if r.get("ok")]
         gw = med([r["wall_s"] for r in g])
         lw = med([r["wall_s"] for r in lx])
-        lcell = fmt(lw, 2) if lx else f"killed in {len(j['linux-swap'])} of {len(j['linux-swap'])}"
+        n = len(j["linux-swap"])
+        lcell = (f"killed in {n} of {n}" if not lx else fmt(lw, 2) if len(lx) == n
+                 else f"{fmt(lw, 2)} ({len(lx)} of {n} completed; killed in {n - len(lx)})")
         faults = j.get("median_far_faults") or {}
         gf, lf = faults.get("gleaner"), faults.get("linux-swap")
         rows.append([job, j["local_mem"], fmt(loc, 2), fmt(gw, 2), lcell,
