@@ -511,6 +511,29 @@ def midas():
         note)
 
 
+def midas_direct():
+    rel = f"{RESULTS}/midas/direct.json"
+    res = load(rel)
+    rows = [[str(r["rep"] + 1), fmt(r["held_before"] / 2**20, 0),
+             fmt(r["direct_punched_bytes"] / 2**20, 0), fmt(r["direct_punch_secs"], 3),
+             fmt(r["direct_gib_per_s"], 2), fmt(r["given_back_after_s"], 2),
+             fmt(r["antagonist_s"], 2), str(r["oom_kills"]), str(r["bad_reads"])]
+            for r in res["runs"]]
+    s = res["summary"]
+    note = (f"Median {s['direct_gib_per_s']:.2f} GiB/s (target: >= 4 GiB/s when taken directly). "
+            "The rate is the daemon's punching (measured inside it); the wall time is the "
+            "antagonist's pace.")
+    return Area(
+        "Soft memory taken back directly from a program that does not cooperate",
+        "One soft-memory program holding 1 GiB in a memory cgroup, stopped (SIGSTOP) so that "
+        "its runtime cannot shrink; an antagonist in the cgroup allocates up to 90% of the "
+        "limit as fast as it can; the node daemon punches the pool's segments, coldest first. "
+        "After SIGCONT every value the program reads is checked.",
+        ["run", "held MiB", "punched MiB", "punch s", "GiB/s", "given back after s",
+         "antagonist s", "OOM kills", "wrong reads"],
+        rows, [rel], res["command"], when(res), "`bench/results/midas/README.md`", note)
+
+
 def elastic():
     rel = f"{RESULTS}/elastic/elastic-quick.json"
     res = load(rel)
@@ -588,7 +611,7 @@ def hermes():
 
 AREAS = [paging_micro, programs_vs_swap, harness, programs_slowdown, defaults, wakeup, fork,
          pool, codec, prefetch, reclaim, corun, access_scan, spawn, cpython_suite, concerto,
-         midas, elastic, hermes]
+         midas, midas_direct, elastic, hermes]
 
 
 def render():

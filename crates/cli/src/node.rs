@@ -52,7 +52,9 @@ pub struct NodeArgs {
     #[arg(long, default_value = "100M", value_name = "SIZE", value_parser = parse_size)]
     initial: u64,
     /// Memory kept free for everything else. Default: 5% of the machine (or cgroup), at least
-    /// 64 MiB.
+    /// 64 MiB. While the memory others use grows, the daemon keeps that growth over five ticks
+    /// (at least 50 ms) free as well, so a fast allocator does not reach the limit between two
+    /// readings (`gleaner node status` shows `reserve_now`).
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     reserve: Option<u64>,
     /// The most all soft pools hold together. Default: all idle memory beyond the reserve.

@@ -199,6 +199,10 @@ struct State {
     budget: u64,
     direct_bytes: u64,
     direct_secs: f64,
+    /// How fast others' memory grows, and the reserve kept for it now (the fixed reserve plus
+    /// the growth over the reaction horizon, [`pressure::Growth`]).
+    growth: pressure::Growth,
+    reserve_now: u64,
     last_registration: Instant,
     errors: u64,
     /// Batch and latency-critical processes, and the batch reclaimer (Hermes).
@@ -269,6 +273,8 @@ impl Daemon {
                 budget,
                 direct_bytes: 0,
                 direct_secs: 0.0,
+                growth: pressure::Growth::default(),
+                reserve_now: cfg.reserve,
                 last_registration: Instant::now(),
                 errors: 0,
                 batch: Reclaimer::new(cfg.reserve, cfg.batch_reclaim),
@@ -683,6 +689,9 @@ impl Daemon {
 
     fn control_loop(&self) {
         let mut last_round = Instant::now();
+        let started = Instant::now();
+        // Five ticks, at least 50 ms: how long others' growth is provided for.
+        let horizon_s = (self.cfg.tick.as_secs_f64() * 5.0).max(0.05);
         while !self.stopping() {
             std::thread::sleep(self.cfg.tick);
             let sample = match self.cfg.source.sample() {
@@ -699,15 +708,16 @@ impl Daemon {
             let soft: u64 = resident.values().sum();
             let programs: u64 = st.programs.values().map(|p| p.now.resident).sum();
             st.sample = sample;
-            st.level = pressure::level(&sample, self.cfg.reserve);
-            st.elastic_total = pressure::budget(
-                &sample,
-                soft + programs,
-                self.cfg.reserve,
-                self.cfg.elastic_budget,
-            );
+            let others =
+                (sample.total.saturating_sub(sample.available)).saturating_sub(soft + programs);
+            st.growth.observe(started.elapsed().as_secs_f64(), others);
+            let reserve = self.cfg.reserve + st.growth.headroom(horizon_s);
+            st.reserve_now = reserve;
+            st.level = pressure::level(&sample, reserve);
+            st.elastic_total =
+                pressure::budget(&sample, soft + programs, reserve, self.cfg.elastic_budget);
             let to_programs: u64 = st.programs.values().map(|p| p.limit).sum();
-            st.budget = pressure::budget(&sample, soft, self.cfg.reserve, self.cfg.soft_budget)
+            st.budget = pressure::budget(&sample, soft, reserve, self.cfg.soft_budget)
                 .min(st.elastic_total.saturating_sub(to_programs));
             let now = Instant::now();
             let round_due = now.duration_since(last_round) >= self.cfg.interval;
@@ -953,6 +963,8 @@ impl Daemon {
             "psi_some_avg10": st.sample.some_avg10,
             "psi_full_avg10": st.sample.full_avg10,
             "direct_punched_bytes": st.direct_bytes,
+            "others_growth_bytes_per_s": st.growth.rate() as u64,
+            "reserve_now": st.reserve_now,
             "direct_punch_secs": st.direct_secs,
             "refused_clients": st.errors,
             "pools": pools,

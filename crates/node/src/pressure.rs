@@ -30,6 +30,50 @@ pub enum Level {
     Severe,
 }
 
+/// How fast memory the daemon does not arbitrate (everything but the soft pools and the far
+/// programs it grants) is growing: the peak of the growth seen between samples, halving every
+/// [`GROWTH_HALF_LIFE`] secs while it does not grow. The daemon keeps that growth times its
+/// reaction horizon free beyond the fixed reserve ([`Growth::headroom`]): an antagonist
+/// allocating 2 GiB/s eats 20 MiB between two 10 ms ticks, and a daemon thread delayed a few
+/// ticks on a busy machine would otherwise let the domain reach its limit before the soft
+/// memory was taken back (an OOM kill where a cgroup has no swap).
+#[derive(Debug, Clone, Default)]
+pub struct Growth {
+    /// The last sample: seconds since the first (monotonic) and the bytes used by others.
+    last: Option<(f64, u64)>,
+    /// Bytes per second, peak-held with decay.
+    rate: f64,
+}
+
+/// The half-life of [`Growth`]'s peak, seconds.
+pub const GROWTH_HALF_LIFE: f64 = 1.0;
+
+impl Growth {
+    /// Records that others use `others` bytes at `at_s` seconds; returns the growth rate
+    /// (bytes per second) now.
+    pub fn observe(&mut self, at_s: f64, others: u64) -> f64 {
+        if let Some((t, prev)) = self.last {
+            let dt = at_s - t;
+            if dt > 0.0 {
+                let now = others.saturating_sub(prev) as f64 / dt;
+                self.rate = now.max(self.rate * 0.5f64.powf(dt / GROWTH_HALF_LIFE));
+            }
+        }
+        self.last = Some((at_s, others));
+        self.rate
+    }
+
+    /// The growth rate last observed (bytes per second).
+    pub fn rate(&self) -> f64 {
+        self.rate
+    }
+
+    /// What to keep free beyond `reserve` for the growth: the rate times `horizon` seconds.
+    pub fn headroom(&self, horizon_s: f64) -> u64 {
+        (self.rate * horizon_s) as u64
+    }
+}
+
 /// The level for `s` with `reserve` bytes to keep free.
 pub fn level(s: &Sample, reserve: u64) -> Level {
     if s.available < reserve / 2 || s.full_avg10 >= 20.0 {
@@ -179,5 +223,24 @@ mod tests {
         assert_eq!(budget(&s(300, 0.0, 0.0), 200, 100, None), 400);
         assert_eq!(budget(&s(300, 0.0, 0.0), 200, 100, Some(150)), 150);
         assert_eq!(budget(&s(10, 0.0, 0.0), 0, 100, None), 0);
+    }
+
+    #[test]
+    fn growth_is_held_at_its_peak_and_decays_when_it_stops() {
+        let mut g = Growth::default();
+        assert_eq!(g.observe(0.0, 1000), 0.0, "one sample: no rate yet");
+        // 200 MiB in 0.1 s: 2 GiB/s.
+        let r = g.observe(0.1, 1000 + (200 << 20));
+        assert!((r - (2000u64 << 20) as f64).abs() < 1.0, "{r}");
+        assert_eq!(g.headroom(0.05), 100 << 20);
+        // Growing slower: the peak is held (decayed by 0.1 s of its half-life).
+        let r = g.observe(0.2, 1000 + (210 << 20));
+        assert!(r > 0.9 * (2000u64 << 20) as f64, "{r}");
+        // Shrinking or flat for 3 s: an eighth of the peak left.
+        let r = g.observe(3.2, 1000);
+        assert!(
+            r < 0.14 * (2000u64 << 20) as f64 && r > 0.1 * (2000u64 << 20) as f64,
+            "{r}"
+        );
     }
 }

@@ -383,3 +383,183 @@ fn a_client_that_finds_no_daemon_starts_one() {
     let pid = st["pid"].as_i64().unwrap() as i32;
     assert_eq!(unsafe_kill(pid, libc::SIGTERM), 0);
 }
+
+/// A memory cgroup for one test (v2 where the unified hierarchy has the memory controller,
+/// else v1), limited to `limit` bytes; killed and removed when dropped.
+struct Cgroup {
+    dir: PathBuf,
+    v2: bool,
+}
+
+impl Cgroup {
+    fn new(tag: &str, limit: u64) -> Cgroup {
+        let v2 = std::fs::read_to_string("/sys/fs/cgroup/cgroup.controllers")
+            .is_ok_and(|c| c.split_whitespace().any(|x| x == "memory"));
+        let root = if v2 {
+            "/sys/fs/cgroup"
+        } else {
+            "/sys/fs/cgroup/memory"
+        };
+        let dir = PathBuf::from(root).join(format!("gleaner-test-{tag}-{}", std::process::id()));
+        std::fs::create_dir(&dir).unwrap_or_else(|e| {
+            panic!(
+                "this test needs a writable memory cgroup (v1 or v2) and could not make {}: {e} \
+                 (run it as root)",
+                dir.display()
+            )
+        });
+        let cg = Cgroup { dir, v2 };
+        let file = if v2 {
+            "memory.max"
+        } else {
+            "memory.limit_in_bytes"
+        };
+        std::fs::write(cg.dir.join(file), limit.to_string()).unwrap();
+        cg
+    }
+
+    /// `argv` run inside the cgroup (a shell moves itself in, then execs it).
+    fn command(&self, argv: &[&str]) -> Command {
+        let mut c = Command::new("sh");
+        c.arg("-c")
+            .arg(format!(
+                "echo $$ > {}/cgroup.procs && exec \"$@\"",
+                self.dir.display()
+            ))
+            .arg("sh")
+            .args(argv);
+        c
+    }
+
+    fn oom_kills(&self) -> u64 {
+        let (file, key) = if self.v2 {
+            ("memory.events", "oom_kill")
+        } else {
+            ("memory.oom_control", "oom_kill")
+        };
+        std::fs::read_to_string(self.dir.join(file))
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix(key)?.trim().parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        for _ in 0..50 {
+            let procs = std::fs::read_to_string(self.dir.join("cgroup.procs")).unwrap_or_default();
+            for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+                unsafe_kill(pid, libc::SIGCONT);
+                unsafe_kill(pid, libc::SIGKILL);
+            }
+            if std::fs::remove_dir(&self.dir).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// A program holding 256 MiB of soft memory is stopped (its runtime cannot shrink), and an
+/// antagonist in its cgroup allocates 90% of the limit as fast as it can: the daemon takes the
+/// soft memory back directly, fast enough that no one is OOM-killed, and the program, let go
+/// on, reads every value right (its punched objects are misses it rebuilds).
+#[test]
+fn a_fast_antagonist_in_the_cgroup_meets_soft_memory_given_back_not_an_oom_kill() {
+    let soft = 256 * MB;
+    let reserve = 64 * MB;
+    let cg = Cgroup::new("antagonist", 2 * soft + reserve);
+    let s = sock("antagonist");
+    let grant = (soft + 8 * MB).to_string();
+    let _d = daemon(
+        &s,
+        &[
+            "--policy",
+            "static",
+            "--cgroup",
+            cg.dir.to_str().unwrap(),
+            "--tick-ms",
+            "10",
+            "--grace-ms",
+            "100",
+            "--reserve",
+            &reserve.to_string(),
+            "--initial",
+            &grant,
+            "--soft-budget",
+            &grant,
+        ],
+    );
+    let workload_bin = env!("CARGO_BIN_EXE_soft-workload");
+    let sock_s = s.to_str().unwrap().to_string();
+    let objects = (soft / (64 << 10)).to_string();
+    let mut w = cg.command(&[
+        workload_bin,
+        "--name",
+        "held",
+        "--objects",
+        &objects,
+        "--size",
+        "65536",
+        "--cost-us",
+        "0",
+        "--zipf",
+        "0",
+        "--secs",
+        "60",
+        "--report-ms",
+        "100",
+        "--node",
+        &sock_s,
+    ]);
+    let mut w = Proc(w.stdout(Stdio::piped()).spawn().unwrap());
+    let out = w.0.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(out).lines() {
+            let Ok(l) = l else { break };
+            if let Ok(v) = serde_json::from_str::<Value>(&l) {
+                let _ = tx.send(v);
+            }
+        }
+    });
+    wait_until(&s, "the program to fill its grant", 30.0, |st| {
+        pool_named(st, "held").is_some_and(|p| p["resident"].as_u64().unwrap() >= soft * 9 / 10)
+    });
+    // The program's own process is the shell's exec: its pid is the child's.
+    let pid = w.0.id() as i32;
+    assert_eq!(unsafe_kill(pid, libc::SIGSTOP), 0);
+    let target = (2 * soft + reserve) * 9 / 10;
+    let code = format!(
+        "chunks = []\n\
+         while len(chunks) * (16 << 20) < {target}:\n\
+         \x20   chunks.append(b'\\x01' * (16 << 20))\n\
+         print('allocated', len(chunks) * 16)\n"
+    );
+    let ant = cg
+        .command(&["python3", "-c", &code])
+        .output()
+        .expect("python3 runs the antagonist");
+    let st = status(&s);
+    assert!(
+        ant.status.success(),
+        "the antagonist failed ({}; OOM kills in the cgroup: {}); daemon: {st:#}",
+        ant.status,
+        cg.oom_kills()
+    );
+    assert_eq!(cg.oom_kills(), 0, "daemon: {st:#}");
+    let punched = st["direct_punched_bytes"].as_u64().unwrap();
+    assert!(
+        punched >= soft / 2,
+        "the daemon took {punched} bytes directly: {st:#}"
+    );
+    assert_eq!(unsafe_kill(pid, libc::SIGCONT), 0);
+    // It reads on for a second, then is asked to end; every read must have been right.
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(unsafe_kill(pid, libc::SIGINT), 0);
+    let v = last_report(&rx, Duration::from_secs(10));
+    let _ = w.0.wait();
+    assert_eq!(v["bad"], 0, "{v}");
+    assert!(v["revoked_segments"].as_u64().unwrap() > 0, "{v}");
+}
