@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{gleaner_bin, real_python, wait_output, TempDir};
+use common::{gleaner_bin, real_python, wait_output, TempDir, TestCgroup};
 use gleaner_node::proto::{self, Kind, Reply, Request};
 use serde_json::Value;
 
@@ -562,4 +562,117 @@ fn bad_ranges_and_registrations_get_clear_errors() {
     let st = status(&socket);
     assert!(program(&st, "chatty").is_none(), "{st}");
     assert!(u(&st["refused_clients"]) >= 7, "{st}");
+}
+
+/// Pressure between two rounds: a far program granted most of its cgroup, then an antagonist
+/// in the cgroup allocating 320 MiB at once. The daemon lowers the program's grant at once
+/// (a decision "between rounds"), not at its next round 30 s later, nobody is OOM-killed, and
+/// the program, checking every page, finishes well.
+#[test]
+fn pressure_between_rounds_lowers_a_far_programs_grant_at_once() {
+    let dir = TempDir::new("elastic-shed");
+    let socket = dir.path().join("node.sock");
+    let cg = TestCgroup::limited("elastic-shed", 640 * MIB);
+    let mut node = Node(
+        Command::new(gleaner_bin())
+            .args(["node", "--tick-ms", "20", "--reserve", "64M", "--cgroup"])
+            .arg(&cg.0)
+            // One round soon after start (the program grows), the next 30 s later.
+            .args(["--interval", "1.5", "--elastic-step", "256M"])
+            .arg("--socket")
+            .arg(&socket)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .expect("starting gleaner node"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while UnixStream::connect(&socket).is_err() {
+        assert!(Instant::now() < deadline, "gleaner node did not listen");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let stats = dir.path().join("held.json");
+    let stats_s = stats.to_str().unwrap();
+    let workload_s = workload();
+    let mut held = cg
+        .command(
+            gleaner_bin(),
+            &[
+                "run",
+                "-q",
+                "--local-mem",
+                "64M..448M",
+                "--stats",
+                stats_s,
+                "--",
+                real_python(),
+                workload_s.to_str().unwrap(),
+                "--first-mib",
+                "400",
+                "--second-mib",
+                "400",
+                "--passes",
+                "1",
+                "--second-passes",
+                "1",
+                "--first-seconds",
+                "6",
+                "--second-seconds",
+                "6",
+            ],
+        )
+        .env(gleaner_node::client::SOCKET_ENV, &socket)
+        .env("GLEANER_ELASTIC_NAME", "held")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting gleaner run");
+    // Granted well above its floor.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let grown = loop {
+        let st = status(&socket);
+        if let Some(p) = program(&st, "held") {
+            if u(&p["limit"]) >= 300 * MIB {
+                break u(&p["limit"]);
+            }
+        }
+        assert!(Instant::now() < deadline, "the program never grew: {st:#}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let antagonist = "x = b'\\x01' * (320 << 20)\nimport time\ntime.sleep(2)\n";
+    let mut ant = cg
+        .command(real_python(), &["-c", antagonist])
+        .spawn()
+        .expect("starting the antagonist");
+    // Lowered within a second: long before the next round.
+    let deadline = Instant::now() + Duration::from_secs(1);
+    let st = loop {
+        let st = status(&socket);
+        if program(&st, "held").is_some_and(|p| u(&p["limit"]) + 128 * MIB <= grown) {
+            break st;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the grant ({grown}) was not lowered within 1 s: {st:#}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let between = st["decisions"].as_array().unwrap().iter().any(|d| {
+        d["changes"].as_array().unwrap().iter().any(|c| {
+            c["name"].as_str().unwrap_or("").starts_with("held")
+                && c["why"]
+                    .as_str()
+                    .unwrap_or("")
+                    .starts_with("between rounds")
+        })
+    });
+    assert!(between, "no decision between rounds: {st:#}");
+    let ant_status = ant.wait().unwrap();
+    assert!(ant_status.success(), "the antagonist failed: {ant_status}");
+    finished_well("held", wait_output(&mut held, Duration::from_secs(60)));
+    assert_eq!(cg.oom_kills(), 0, "OOM kills in the cgroup");
+    node.kill();
 }

@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use common::{build_c_program, gleaner_bin, run_gleaner, TempDir};
+use common::{build_c_program, gleaner_bin, run_gleaner, TempDir, TestCgroup};
 
 /// tests/c/hermes_program.c, compiled once per test binary.
 fn program() -> &'static str {
@@ -361,52 +361,6 @@ fn rocksdb_reads_back_what_it_wrote_with_the_reserve_on() {
         assert!(lc["hits"].as_u64().unwrap() > 100, "{far:?}: {lc}");
     }
     let _ = std::fs::remove_file(rocksdb_program());
-}
-
-/// A memory cgroup made for a test (v2 if the machine has it, else v1's memory hierarchy),
-/// removed on drop. Needs root: without it the test fails saying so.
-struct TestCgroup(std::path::PathBuf);
-impl TestCgroup {
-    fn new(name: &str) -> TestCgroup {
-        let base = if Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
-            Path::new("/sys/fs/cgroup")
-        } else {
-            Path::new("/sys/fs/cgroup/memory")
-        };
-        let dir = base.join(format!("gleaner-test-{name}-{}", std::process::id()));
-        std::fs::create_dir(&dir).unwrap_or_else(|e| {
-            panic!(
-                "cannot make a cgroup at {} ({e}): this test needs root and a cgroup hierarchy",
-                dir.display()
-            )
-        });
-        TestCgroup(dir)
-    }
-    /// `program args`, started inside the cgroup.
-    fn spawn(&self, program: &str, args: &[&str]) -> Child {
-        let procs = self.0.join("cgroup.procs");
-        Command::new("sh")
-            .args([
-                "-c",
-                &format!("echo $$ > {} && exec \"$@\"", procs.display()),
-                "sh",
-            ])
-            .arg(program)
-            .args(args)
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap()
-    }
-}
-impl Drop for TestCgroup {
-    fn drop(&mut self) {
-        for _ in 0..50 {
-            if std::fs::remove_dir(&self.0).is_ok() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
 }
 
 /// Registration by cgroup: `gleaner node mark --batch --cgroup DIR` on a real cgroup; the daemon

@@ -726,9 +726,14 @@ impl Daemon {
                 let secs = now.duration_since(last_round).as_secs_f64();
                 last_round = now;
                 self.round(st, &resident, secs);
-            } else if granted > st.budget {
-                // Pressure between rounds: cut at once, the cheapest rebuilders first.
-                self.cut(st, &resident);
+            } else {
+                // Pressure between rounds: the far programs give first what their grants and
+                // the soft pools' floors exceed the total by (the least losing first), then the
+                // soft pools are cut, the cheapest rebuilders first.
+                self.shed_programs(st);
+                if granted > st.budget {
+                    self.cut(st, &resident);
+                }
             }
             self.enforce(st, &resident);
             st.batch.tick(sample.available);
@@ -847,14 +852,49 @@ impl Daemon {
                 p.set_limit(d.limit, direct);
             }
         }
-        if !record.is_empty() {
-            st.decisions
-                .push_back(json!({"at_ms": unix_ms(), "budget": st.budget,
-                "elastic_total": st.elastic_total, "level": st.level, "changes": record}));
-            while st.decisions.len() > 32 {
-                st.decisions.pop_front();
+        push_decisions(st, record);
+    }
+
+    /// Between rounds: where the far programs' grants and the soft pools' floors exceed the
+    /// elastic total, lowers the programs' grants at once (`elastic::shed`: the least losing
+    /// first, down to their floors) rather than at the next round, and lowers the soft budget
+    /// to what is left.
+    fn shed_programs(&self, st: &mut State) {
+        if st.programs.is_empty() {
+            return;
+        }
+        let soft_floors: u64 = st.pools.values().map(|p| p.floor).sum();
+        let room = st.elastic_total.saturating_sub(soft_floors);
+        let to_programs: u64 = st.programs.values().map(|p| p.limit).sum();
+        if to_programs <= room {
+            return;
+        }
+        let claimants: Vec<crate::elastic::Claimant> = st
+            .programs
+            .values()
+            .map(|p| crate::elastic::Claimant {
+                id: p.id,
+                floor: p.floor,
+                ceiling: p.ceiling,
+                grant: p.limit,
+                holds: p.limit.max(p.now.budget),
+                loss: p.loss,
+            })
+            .collect();
+        let mut record = Vec::new();
+        for g in crate::elastic::shed(&claimants, room) {
+            if let Some(p) = st.programs.get_mut(&g.id) {
+                if g.grant < p.limit {
+                    record.push(json!({"program": g.id, "name": p.name, "from": p.limit,
+                                       "to": g.grant, "loss_ns_per_s": p.loss,
+                                       "why": format!("between rounds: {}", g.why)}));
+                    p.set_limit(g.grant);
+                }
             }
         }
+        let to_programs: u64 = st.programs.values().map(|p| p.limit).sum();
+        st.budget = st.budget.min(st.elastic_total.saturating_sub(to_programs));
+        push_decisions(st, record);
     }
 
     fn cut(&self, st: &mut State, resident: &BTreeMap<u64, u64>) {
@@ -1008,6 +1048,20 @@ fn direct_shrink(p: &mut Pool, count: usize) -> usize {
         .word(shared::OFF_PUNCHED)
         .fetch_add(n as u64, Ordering::Relaxed);
     n
+}
+
+/// Keeps a round's (or a between-rounds shed's) changes, if any, among the last 32 decisions
+/// `gleaner node status` shows.
+fn push_decisions(st: &mut State, record: Vec<serde_json::Value>) {
+    if record.is_empty() {
+        return;
+    }
+    st.decisions
+        .push_back(json!({"at_ms": unix_ms(), "budget": st.budget,
+        "elastic_total": st.elastic_total, "level": st.level, "changes": record}));
+    while st.decisions.len() > 32 {
+        st.decisions.pop_front();
+    }
 }
 
 /// Tells a client on `conn` it is registered as `id` with a grant of `limit` bytes.

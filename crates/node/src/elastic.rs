@@ -86,22 +86,24 @@ pub fn fault_loss(faults: u64, cost_ns: f64, secs: f64) -> f64 {
     faults as f64 * cost_ns.max(0.0) / secs
 }
 
-/// The next grants for `claimants` (in the same order) within `total` bytes.
-pub fn arbitrate(claimants: &[Claimant], total: u64, p: &Params) -> Vec<Grant> {
-    let n = claimants.len();
+/// The claimants' indices, the one losing least first.
+fn by_loss_asc(claimants: &[Claimant]) -> Vec<usize> {
+    let mut o: Vec<usize> = (0..claimants.len()).collect();
+    o.sort_by(|&a, &b| claimants[a].loss.total_cmp(&claimants[b].loss));
+    o
+}
+
+/// Steps 1 and 2 of a round: grants clamped to floor..ceiling, then, over `total`, the
+/// claimants losing least give first, down to their floors. Returns the grants and why each
+/// changed.
+fn clamp_and_shed(claimants: &[Claimant], total: u64, order: &[usize]) -> (Vec<u64>, Vec<String>) {
     let mut g: Vec<u64> = claimants
         .iter()
         .map(|c| c.grant.clamp(c.floor, c.ceiling.max(c.floor)))
         .collect();
-    let mut why: Vec<String> = vec![String::new(); n];
-    let by_loss_asc = {
-        let mut o: Vec<usize> = (0..n).collect();
-        o.sort_by(|&a, &b| claimants[a].loss.total_cmp(&claimants[b].loss));
-        o
-    };
-    // 2. Over the total: the cheapest give first, down to their floors.
+    let mut why: Vec<String> = vec![String::new(); claimants.len()];
     let mut over = g.iter().sum::<u64>().saturating_sub(total);
-    for &i in &by_loss_asc {
+    for &i in order {
         if over == 0 {
             break;
         }
@@ -112,6 +114,36 @@ pub fn arbitrate(claimants: &[Claimant], total: u64, p: &Params) -> Vec<Grant> {
             why[i] = format!("over the total by {} MiB: gave back", give >> 20);
         }
     }
+    (g, why)
+}
+
+/// Between rounds, under pressure: only steps 1 and 2 (nothing grows), so that grants over
+/// `total` come down at once rather than at the next round. Same order and form as
+/// [`arbitrate`].
+pub fn shed(claimants: &[Claimant], total: u64) -> Vec<Grant> {
+    let (g, why) = clamp_and_shed(claimants, total, &by_loss_asc(claimants));
+    grants(claimants, g, why)
+}
+
+fn grants(claimants: &[Claimant], g: Vec<u64>, why: Vec<String>) -> Vec<Grant> {
+    claimants
+        .iter()
+        .zip(g)
+        .zip(why)
+        .map(|((c, grant), why)| Grant {
+            id: c.id,
+            grant,
+            why: if grant == c.grant { String::new() } else { why },
+        })
+        .collect()
+}
+
+/// The next grants for `claimants` (in the same order) within `total` bytes.
+pub fn arbitrate(claimants: &[Claimant], total: u64, p: &Params) -> Vec<Grant> {
+    let n = claimants.len();
+    let by_loss_asc = by_loss_asc(claimants);
+    // 1, 2. Clamped; over the total, the cheapest give first, down to their floors.
+    let (mut g, mut why) = clamp_and_shed(claimants, total, &by_loss_asc);
     // What nobody holds: growth comes only out of it.
     let held = |i: usize, gi: u64| gi.max(claimants[i].holds);
     let mut free = total.saturating_sub((0..n).map(|i| held(i, g[i])).sum());
@@ -179,16 +211,7 @@ pub fn arbitrate(claimants: &[Claimant], total: u64, p: &Params) -> Vec<Grant> {
             h.loss / 1e6
         );
     }
-    claimants
-        .iter()
-        .zip(g)
-        .zip(why)
-        .map(|((c, grant), why)| Grant {
-            id: c.id,
-            grant,
-            why: if grant == c.grant { String::new() } else { why },
-        })
-        .collect()
+    grants(claimants, g, why)
 }
 
 #[cfg(test)]
@@ -319,6 +342,31 @@ mod tests {
         // Part of it let go: 1 gets that part now.
         cs[1].holds = 224 * MIB;
         assert_eq!(grants(&cs, 512, &p), vec![288, 128]);
+    }
+
+    #[test]
+    fn shedding_between_rounds_only_lowers_the_least_losing_first() {
+        // 700 MiB granted, 400 allowed: the least losing (2) gives down to its floor (100),
+        // then the next (1) gives the rest; the most losing keeps its grant.
+        let cs = [
+            c(1, 100, 400, 300, 5.0),
+            c(2, 100, 400, 300, 1.0),
+            c(3, 50, 200, 100, 50.0),
+        ];
+        let g: Vec<u64> = shed(&cs, 400 * MIB).iter().map(|g| g.grant / MIB).collect();
+        assert_eq!(g, [200, 100, 100]);
+        let why = shed(&cs, 400 * MIB);
+        assert!(why[1].why.contains("gave back"), "{why:?}");
+        assert_eq!(why[2].why, "");
+        // Under the total nothing moves, losses or not (growth waits for a round).
+        let g: Vec<u64> = shed(&cs, 2000 * MIB)
+            .iter()
+            .map(|g| g.grant / MIB)
+            .collect();
+        assert_eq!(g, [300, 300, 100]);
+        // Floors stay even over the total.
+        let g: Vec<u64> = shed(&cs, 10 * MIB).iter().map(|g| g.grant / MIB).collect();
+        assert_eq!(g, [100, 100, 50]);
     }
 
     #[test]
