@@ -1,7 +1,11 @@
-//! The management thread: every period (2 ms, Hermes's `f`) it reads the interval's demand and
-//! refills the heap (Algorithm 1) and the pool (Algorithm 2) from the window, pre-faulting each
-//! piece before the program can see it; every second it publishes the reserve's stats for
-//! `gleaner status`.
+//! The management thread: it reads the demand since it last looked and refills the heap
+//! (Algorithm 1) and the pool (Algorithm 2) from the window, pre-faulting each piece before the
+//! program can see it, then sleeps until a request takes the heap or the pool under its low
+//! watermark (the refill threshold) or finds nothing ready (`wake.rs`). Woken by a request, it
+//! sizes the refill from the demand that drained the reserve; woken by its timeout, from the
+//! demand per period (2 ms, Hermes's `f`). The timeout is one period while the program asks,
+//! doubling to a second while it does not: an idle service's reserve costs about one wake-up a
+//! second, when it publishes the reserve's stats for `gleaner status`.
 //!
 //! The thread is gleaner's runtime (its own allocations come from the C library), holds no lock
 //! while it faults pages in, and never waits for a program thread, nor a program thread for it.
@@ -10,7 +14,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use gleaner_pager::PAGE_SIZE;
-use gleaner_policy::hermes::{heap_plan, pool_refill};
+use gleaner_policy::hermes::{heap_plan, per_period, pool_refill, target, Interval};
 
 use super::pool::Chunk;
 use super::{window, Reserve};
@@ -50,36 +54,90 @@ fn set_priority() {
     }
 }
 
+/// The longest the thread sleeps while nothing is asked (it wakes then only to publish the
+/// stats, which `gleaner status` reads once a second).
+const MAX_IDLE: Duration = Duration::from_secs(1);
+
 fn run(r: &'static Reserve) {
     let mut published = Instant::now() - Duration::from_secs(1);
+    let mut last = Instant::now();
+    let mut timeout = r.period;
+    // The mean large request seen last: the pool stays stocked with chunks of it between
+    // intervals that asked for none.
+    let mut large_mean = None;
+    let mut small_misses = 0;
     loop {
-        std::thread::sleep(r.period);
-        let cpu = thread_cpu_ns();
+        let woken = r.waker.sleep(timeout, || r.needs_refill());
         r.stats.wakeups.fetch_add(1, Ordering::Relaxed);
+        r.missed.store(false, Ordering::Relaxed);
+        let elapsed = last.elapsed();
+        last = Instant::now();
         let (small, large) = r.stats.take_interval();
-        refill_heap(r, small);
-        refill_pool(r, large);
+        // Woken by a request: the interval's demand is what drained the reserve, taken as it
+        // is. Woken by the timeout: the demand per period, the rate the target follows.
+        let (small, large) = if woken {
+            (small, large)
+        } else {
+            let (e, p) = (elapsed.as_micros() as u64, r.period.as_micros() as u64);
+            (per_period(small, e, p), per_period(large, e, p))
+        };
+        if let Some(m) = large.mean() {
+            large_mean = Some(m);
+        }
+        let large = match (large.count, large_mean) {
+            (0, Some(m)) => Interval { bytes: m, count: 1 },
+            _ => large,
+        };
+        // A small request missed: the heap's ready bytes are holes too small for it (they count
+        // as ready, so the plan alone would not grow the heap): grow by a whole target.
+        let missed = r.stats.small_misses.load(Ordering::Relaxed);
+        let fragmented = missed != small_misses;
+        small_misses = missed;
+        let stocked = refill_heap(r, small, fragmented) & refill_pool(r, large);
+        // Woken by a request: the next timeout is one period. Woken by the timeout, the
+        // reserve did not run low in it: twice as long, up to MAX_IDLE (a request that takes
+        // the reserve low wakes the thread whenever it comes).
+        timeout = if woken {
+            r.period
+        } else {
+            (timeout * 2).min(MAX_IDLE)
+        };
         r.stats
             .thread_cpu_ns
-            .fetch_add(thread_cpu_ns().saturating_sub(cpu), Ordering::Relaxed);
+            .store(thread_cpu_ns(), Ordering::Relaxed);
         if published.elapsed() >= Duration::from_secs(1) {
             published = Instant::now();
             super::report::publish();
         }
+        if !stocked {
+            // The window is full or the kernel refused memory: no request's wake-up can help
+            // before a period has passed.
+            r.heap_low.store(0, Ordering::Relaxed);
+            r.pool_low.store(0, Ordering::Relaxed);
+            std::thread::sleep(r.period);
+        }
     }
 }
 
-/// Algorithm 1: grows the heap step by step, each step faulted in before it joins the heap.
-fn refill_heap(r: &Reserve, last: gleaner_policy::hermes::Interval) {
-    let plan = heap_plan(last, r.heap.free_bytes(), r.heap_bound, PAGE_SIZE);
+/// Algorithm 1: grows the heap step by step, each step faulted in before it joins the heap;
+/// sets the heap's low watermark (the refill threshold). Returns false if the window or the
+/// kernel refused a step.
+///
+/// `fragmented`: a request found no block although the heap counts ready bytes; the plan is
+/// made as if none were ready.
+fn refill_heap(r: &Reserve, last: Interval, fragmented: bool) -> bool {
+    let free = if fragmented { 0 } else { r.heap.free_bytes() };
+    let plan = heap_plan(last, free, r.heap_bound, PAGE_SIZE);
+    r.heap_low
+        .store(target(last, r.heap_bound) / 2, Ordering::Relaxed);
     let mut added = 0;
     while added < plan.grow {
         let Some(start) = r.window.take(plan.step) else {
-            return;
+            return false;
         };
         if !window::populate(start, plan.step) {
             r.window.give(start, plan.step);
-            return;
+            return false;
         }
         r.stats
             .populated_bytes
@@ -88,11 +146,18 @@ fn refill_heap(r: &Reserve, last: gleaner_policy::hermes::Interval) {
         unsafe { r.heap.grow(start, plan.step) };
         added += plan.step;
     }
+    true
 }
 
 /// Algorithm 2: adds chunks of the interval's mean large request while the pool is under its
 /// target; each is faulted in (and locked, within `RLIMIT_MEMLOCK`) before it joins the pool.
-fn refill_pool(r: &Reserve, last: gleaner_policy::hermes::Interval) {
+/// Sets the pool's low watermark once a large request was seen. Returns false if the window,
+/// the kernel or the bound refused a chunk.
+fn refill_pool(r: &Reserve, last: Interval) -> bool {
+    if last.count > 0 {
+        r.pool_low
+            .store(target(last, r.pool_bound) / 2, Ordering::Relaxed);
+    }
     let Some((n, len)) = pool_refill(
         last,
         r.pool.pooled(),
@@ -100,15 +165,15 @@ fn refill_pool(r: &Reserve, last: gleaner_policy::hermes::Interval) {
         super::HEADER + 16,
         PAGE_SIZE,
     ) else {
-        return;
+        return true;
     };
     for _ in 0..n {
         let Some(start) = r.window.take(len) else {
-            return;
+            return false;
         };
         if !window::populate(start, len) {
             r.window.give(start, len);
-            return;
+            return false;
         }
         r.stats
             .populated_bytes
@@ -124,9 +189,10 @@ fn refill_pool(r: &Reserve, last: gleaner_policy::hermes::Interval) {
                 r.stats.locked_bytes.fetch_sub(c.len, Ordering::Relaxed);
             }
             r.window.give(c.start, c.len);
-            return;
+            return false;
         }
     }
+    true
 }
 
 /// This thread's CPU time so far, in nanoseconds.
