@@ -381,6 +381,7 @@ pub(crate) fn stats_json() -> Option<serde_json::Value> {
         "thread_wakeups": n(&s.wakeups),
         "thread_wakeups_on_need": n(&s.need_wakeups),
         "thread_cpu_seconds": n(&s.thread_cpu_ns) as f64 / 1e9,
+        "thread_populate_cpu_seconds": n(&s.populate_cpu_ns) as f64 / 1e9,
         "period_us": r.period.as_micros() as u64,
     }))
 }

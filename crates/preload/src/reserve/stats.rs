@@ -26,6 +26,8 @@ pub(crate) struct Stats {
     pub(crate) wakeups: AtomicU64,
     pub(crate) need_wakeups: AtomicU64,
     pub(crate) thread_cpu_ns: AtomicU64,
+    /// Of it, the time spent pre-faulting (the work moved off the program's requests).
+    pub(crate) populate_cpu_ns: AtomicU64,
     /// Bytes `mlock`ed now.
     pub(crate) locked_bytes: AtomicUsize,
     /// Small and large requests since the thread last looked (the interval's demand).

@@ -34,23 +34,26 @@ pub(super) fn spawn(r: &'static Reserve) -> Result<(), String> {
     Ok(())
 }
 
-/// The thread's priority, `GLEANER_RESERVE_PRIORITY`: `normal` (the default), `low` (nice 19)
-/// or `idle` (`SCHED_IDLE`: only CPU time no other thread of the machine wants). At normal
-/// priority the thread's page faults compete with the service's own threads for the CPU; below
-/// it, under CPU contention the reserve runs short and requests fall back (counted as misses:
-/// with `idle`, the 256 KiB microbenchmark on the busy 2-vCPU VM got no gain at all).
+/// The thread's priority, `GLEANER_RESERVE_PRIORITY`: `batch` (the default: `SCHED_BATCH` at
+/// the normal nice value), `normal` (`SCHED_OTHER`), `low` (nice 19) or `idle` (`SCHED_IDLE`:
+/// only CPU time no other thread of the machine wants).
+///
+/// `SCHED_BATCH` keeps the thread's fair share of the CPU but takes away its wake-up
+/// preemption: a request that wakes the thread (taking the reserve under its watermark) then
+/// keeps its CPU, where under `SCHED_OTHER` the woken thread could take the CPU from it for
+/// its whole refill (a millisecond of pre-faulting) on a busy machine, in the middle of the
+/// request. Below the normal weight (`low`, `idle`), under CPU contention the reserve runs short
+/// and requests fall back (counted as misses: with `idle`, the 256 KiB microbenchmark on the
+/// busy 2-vCPU VM got no gain at all).
 fn set_priority() {
     match std::env::var("GLEANER_RESERVE_PRIORITY").as_deref() {
         Ok("low") => {
             // SAFETY: changes the calling thread's own nice value (PRIO_PROCESS of tid 0).
             unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 19) };
         }
-        Ok("idle") => {
-            let param = libc::sched_param { sched_priority: 0 };
-            // SAFETY: changes the calling thread's own policy (pid 0) with a valid parameter.
-            unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
-        }
-        _ => {}
+        Ok("idle") => set_policy(libc::SCHED_IDLE),
+        Ok("normal") => {}
+        _ => set_policy(libc::SCHED_BATCH),
     }
 }
 
@@ -119,6 +122,13 @@ fn run(r: &'static Reserve) {
     }
 }
 
+/// Sets the calling thread's scheduling policy (one with no static priority).
+fn set_policy(policy: i32) {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: changes the calling thread's own policy (pid 0) with a valid parameter.
+    unsafe { libc::sched_setscheduler(0, policy, &param) };
+}
+
 /// Algorithm 1: grows the heap step by step, each step faulted in before it joins the heap;
 /// sets the heap's low watermark (the refill threshold). Returns false if the window or the
 /// kernel refused a step.
@@ -135,7 +145,7 @@ fn refill_heap(r: &Reserve, last: Interval, fragmented: bool) -> bool {
         let Some(start) = r.window.take(plan.step) else {
             return false;
         };
-        if !window::populate(start, plan.step) {
+        if !populate(r, start, plan.step) {
             r.window.give(start, plan.step);
             return false;
         }
@@ -171,7 +181,7 @@ fn refill_pool(r: &Reserve, last: Interval) -> bool {
         let Some(start) = r.window.take(len) else {
             return false;
         };
-        if !window::populate(start, len) {
+        if !populate(r, start, len) {
             r.window.give(start, len);
             return false;
         }
@@ -193,6 +203,18 @@ fn refill_pool(r: &Reserve, last: Interval) -> bool {
         }
     }
     true
+}
+
+/// Pre-faults `[start, start+len)` ([`window::populate`]), counting the CPU time it takes: the
+/// page faults (and under pressure the reclaim) the program's first touches would otherwise
+/// have met, apart from the thread's own overhead (waking, sleeping, bookkeeping).
+fn populate(r: &Reserve, start: usize, len: usize) -> bool {
+    let cpu = thread_cpu_ns();
+    let ok = window::populate(start, len);
+    r.stats
+        .populate_cpu_ns
+        .fetch_add(thread_cpu_ns().saturating_sub(cpu), Ordering::Relaxed);
+    ok
 }
 
 /// This thread's CPU time so far, in nanoseconds.
