@@ -39,7 +39,7 @@ use files::FileId;
 /// How far ahead the watermark looks at the latency-critical processes' allocation rate.
 pub const HORIZON_MS: u64 = 1000;
 /// The least time between two reclaims: finding the batch files and their residency costs
-/// `/proc` reads and a `mincore` per file, which the daemon's 50 ms tick would repeat for a
+/// `/proc` reads and a page-cache measure per file, which the daemon's 50 ms tick would repeat for a
 /// batch job that refills its cache as fast as it is dropped (measured: a fifth of a CPU at
 /// 100 ms in the first `bench/hermes.py` runs).
 pub const MIN_RECLAIM_INTERVAL: Duration = Duration::from_millis(250);
