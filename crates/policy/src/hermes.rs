@@ -43,24 +43,19 @@ impl Interval {
 
 /// The demand of an interval of `elapsed` scaled to one `period` (Hermes's `f`): the rate the
 /// reserve's target is sized from. The management thread sleeps until the reserve runs low, so
-/// its intervals vary in length: a long quiet one is scaled down (it must not inflate the
-/// target), a short one up, at most [`MAX_SCALE_UP`] times (a request stream that drains the
-/// reserve within a fraction of a period needs the period's worth). The mean request is kept.
+/// its intervals vary in length; a long quiet interval must not inflate the target, and one cut
+/// short by a burst keeps its bytes as they are (never scaled up). The mean request is kept.
 pub fn per_period(last: Interval, elapsed_us: u64, period_us: u64) -> Interval {
-    if last.count == 0 || elapsed_us == period_us {
+    if last.count == 0 || elapsed_us <= period_us {
         return last;
     }
-    let elapsed = elapsed_us.max(period_us / MAX_SCALE_UP as u64).max(1);
     let mean = last.bytes / last.count;
-    let count = ((last.count as u128 * period_us as u128 / elapsed as u128) as usize).max(1);
+    let count = ((last.count as u128 * period_us as u128 / elapsed_us as u128) as usize).max(1);
     Interval {
         bytes: mean * count,
         count,
     }
 }
-
-/// The most [`per_period`] scales a short interval's demand up.
-pub const MAX_SCALE_UP: usize = 4;
 
 /// The target a reserve is refilled to: `RESERVE_FACTOR` times the last interval's demand, at
 /// least [`MIN_RESERVE`], never more than `bound` (the reserve's configured ceiling).
@@ -239,10 +234,8 @@ mod tests {
         let i = |bytes, count| Interval { bytes, count };
         // 100 requests of 1 KiB over 200 ms, with a 2 ms period: one request per period.
         assert_eq!(per_period(i(100 << 10, 100), 200_000, 2_000), i(1 << 10, 1));
-        // A stream that drained the reserve in a quarter of a period: four times its bytes;
-        // in a tenth, still four times (the cap).
-        assert_eq!(per_period(i(50 << 10, 50), 500, 2_000), i(200 << 10, 200));
-        assert_eq!(per_period(i(50 << 10, 50), 200, 2_000), i(200 << 10, 200));
+        // A burst that woke the thread early is not scaled up.
+        assert_eq!(per_period(i(50 << 10, 50), 500, 2_000), i(50 << 10, 50));
         // A rare request keeps its size (the pool learns its chunk length from the mean).
         assert_eq!(
             per_period(i(256 << 10, 1), 1_000_000, 2_000),

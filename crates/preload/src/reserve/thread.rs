@@ -1,10 +1,9 @@
 //! The management thread: it reads the demand since it last looked and refills the heap
 //! (Algorithm 1) and the pool (Algorithm 2) from the window, pre-faulting each piece before the
 //! program can see it, then sleeps until a request takes the heap or the pool under its low
-//! watermark (the refill threshold) or finds nothing ready (`wake.rs`). It sizes the refill
-//! from the demand per period (2 ms, Hermes's `f`) since it last looked (scaled down over a long
-//! sleep, up over a short one); woken by a request, from at least the demand that drained the
-//! reserve. The timeout is one period while the program asks,
+//! watermark (the refill threshold) or finds nothing ready (`wake.rs`). Woken by a request, it
+//! sizes the refill from the demand that drained the reserve; woken by its timeout, from the
+//! demand per period (2 ms, Hermes's `f`). The timeout is one period while the program asks,
 //! doubling to a second while it does not: an idle service's reserve costs about one wake-up a
 //! second, when it publishes the reserve's stats for `gleaner status`.
 //!
@@ -77,18 +76,14 @@ fn run(r: &'static Reserve) {
         let elapsed = last.elapsed();
         last = Instant::now();
         let (small, large) = r.stats.take_interval();
-        // The demand per period, the rate the target follows; woken by a request, at least the
-        // demand that drained the reserve (a long sleep ended by a burst keeps the burst).
-        let (e, p) = (elapsed.as_micros() as u64, r.period.as_micros() as u64);
-        let rate = |i: Interval| {
-            let scaled = per_period(i, e, p);
-            if woken && i.bytes > scaled.bytes {
-                i
-            } else {
-                scaled
-            }
+        // Woken by a request: the interval's demand is what drained the reserve, taken as it
+        // is. Woken by the timeout: the demand per period, the rate the target follows.
+        let (small, large) = if woken {
+            (small, large)
+        } else {
+            let (e, p) = (elapsed.as_micros() as u64, r.period.as_micros() as u64);
+            (per_period(small, e, p), per_period(large, e, p))
         };
-        let (small, large) = (rate(small), rate(large));
         if let Some(m) = large.mean() {
             large_mean = Some(m);
         }
