@@ -188,14 +188,18 @@ def with_stats(prefix, path):
     return list(prefix)
 
 
-def thread_share(stats_path):
-    """The reserve thread's CPU time over its process's run, from `gleaner run --stats`."""
+def thread_share(stats_path, part="all"):
+    """The reserve thread's CPU time over its process's run, from `gleaner run --stats`; with
+    part="overhead", less the time it spent pre-faulting (the page faults, and under pressure the
+    reclaim, that the program's first touches would otherwise have met)."""
     try:
         st = json.load(open(stats_path))
     except (OSError, ValueError):
         return None
     procs = st.get("latency_critical", {}).get("processes", [])
     cpu = sum(p["reserve"].get("thread_cpu_seconds", 0) for p in procs)
+    if part == "overhead":
+        cpu -= sum(p["reserve"].get("thread_populate_cpu_seconds", 0) for p in procs)
     wall = st.get("wall_seconds") or 0
     return round(cpu / wall, 5) if wall else None
 
@@ -219,7 +223,7 @@ def micro(binary, allocs, reps, cg, bigfile, tmp):
                         runs.append(alloc_run(binary, with_stats(prefix, st), env, size, total,
                                               think, cg if ant else None))
                         if name == "hermes":
-                            shares.append(thread_share(st))
+                            shares.append((thread_share(st), thread_share(st, "overhead")))
                     cell = {
                         "mean_ns": statistics.median(r["mean_ns"] for r in runs),
                         "p99_ns": statistics.median(r["p99_ns"] for r in runs),
@@ -360,6 +364,7 @@ def redis_run(cg, mode, tmp, sock, batch_pid=None, counter=None):
             pass
         if mode != "default":
             res["thread_cpu_share"] = thread_share(st)
+            res["thread_overhead_share"] = thread_share(st, "overhead")
         if daemon:
             res["daemon"] = daemon.finish()
             daemon = None
@@ -394,6 +399,7 @@ def rocksdb_run(binary, cg, name, prefix, env, tmp, sock, batch_pid=None, counte
             res["batch_mib_s"] = batch_mib_s(counter, before)
         if name.startswith("hermes"):
             res["thread_cpu_share"] = thread_share(st)
+            res["thread_overhead_share"] = thread_share(st, "overhead")
         if daemon:
             res["daemon"] = daemon.finish()
             daemon = None
@@ -533,7 +539,7 @@ def summarize_services(sv):
             for name, runs in lv[svc].items():
                 for r in runs:
                     if r.get("thread_cpu_share") is not None:
-                        threads.append(r["thread_cpu_share"])
+                        threads.append((r["thread_cpu_share"], r.get("thread_overhead_share")))
                     if r.get("daemon"):
                         daemons[name].append(r["daemon"]["cpu_share"])
     for name, shares in daemons.items():
@@ -609,11 +615,14 @@ def main():
     svc_summary, svc_shares = summarize_services(sv)
     summary.update(svc_summary)
     # The reserve thread's CPU share: in the micro-benchmark (which does little but allocate, so
-    # the thread pre-faults nearly all its memory) and in the services.
-    for where, xs in (("micro", micro_shares), ("services", svc_shares)):
-        xs = [x for x in xs if x is not None]
-        summary[f"reserve_thread_cpu_share_{where}_max"] = max(xs) if xs else None
-        summary[f"reserve_thread_cpu_share_{where}_median"] = statistics.median(xs) if xs else None
+    # the thread pre-faults nearly all its memory) and in the services; all of it, and its
+    # overhead (all but the pre-faulting, which moves the program's own faults to the thread).
+    for where, pairs in (("micro", micro_shares), ("services", svc_shares)):
+        for i, what in enumerate(("cpu", "overhead")):
+            xs = [p[i] for p in pairs if p[i] is not None]
+            summary[f"reserve_thread_{what}_share_{where}_max"] = max(xs) if xs else None
+            summary[f"reserve_thread_{what}_share_{where}_median"] = (
+                statistics.median(xs) if xs else None)
     commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
     result = {"quick": True, "date": time.strftime("%Y-%m-%d", time.gmtime()), "git_commit": commit,

@@ -3,7 +3,10 @@
  *   all            every check below; exit 0 when all pass
  *   bound MB       allocates 256 KiB blocks up to MB, frees them, idles, and checks that its
  *                  resident set beyond its live data stays under GLEANER_RESERVE_MAX + 24 MiB
- *   hold FILE      reads FILE into the page cache, holds it open, and sleeps (killed by the test) */
+ *   hold FILE      reads FILE into the page cache, holds it open, and sleeps (killed by the test)
+ *   idle MS        one allocation, then sleeps MS milliseconds (the reserve's thread should too)
+ *   burst MIB      after 300 ms, MIB MiB of 1 KiB blocks (kept, each written, 64 per 20 us
+ *                  pause), then 300 ms more; checks every block's contents at the end */
 #include <fcntl.h>
 #include <malloc.h>
 #include <pthread.h>
@@ -172,6 +175,37 @@ static int run_hold(const char *path) {
     for (;;) pause();
 }
 
+static int run_idle(long ms) {
+    char *p = malloc(100);
+    CHECK(p, "malloc");
+    p[0] = 1;
+    usleep(ms * 1000);
+    free(p);
+    printf("idle done\n");
+    return 0;
+}
+
+static int run_burst(long mib) {
+    size_t n = (size_t)mib * 1024;
+    unsigned char **b = malloc(n * sizeof(*b));
+    CHECK(b, "malloc");
+    usleep(300000);
+    for (size_t i = 0; i < n; i++) {
+        b[i] = malloc(1024);
+        CHECK(b[i], "malloc");
+        fill(b[i], 1024, (unsigned)i);
+        if (i % 64 == 63) usleep(20);
+    }
+    usleep(300000);
+    for (size_t i = 0; i < n; i++) {
+        CHECK(same(b[i], 1024, (unsigned)i), "block %zu changed", i);
+        free(b[i]);
+    }
+    free(b);
+    printf("burst done\n");
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "all")) {
         check_threads();
@@ -184,6 +218,8 @@ int main(int argc, char **argv) {
     }
     if (argc > 2 && !strcmp(argv[1], "bound")) return run_bound(atol(argv[2]));
     if (argc > 2 && !strcmp(argv[1], "hold")) return run_hold(argv[2]);
-    fprintf(stderr, "usage: %s all | bound MB | hold FILE\n", argv[0]);
+    if (argc > 2 && !strcmp(argv[1], "idle")) return run_idle(atol(argv[2]));
+    if (argc > 2 && !strcmp(argv[1], "burst")) return run_burst(atol(argv[2]));
+    fprintf(stderr, "usage: %s all | bound MB | hold FILE | idle MS | burst MIB\n", argv[0]);
     return 2;
 }

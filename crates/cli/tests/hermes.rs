@@ -73,6 +73,60 @@ fn the_reserve_stays_within_its_bound() {
     assert!(p["hits"].as_u64().unwrap() > 0, "{p}");
 }
 
+/// The reserve of a run of `program()` with `args`, from its stats (far memory off).
+fn reserve_after(dir: &TempDir, args: &[&str]) -> serde_json::Value {
+    let s = dir.path().join("stats.json");
+    let mut all = vec![
+        "run",
+        "--far",
+        "off",
+        "--latency-critical",
+        "--stats",
+        s.to_str().unwrap(),
+        "--",
+        program(),
+    ];
+    all.extend_from_slice(args);
+    let (code, out, err) = run_gleaner(&all, Duration::from_secs(60));
+    assert_eq!(code, Some(0), "{args:?}: {out}\n{err}");
+    assert!(out.contains("done"), "{out}");
+    stats(&s)["latency_critical"]["processes"][0]["reserve"].clone()
+}
+
+/// While the program asks for nothing the reserve's thread sleeps (a timeout that doubles up
+/// to a second), where the first version woke every 2 ms: 1.5 s idle made 750 wake-ups then.
+#[test]
+fn the_reserve_thread_sleeps_while_the_reserve_is_stocked() {
+    let dir = TempDir::new("hermes-idle");
+    let r = reserve_after(&dir, &["idle", "1500"]);
+    let wakeups = r["thread_wakeups"].as_u64().unwrap();
+    assert!(wakeups <= 30, "woke {wakeups} times in 1.5 s idle: {r}");
+    assert!(
+        r["heap_ready_bytes"].as_u64().unwrap() >= 2 << 20,
+        "stocked while it slept: {r}"
+    );
+}
+
+/// A burst that drains the heap wakes the thread (a request under the low watermark, or a
+/// miss): most of 16 MiB of 1 KiB requests are served from the reserve although its heap held
+/// 5 MiB at the start, and the thread pre-faults a stock beyond what the burst took (the
+/// heap's ready bytes at exit would not show it: the program frees its blocks first).
+#[test]
+fn the_reserve_thread_refills_after_a_burst() {
+    let dir = TempDir::new("hermes-burst");
+    let r = reserve_after(&dir, &["burst", "16"]);
+    let (hits, misses) = (r["hits"].as_u64().unwrap(), r["misses"].as_u64().unwrap());
+    assert!(
+        r["thread_wakeups_on_need"].as_u64().unwrap() >= 1,
+        "no request woke the thread: {r}"
+    );
+    assert!(hits >= 12 * 1024, "{hits} of 16384 burst requests hit: {r}");
+    assert!(
+        r["populated_bytes"].as_u64().unwrap() >= 18 << 20,
+        "the thread pre-faulted no stock beyond the burst's 16 MiB ({misses} misses): {r}"
+    );
+}
+
 /// With no node daemon, a latency-critical program runs and says so once (its fork child does
 /// not say it again).
 #[test]

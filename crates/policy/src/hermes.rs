@@ -41,6 +41,22 @@ impl Interval {
     }
 }
 
+/// The demand of an interval of `elapsed` scaled to one `period` (Hermes's `f`): the rate the
+/// reserve's target is sized from. The management thread sleeps until the reserve runs low, so
+/// its intervals vary in length; a long quiet interval must not inflate the target, and one cut
+/// short by a burst keeps its bytes as they are (never scaled up). The mean request is kept.
+pub fn per_period(last: Interval, elapsed_us: u64, period_us: u64) -> Interval {
+    if last.count == 0 || elapsed_us <= period_us {
+        return last;
+    }
+    let mean = last.bytes / last.count;
+    let count = ((last.count as u128 * period_us as u128 / elapsed_us as u128) as usize).max(1);
+    Interval {
+        bytes: mean * count,
+        count,
+    }
+}
+
 /// The target a reserve is refilled to: `RESERVE_FACTOR` times the last interval's demand, at
 /// least [`MIN_RESERVE`], never more than `bound` (the reserve's configured ceiling).
 pub fn target(last: Interval, bound: usize) -> usize {
@@ -211,6 +227,21 @@ mod tests {
         let plan = heap_plan(busy, 1 << 20, 8 << 20, P);
         assert!(plan.grow + (1 << 20) <= 8 << 20, "{plan:?}");
         assert_eq!(heap_plan(busy, 8 << 20, 8 << 20, P).grow, 0);
+    }
+
+    #[test]
+    fn a_long_interval_counts_as_its_rate_per_period() {
+        let i = |bytes, count| Interval { bytes, count };
+        // 100 requests of 1 KiB over 200 ms, with a 2 ms period: one request per period.
+        assert_eq!(per_period(i(100 << 10, 100), 200_000, 2_000), i(1 << 10, 1));
+        // A burst that woke the thread early is not scaled up.
+        assert_eq!(per_period(i(50 << 10, 50), 500, 2_000), i(50 << 10, 50));
+        // A rare request keeps its size (the pool learns its chunk length from the mean).
+        assert_eq!(
+            per_period(i(256 << 10, 1), 1_000_000, 2_000),
+            i(256 << 10, 1)
+        );
+        assert_eq!(per_period(i(0, 0), 1_000_000, 2_000), i(0, 0));
     }
 
     #[test]

@@ -89,19 +89,22 @@ pub(super) fn summary_line(reports: &[Value]) -> Option<String> {
         return None;
     }
     let n = |k: &str| j[k].as_u64().unwrap_or(0);
-    let cpu: f64 = reports
-        .iter()
-        .map(|d| d["reserve"]["thread_cpu_seconds"].as_f64().unwrap_or(0.0))
-        .sum();
+    let secs = |k: &str| -> f64 {
+        reports
+            .iter()
+            .map(|d| d["reserve"][k].as_f64().unwrap_or(0.0))
+            .sum()
+    };
     Some(format!(
         "latency-critical reserve: {} hits, {} misses, {} fallbacks; {} pre-faulted, {} ready at \
-         exit; thread CPU {:.2} s",
+         exit; thread CPU {:.2} s ({:.2} s of it pre-faulting)",
         n("hits"),
         n("misses"),
         n("fallbacks"),
         format_size(n("populated_bytes")),
         format_size(n("reserve_bytes_at_exit")),
-        cpu
+        secs("thread_cpu_seconds"),
+        secs("thread_populate_cpu_seconds")
     ))
 }
 

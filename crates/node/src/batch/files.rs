@@ -45,15 +45,67 @@ pub fn held_files(pid: i32) -> BTreeMap<FileId, PathBuf> {
     out
 }
 
-/// Bytes of the file at `path` in the page cache (`mincore` over a read-only mapping of it, as
-/// `fincore` does); None if it cannot be opened or mapped.
+/// `cachestat(2)` (Linux 6.5+): the same number on x86-64 and AArch64 (the shared table of
+/// system calls added since 5.1); not in every libc release.
+const SYS_CACHESTAT: libc::c_long = 451;
+
+/// `struct cachestat_range` of `cachestat(2)`: `len` 0 means to the end of the file.
+#[repr(C)]
+struct CachestatRange {
+    off: u64,
+    len: u64,
+}
+
+/// `struct cachestat` of `cachestat(2)`, in pages.
+#[repr(C)]
+#[derive(Default)]
+struct Cachestat {
+    nr_cache: u64,
+    nr_dirty: u64,
+    nr_writeback: u64,
+    nr_evicted: u64,
+    nr_recently_evicted: u64,
+}
+
+/// Bytes of the file at `path` in the page cache; None if it cannot be opened (or mapped).
+///
+/// `cachestat(2)` where the kernel has it: it walks only the pages present, where `mincore`
+/// looks each page of the file up from the top of the cache's tree; measured on the daemon
+/// beside a batch job re-reading a 424 MiB file, `mincore` was half its CPU time. Older kernels:
+/// `mincore` over a read-only mapping (as `fincore` does).
 pub fn cached_bytes(path: &std::path::Path) -> Option<u64> {
     let f = File::open(path).ok()?;
+    let range = CachestatRange { off: 0, len: 0 };
+    let mut cs = Cachestat::default();
+    // SAFETY: cachestat reads one range and writes one struct, both live locals of the kernel's
+    // layout, about a descriptor we own.
+    let r = unsafe {
+        libc::syscall(
+            SYS_CACHESTAT,
+            f.as_raw_fd(),
+            &range as *const CachestatRange,
+            &mut cs as *mut Cachestat,
+            0u32,
+        )
+    };
+    if r == 0 {
+        return Some(cs.nr_cache * page_size());
+    }
+    cached_bytes_mincore(&f)
+}
+
+fn page_size() -> u64 {
+    // SAFETY: sysconf reads a constant of the system.
+    u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096)
+}
+
+/// [`cached_bytes`] by `mincore`.
+fn cached_bytes_mincore(f: &File) -> Option<u64> {
     let len = usize::try_from(f.metadata().ok()?.len()).ok()?;
     if len == 0 {
         return Some(0);
     }
-    let page = 4096usize;
+    let page = page_size() as usize;
     // SAFETY: a fresh shared read-only mapping of the whole file, unmapped below; nothing reads
     // through it (mincore only reports residency, and faults nothing in).
     let p = unsafe {
@@ -114,4 +166,29 @@ pub fn position(path: &std::path::Path) -> Option<u64> {
 /// The file's size, bytes.
 pub fn size(path: &std::path::Path) -> Option<u64> {
     std::fs::metadata(path).ok().map(|m| m.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    /// Both ways of measuring agree on a file partly in the page cache (written: all of it;
+    /// then half dropped).
+    #[test]
+    fn cachestat_and_mincore_agree() {
+        let path = std::env::temp_dir().join(format!("gleaner-cachestat-{}", std::process::id()));
+        let mut f = File::create(&path).unwrap();
+        f.write_all(&vec![7u8; 8 << 20]).unwrap();
+        f.sync_all().unwrap();
+        drop_cache(&path, &[(0, 4 << 20)]).unwrap();
+        let by_cachestat = cached_bytes(&path).unwrap();
+        let by_mincore = cached_bytes_mincore(&File::open(&path).unwrap()).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(by_cachestat, by_mincore);
+        assert!(
+            (3 << 20..=4 << 20).contains(&by_cachestat),
+            "half of 8 MiB cached: {by_cachestat}"
+        );
+    }
 }

@@ -39,7 +39,7 @@ use files::FileId;
 /// How far ahead the watermark looks at the latency-critical processes' allocation rate.
 pub const HORIZON_MS: u64 = 1000;
 /// The least time between two reclaims: finding the batch files and their residency costs
-/// `/proc` reads and a `mincore` per file, which the daemon's 50 ms tick would repeat for a
+/// `/proc` reads and a page-cache measure per file, which the daemon's 50 ms tick would repeat for a
 /// batch job that refills its cache as fast as it is dropped (measured: a fifth of a CPU at
 /// 100 ms in the first `bench/hermes.py` runs).
 pub const MIN_RECLAIM_INTERVAL: Duration = Duration::from_millis(250);
@@ -84,6 +84,10 @@ pub struct Reclaimer {
     rate_at_reclaim: f64,
     /// Ticks under the watermark on which a reclaim waited, backing off.
     backoffs: u64,
+    /// Reclaims in a row that found nothing to drop (no batch file had pages cached): each
+    /// doubles the wait before the next, in either mode (a scan that can free nothing is pure
+    /// cost).
+    empty_rounds: u32,
     /// The least free memory kept, whatever the rate.
     floor: u64,
     watermark: u64,
@@ -111,6 +115,7 @@ impl Reclaimer {
             judge: None,
             rate_at_reclaim: 0.0,
             backoffs: 0,
+            empty_rounds: 0,
             floor,
             watermark: floor,
             drops: 0,
@@ -219,8 +224,9 @@ impl Reclaimer {
             // A burst of the latency-critical processes ends any backoff.
             if self.lc_rate > 1.5 * self.rate_at_reclaim + (1 << 20) as f64 {
                 self.interval = MIN_RECLAIM_INTERVAL;
+                self.empty_rounds = 0;
             }
-            if now.duration_since(last) < self.interval {
+            if now.duration_since(last) < self.wait() {
                 self.backoffs += 1;
                 return;
             }
@@ -229,8 +235,23 @@ impl Reclaimer {
         self.last_reclaim = Some(now);
         self.judge = Some(false);
         self.rate_at_reclaim = self.lc_rate;
-        self.reclaim(need);
+        let dropped = self.reclaim(need);
+        self.empty_rounds = if dropped == 0 {
+            self.empty_rounds.saturating_add(1)
+        } else {
+            0
+        };
         self.scan_secs += now.elapsed().as_secs_f64();
+    }
+
+    /// The time to keep between reclaims now: the interval, doubled for each reclaim in a row
+    /// that found nothing to drop, up to [`BACKOFF_MAX`].
+    fn wait(&self) -> Duration {
+        let doubled = MIN_RECLAIM_INTERVAL
+            .checked_mul(1 << self.empty_rounds.min(16))
+            .unwrap_or(BACKOFF_MAX)
+            .min(BACKOFF_MAX);
+        self.interval.max(doubled)
     }
 
     /// Updates the latency-critical processes' growth rate from their resident sets.
@@ -261,8 +282,10 @@ impl Reclaimer {
         }
     }
 
-    /// Drops batch files' page cache, largest first, until `need` bytes are covered.
-    fn reclaim(&mut self, need: u64) {
+    /// Drops batch files' page cache, largest first, until `need` bytes are covered; the bytes
+    /// dropped.
+    fn reclaim(&mut self, need: u64) -> u64 {
+        let before = self.dropped_bytes;
         let protected: BTreeSet<FileId> = self
             .pids(Class::LatencyCritical)
             .flat_map(|pid| files::held_files(pid).into_keys())
@@ -308,6 +331,7 @@ impl Reclaimer {
             log::info!("under the watermark by {need} bytes: dropped {dropped:?}");
             self.last_dropped = dropped;
         }
+        self.dropped_bytes - before
     }
 
     /// The reclaimer's state for `gleaner node status` and `gleaner status`.
@@ -321,6 +345,7 @@ impl Reclaimer {
             "reclaim_interval_s": self.interval.as_secs_f64(),
             "mode": format!("{:?}", self.mode).to_lowercase(),
             "ticks_backing_off": self.backoffs,
+            "empty_rounds": self.empty_rounds,
             "latency_critical_pids": list(Class::LatencyCritical),
             "lc_alloc_bytes_per_s": self.lc_rate,
             "watermark_bytes": self.watermark,
@@ -344,4 +369,25 @@ pub fn cgroup_members(dir: &Path) -> std::io::Result<Vec<i32>> {
 fn resident_bytes(pid: i32) -> Option<u64> {
     let t = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
     Some(t.split_whitespace().nth(1)?.parse::<u64>().ok()? * 4096)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Reclaims that found nothing to drop back off, doubling up to the cap, in either mode;
+    /// one that dropped something would reset the count (`tick`).
+    #[test]
+    fn empty_reclaims_back_off_to_the_cap() {
+        for mode in [Mode::Eager, Mode::Adaptive] {
+            let mut r = Reclaimer::new(1 << 20, mode);
+            assert_eq!(r.wait(), MIN_RECLAIM_INTERVAL);
+            r.empty_rounds = 1;
+            assert_eq!(r.wait(), 2 * MIN_RECLAIM_INTERVAL);
+            r.empty_rounds = 3;
+            assert_eq!(r.wait(), 8 * MIN_RECLAIM_INTERVAL);
+            r.empty_rounds = 40;
+            assert_eq!(r.wait(), BACKOFF_MAX);
+        }
+    }
 }

@@ -3,8 +3,11 @@
 //! not fall into the kernel's direct reclaim under memory pressure.
 //!
 //! On with `GLEANER_LATENCY_CRITICAL=1` (`gleaner run --latency-critical`). A management thread
-//! (`thread.rs`) wakes every 2 ms, looks at what the program asked for in the interval, and keeps
-//! two reserves pre-faulted with `MADV_POPULATE_WRITE` inside one address window (`window.rs`):
+//! (`thread.rs`) keeps two reserves pre-faulted with `MADV_POPULATE_WRITE` inside one address
+//! window (`window.rs`), sized from what the program asked for per period (2 ms, Hermes's `f`).
+//! It sleeps while they are stocked: a request that takes one under its low watermark, or finds
+//! nothing ready, wakes it (`wake.rs`; one system call per sleep at most), and while nothing is
+//! asked it looks only at a backed-off timeout (up to a second, for the stats):
 //!
 //! * small requests (under 128 KiB) come from a heap grown step by step (`heap.rs`, Algorithm 1);
 //! * large ones from a segregated pool of pre-faulted chunks (`pool.rs`, Algorithm 2), `mlock`ed
@@ -29,10 +32,11 @@ mod pool;
 pub(crate) mod report;
 mod stats;
 mod thread;
+mod wake;
 mod window;
 
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 use gleaner_pager::PAGE_SIZE;
@@ -42,6 +46,7 @@ use gleaner_proto::units::{format_size, parse_size};
 use heap::SmallHeap;
 use pool::{Chunk, Pool};
 use stats::Stats;
+use wake::Waker;
 use window::Window;
 
 pub(crate) use window::contains;
@@ -62,6 +67,14 @@ pub(crate) struct Reserve {
     memlock_limit: usize,
     period: std::time::Duration,
     stats: Stats,
+    /// The thread's sleep word: requests that find the reserve low wake it.
+    waker: Waker,
+    /// The low watermarks (the thread's refill thresholds, set after each refill): a request
+    /// that leaves the heap's ready bytes or the pool's bytes under its mark wakes the thread.
+    heap_low: AtomicUsize,
+    pool_low: AtomicUsize,
+    /// A request found nothing ready since the thread last refilled.
+    missed: AtomicBool,
 }
 
 static RESERVE: OnceLock<Reserve> = OnceLock::new();
@@ -141,6 +154,11 @@ pub(crate) fn start(far: bool) -> Result<bool, String> {
         },
         period: std::time::Duration::from_micros(period_us),
         stats: Stats::default(),
+        waker: Waker::new(),
+        // Until the thread's first refill: wake it at the first request.
+        heap_low: AtomicUsize::new(usize::MAX),
+        pool_low: AtomicUsize::new(0),
+        missed: AtomicBool::new(false),
     };
     if RESERVE.set(reserve).is_err() {
         return Ok(false);
@@ -171,8 +189,14 @@ impl Reserve {
             self.large(total)?
         } else {
             match self.heap.take(total) {
-                Some(start) => (start, 0, total, false),
+                Some(start) => {
+                    if self.heap.free_bytes() < self.heap_low.load(Ordering::Relaxed) {
+                        self.wake();
+                    }
+                    (start, 0, total, false)
+                }
                 None => {
+                    self.stats.small_misses.fetch_add(1, Ordering::Relaxed);
                     self.miss();
                     self.stats.fallbacks.fetch_add(1, Ordering::Relaxed);
                     return None;
@@ -208,6 +232,9 @@ impl Reserve {
                 unsafe { libc::munlock(c.start as *const c_void, c.len) };
                 self.stats.locked_bytes.fetch_sub(c.len, Ordering::Relaxed);
             }
+            if self.pool.pooled() < self.pool_low.load(Ordering::Relaxed) {
+                self.wake();
+            }
             return Some((c.start, 1, c.len, false));
         }
         self.miss();
@@ -220,11 +247,31 @@ impl Reserve {
         None
     }
 
-    /// A request found nothing ready. The thread is not woken: a wake-up is a system call in
-    /// the allocating thread and a context switch, which under redis's stream of small requests
-    /// cost a sixth of its CPU time (perf); the next period refills.
+    /// A request found nothing ready: counted, and the thread woken.
     fn miss(&self) {
         self.stats.misses.fetch_add(1, Ordering::Relaxed);
+        if !self.missed.load(Ordering::Relaxed) {
+            self.missed.store(true, Ordering::Relaxed);
+        }
+        self.wake();
+    }
+
+    /// Wakes the management thread if it sleeps. A wake-up per request (the first version woke
+    /// it at every miss) cost redis a sixth of its CPU time in system calls and context
+    /// switches (perf); this one makes a system call only when the thread sleeps, so at most
+    /// once per sleep, and costs a fence and a load otherwise.
+    fn wake(&self) {
+        if self.waker.wake() {
+            self.stats.need_wakeups.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether the reserve needs the thread: a request missed, or the heap or the pool is
+    /// under its low watermark.
+    fn needs_refill(&self) -> bool {
+        self.missed.load(Ordering::Relaxed)
+            || self.heap.free_bytes() < self.heap_low.load(Ordering::Relaxed)
+            || self.pool.pooled() < self.pool_low.load(Ordering::Relaxed)
     }
 
     /// Frees a block of the reserve.
@@ -327,11 +374,14 @@ pub(crate) fn stats_json() -> Option<serde_json::Value> {
         "far_memory": r.window.far(),
         "hits": n(&s.hits),
         "misses": n(&s.misses),
+        "small_misses": n(&s.small_misses),
         "fallbacks": n(&s.fallbacks),
         "populated_bytes": n(&s.populated_bytes),
         "released_bytes": n(&s.released_bytes),
         "thread_wakeups": n(&s.wakeups),
+        "thread_wakeups_on_need": n(&s.need_wakeups),
         "thread_cpu_seconds": n(&s.thread_cpu_ns) as f64 / 1e9,
+        "thread_populate_cpu_seconds": n(&s.populate_cpu_ns) as f64 / 1e9,
         "period_us": r.period.as_micros() as u64,
     }))
 }

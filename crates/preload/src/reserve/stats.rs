@@ -11,6 +11,9 @@ pub(crate) struct Stats {
     pub(crate) hits: AtomicU64,
     /// Requests the reserve was meant to serve but had nothing ready for.
     pub(crate) misses: AtomicU64,
+    /// Of the misses, small requests the heap had no block for (the rest are large requests
+    /// the pool had no chunk for).
+    pub(crate) small_misses: AtomicU64,
     /// Requests sent to the default allocator (the misses, and what the reserve does not serve:
     /// over-aligned blocks, requests past its bound, a fork child's).
     pub(crate) fallbacks: AtomicU64,
@@ -18,9 +21,13 @@ pub(crate) struct Stats {
     pub(crate) populated_bytes: AtomicU64,
     /// Bytes the thread gave back (pool chunks beyond the bound).
     pub(crate) released_bytes: AtomicU64,
-    /// The thread's wake-ups and the CPU time it spent, in nanoseconds.
+    /// The thread's wake-ups (all, and those a request made by finding the reserve low) and the
+    /// CPU time it spent (all of it, sleeping and waking included), in nanoseconds.
     pub(crate) wakeups: AtomicU64,
+    pub(crate) need_wakeups: AtomicU64,
     pub(crate) thread_cpu_ns: AtomicU64,
+    /// Of it, the time spent pre-faulting (the work moved off the program's requests).
+    pub(crate) populate_cpu_ns: AtomicU64,
     /// Bytes `mlock`ed now.
     pub(crate) locked_bytes: AtomicUsize,
     /// Small and large requests since the thread last looked (the interval's demand).
