@@ -90,9 +90,14 @@ impl Mapping {
                 .checked_add(16)
                 .and_then(|e| e.checked_add(len))
                 .is_some_and(|e| e <= self.len);
-        // SAFETY (of the `add`): `off` is inside the mapping (checked just above).
-        fits.then(|| Piece {
-            at: unsafe { NonNull::new_unchecked(self.ptr.as_ptr().add(off)) },
+        if !fits {
+            return None;
+        }
+        // SAFETY: `off` is inside the mapping (checked just above), so the pointer stays in
+        // the same allocation and is not null.
+        let at = unsafe { self.ptr.add(off) };
+        Some(Piece {
+            at,
             len,
             _map: std::marker::PhantomData,
         })

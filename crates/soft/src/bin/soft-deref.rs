@@ -5,16 +5,17 @@
 //! medians of `--rounds` rounds in ns per read, and their ratios. Every read is checked against
 //! the object's bytes; a wrong read exits 3.
 //!
-//! Like with like: the plain side is a [`PlainBox`], the bytes in a `Vec` on the heap behind a
-//! `Box` (as a cache would hold a value), read the way a soft read delivers its copy: the
-//! output cleared, then the bytes appended to it (`extend_from_slice`: a capacity check, one
-//! `memcpy`, the new length; the soft read's `Mapping::append_to` does the same from the
-//! mapping). Both loops inline their read and pass the handle through `black_box` on every
-//! read, so neither can hoist the finding of its object out of the loop, and both keep the
-//! output's allocation. What the ratio measures is therefore the soft read's own work: its
-//! seqlock snapshot, the header check, the re-checks after the copy and the hit counting. The
-//! 4 MiB object is in two pieces (a piece is at most a segment, 2 MiB), so its read takes the
-//! pool's lock.
+//! Like with like: the plain side is a [`PlainBox`], the bytes in a heap allocation (a `Vec`)
+//! whose handle sits where the program keeps it, as a [`SoftBox`]'s does (a value in an
+//! ordinary cache). It is read the way a soft read delivers its copy: the output cleared, then
+//! the bytes appended to it (`extend_from_slice`: a capacity check, one `memcpy`, the new
+//! length; the soft read's `Piece::append_payload_to` in `crates/node/src/map.rs` does the same
+//! from the mapping). Both loops inline their read and pass the handle through `black_box` on
+//! every read, so neither can hoist the finding of its object out of the loop, and both reuse
+//! the output's allocation. What the ratio measures is the soft read's own work: its seqlock
+//! snapshot, the bounds and header checks, the re-checks after the copy and the hit counting.
+//! The 4 MiB object is in three pieces (a piece is at most a segment, 2 MiB, less its header),
+//! so its read takes the pool's lock.
 //!
 //! `soft-deref [--rounds R] [--reads-small N] [--reads-large N]`
 
@@ -32,7 +33,7 @@ fn value(seed: u8, len: usize) -> Vec<u8> {
 }
 
 /// The plain baseline: bytes in an ordinary heap object.
-struct PlainBox(Box<Vec<u8>>);
+struct PlainBox(Vec<u8>);
 
 impl PlainBox {
     /// A copy of the bytes into `out`, the way [`SoftBox::read_into`] delivers one.
@@ -107,8 +108,8 @@ fn main() {
     });
     let (a, b) = (pool.new_unique(), pool.new_unique());
     assert!(a.write(&small) && b.write(&large), "the pool had no room");
-    let plain_small = PlainBox(Box::new(small.clone()));
-    let plain_large = PlainBox(Box::new(large.clone()));
+    let plain_small = PlainBox(small.clone());
+    let plain_large = PlainBox(large.clone());
     let mut out = Vec::new();
     let mut rows: [Vec<f64>; 4] = Default::default();
     for _ in 0..rounds {
