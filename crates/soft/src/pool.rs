@@ -441,9 +441,9 @@ impl PoolInner {
             return false;
         };
         // Until confirmed, the fields may come from different writes: in range before use.
-        // (Offsets are always 16-aligned: the header loads below check it again.)
-        let end = u64::from(s.off) + HEADER + u64::from(s.len);
-        if s.seg == 0 || s.seg > self.nseg || end > SEG {
+        // Inside its segment, and the piece inside the mapping (which ends after the last
+        // segment, so this also keeps the segment within the pool's).
+        if u64::from(s.off) + HEADER + u64::from(s.len) > SEG {
             return false;
         }
         let base = shared::segment_offset(s.seg) as usize + s.off as usize;

@@ -91,8 +91,8 @@ impl Word {
             return None;
         }
         let at = w.at.load(Ordering::Relaxed);
-        if at == 0 {
-            return None;
+        if at >> 32 == 0 {
+            return None; // no place (segments count from 1)
         }
         let meta = w.meta.load(Ordering::Relaxed);
         Some(Snapshot {
