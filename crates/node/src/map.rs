@@ -65,6 +65,44 @@ impl Mapping {
         unsafe { &*self.ptr.as_ptr().add(off).cast::<AtomicU64>() }
     }
 
+    /// The `N` atomic `u64`s from byte offset `off` (8-aligned, inside the mapping), as an
+    /// array: indexing it needs no check against the mapping's length.
+    #[inline]
+    pub fn u64_array_at<const N: usize>(&self, off: usize) -> &[AtomicU64; N] {
+        assert!(
+            off.is_multiple_of(8)
+                && N.checked_mul(8)
+                    .and_then(|n| n.checked_add(off))
+                    .is_some_and(|e| e <= self.len),
+            "{N} u64s at {off} out of bounds"
+        );
+        // SAFETY: in bounds and aligned (checked), the mapping lives as long as `&self`, and
+        // AtomicU64 has the layout of u64 and tolerates concurrent writers (other processes).
+        unsafe { &*self.ptr.as_ptr().add(off).cast::<[AtomicU64; N]>() }
+    }
+
+    /// A piece of a soft pool's segment: a 16-byte header (16-aligned) at `off` and the `len`
+    /// bytes after it, checked once to lie inside the mapping; `None` if they do not.
+    #[inline]
+    pub fn piece(&self, off: usize, len: usize) -> Option<Piece<'_>> {
+        let fits = off.is_multiple_of(16)
+            && off
+                .checked_add(16)
+                .and_then(|e| e.checked_add(len))
+                .is_some_and(|e| e <= self.len);
+        if !fits {
+            return None;
+        }
+        // SAFETY: `off` is inside the mapping (checked just above), so the pointer stays in
+        // the same allocation and is not null.
+        let at = unsafe { self.ptr.add(off) };
+        Some(Piece {
+            at,
+            len,
+            _map: std::marker::PhantomData,
+        })
+    }
+
     /// The atomic `u32` at byte offset `off` (4-aligned, inside the mapping).
     #[inline]
     pub fn u32_at(&self, off: usize) -> &AtomicU32 {
@@ -126,6 +164,53 @@ impl Mapping {
     }
 }
 
+/// A piece of a soft pool's segment, its bounds checked by [`Mapping::piece`]: what a read
+/// without the pool's lock needs, with no further check.
+pub struct Piece<'a> {
+    /// The header's first byte (16-aligned).
+    at: NonNull<u8>,
+    /// Payload bytes after the header.
+    len: usize,
+    _map: std::marker::PhantomData<&'a Mapping>,
+}
+
+impl Piece<'_> {
+    /// The header as two words, each loaded relaxed (another thread or process may be
+    /// changing them: the caller validates before trusting).
+    #[inline]
+    pub fn header(&self) -> [u64; 2] {
+        // SAFETY: the 16 header bytes are inside the mapping (`Mapping::piece` checked) and
+        // 16-aligned; the mapping outlives `'_`; AtomicU64 has the layout of u64 and tolerates
+        // concurrent writers.
+        let words = unsafe { &*self.at.as_ptr().cast::<[AtomicU64; 2]>() };
+        [
+            words[0].load(std::sync::atomic::Ordering::Relaxed),
+            words[1].load(std::sync::atomic::Ordering::Relaxed),
+        ]
+    }
+
+    /// Appends the payload to `out` (its spare room written directly, as
+    /// [`Mapping::append_to`]).
+    #[inline]
+    pub fn append_payload_to(&self, out: &mut Vec<u8>) {
+        out.reserve(self.len);
+        let at = out.len();
+        // SAFETY: the payload, `len` bytes after the header, is inside the mapping
+        // (`Mapping::piece` checked); the destination is the vector's spare room, at least
+        // `len` bytes after `reserve`, which cannot overlap the mapping. The copy initialises
+        // those bytes. Concurrent changes to the source can only make the bytes stale or mixed,
+        // never invalid (`u8`), and callers validate before use.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.at.as_ptr().add(16),
+                out.as_mut_ptr().add(at),
+                self.len,
+            );
+            out.set_len(at + self.len);
+        }
+    }
+}
+
 impl Drop for Mapping {
     fn drop(&mut self) {
         // SAFETY: `ptr`/`len` are exactly what mmap returned, and no reference into the mapping
@@ -153,5 +238,31 @@ mod tests {
         out.clear();
         map.append_to(100, 32, &mut out);
         assert_eq!(out, data[..32]);
+    }
+
+    #[test]
+    fn a_piece_is_checked_once_then_read() {
+        let fd = rustix::fs::memfd_create("map-test", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+        rustix::fs::ftruncate(&fd, 8192).unwrap();
+        let map = Mapping::new(&fd, 8192).unwrap();
+        let mut bytes = 7u64.to_le_bytes().to_vec();
+        bytes.extend_from_slice(&9u64.to_le_bytes());
+        bytes.extend_from_slice(b"payload");
+        map.copy_in(4096, &bytes);
+        let p = map.piece(4096, 7).unwrap();
+        assert_eq!(p.header().map(u64::from_le), [7, 9]);
+        let mut out = b"x".to_vec();
+        p.append_payload_to(&mut out);
+        assert_eq!(out, b"xpayload");
+        assert!(map.piece(4100, 7).is_none(), "not 16-aligned");
+        assert!(map.piece(8192 - 16, 1).is_none(), "past the end");
+        assert!(map.piece(8192 - 16, 0).is_some());
+        assert!(map.piece(usize::MAX - 15, 16).is_none(), "no overflow");
+        assert_eq!(
+            map.u64_array_at::<2>(4096)[1]
+                .load(std::sync::atomic::Ordering::Relaxed)
+                .to_le(),
+            9u64.to_le()
+        );
     }
 }

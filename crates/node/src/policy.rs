@@ -12,7 +12,9 @@
 //!   `+-probe` bytes (alternately); the slope of its rebuild cost per access against what it
 //!   held, times its accesses per second, is its marginal utility `u_i` (per access, so that a
 //!   closed-loop program starved into rebuilding all the time still shows what memory saves). Memory moves (up to `move_max`) from the lowest `w*u` to the
-//!   highest, and only to a pool that used what it was granted last round (anti-oscillation).
+//!   highest, and only to a pool that used what it was granted last round (anti-oscillation)
+//!   and filled its last up-probe; a pool below its grant two rounds in a row gives back all
+//!   but one probe above what it holds.
 //! * [`Midas`] with [`Estimator::VictimPenalty`]: the released code's estimator,
 //!   `gain = w * miss_penalty * victim_hits` (penalty = rebuild ns per byte), EWMA-smoothed
 //!   (0.3 old + 0.7 new), active above 1; inactive pools give first, active ones grow in
@@ -289,6 +291,11 @@ struct ProbeState {
     measured: bool,
     /// The probe size last used.
     probe: u64,
+    /// Its last up-probe was not filled: it holds all it can use (its working set), so more
+    /// memory would sit idle in it. Cleared by an up-probe it fills.
+    saturated: bool,
+    /// Rounds in a row it held less than its grant (not [`PoolView::full`]).
+    unused_rounds: u32,
 }
 
 /// Marginal-utility allocation (Midas) with either estimator.
@@ -325,6 +332,11 @@ impl Midas {
             base: p.limit,
             ..Default::default()
         });
+        st.unused_rounds = if p.full(&params) {
+            0
+        } else {
+            st.unused_rounds.saturating_add(1)
+        };
         match self.estimator {
             Estimator::Rebuild => {
                 // Rebuild cost per access, and accesses per second: their product is the
@@ -346,6 +358,10 @@ impl Midas {
                     // the pool did not fill (or give back) says nothing, and keeps the old slope.
                     if ru > rd + st.probe.min(params.probe) / 4 {
                         st.utility = ((cd - cu) / (ru - rd) as f64 * (qu + qd) / 2.0).max(0.0);
+                        st.saturated = false;
+                    } else {
+                        // It did not fill the memory offered: what it holds is all it uses.
+                        st.saturated = true;
                     }
                     st.up = None;
                     st.down = None;
@@ -390,6 +406,25 @@ impl Policy for Midas {
             .map(|p| clamp(p, self.state[&p.id].base))
             .collect();
         let mut why = vec![String::from("kept"); n];
+        // Memory a pool does not use goes back to the idle memory (the rebuild estimator): a
+        // pool below its grant for two rounds in a row keeps what it holds plus one probe, and
+        // a pool whose last up-probe went unfilled (saturated) is given no more. Without this
+        // the pool that valued memory most kept what it was given past its working set, idle,
+        // while the others went short (bench/results/midas/README.md).
+        let mut saturated = vec![false; n];
+        if self.estimator == Estimator::Rebuild {
+            for (k, p) in pools.iter().enumerate() {
+                let st = &self.state[&p.id];
+                saturated[k] = st.saturated;
+                if st.unused_rounds >= 2 {
+                    let keep = clamp(p, p.resident.saturating_add(prm.probe));
+                    if keep < base[k] {
+                        why[k] = format!("unused {} returned", base[k] - keep);
+                        base[k] = keep;
+                    }
+                }
+            }
+        }
         let score: Vec<f64> = pools.iter().map(|p| self.score(p)).collect();
         let mut order: Vec<usize> = (0..n).collect();
         // Lowest utility first; among equals, the one holding least of its grant.
@@ -412,7 +447,7 @@ impl Policy for Midas {
                 if free == 0 {
                     break;
                 }
-                if !pools[i].full(&prm) || !active(i) {
+                if !pools[i].full(&prm) || !active(i) || saturated[i] {
                     continue;
                 }
                 let mut add = prm.move_max.min(free).min(pools[i].ceiling - base[i]);
@@ -437,7 +472,7 @@ impl Policy for Midas {
                 .find(|&i| i != hi && base[i] > pools[i].floor);
             if let Some(lo) = lo_i {
                 let gap = score[hi] > score[lo] * 1.1 + 1e-12;
-                if gap && pools[hi].full(&prm) {
+                if gap && pools[hi].full(&prm) && !saturated[hi] {
                     let mut mv = prm
                         .move_max
                         .min(base[lo] - pools[lo].floor)
@@ -611,6 +646,53 @@ mod tests {
         let d = m.round(&[a, b], 96 * MB);
         assert!(limit(&d, 1) >= 32 * MB + 16 * MB);
         assert!(limit(&d, 2) <= 32 * MB, "{}", limit(&d, 2) / MB);
+    }
+
+    /// Harvesting: an expensive pool whose working set (34 MiB) is smaller than what it is
+    /// offered must not keep the rest idle; a cheap pool that can use it gets it, and the
+    /// pools end up holding (nearly) the whole budget.
+    #[test]
+    fn midas_returns_what_a_pool_cannot_use_to_the_pools_that_can() {
+        // The bench's settings (bench/midas.py): small probes and moves.
+        let prm = Params {
+            probe: 2 * MB,
+            move_max: 8 * MB,
+            step: 4 * MB,
+            full_fraction: 0.9,
+            initial: 8 * MB,
+        };
+        let mut m = Midas::new(Estimator::Rebuild, prm);
+        let budget = 96 * MB;
+        let ws = [200 * MB, 34 * MB];
+        let per_miss = [10_000.0, 1_000_000.0];
+        let mut limits = [8 * MB, 8 * MB];
+        let (mut over, mut harvested) = (0.0, 0.0);
+        for round in 0..80 {
+            let held = [limits[0].min(ws[0]), limits[1].min(ws[1])];
+            if round >= 40 {
+                // Averaged over the last 40 rounds: probes move grants by a step each round.
+                over += (limits[1] as f64 - ws[1] as f64) / MB as f64 / 40.0;
+                harvested += (held[0] + held[1]) as f64 / budget as f64 / 40.0;
+            }
+            let views: Vec<PoolView> = (0..2)
+                .map(|k| {
+                    // Rebuild cost falls linearly until the working set is held.
+                    let cost = ((ws[k] - held[k]) as f64 / MB as f64) * per_miss[k];
+                    pool(k as u64 + 1, limits[k], held[k], cost as u64, 0)
+                })
+                .collect();
+            let d = m.round(&views, budget);
+            assert!(d.iter().map(|x| x.limit).sum::<u64>() <= budget);
+            limits = [limit(&d, 1), limit(&d, 2)];
+        }
+        assert!(
+            over <= 4.0,
+            "the expensive pool's grant passes its working set by {over:.1} MiB on average"
+        );
+        assert!(
+            harvested >= 0.95,
+            "the pools hold {harvested:.3} of the budget on average"
+        );
     }
 
     #[test]

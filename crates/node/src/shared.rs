@@ -157,6 +157,13 @@ impl Control {
         self.map.u64_at(OFF_GEN + 8 * seg as usize)
     }
 
+    /// Every data segment's generation word, indexed by segment (entry 0 unused): one check
+    /// when taken, none per index beyond the array's own.
+    #[inline]
+    pub fn gens(&self) -> &[std::sync::atomic::AtomicU64; MAX_SEGMENTS as usize + 1] {
+        self.map.u64_array_at(OFF_GEN)
+    }
+
     /// Entry `i` of the cold order.
     #[inline]
     pub fn cold(&self, i: usize) -> &std::sync::atomic::AtomicU32 {

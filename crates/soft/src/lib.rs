@@ -22,6 +22,7 @@
 #![deny(missing_docs)]
 
 mod collections;
+mod hits;
 mod link;
 mod open;
 pub mod plan;

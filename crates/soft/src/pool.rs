@@ -24,8 +24,9 @@ use std::time::{Duration, Instant};
 use gleaner_node::shared::{self, Control, SEGMENT_BYTES};
 use gleaner_node::Mapping;
 
+use crate::hits::HitCounts;
 use crate::plan::{self, Action, SegInfo};
-use crate::words::ReadWords;
+use crate::words::Word;
 
 /// Bytes of an object piece's header.
 pub const HEADER: u64 = 16;
@@ -176,6 +177,9 @@ struct Obj {
     hot: u8,
     evicted_at: u64,
     in_use: bool,
+    /// Where it lies, for reads without the lock (written under it); shared with its soft
+    /// pointer.
+    words: Arc<Word>,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -210,8 +214,8 @@ pub(crate) struct PoolInner {
     map: Mapping,
     nseg: u32,
     state: Mutex<Inner>,
-    /// Where each object lies, for reads without the lock (written under it).
-    words: ReadWords,
+    /// Hits, counted per thread; the evacuator publishes their total in the control area.
+    hits: HitCounts,
     wake: Condvar,
     link: Mutex<Option<std::os::unix::net::UnixStream>>,
     registered: AtomicBool,
@@ -262,7 +266,7 @@ impl Pool {
                 pinned: None,
                 last_scan: None,
             }),
-            words: ReadWords::default(),
+            hits: HitCounts::default(),
             wake: Condvar::new(),
             link: Mutex::new(None),
             registered: AtomicBool::new(false),
@@ -282,7 +286,7 @@ impl Pool {
         let g = self.inner.lock();
         let mut s = g.stats;
         let c = self.inner.ctrl.counters();
-        s.hits = c.hits;
+        s.hits = self.inner.hits.total();
         s.misses = c.misses;
         s.victim_hits = c.vhits;
         s.rebuild_ns = c.rebuild_ns;
@@ -388,7 +392,8 @@ impl PoolInner {
         self.ctrl.word(shared::OFF_LIMIT).load(Ordering::SeqCst) / SEG
     }
 
-    pub(crate) fn new_slot(&self) -> u32 {
+    /// A new slot and its read words, for its soft pointer to keep.
+    pub(crate) fn new_slot(&self) -> (u32, Arc<Word>) {
         let mut g = self.lock();
         let slot = match g.free_slots.pop() {
             Some(s) => s,
@@ -397,12 +402,15 @@ impl PoolInner {
                 (g.objs.len() - 1) as u32
             }
         };
+        // Fresh words: no read of the slot's previous object can be under way (its pointer
+        // is gone), and the new pointer starts from an empty place.
+        let words = Arc::new(Word::default());
         g.objs[slot as usize] = Obj {
             in_use: true,
+            words: words.clone(),
             ..Default::default()
         };
-        self.words.take_hits(slot);
-        slot
+        (slot, words)
     }
 
     pub(crate) fn free_slot(&self, slot: u32) {
@@ -420,35 +428,45 @@ impl PoolInner {
         self.ctrl.word(off).fetch_add(n, Ordering::Relaxed);
     }
 
-    /// Copies object `slot` out into `out` without the pool's lock, where its read words allow
-    /// (one piece, not moved, rewritten or dropped during the copy, its segment not punched,
-    /// its header the one written). False sends the read to the locked path.
-    fn try_copy_unlocked(&self, slot: u32, out: &mut Vec<u8>) -> bool {
-        let Some(s) = self.words.snapshot(slot) else {
+    /// Copies object `slot` out into `out` without the pool's lock, where its read words `w`
+    /// allow (one piece, not moved, rewritten or dropped during the copy, its segment not
+    /// punched, its header the one written). False sends the read to the locked path.
+    ///
+    /// This is every hit's path, kept lean: a snapshot of four words, the header as two words,
+    /// the copy, then the seqlock's re-checks (the sequence number and the segment's
+    /// generation, both after the copy).
+    #[inline(always)]
+    fn try_copy_unlocked(&self, slot: u32, w: &Word, out: &mut Vec<u8>) -> bool {
+        let Some(s) = w.snapshot() else {
             return false;
         };
         // Until confirmed, the fields may come from different writes: in range before use.
-        if s.seg == 0 || s.seg > self.nseg || u64::from(s.off) + HEADER + u64::from(s.len) > SEG {
-            return false;
-        }
-        let gen = self.ctrl.gen(s.seg);
-        if gen.load(Ordering::Acquire) != s.gen {
+        // Inside its segment, and the piece inside the mapping (which ends after the last
+        // segment, so this also keeps the segment within the pool's).
+        if u64::from(s.off) + HEADER + u64::from(s.len) > SEG {
             return false;
         }
         let base = shared::segment_offset(s.seg) as usize + s.off as usize;
-        let mut hdr = [0u8; HEADER as usize];
-        self.map.copy_out(base, &mut hdr);
-        out.clear();
-        self.map
-            .append_to(base + HEADER as usize, s.len as usize, out);
-        // `still` fences: the generation is loaded again after the copy.
-        if !self.words.still(slot, &s)
-            || gen.load(Ordering::Relaxed) != s.gen
-            || !header_ok(&hdr, slot, s.version, s.len, 0)
-        {
+        let Some(piece) = self.map.piece(base, s.len as usize) else {
+            return false;
+        };
+        // The piece's header: not the one written for this version (the place was reused, or
+        // punched): the locked path decides.
+        let [h0, h1] = piece.header();
+        if (u64::from_le(h0), u64::from_le(h1)) != header_words(slot, s.version, s.len, 0) {
             return false;
         }
-        self.words.hit(slot);
+        out.clear();
+        piece.append_payload_to(out);
+        // `still` fences, so the generation too is loaded after the copy: a punch before or
+        // during the copy has moved it by then (the daemon bumps it before punching).
+        let same = w.still(&s);
+        let gen_now = self.ctrl.gens()[s.seg as usize].load(Ordering::Relaxed);
+        if !same || gen_now != s.gen {
+            out.clear();
+            return false;
+        }
+        w.hit();
         true
     }
 
@@ -515,20 +533,29 @@ impl PoolInner {
 
     /// Reads object `slot` into `out`: a copy, from soft memory on a hit, from the
     /// reconstructor (called with `args`) on a miss. False if the reconstructor gave nothing.
-    pub(crate) fn read(&self, slot: u32, args: &[u8], out: &mut Vec<u8>) -> bool {
-        if self.try_copy_unlocked(slot, out) {
-            self.count(shared::OFF_HITS, 1);
+    /// `words` are the slot's read words (its soft pointer keeps them).
+    #[inline]
+    pub(crate) fn read(&self, slot: u32, words: &Word, args: &[u8], out: &mut Vec<u8>) -> bool {
+        if self.try_copy_unlocked(slot, words, out) {
+            self.hits.add_one();
             if self.cfg.verify {
                 self.verify(args, out);
             }
             return true;
         }
+        self.read_locked(slot, args, out)
+    }
+
+    /// The rest of [`PoolInner::read`]: under the lock, a hit the unlocked path could not
+    /// take (an object in pieces, one moving or in a segment the daemon took), or a miss.
+    #[inline(never)]
+    fn read_locked(&self, slot: u32, args: &[u8], out: &mut Vec<u8>) -> bool {
         let victim;
         {
             let mut g = self.lock();
             if self.try_copy(&mut g, slot, out) {
                 drop(g);
-                self.count(shared::OFF_HITS, 1);
+                self.hits.add_one();
                 if self.cfg.verify {
                     self.verify(args, out);
                 }
@@ -599,8 +626,9 @@ impl PoolInner {
         g.objs[slot as usize].place = if locs.len() == 1 {
             let l = locs[0];
             let gen = g.segs[l.seg as usize].gen;
-            self.words
-                .publish(slot, Some((l.seg, l.off, l.len, version, gen)));
+            g.objs[slot as usize]
+                .words
+                .publish(Some((l.seg, l.off, l.len, version, gen)));
             Place::One(l)
         } else {
             Place::Many(locs.clone().into_boxed_slice())
@@ -696,7 +724,7 @@ impl PoolInner {
     fn drop_place(&self, g: &mut Inner, slot: u32) {
         let place = std::mem::take(&mut g.objs[slot as usize].place);
         if matches!(place, Place::One(_)) {
-            self.words.publish(slot, None);
+            g.objs[slot as usize].words.publish(None);
         }
         for l in place.locs() {
             let s = &mut g.segs[l.seg as usize];
@@ -801,6 +829,10 @@ impl PoolInner {
     /// publish the cold order and usage for the daemon.
     pub(crate) fn evacuate(&self, force_scan: bool) {
         let mut g = self.lock();
+        // Under the lock, so that the published total never goes down.
+        self.ctrl
+            .word(shared::OFF_HITS)
+            .store(self.hits.total(), Ordering::Relaxed);
         for seg in 1..=self.nseg {
             if g.segs[seg as usize].used
                 && self.ctrl.gen(seg).load(Ordering::Acquire) != g.segs[seg as usize].gen
@@ -862,8 +894,8 @@ impl PoolInner {
         g.last_scan = Some(Instant::now());
         // Scan: hits taken without the lock join the objects' hotness; hotness per segment;
         // then age every object (CLOCK).
-        for (slot, o) in g.objs.iter_mut().enumerate() {
-            let hits = self.words.take_hits(slot as u32);
+        for o in g.objs.iter_mut() {
+            let hits = o.words.take_hits();
             if hits > 0 {
                 o.hot = o.hot.saturating_add(hits).min(15);
             }
@@ -941,6 +973,15 @@ fn header(slot: u32, version: u32, len: u32, piece: u32) -> [u8; HEADER as usize
 
 fn header_ok(h: &[u8; HEADER as usize], slot: u32, version: u32, len: u32, piece: u32) -> bool {
     *h == header(slot, version, len, piece)
+}
+
+/// [`header`] as the two little-endian words it is in memory.
+#[inline(always)]
+fn header_words(slot: u32, version: u32, len: u32, piece: u32) -> (u64, u64) {
+    (
+        u64::from(slot) | u64::from(version) << 32,
+        u64::from(len) | u64::from(TAG | piece) << 32,
+    )
 }
 
 fn evacuator(weak: Weak<PoolInner>) {

@@ -1,32 +1,26 @@
 //! Read words: what a read needs of one object, readable without the pool's lock.
 //!
-//! Each object slot has a small seqlock: a sequence number and three words (where the object
-//! lies, its version and length, the generation its segment had when it was placed). Only the
-//! holder of the pool's lock writes them ([`ReadWords::publish`]), whenever the object's place
-//! changes; a read takes a consistent snapshot without the lock
-//! ([`ReadWords::snapshot`] then [`ReadWords::still`]), copies the object out, and trusts the
-//! copy only if the sequence number did not move meanwhile, the segment's generation is the one
-//! recorded (the daemon bumps it before it punches) and the piece's header is the one written.
-//! Anything else sends the read to the locked path, which decides. The copy may overlap the lock
-//! holder's writes to the same bytes (a seqlock's reader always may): it is a raw copy out of
-//! the shared mapping (`Mapping::copy_out`, `append_to`), which other processes write as well,
-//! and its bytes are used only once the checks above have passed.
+//! Each object has a small seqlock ([`Word`]): a sequence number and three words (where the
+//! object lies, its version and length, the generation its segment had when it was placed). Only
+//! the holder of the pool's lock writes them ([`Word::publish`]), whenever the object's place
+//! changes; a read takes a consistent snapshot without the lock ([`Word::snapshot`] then
+//! [`Word::still`]), copies the object out, and trusts the copy only if the sequence number did
+//! not move meanwhile, the segment's generation is the one recorded (the daemon bumps it before
+//! it punches) and the piece's header is the one written. Anything else sends the read to the
+//! locked path, which decides. The copy may overlap the lock holder's writes to the same bytes
+//! (a seqlock's reader always may): it is a raw copy out of the shared mapping
+//! (`Mapping::append_to`), which other processes write as well, and its bytes are used only once
+//! the checks above have passed.
 //!
-//! The words live in chunks of [`CHUNK`] slots made on first use and kept for the pool's life,
-//! so a reader never follows a pointer into freed memory; slots beyond `CHUNK * CHUNKS` (16 Mi)
-//! have none and always take the locked path.
+//! The words are shared (`Arc`) between the pool's record of the object and its soft pointer,
+//! which keeps them for its life: a read goes straight to them, with no lookup, and never
+//! follows a pointer into freed memory.
 
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
-use std::sync::OnceLock;
-
-/// Slots per chunk.
-const CHUNK: usize = 4096;
-/// Chunks a pool can have: slots beyond `CHUNK * CHUNKS` read under the lock.
-const CHUNKS: usize = 4096;
 
 /// One object's read words.
-#[derive(Default)]
-struct Word {
+#[derive(Default, Debug)]
+pub(crate) struct Word {
     /// Even while the words are stable; odd while the lock holder changes them.
     seq: AtomicU32,
     /// Hits taken without the lock since the evacuator last folded them into the object's
@@ -57,44 +51,11 @@ pub(crate) struct Snapshot {
     pub(crate) gen: u64,
 }
 
-/// The read words of every slot of one pool.
-pub(crate) struct ReadWords {
-    chunks: Box<[OnceLock<Box<[Word]>>]>,
-}
-
-impl Default for ReadWords {
-    fn default() -> Self {
-        ReadWords {
-            chunks: (0..CHUNKS).map(|_| OnceLock::new()).collect(),
-        }
-    }
-}
-
-impl ReadWords {
-    #[inline]
-    fn word(&self, slot: u32) -> Option<&Word> {
-        let slot = slot as usize;
-        let chunk = self.chunks.get(slot / CHUNK)?.get()?;
-        Some(&chunk[slot % CHUNK])
-    }
-
-    /// The slot's words, made if need be (called under the pool's lock); `None` past
-    /// [`MAX_SLOTS`].
-    fn word_or_make(&self, slot: u32) -> Option<&Word> {
-        let slot = slot as usize;
-        let chunk = self
-            .chunks
-            .get(slot / CHUNK)?
-            .get_or_init(|| (0..CHUNK).map(|_| Word::default()).collect());
-        Some(&chunk[slot % CHUNK])
-    }
-
-    /// Records where `slot`'s object lies now (`None`: read it under the lock). The caller
-    /// holds the pool's lock, so there is one writer at a time.
-    pub(crate) fn publish(&self, slot: u32, place: Option<(u32, u32, u32, u32, u64)>) {
-        let Some(w) = self.word_or_make(slot) else {
-            return;
-        };
+impl Word {
+    /// Records where the object lies now (`None`: read it under the lock). The caller holds
+    /// the pool's lock, so there is one writer at a time.
+    pub(crate) fn publish(&self, place: Option<(u32, u32, u32, u32, u64)>) {
+        let w = self;
         let (at, meta, gen) = match place {
             Some((seg, off, len, version, gen)) => (
                 (u64::from(seg) << 32) | u64::from(off),
@@ -114,19 +75,24 @@ impl ReadWords {
         w.seq.store(s.wrapping_add(2), Ordering::Release);
     }
 
-    /// Where `slot`'s object lies, if it can be read without the lock now; to be confirmed
-    /// after the copy with [`ReadWords::still`]. Each field is one the lock holder wrote, but
-    /// until confirmed they may come from different writes: the caller checks their ranges.
-    #[inline]
-    pub(crate) fn snapshot(&self, slot: u32) -> Option<Snapshot> {
-        let w = self.word(slot)?;
+    /// The hits taken without the lock since the last call, reset to 0.
+    pub(crate) fn take_hits(&self) -> u8 {
+        self.hits.swap(0, Ordering::Relaxed).min(15) as u8
+    }
+
+    /// Where the object lies, if it can be read without the lock now; to be confirmed after
+    /// the copy with [`Word::still`]. Each field is one the lock holder wrote, but until
+    /// confirmed they may come from different writes: the caller checks their ranges.
+    #[inline(always)]
+    pub(crate) fn snapshot(&self) -> Option<Snapshot> {
+        let w = self;
         let seq = w.seq.load(Ordering::Acquire);
         if seq & 1 == 1 {
             return None;
         }
         let at = w.at.load(Ordering::Relaxed);
-        if at == 0 {
-            return None;
+        if at >> 32 == 0 {
+            return None; // no place (segments count from 1)
         }
         let meta = w.meta.load(Ordering::Relaxed);
         Some(Snapshot {
@@ -139,30 +105,22 @@ impl ReadWords {
         })
     }
 
-    /// Whether `snap` still holds: no write changed the slot's words since it was taken. Call
-    /// after the copy (the acquire fence keeps the copy's loads before this one).
-    #[inline]
-    pub(crate) fn still(&self, slot: u32, snap: &Snapshot) -> bool {
+    /// Whether `snap` still holds: no write changed the words since it was taken. Call after
+    /// the copy (the acquire fence keeps the copy's loads before this one).
+    #[inline(always)]
+    pub(crate) fn still(&self, snap: &Snapshot) -> bool {
         fence(Ordering::Acquire);
-        self.word(slot)
-            .is_some_and(|w| w.seq.load(Ordering::Relaxed) == snap.seq)
+        self.seq.load(Ordering::Relaxed) == snap.seq
     }
 
-    /// Counts a hit taken without the lock (a hint for the object's hotness).
-    #[inline]
-    pub(crate) fn hit(&self, slot: u32) {
-        if let Some(w) = self.word(slot) {
-            let h = w.hits.load(Ordering::Relaxed);
-            if h < 15 {
-                w.hits.store(h + 1, Ordering::Relaxed);
-            }
+    /// Counts a hit taken without the lock (a hint for the object's hotness): a relaxed load,
+    /// and a relaxed store only below the cap, so a hot object's hits write nothing shared.
+    #[inline(always)]
+    pub(crate) fn hit(&self) {
+        let h = self.hits.load(Ordering::Relaxed);
+        if h < 15 {
+            self.hits.store(h + 1, Ordering::Relaxed);
         }
-    }
-
-    /// The hits taken without the lock since the last call, reset to 0.
-    pub(crate) fn take_hits(&self, slot: u32) -> u8 {
-        self.word(slot)
-            .map_or(0, |w| w.hits.swap(0, Ordering::Relaxed).min(15) as u8)
     }
 }
 
@@ -170,37 +128,36 @@ impl ReadWords {
 mod tests {
     use super::*;
 
-    const MAX_SLOTS: usize = CHUNK * CHUNKS;
+    #[test]
+    fn a_snapshot_holds_until_the_words_are_published_again() {
+        let w = Word::default();
+        assert_eq!(w.snapshot(), None, "no place yet: the locked path");
+        w.publish(Some((2, 64, 32, 7, 5)));
+        let s = w.snapshot().unwrap();
+        assert_eq!((s.seg, s.off, s.len, s.version, s.gen), (2, 64, 32, 7, 5));
+        assert!(w.still(&s));
+        w.publish(Some((2, 128, 32, 8, 5)));
+        assert!(!w.still(&s), "a move or a rewrite invalidates it");
+        w.publish(None);
+        assert_eq!(w.snapshot(), None, "no place: the locked path");
+    }
 
     #[test]
-    fn a_snapshot_holds_until_the_slot_is_published_again() {
-        let w = ReadWords::default();
-        assert_eq!(w.snapshot(3), None, "no words yet: the locked path");
-        w.publish(3, Some((2, 64, 32, 7, 5)));
-        let s = w.snapshot(3).unwrap();
-        assert_eq!((s.seg, s.off, s.len, s.version, s.gen), (2, 64, 32, 7, 5));
-        assert!(w.still(3, &s));
-        w.publish(3, Some((2, 128, 32, 8, 5)));
-        assert!(!w.still(3, &s), "a move or a rewrite invalidates it");
-        w.publish(3, None);
-        assert_eq!(w.snapshot(3), None, "no place: the locked path");
-        assert_eq!(w.snapshot(MAX_SLOTS as u32), None);
-        w.publish(MAX_SLOTS as u32, Some((1, 0, 1, 1, 1)));
-        assert_eq!(
-            w.snapshot(MAX_SLOTS as u32),
-            None,
-            "past the chunks: always locked"
-        );
+    fn a_snapshot_is_refused_while_a_write_is_under_way() {
+        let w = Word::default();
+        w.publish(Some((1, 0, 8, 1, 0)));
+        w.seq.fetch_add(1, Ordering::Relaxed); // a writer between its two stores
+        assert_eq!(w.snapshot(), None);
     }
 
     #[test]
     fn hits_are_capped_and_taken_once() {
-        let w = ReadWords::default();
-        w.publish(0, Some((1, 0, 8, 1, 0)));
+        let w = Word::default();
+        w.publish(Some((1, 0, 8, 1, 0)));
         for _ in 0..20 {
-            w.hit(0);
+            w.hit();
         }
-        assert_eq!(w.take_hits(0), 15);
-        assert_eq!(w.take_hits(0), 0);
+        assert_eq!(w.take_hits(), 15);
+        assert_eq!(w.take_hits(), 0);
     }
 }
