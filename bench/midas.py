@@ -242,6 +242,26 @@ def cgroup_v2_root():
     return None
 
 
+def oom_kills(cg, v2):
+    """The OOM kills in memory cgroup `cg` so far (v2's memory.events, v1's oom_control)."""
+    with open(os.path.join(cg, "memory.events" if v2 else "memory.oom_control")) as f:
+        for line in f:
+            k, v = line.split()
+            if k == "oom_kill":
+                return int(v)
+    return 0
+
+
+def remove_cgroup(cg):
+    """Removes cgroup `cg` once its last process has gone (tries for 5 s)."""
+    for _ in range(50):
+        try:
+            os.rmdir(cg)
+            return
+        except OSError:
+            time.sleep(0.1)
+
+
 def phase_pressure(specs, secs, ws, limit):
     """The three apps in a memory cgroup of `limit` bytes; an antagonist fills 90% of it."""
     v2 = cgroup_v2_root()
@@ -285,19 +305,7 @@ def phase_pressure(specs, secs, ws, limit):
         st_final = None
         st_final = node_status(sock)
         stop(d)
-        oom = 0
-        if v2:
-            with open(os.path.join(cg, "memory.events")) as f:
-                for line in f:
-                    k, v = line.split()
-                    if k == "oom_kill":
-                        oom = int(v)
-        else:
-            with open(os.path.join(cg, "memory.oom_control")) as f:
-                for line in f:
-                    k, v = line.split()
-                    if k == "oom_kill":
-                        oom = int(v)
+        oom = oom_kills(cg, v2)
         parts = (ant_out or "").split()
         ant_mib, ant_secs = (int(parts[0]), float(parts[1])) if len(parts) == 2 else (None, None)
         # Throughput before the antagonist came vs after it left (5 s after, 5 s windows).
@@ -322,12 +330,7 @@ def phase_pressure(specs, secs, ws, limit):
                 "direct_gib_per_s": (direct / 2**30 / direct_s) if direct and direct_s else None,
                 "throughput_after_vs_before": rel}
     finally:
-        for _ in range(50):
-            try:
-                os.rmdir(cg)
-                break
-            except OSError:
-                time.sleep(0.1)
+        remove_cgroup(cg)
 
 
 def main():

@@ -32,7 +32,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 from bench.midas import (BIN, MB, App, cgroup_v1_root, cgroup_v2_root, node_status,  # noqa: E402
-                         start_daemon, stop)
+                         oom_kills, remove_cgroup, start_daemon, stop)
 
 OBJECT = 64 * 1024
 RESERVE = 64 * MB
@@ -42,16 +42,6 @@ def parse_size(s):
     units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
     s = s.strip().upper()
     return int(float(s[:-1]) * units[s[-1]]) if s[-1] in units else int(s)
-
-
-def oom_kills(cg, v2):
-    name, key = ("memory.events", "oom_kill") if v2 else ("memory.oom_control", "oom_kill")
-    with open(os.path.join(cg, name)) as f:
-        for line in f:
-            k, v = line.split()
-            if k == key:
-                return int(v)
-    return 0
 
 
 def pool_resident(sock):
@@ -147,12 +137,7 @@ def one_run(soft, rep):
                 p.kill()
                 p.wait()
         stop(d)
-        for _ in range(50):
-            try:
-                os.rmdir(cg)
-                break
-            except OSError:
-                time.sleep(0.1)
+        remove_cgroup(cg)
 
 
 def main():

@@ -165,6 +165,19 @@ impl Program {
         }
     }
 
+    /// What the arbitration (`elastic.rs`) sees of it, with the loss of its last round.
+    fn claimant(&self) -> crate::elastic::Claimant {
+        crate::elastic::Claimant {
+            id: self.id,
+            floor: self.floor,
+            ceiling: self.ceiling,
+            grant: self.limit,
+            // The budget its pager applies: above the grant while it shrinks to it.
+            holds: self.limit.max(self.now.budget),
+            loss: self.loss,
+        }
+    }
+
     /// Closes the round: its loss since the last one, over `secs` seconds: far pages brought in
     /// (each a far fault, on demand or served ahead by the prefetcher; the faults alone where
     /// the pager does not report pages) times the mean far-fault cost.
@@ -782,15 +795,7 @@ impl Daemon {
             .values_mut()
             .map(|p| {
                 p.close_round(secs);
-                Claimant {
-                    id: p.id,
-                    floor: p.floor,
-                    ceiling: p.ceiling,
-                    grant: p.limit,
-                    // The budget its pager applies: above the grant while it shrinks to it.
-                    holds: p.limit.max(p.now.budget),
-                    loss: p.loss,
-                }
+                p.claimant()
             })
             .collect();
         if !views.is_empty() {
@@ -869,18 +874,8 @@ impl Daemon {
         if to_programs <= room {
             return;
         }
-        let claimants: Vec<crate::elastic::Claimant> = st
-            .programs
-            .values()
-            .map(|p| crate::elastic::Claimant {
-                id: p.id,
-                floor: p.floor,
-                ceiling: p.ceiling,
-                grant: p.limit,
-                holds: p.limit.max(p.now.budget),
-                loss: p.loss,
-            })
-            .collect();
+        let claimants: Vec<crate::elastic::Claimant> =
+            st.programs.values().map(Program::claimant).collect();
         let mut record = Vec::new();
         for g in crate::elastic::shed(&claimants, room) {
             if let Some(p) = st.programs.get_mut(&g.id) {

@@ -110,6 +110,12 @@ fn workload(
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
+    let rx = reports(&mut c);
+    (Proc(c), rx)
+}
+
+/// The JSON lines a workload prints, as they come.
+fn reports(c: &mut Child) -> std::sync::mpsc::Receiver<Value> {
     let out = c.stdout.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -120,7 +126,7 @@ fn workload(
             }
         }
     });
-    (Proc(c), rx)
+    rx
 }
 
 fn last_report(rx: &std::sync::mpsc::Receiver<Value>, timeout: Duration) -> Value {
@@ -514,16 +520,7 @@ fn a_fast_antagonist_in_the_cgroup_meets_soft_memory_given_back_not_an_oom_kill(
         &sock_s,
     ]);
     let mut w = Proc(w.stdout(Stdio::piped()).spawn().unwrap());
-    let out = w.0.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for l in BufReader::new(out).lines() {
-            let Ok(l) = l else { break };
-            if let Ok(v) = serde_json::from_str::<Value>(&l) {
-                let _ = tx.send(v);
-            }
-        }
-    });
+    let rx = reports(&mut w.0);
     wait_until(&s, "the program to fill its grant", 30.0, |st| {
         pool_named(st, "held").is_some_and(|p| p["resident"].as_u64().unwrap() >= soft * 9 / 10)
     });

@@ -31,6 +31,34 @@ fn pool(limit: u64, verify: bool) -> Pool {
     Pool::new(cfg, Arc::new(|k: &[u8]| Some(value(k, 3000)))).unwrap()
 }
 
+/// What the daemon and the grant do to a pool while readers race: every `punch.0`-th step a
+/// used segment (picked by a stride of `punch.1`) punched as the daemon does, every 10th the
+/// grant moved between 2 and `1 + grants` segments; a step every 3 ms, for at least 2.5 s and
+/// until `seen_enough` (at most 30 s).
+fn disturb(
+    pool: &Pool,
+    t0: Instant,
+    punch: (u64, usize),
+    grants: u64,
+    seen_enough: impl Fn() -> bool,
+) {
+    let mut n = 0u64;
+    while t0.elapsed() < Duration::from_millis(2500)
+        || (t0.elapsed() < Duration::from_secs(30) && !seen_enough())
+    {
+        let used = pool.used_segments();
+        if n.is_multiple_of(punch.0) && !used.is_empty() {
+            pool.punch_as_daemon(used[(n as usize * punch.1) % used.len()])
+                .unwrap();
+        }
+        if n.is_multiple_of(10) {
+            pool.set_limit(((n / 10) % grants + 2) * (2 << 20));
+        }
+        n += 1;
+        std::thread::sleep(Duration::from_millis(3));
+    }
+}
+
 #[test]
 fn reads_racing_evacuation_and_direct_punches_never_see_torn_data() {
     let pool = pool(12 << 20, false);
@@ -72,7 +100,6 @@ fn reads_racing_evacuation_and_direct_punches_never_see_torn_data() {
     // Chaos: punch used segments as the daemon would, and move the grant up and down: for
     // 2.5 s, and on (up to 30 s, on a loaded machine) until every kind of event below was seen.
     let t0 = Instant::now();
-    let mut n = 0u64;
     let seen_enough = |reads: u64| {
         let s = pool.stats();
         reads > 1000
@@ -81,20 +108,9 @@ fn reads_racing_evacuation_and_direct_punches_never_see_torn_data() {
             && s.misses > 0
             && s.released_segments > 0
     };
-    while t0.elapsed() < Duration::from_millis(2500)
-        || (t0.elapsed() < Duration::from_secs(30) && !seen_enough(reads.load(Ordering::Relaxed)))
-    {
-        let used = pool.used_segments();
-        if n.is_multiple_of(3) && !used.is_empty() {
-            let s = used[(n as usize * 7919) % used.len()];
-            pool.punch_as_daemon(s).unwrap();
-        }
-        if n.is_multiple_of(10) {
-            pool.set_limit(((n / 10) % 4 + 2) * (2 << 20));
-        }
-        n += 1;
-        std::thread::sleep(Duration::from_millis(3));
-    }
+    disturb(&pool, t0, (3, 7919), 4, || {
+        seen_enough(reads.load(Ordering::Relaxed))
+    });
     stop.store(true, Ordering::Relaxed);
     for t in threads {
         t.join().unwrap();
@@ -381,7 +397,6 @@ fn small_reads_from_many_threads_racing_moves_releases_and_punches_are_right() {
         }));
     }
     let t0 = Instant::now();
-    let mut n = 0u64;
     let seen_enough = || {
         let s = pool.stats();
         s.revoked_segments > 5
@@ -390,20 +405,7 @@ fn small_reads_from_many_threads_racing_moves_releases_and_punches_are_right() {
             && s.hits > 10_000
             && s.misses > 0
     };
-    while t0.elapsed() < Duration::from_millis(2500)
-        || (t0.elapsed() < Duration::from_secs(30) && !seen_enough())
-    {
-        let used = pool.used_segments();
-        if n.is_multiple_of(4) && !used.is_empty() {
-            pool.punch_as_daemon(used[(n as usize * 31) % used.len()])
-                .unwrap();
-        }
-        if n.is_multiple_of(10) {
-            pool.set_limit(((n / 10) % 3 + 2) * (2 << 20));
-        }
-        n += 1;
-        std::thread::sleep(Duration::from_millis(3));
-    }
+    disturb(&pool, t0, (4, 31), 3, seen_enough);
     stop.store(true, Ordering::Relaxed);
     for t in threads {
         t.join().unwrap();
