@@ -242,6 +242,18 @@ def cgroup_v2_root():
     return None
 
 
+def antagonist_code(target, hold_s):
+    """Python code for the antagonist: 16 MiB chunks of touched memory as fast as it can up to
+    `target` bytes, prints the MiB it took and the seconds that took, holds them `hold_s`
+    seconds, leaves."""
+    return ("import time\n"
+            f"target={target}\n"
+            "chunks=[]; t0=time.time()\n"
+            "while len(chunks) * (16<<20) < target:\n"
+            "    chunks.append(b'\\x01' * (16<<20))\n"
+            f"t1=time.time(); print(len(chunks)*16, t1-t0, flush=True); time.sleep({hold_s})\n")
+
+
 def oom_kills(cg, v2):
     """The OOM kills in memory cgroup `cg` so far (v2's memory.events, v1's oom_control)."""
     with open(os.path.join(cg, "memory.events" if v2 else "memory.oom_control")) as f:
@@ -288,15 +300,7 @@ def phase_pressure(specs, secs, ws, limit):
         time.sleep(arrive)
         before_soft = sum(p["resident"] for p in (node_status(sock) or {"pools": []})["pools"])
         target = int(limit * 0.9)
-        # The antagonist: 16 MiB chunks of touched memory as fast as it can, 90% of the limit
-        # of its own, holds 3 s, leaves.
-        ant_code = (
-            "import time\n"
-            f"target={target}\n"
-            "chunks=[]; t0=time.time()\n"
-            "while len(chunks) * (16<<20) < target:\n"
-            "    chunks.append(b'\\x01' * (16<<20))\n"
-            "t1=time.time(); print(len(chunks)*16, t1-t0, flush=True); time.sleep(3)\n")
+        ant_code = antagonist_code(target, 3)
         t_ant = time.time()
         ant = subprocess.Popen(wrap + [sys.executable, "-c", ant_code], stdout=subprocess.PIPE, text=True)
         ant_out, _ = ant.communicate(timeout=120)

@@ -32,7 +32,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 from bench.midas import (BIN, MB, App, cgroup_v1_root, cgroup_v2_root, node_status,  # noqa: E402
-                         oom_kills, remove_cgroup, start_daemon, stop)
+                         antagonist_code, oom_kills, remove_cgroup, start_daemon, stop)
 
 OBJECT = 64 * 1024
 RESERVE = 64 * MB
@@ -82,13 +82,7 @@ def one_run(soft, rep):
         fill_s = time.time() - t0
         os.kill(app.proc.pid, signal.SIGSTOP)
         target = int(limit * 0.9)
-        ant_code = (
-            "import time\n"
-            f"target={target}\n"
-            "chunks=[]; t0=time.time()\n"
-            "while len(chunks) * (16<<20) < target:\n"
-            "    chunks.append(b'\\x01' * (16<<20))\n"
-            "t1=time.time(); print(len(chunks)*16, t1-t0, flush=True); time.sleep(2)\n")
+        ant_code = antagonist_code(target, 2)
         t_ant = time.time()
         ant = subprocess.Popen(wrap + [sys.executable, "-c", ant_code], stdout=subprocess.PIPE,
                                text=True)

@@ -701,6 +701,15 @@ impl Daemon {
     }
 
     fn control_loop(&self) {
+        if crate::priority::raise_this_thread(crate::priority::CONTROL_NICE) {
+            log::debug!("control loop at nice {}", crate::priority::CONTROL_NICE);
+        } else {
+            log::info!(
+                "the control loop could not take nice {} (needs root or CAP_SYS_NICE): on a \
+                 busy machine it reads pressure late",
+                crate::priority::CONTROL_NICE
+            );
+        }
         let mut last_round = Instant::now();
         let started = Instant::now();
         // Five ticks, at least 50 ms: how long others' growth is provided for.

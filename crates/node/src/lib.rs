@@ -22,6 +22,7 @@ mod map;
 pub mod metrics;
 pub mod policy;
 pub mod pressure;
+mod priority;
 pub mod proto;
 pub mod shared;
 
