@@ -27,7 +27,7 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::shared::PoolCounters;
+use crate::shared::{PoolCounters, SEGMENT_BYTES};
 
 /// A pool as a policy sees it for one round.
 #[derive(Debug, Clone, PartialEq)]
@@ -53,10 +53,23 @@ pub struct PoolView {
 }
 
 impl PoolView {
-    /// Whether it used (nearly) all of its grant: the anti-oscillation test.
+    /// Whether it used (nearly) all of its grant: the anti-oscillation test. A pool holds whole
+    /// segments, so only the whole segments of its grant count: a grant of 5.99 MiB lets it
+    /// hold 4, and judged against 5.99 it looked short of its grant for good (it was then
+    /// never given more).
     pub fn full(&self, p: &Params) -> bool {
-        self.resident as f64 >= p.full_fraction * self.limit as f64
+        self.resident as f64 >= p.full_fraction * usable(self.limit) as f64
     }
+}
+
+/// What a grant of `bytes` lets a pool hold: its whole segments.
+pub fn usable(bytes: u64) -> u64 {
+    bytes / SEGMENT_BYTES * SEGMENT_BYTES
+}
+
+/// `bytes` rounded up to whole segments.
+fn whole_segments(bytes: u64) -> u64 {
+    bytes.div_ceil(SEGMENT_BYTES) * SEGMENT_BYTES
 }
 
 /// Which policy the daemon runs.
@@ -417,7 +430,8 @@ impl Policy for Midas {
                 let st = &self.state[&p.id];
                 saturated[k] = st.saturated;
                 if st.unused_rounds >= 2 {
-                    let keep = clamp(p, p.resident.saturating_add(prm.probe));
+                    // In whole segments: the one it is filling counts whole.
+                    let keep = clamp(p, whole_segments(p.resident).saturating_add(prm.probe));
                     if keep < base[k] {
                         why[k] = format!("unused {} returned", base[k] - keep);
                         base[k] = keep;
@@ -574,6 +588,36 @@ mod tests {
 
     fn limit(d: &[Decision], id: u64) -> u64 {
         d.iter().find(|x| x.id == id).unwrap().limit
+    }
+
+    #[test]
+    fn a_pool_is_full_by_the_whole_segments_of_its_grant() {
+        // 5.99 MiB granted lets it hold two segments: holding them, it is full.
+        let p = pool(1, 6 * MB - 40 * 1024, 4 * MB - 8 * 1024, 0, 0);
+        assert!(p.full(&params()));
+        let p = pool(1, 6 * MB - 40 * 1024, 2 * MB, 0, 0);
+        assert!(!p.full(&params()));
+        assert_eq!(usable(6 * MB - 1), 4 * MB);
+        assert_eq!(whole_segments(4 * MB - 8 * 1024), 4 * MB);
+    }
+
+    #[test]
+    fn a_grant_given_back_keeps_whole_segments() {
+        // Below its grant two rounds, holding 3.99 MiB (its open segment not all touched): it
+        // keeps three whole segments (what it holds, counted whole, plus a 2 MiB probe), not
+        // 5.99 MiB, which would let it hold only two and look short of its grant for good.
+        let prm = Params {
+            probe: 2 * MB,
+            ..params()
+        };
+        let mut m = Midas::new(Estimator::Rebuild, prm);
+        let a = pool(1, 16 * MB, 4 * MB - 8 * 1024, 1_000_000, 0);
+        let mut d = Vec::new();
+        for _ in 0..3 {
+            d = m.round(std::slice::from_ref(&a), 16 * MB);
+        }
+        assert_eq!(limit(&d, 1) % SEGMENT_BYTES, 0, "{d:?}");
+        assert_eq!(limit(&d, 1), 6 * MB, "{d:?}");
     }
 
     #[test]
