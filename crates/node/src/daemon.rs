@@ -781,7 +781,12 @@ impl Daemon {
                 floor: p.floor,
                 ceiling: p.ceiling,
                 limit: p.limit,
-                resident: resident.get(&p.id).copied().unwrap_or(0),
+                // Its data segments: the control area's pages are not part of the grant.
+                resident: resident
+                    .get(&p.id)
+                    .copied()
+                    .unwrap_or(0)
+                    .saturating_sub(shared::control_resident_bytes(&p.memfd)),
                 delta: p.ctrl.counters().since(&p.last),
                 secs,
                 ghost_bytes: p.ctrl.word(shared::OFF_GHOST_BYTES).load(Ordering::Relaxed),

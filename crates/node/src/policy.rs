@@ -42,7 +42,8 @@ pub struct PoolView {
     pub ceiling: u64,
     /// Its grant during the round that just ended.
     pub limit: u64,
-    /// What it held at the end of the round (measured from its memfd), bytes.
+    /// What its data segments held at the end of the round (measured from its memfd; the
+    /// control area's pages not counted), bytes.
     pub resident: u64,
     /// Its counters over the round.
     pub delta: PoolCounters,

@@ -239,6 +239,26 @@ pub fn resident_bytes(fd: impl AsFd) -> io::Result<u64> {
     Ok(rustix::fs::fstat(fd)?.st_blocks as u64 * 512)
 }
 
+/// The bytes of the control area (segment 0) that have memory behind them, found with
+/// `SEEK_DATA` / `SEEK_HOLE`: what [`resident_bytes`] counts beside the data segments.
+pub fn control_resident_bytes(fd: impl AsFd) -> u64 {
+    let fd = fd.as_fd();
+    let mut at = 0;
+    let mut held = 0;
+    while at < SEGMENT_BYTES {
+        let Ok(data) = rustix::fs::seek(fd, SeekFrom::Data(at)) else {
+            break;
+        };
+        if data >= SEGMENT_BYTES {
+            break;
+        }
+        let hole = rustix::fs::seek(fd, SeekFrom::Hole(data)).unwrap_or(SEGMENT_BYTES);
+        held += hole.min(SEGMENT_BYTES) - data;
+        at = hole;
+    }
+    held
+}
+
 /// Whether data segment `seg` has any memory behind it (`SEEK_DATA` inside its range).
 pub fn segment_has_data(fd: impl AsFd, seg: u32) -> bool {
     let start = segment_offset(seg);
@@ -257,4 +277,25 @@ pub fn punch_segment(fd: impl AsFd, seg: u32) -> io::Result<()> {
         SEGMENT_BYTES,
     )?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::FileExt;
+
+    #[test]
+    fn the_control_area_is_counted_apart_from_the_data_segments() {
+        let (fd, _ctrl) = create_pool_memfd("control-test", 4).unwrap();
+        let control = control_resident_bytes(&fd);
+        assert!(control > 0 && control < SEGMENT_BYTES, "{control}");
+        assert_eq!(resident_bytes(&fd).unwrap(), control);
+        // A whole data segment and one page of another.
+        let file = std::fs::File::from(fd.try_clone().unwrap());
+        file.write_all_at(&vec![1u8; SEGMENT_BYTES as usize], segment_offset(1))
+            .unwrap();
+        file.write_all_at(&[1u8; 4096], segment_offset(3)).unwrap();
+        assert_eq!(control_resident_bytes(&fd), control);
+        assert_eq!(resident_bytes(&fd).unwrap(), control + SEGMENT_BYTES + 4096);
+    }
 }
