@@ -492,9 +492,9 @@ def concerto():
 
 
 def midas():
-    # The latest quick run (the policy that gives unused grants back); the one before it,
-    # midas-quick.json, is compared with it in the README.
-    rel = f"{RESULTS}/midas/midas-quick-unused-returned.json"
+    # The latest quick run (whole segments); the ones before it are compared with it in the
+    # README.
+    rel = f"{RESULTS}/midas/midas-quick-whole-segments.json"
     res = load(rel)
     rows = [[name, fmt(r["efficiency"], 3), fmt(r["harvested_fraction"], 2),
              fmt(r.get("settle_s"), 0)] for name, r in res["runs"].items()]
