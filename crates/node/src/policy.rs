@@ -56,7 +56,7 @@ pub struct PoolView {
 impl PoolView {
     /// Whether it used (nearly) all of its grant: the anti-oscillation test. A pool holds whole
     /// segments, so only the whole segments of its grant count: a grant of 5.99 MiB lets it
-    /// hold 4, and judged against 5.99 it looked short of its grant for good (it was then
+    /// hold 4 MiB, and judged against 5.99 it looked short of its grant for good (it was then
     /// never given more).
     pub fn full(&self, p: &Params) -> bool {
         self.resident as f64 >= p.full_fraction * usable(self.limit) as f64
