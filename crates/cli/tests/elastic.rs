@@ -565,9 +565,9 @@ fn bad_ranges_and_registrations_get_clear_errors() {
 }
 
 /// Pressure between two rounds: a far program granted most of its cgroup, then an antagonist
-/// in the cgroup allocating 320 MiB at once. The daemon lowers the program's grant at once
-/// (a decision "between rounds"), not at its next round 30 s later, nobody is OOM-killed, and
-/// the program, checking every page, finishes well.
+/// in the cgroup allocating 320 MiB at once. The daemon lowers the program's grant on a tick
+/// between rounds (a decision whose reason says so; a round's says "over the total"), nobody
+/// is OOM-killed, and the program, checking every page, finishes well.
 #[test]
 fn pressure_between_rounds_lowers_a_far_programs_grant_at_once() {
     let dir = TempDir::new("elastic-shed");
@@ -577,7 +577,7 @@ fn pressure_between_rounds_lowers_a_far_programs_grant_at_once() {
         Command::new(gleaner_bin())
             .args(["node", "--tick-ms", "20", "--reserve", "64M", "--cgroup"])
             .arg(&cg.0)
-            // One round soon after start (the program grows), the next 30 s later.
+            // Rounds every 1.5 s (the program grows at the first), ticks every 20 ms.
             .args(["--interval", "1.5", "--elastic-step", "256M"])
             .arg("--socket")
             .arg(&socket)
@@ -647,8 +647,8 @@ fn pressure_between_rounds_lowers_a_far_programs_grant_at_once() {
         .command(real_python(), &["-c", antagonist])
         .spawn()
         .expect("starting the antagonist");
-    // Lowered within a second: long before the next round.
-    let deadline = Instant::now() + Duration::from_secs(1);
+    // Lowered (the decision's reason below says by whom).
+    let deadline = Instant::now() + Duration::from_secs(3);
     let st = loop {
         let st = status(&socket);
         if program(&st, "held").is_some_and(|p| u(&p["limit"]) + 128 * MIB <= grown) {
@@ -656,7 +656,7 @@ fn pressure_between_rounds_lowers_a_far_programs_grant_at_once() {
         }
         assert!(
             Instant::now() < deadline,
-            "the grant ({grown}) was not lowered within 1 s: {st:#}"
+            "the grant ({grown}) was not lowered within 3 s: {st:#}"
         );
         std::thread::sleep(Duration::from_millis(20));
     };
