@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{gleaner_bin, real_python, wait_output, TempDir, TestCgroup};
+use common::{gleaner_bin, limited_cgroup, real_python, wait_output, TempDir};
 use gleaner_node::proto::{self, Kind, Reply, Request};
 use serde_json::Value;
 
@@ -572,11 +572,11 @@ fn bad_ranges_and_registrations_get_clear_errors() {
 fn pressure_between_rounds_lowers_a_far_programs_grant_at_once() {
     let dir = TempDir::new("elastic-shed");
     let socket = dir.path().join("node.sock");
-    let cg = TestCgroup::limited("elastic-shed", 640 * MIB);
+    let cg = limited_cgroup("elastic-shed", 640 * MIB);
     let mut node = Node(
         Command::new(gleaner_bin())
             .args(["node", "--tick-ms", "20", "--reserve", "64M", "--cgroup"])
-            .arg(&cg.0)
+            .arg(cg.path())
             // Rounds every 1.5 s (the program grows at the first), ticks every 20 ms.
             .args(["--interval", "1.5", "--elastic-step", "256M"])
             .arg("--socket")

@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use common::{build_c_program, gleaner_bin, run_gleaner, TempDir, TestCgroup};
+use common::{build_c_program, gleaner_bin, run_gleaner, test_cgroup, TempDir};
 
 /// tests/c/hermes_program.c, compiled once per test binary.
 fn program() -> &'static str {
@@ -427,8 +427,14 @@ fn a_cgroup_marked_batch_has_its_processes_page_cache_dropped() {
     let make = |name: &str| file_of_32_mib(&dir, name, 3);
     let (in_file, late_file, out_file) = (make("in.dat"), make("late.dat"), make("out.dat"));
     let daemon = daemon_under_its_watermark(&sock);
-    let cg = TestCgroup::new("batch");
-    let mut inside = Killed(cg.spawn(program(), &["hold", in_file.to_str().unwrap()]));
+    let cg = test_cgroup("batch");
+    let hold = |file: &Path| {
+        cg.command(program(), &["hold", file.to_str().unwrap()])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let mut inside = Killed(hold(&in_file));
     wait_line(&mut inside.0, "holding");
     let mut outside = Killed(
         Command::new(program())
@@ -453,7 +459,7 @@ fn a_cgroup_marked_batch_has_its_processes_page_cache_dropped() {
             Duration::from_secs(10),
         )
     };
-    let (code, out, err) = mark(&cg.0);
+    let (code, out, err) = mark(cg.path());
     assert_eq!(code, Some(0), "{out}\n{err}");
     assert!(err.contains("(1 processes in it now)"), "{err}");
     let gone = |file: &Path, what: &str| {
@@ -466,7 +472,7 @@ fn a_cgroup_marked_batch_has_its_processes_page_cache_dropped() {
     };
     gone(&in_file, "the file of the cgroup's process");
     // A process that joins the cgroup after it was marked is covered too.
-    let mut late = Killed(cg.spawn(program(), &["hold", late_file.to_str().unwrap()]));
+    let mut late = Killed(hold(&late_file));
     wait_line(&mut late.0, "holding");
     gone(
         &late_file,
@@ -478,7 +484,7 @@ fn a_cgroup_marked_batch_has_its_processes_page_cache_dropped() {
     );
     let state = gleaner_node::client::status(&sock).unwrap();
     let cgroups = &state["batch"]["cgroups"];
-    assert_eq!(cgroups[0]["path"], cg.0.to_str().unwrap(), "{state}");
+    assert_eq!(cgroups[0]["path"], cg.path().to_str().unwrap(), "{state}");
     assert_eq!(cgroups[0]["processes"], 2, "{state}");
     assert_eq!(cgroups[0]["class"], "batch", "{state}");
     // A directory that is no cgroup: a clear refusal.

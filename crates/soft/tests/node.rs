@@ -390,83 +390,6 @@ fn a_client_that_finds_no_daemon_starts_one() {
     assert_eq!(unsafe_kill(pid, libc::SIGTERM), 0);
 }
 
-/// A memory cgroup for one test (v2 where the unified hierarchy has the memory controller,
-/// else v1), limited to `limit` bytes; killed and removed when dropped.
-struct Cgroup {
-    dir: PathBuf,
-    v2: bool,
-}
-
-impl Cgroup {
-    fn new(tag: &str, limit: u64) -> Cgroup {
-        let v2 = std::fs::read_to_string("/sys/fs/cgroup/cgroup.controllers")
-            .is_ok_and(|c| c.split_whitespace().any(|x| x == "memory"));
-        let root = if v2 {
-            "/sys/fs/cgroup"
-        } else {
-            "/sys/fs/cgroup/memory"
-        };
-        let dir = PathBuf::from(root).join(format!("gleaner-test-{tag}-{}", std::process::id()));
-        std::fs::create_dir(&dir).unwrap_or_else(|e| {
-            panic!(
-                "this test needs a writable memory cgroup (v1 or v2) and could not make {}: {e} \
-                 (run it as root)",
-                dir.display()
-            )
-        });
-        let cg = Cgroup { dir, v2 };
-        let file = if v2 {
-            "memory.max"
-        } else {
-            "memory.limit_in_bytes"
-        };
-        std::fs::write(cg.dir.join(file), limit.to_string()).unwrap();
-        cg
-    }
-
-    /// `argv` run inside the cgroup (a shell moves itself in, then execs it).
-    fn command(&self, argv: &[&str]) -> Command {
-        let mut c = Command::new("sh");
-        c.arg("-c")
-            .arg(format!(
-                "echo $$ > {}/cgroup.procs && exec \"$@\"",
-                self.dir.display()
-            ))
-            .arg("sh")
-            .args(argv);
-        c
-    }
-
-    fn oom_kills(&self) -> u64 {
-        let (file, key) = if self.v2 {
-            ("memory.events", "oom_kill")
-        } else {
-            ("memory.oom_control", "oom_kill")
-        };
-        std::fs::read_to_string(self.dir.join(file))
-            .unwrap()
-            .lines()
-            .find_map(|l| l.strip_prefix(key)?.trim().parse().ok())
-            .unwrap_or(0)
-    }
-}
-
-impl Drop for Cgroup {
-    fn drop(&mut self) {
-        for _ in 0..50 {
-            let procs = std::fs::read_to_string(self.dir.join("cgroup.procs")).unwrap_or_default();
-            for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
-                unsafe_kill(pid, libc::SIGCONT);
-                unsafe_kill(pid, libc::SIGKILL);
-            }
-            if std::fs::remove_dir(&self.dir).is_ok() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
 /// A program holding 256 MiB of soft memory is stopped (its runtime cannot shrink), and an
 /// antagonist in its cgroup allocates 90% of the limit as fast as it can: the daemon takes the
 /// soft memory back directly, fast enough that no one is OOM-killed, and the program, let go
@@ -475,7 +398,8 @@ impl Drop for Cgroup {
 fn a_fast_antagonist_in_the_cgroup_meets_soft_memory_given_back_not_an_oom_kill() {
     let soft = 256 * MB;
     let reserve = 64 * MB;
-    let cg = Cgroup::new("antagonist", 2 * soft + reserve);
+    let cg = gleaner_sys::cgroup::MemoryCgroup::limited("antagonist", 2 * soft + reserve)
+        .unwrap_or_else(|e| panic!("{e}"));
     let s = sock("antagonist");
     let grant = (soft + 8 * MB).to_string();
     let _d = daemon(
@@ -484,7 +408,7 @@ fn a_fast_antagonist_in_the_cgroup_meets_soft_memory_given_back_not_an_oom_kill(
             "--policy",
             "static",
             "--cgroup",
-            cg.dir.to_str().unwrap(),
+            cg.path().to_str().unwrap(),
             "--tick-ms",
             "10",
             "--grace-ms",
@@ -500,25 +424,27 @@ fn a_fast_antagonist_in_the_cgroup_meets_soft_memory_given_back_not_an_oom_kill(
     let workload_bin = env!("CARGO_BIN_EXE_soft-workload");
     let sock_s = s.to_str().unwrap().to_string();
     let objects = (soft / (64 << 10)).to_string();
-    let mut w = cg.command(&[
+    let mut w = cg.command(
         workload_bin,
-        "--name",
-        "held",
-        "--objects",
-        &objects,
-        "--size",
-        "65536",
-        "--cost-us",
-        "0",
-        "--zipf",
-        "0",
-        "--secs",
-        "60",
-        "--report-ms",
-        "100",
-        "--node",
-        &sock_s,
-    ]);
+        &[
+            "--name",
+            "held",
+            "--objects",
+            &objects,
+            "--size",
+            "65536",
+            "--cost-us",
+            "0",
+            "--zipf",
+            "0",
+            "--secs",
+            "60",
+            "--report-ms",
+            "100",
+            "--node",
+            &sock_s,
+        ],
+    );
     let mut w = Proc(w.stdout(Stdio::piped()).spawn().unwrap());
     let rx = reports(&mut w.0);
     wait_until(&s, "the program to fill its grant", 30.0, |st| {
@@ -535,7 +461,7 @@ fn a_fast_antagonist_in_the_cgroup_meets_soft_memory_given_back_not_an_oom_kill(
          print('allocated', len(chunks) * 16)\n"
     );
     let ant = cg
-        .command(&["python3", "-c", &code])
+        .command("python3", &["-c", &code])
         .output()
         .expect("python3 runs the antagonist");
     let st = status(&s);

@@ -292,97 +292,13 @@ pub fn wait_output(child: &mut Child, limit: Duration) -> (Option<i32>, String, 
     (status.code(), t_out.join().unwrap(), t_err.join().unwrap())
 }
 
-/// A memory cgroup made for a test (v2 if the machine has it, else v1's memory hierarchy);
-/// what is left in it is killed and it is removed on drop. Needs root: without it the test
-/// fails saying so.
-pub struct TestCgroup(pub PathBuf);
-
-impl TestCgroup {
-    pub fn new(name: &str) -> TestCgroup {
-        let dir = Self::base().join(format!("gleaner-test-{name}-{}", std::process::id()));
-        std::fs::create_dir(&dir).unwrap_or_else(|e| {
-            panic!(
-                "cannot make a cgroup at {} ({e}): this test needs root and a cgroup hierarchy",
-                dir.display()
-            )
-        });
-        TestCgroup(dir)
-    }
-
-    fn v2() -> bool {
-        Path::new("/sys/fs/cgroup/cgroup.controllers").exists()
-    }
-
-    fn base() -> &'static Path {
-        if Self::v2() {
-            Path::new("/sys/fs/cgroup")
-        } else {
-            Path::new("/sys/fs/cgroup/memory")
-        }
-    }
-
-    /// A cgroup limited to `bytes` of memory.
-    pub fn limited(name: &str, bytes: u64) -> TestCgroup {
-        let cg = TestCgroup::new(name);
-        let file = if Self::v2() {
-            "memory.max"
-        } else {
-            "memory.limit_in_bytes"
-        };
-        std::fs::write(cg.0.join(file), bytes.to_string()).unwrap();
-        cg
-    }
-
-    /// `program args` to be run inside the cgroup (a shell moves itself in, then execs it).
-    pub fn command(&self, program: impl AsRef<std::ffi::OsStr>, args: &[&str]) -> Command {
-        let procs = self.0.join("cgroup.procs");
-        let mut c = Command::new("sh");
-        c.args([
-            "-c",
-            &format!("echo $$ > {} && exec \"$@\"", procs.display()),
-            "sh",
-        ])
-        .arg(program)
-        .args(args);
-        c
-    }
-
-    /// `program args`, started inside the cgroup, its stdout piped.
-    pub fn spawn(&self, program: &str, args: &[&str]) -> Child {
-        self.command(program, args)
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap()
-    }
-
-    /// The OOM kills in the cgroup so far.
-    pub fn oom_kills(&self) -> u64 {
-        let file = if Self::v2() {
-            "memory.events"
-        } else {
-            "memory.oom_control"
-        };
-        std::fs::read_to_string(self.0.join(file))
-            .unwrap_or_default()
-            .lines()
-            .find_map(|l| l.strip_prefix("oom_kill ")?.trim().parse().ok())
-            .unwrap_or(0)
-    }
+/// A memory cgroup made for a test ([`gleaner_sys::cgroup::MemoryCgroup`]); a test that cannot
+/// make one fails saying why.
+pub fn test_cgroup(name: &str) -> gleaner_sys::cgroup::MemoryCgroup {
+    gleaner_sys::cgroup::MemoryCgroup::new(name).unwrap_or_else(|e| panic!("{e}"))
 }
 
-impl Drop for TestCgroup {
-    fn drop(&mut self) {
-        for _ in 0..50 {
-            let procs = std::fs::read_to_string(self.0.join("cgroup.procs")).unwrap_or_default();
-            for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
-                // SAFETY: kill(2) has no memory-safety preconditions; the processes are the
-                // test's own, left in its cgroup.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-            }
-            if std::fs::remove_dir(&self.0).is_ok() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
+/// As [`test_cgroup`], limited to `bytes` of memory.
+pub fn limited_cgroup(name: &str, bytes: u64) -> gleaner_sys::cgroup::MemoryCgroup {
+    gleaner_sys::cgroup::MemoryCgroup::limited(name, bytes).unwrap_or_else(|e| panic!("{e}"))
 }
