@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use gleaner_pager::PAGE_SIZE;
 use gleaner_policy::hermes::{heap_plan, per_period, pool_refill, target, Interval};
+use gleaner_sys::cputime::thread_cpu_ns;
 
 use super::pool::Chunk;
 use super::{window, Reserve};
@@ -215,15 +216,4 @@ fn populate(r: &Reserve, start: usize, len: usize) -> bool {
         .populate_cpu_ns
         .fetch_add(thread_cpu_ns().saturating_sub(cpu), Ordering::Relaxed);
     ok
-}
-
-/// This thread's CPU time so far, in nanoseconds.
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec into the live local.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
