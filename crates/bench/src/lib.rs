@@ -121,7 +121,7 @@ pub struct MicroArgs {
     /// installed at once) or `staged` (every page waits unmapped; each first use is a local fault).
     #[arg(long, default_value = "marker")]
     prefetch_install: PrefetchInstall,
-    /// Eviction order: `recency` (default), `rackmem`, `fifo`, `refault` or `clock`.
+    /// Eviction order: `recency` (default), `rackmem`, `fifo`, `refault`, `active` or `clock`.
     #[arg(long, default_value_t = gleaner_pager::DEFAULT_EVICT)]
     evict: EvictKind,
     /// The access scan feeding the eviction order with written bits: `auto` (default), `off` or

@@ -181,8 +181,9 @@ pub struct RunArgs {
     /// is seen used when it comes in and whenever the access scan finds it written),
     /// `rackmem` (pages that keep coming back stay, prefetched pages not yet seen in use leave
     /// first), `fifo` (in the order pages arrived), `refault` (FIFO, but pages that come back
-    /// soon after leaving are protected) or `clock`. User space sees page-ins and writes, not
-    /// reads of resident pages: each order works from those.
+    /// soon after leaving are protected), `active` (Linux's two lists: a page seen written at two
+    /// looks, or back soon after leaving, is protected from pages used once) or `clock`. User
+    /// space sees page-ins and writes, not reads of resident pages: each order works from those.
     #[arg(long, value_name = "NAME", default_value_t = gleaner_pager::DEFAULT_EVICT)]
     evict: gleaner_pager::EvictKind,
     /// The access scan: a reclaim thread reads which resident pages the program wrote since its

@@ -45,12 +45,13 @@ pub struct ReplayArgs {
     /// Prefetchers, comma-separated: none, next:N, stride, readahead, leap, leap:PWMAX, or all.
     #[arg(long, default_value = "all")]
     pub prefetch: String,
-    /// Eviction policies, comma-separated: fifo, clock, rackmem (rackmem:N sets min_free to N
-    /// pages, rackmem:N% to N% of the local memory), lru, belady, or all.
+    /// Eviction policies, comma-separated: fifo, clock, refault, rackmem (rackmem:N sets
+    /// min_free to N pages, rackmem:N% to N% of the local memory), recency (recency:N% with a
+    /// probation of N%), active, lru, belady, or all.
     #[arg(long, default_value = "all")]
     pub evict: String,
-    /// What CLOCK and RackMem may see: `fault` (what user space sees), `oracle` (every access),
-    /// or `both` (one row each). LRU and Belady are always oracle.
+    /// What CLOCK, RackMem, recency and active may see: `fault` (what user space sees), `oracle`
+    /// (every access), or `both` (one row each). LRU and Belady are always oracle.
     #[arg(long, default_value = "both")]
     pub visibility: String,
     /// Fetch latency in microseconds of trace time: a prefetch used sooner is counted late.

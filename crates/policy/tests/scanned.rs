@@ -80,4 +80,27 @@ fn clock_keeps_a_hot_set_resident_with_the_scans_reference_bits() {
         blind.misses
     );
     assert!(with.scan_referenced >= (ROUNDS - 2) * HOT);
+    assert!(
+        with.misses <= cold_misses + 2 * HOT,
+        "clock with the bits: {} misses against {cold_misses} that no order avoids",
+        with.misses
+    );
+}
+
+#[test]
+fn active_inactive_keeps_a_hot_set_resident_with_the_scans_reference_bits() {
+    let cold_misses = ROUNDS * STREAM_PER_ROUND + HOT;
+    let blind = replay(EvictKind::Fifo, true);
+    assert!(
+        blind.misses >= cold_misses + (ROUNDS / 4) * HOT,
+        "fifo: {} misses",
+        blind.misses
+    );
+    // The hot pages are seen written at every scan: activated after two, they stay.
+    let with = replay(EvictKind::Active, true);
+    assert!(
+        with.misses <= cold_misses + 2 * HOT,
+        "active with the bits: {} misses against {cold_misses} that no order avoids",
+        with.misses
+    );
 }

@@ -29,6 +29,7 @@
 //! Prefetched pages are inserted as [`Insert::Prefetch`] with the `at` of the fault that
 //! triggered them; they count against the capacity like any resident page.
 
+mod active;
 mod belady;
 mod clock;
 mod fifo;
@@ -43,6 +44,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::str::FromStr;
 use std::sync::Arc;
 
+pub use active::{ActiveInactive, ActiveInactiveStats};
 pub use belady::{Belady, Future};
 pub use clock::Clock;
 pub use fifo::Fifo;
@@ -160,6 +162,9 @@ pub enum EvictKind {
     /// at their fault from a probation of at most N% of the resident pages (default
     /// [`DEFAULT_PROBATION_PCT`]; 0: plain LRU over what is seen) ([`Recency`]).
     Recency(u8),
+    /// `active`: active and inactive lists with reference bits and refault activation, as
+    /// Linux orders anonymous memory ([`ActiveInactive`]).
+    Active,
     /// `lru` (exact; reference).
     Lru,
     /// `belady` (optimal; reference, needs the future).
@@ -175,6 +180,7 @@ impl EvictKind {
             EvictKind::Refault,
             EvictKind::RackMem(MinFree::Published),
             EvictKind::Recency(DEFAULT_PROBATION_PCT),
+            EvictKind::Active,
             EvictKind::Lru,
             EvictKind::Belady,
         ]
@@ -185,11 +191,11 @@ impl EvictKind {
         matches!(self, EvictKind::Lru | EvictKind::Belady)
     }
 
-    /// Whether results depend on [`Visibility`]: CLOCK and RackMem.
+    /// Whether results depend on [`Visibility`]: CLOCK, RackMem, recency and active.
     pub fn depends_on_visibility(&self) -> bool {
         matches!(
             self,
-            EvictKind::Clock | EvictKind::RackMem(_) | EvictKind::Recency(_)
+            EvictKind::Clock | EvictKind::RackMem(_) | EvictKind::Recency(_) | EvictKind::Active
         )
     }
 
@@ -211,6 +217,7 @@ impl EvictKind {
                 RackMemConfig::with_min_free(capacity, *min_free),
             )),
             EvictKind::Recency(pct) => Box::new(Recency::new(visibility, *pct)),
+            EvictKind::Active => Box::new(ActiveInactive::new(capacity, visibility)),
             EvictKind::Lru => Box::new(Lru::new()),
             EvictKind::Belady => {
                 Box::new(Belady::new(future.ok_or(BuildError::NeedsFuture)?.clone()))
@@ -238,18 +245,19 @@ impl fmt::Display for EvictKind {
             EvictKind::RackMem(MinFree::Percent(p)) => write!(f, "rackmem:{p}%"),
             EvictKind::Recency(DEFAULT_PROBATION_PCT) => f.write_str("recency"),
             EvictKind::Recency(p) => write!(f, "recency:{p}%"),
+            EvictKind::Active => f.write_str("active"),
             EvictKind::Lru => f.write_str("lru"),
             EvictKind::Belady => f.write_str("belady"),
         }
     }
 }
 
-/// An eviction policy name that is none of `fifo`, `clock`, `refault`, `rackmem[:N|:N%]`, `lru`,
-/// `belady`.
+/// An eviction policy name that is none of `fifo`, `clock`, `refault`, `rackmem[:N|:N%]`,
+/// `recency[:N%]`, `active`, `lru`, `belady`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
     "invalid eviction policy `{0}` (expected fifo, clock, refault, rackmem, rackmem:N with \
-     N >= 1 pages, rackmem:N% with 1 <= N <= 50, recency, recency:N% with 0 <= N <= 90, lru or belady)"
+     N >= 1 pages, rackmem:N% with 1 <= N <= 50, recency, recency:N% with 0 <= N <= 90, active, lru or belady)"
 )]
 pub struct ParseEvictError(String);
 
@@ -265,6 +273,7 @@ impl FromStr for EvictKind {
             "refault" => Ok(EvictKind::Refault),
             "rackmem" => Ok(EvictKind::RackMem(MinFree::Published)),
             "recency" => Ok(EvictKind::Recency(DEFAULT_PROBATION_PCT)),
+            "active" => Ok(EvictKind::Active),
             "lru" => Ok(EvictKind::Lru),
             "belady" | "opt" | "min" => Ok(EvictKind::Belady),
             _ => {
@@ -371,7 +380,7 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("lfu"));
-        assert_eq!(parse_list("all").unwrap().len(), 7);
+        assert_eq!(parse_list("all").unwrap().len(), 8);
         assert_eq!(
             parse_list("fifo,lru").unwrap(),
             vec![EvictKind::Fifo, EvictKind::Lru]
