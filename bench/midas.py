@@ -182,7 +182,7 @@ def phase_policy(policy, specs, secs, budget, ideal, quick):
         st = node_status(sock)
         if st:
             samples.append((time.time() - t_start, sum(p["resident"] for p in st["pools"]),
-                            {p["name"]: (p["limit"], p["resident"]) for p in st["pools"]}))
+                            {p["name"]: (p["limit"], p["resident"], p.get("utility")) for p in st["pools"]}))
         time.sleep(0.5)
     rcs = [a.wait(30) for a in apps]
     final_status = samples[-1][2] if samples else {}
@@ -195,7 +195,7 @@ def phase_policy(policy, specs, secs, budget, ideal, quick):
         per[a.name] = {"ops_per_s": r, "normalized_wall": r / ideal[a.name]["ops_per_s"],
                        "ops_per_cpu_s": rc_, "normalized": rc_ / ideal[a.name]["ops_per_cpu_s"], "rc": rc,
                        "bad": a.bad(), "last": a.reports[-1] if a.reports else None,
-                       "grant_and_resident_end": final_status.get(a.name)}
+                       "grant_and_resident_end": (final_status.get(a.name) or (None, None))[:2]}
     eff = sum(p["normalized"] for p in per.values()) / len(per)
     eff_wall = sum(p["normalized_wall"] for p in per.values()) / len(per)
     window = [s for s in samples if t0 <= s[0] <= t1]
@@ -228,11 +228,13 @@ def phase_policy(policy, specs, secs, budget, ideal, quick):
 
 
 def pool_series(samples):
-    """{pool: [(t, grant MiB, held MiB), ...]} from the daemon-status samples of a phase."""
+    """{pool: [(t, grant MiB, held MiB, the policy's utility estimate), ...]} from the
+    daemon-status samples of a phase."""
     out = {}
     for t, _, pools in samples:
-        for name, (limit, resident) in pools.items():
-            out.setdefault(name, []).append((round(t, 1), round(limit / MB, 2), round(resident / MB, 2)))
+        for name, (limit, resident, utility) in pools.items():
+            out.setdefault(name, []).append((round(t, 1), round(limit / MB, 2), round(resident / MB, 2),
+                                             float(f"{utility:.3g}") if utility is not None else None))
     return out
 
 
@@ -321,7 +323,7 @@ def phase_pressure(specs, warm, recovery, ws, limit):
                 st = node_status(sock)
                 if st:
                     samples.append((time.time() - t_start, sum(p["resident"] for p in st["pools"]),
-                                    {p["name"]: (p["limit"], p["resident"]) for p in st["pools"]}))
+                                    {p["name"]: (p["limit"], p["resident"], p.get("utility")) for p in st["pools"]}))
                 time.sleep(0.5)
 
         sampler = threading.Thread(target=sample, daemon=True)

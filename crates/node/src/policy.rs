@@ -8,13 +8,19 @@
 //!
 //! * [`Midas`] with [`Estimator::Rebuild`]: the dissertation's policy (Midas, NSDI 2024,
 //!   section 4.3; Qiao's dissertation, chapter 3): maximise `sum w_i * Gamma_i(m_i)` with
-//!   `Gamma_i = -(CPU time in reconstructors)`. Each round every full pool is probed by
-//!   `+-probe` bytes (alternately); the slope of its rebuild cost per access against what it
-//!   held, times its accesses per second, is its marginal utility `u_i` (per access, so that a
-//!   closed-loop program starved into rebuilding all the time still shows what memory saves). Memory moves (up to `move_max`) from the lowest `w*u` to the
-//!   highest, and only to a pool that used what it was granted last round (anti-oscillation)
-//!   and filled its last up-probe; a pool below its grant two rounds in a row gives back all
-//!   but one probe above what it holds.
+//!   `Gamma_i = -(CPU time in reconstructors)`. Each round the full pools are probed by
+//!   `+-probe` bytes, each alternately up and down, in pairs (one up, one down by the same
+//!   bytes: [`crate::probes`]) so that a round's probes never leave part of the budget idle;
+//!   the slope of a pool's rebuild cost per access against what it held, times its accesses
+//!   per second, is its marginal utility `u_i` (per access, so that a closed-loop program
+//!   starved into rebuilding all the time still shows what memory saves). Memory moves (up to
+//!   `move_max`) from the lowest `w*u` to the highest that can use it: a pool that used what
+//!   it was granted last round (anti-oscillation) and is not saturated. A pool is saturated
+//!   when it did not fill an up-probe, or left its grant unused two rounds without growing:
+//!   it keeps the whole segments of what it holds, is neither probed nor given more, until it
+//!   fills every segment of its grant and misses what it evicted. What pressure takes (the
+//!   budget falls) is given back at once when memory is free again, and a pool refilling it
+//!   is not judged until it holds it or stops growing.
 //! * [`Midas`] with [`Estimator::VictimPenalty`]: the released code's estimator,
 //!   `gain = w * miss_penalty * victim_hits` (penalty = rebuild ns per byte), EWMA-smoothed
 //!   (0.3 old + 0.7 new), active above 1; inactive pools give first, active ones grow in
@@ -308,12 +314,12 @@ struct ProbeState {
     measured: bool,
     /// The probe size last used.
     probe: u64,
-    /// Its last up-probe was not filled: it holds all it can use (its working set), so more
-    /// memory would sit idle in it. Cleared when it fills the whole segments of its grant and
-    /// still misses (its working set grew), or by an up-probe it fills.
+    /// It did not fill its last up-probe, or left its grant unused two rounds without
+    /// growing: it holds all it can use (its working set), so more memory would sit idle in
+    /// it. Cleared when it fills every segment of its grant and misses what it evicted (its
+    /// working set grew).
     saturated: bool,
-    /// What a saturated pool holds (at its saturation: the larger of its two probes' points,
-    /// as the down probe may have just taken some of it).
+    /// What a saturated pool holds (not counting a round in which it refilled).
     held: u64,
     /// Rounds in a row it held less than its grant (not [`PoolView::full`]) and did not grow.
     unused_rounds: u32,
@@ -540,11 +546,9 @@ impl Policy for Midas {
             .collect();
         let mut why = vec![String::from("kept"); n];
         // Memory a pool does not use goes back to the idle memory (the rebuild estimator): a
-        // pool below its grant for two rounds in a row, and not refilling, keeps what it holds
-        // plus one probe; a pool whose last up-probe went unfilled (saturated) keeps the whole
-        // segments of what it holds and is given no more. Without this the pool that valued
-        // memory most kept what it was given past its working set, idle, while the others went
-        // short (bench/results/midas/README.md).
+        // saturated pool keeps the whole segments of what it holds and is given no more.
+        // Without this the pool that valued memory most kept what it was given past its
+        // working set, idle, while the others went short (bench/results/midas/README.md).
         let mut saturated = vec![false; n];
         if self.estimator == Estimator::Rebuild {
             for (k, p) in pools.iter().enumerate() {

@@ -50,55 +50,60 @@ pub struct Pair {
     pub bytes: u64,
 }
 
-fn can_up(p: &Prober) -> bool {
-    p.want != Want::Down && p.up_room >= SEGMENT_BYTES
+fn can_up(p: &Prober, strict: bool) -> bool {
+    !(strict && p.want == Want::Down) && p.up_room >= SEGMENT_BYTES
 }
 
-fn can_down(p: &Prober) -> bool {
-    p.want != Want::Up && p.down_room >= SEGMENT_BYTES
+fn can_down(p: &Prober, strict: bool) -> bool {
+    !(strict && p.want == Want::Up) && p.down_room >= SEGMENT_BYTES
 }
 
 /// Pairs `probers` (in the order given, which breaks ties; the caller rotates it round by
 /// round) so that every pair moves memory from one pool to another: the pool that waited
 /// longest first, with the first later one that can go the other way. A pool that wants
-/// either direction goes the way its partner does not need. The probe of a pair is the smaller
-/// of the two rooms, in whole segments.
+/// either direction goes the way its partner does not need. Pools left without a partner are
+/// then paired against what they want (the measurement they have in that direction is taken
+/// again): two pools that both need an up-probe, where no pool can go down for them, would
+/// otherwise wait for each other for good. The probe of a pair is the smaller of the two
+/// rooms, in whole segments.
 pub fn pair(probers: &[Prober]) -> Vec<Pair> {
     let mut order: Vec<usize> = (0..probers.len()).collect();
     // Stable: among equal waits the caller's order stands.
     order.sort_by_key(|&i| std::cmp::Reverse(probers[i].waited));
     let mut taken = vec![false; probers.len()];
     let mut pairs = Vec::new();
-    for (pos, &i) in order.iter().enumerate() {
-        if taken[i] {
-            continue;
+    for strict in [true, false] {
+        for (pos, &i) in order.iter().enumerate() {
+            if taken[i] {
+                continue;
+            }
+            let a = &probers[i];
+            let partner = order[pos + 1..].iter().copied().find_map(|j| {
+                if taken[j] {
+                    return None;
+                }
+                let b = &probers[j];
+                // The first goes up if it can and its partner can go down; else down.
+                if can_up(a, strict) && can_down(b, strict) {
+                    Some((j, true))
+                } else if can_down(a, strict) && can_up(b, strict) {
+                    Some((j, false))
+                } else {
+                    None
+                }
+            });
+            let Some((j, a_up)) = partner else { continue };
+            let (up, down) = if a_up { (i, j) } else { (j, i) };
+            let bytes =
+                probers[up].up_room.min(probers[down].down_room) / SEGMENT_BYTES * SEGMENT_BYTES;
+            taken[i] = true;
+            taken[j] = true;
+            pairs.push(Pair {
+                up: probers[up].index,
+                down: probers[down].index,
+                bytes,
+            });
         }
-        let a = &probers[i];
-        let partner = order[pos + 1..].iter().copied().find_map(|j| {
-            if taken[j] {
-                return None;
-            }
-            let b = &probers[j];
-            // The first of the pair goes up if it can and its partner can go down; else down.
-            if can_up(a) && can_down(b) {
-                Some((j, true))
-            } else if can_down(a) && can_up(b) {
-                Some((j, false))
-            } else {
-                None
-            }
-        });
-        let Some((j, a_up)) = partner else { continue };
-        let (up, down) = if a_up { (i, j) } else { (j, i) };
-        let bytes =
-            probers[up].up_room.min(probers[down].down_room) / SEGMENT_BYTES * SEGMENT_BYTES;
-        taken[i] = true;
-        taken[j] = true;
-        pairs.push(Pair {
-            up: probers[up].index,
-            down: probers[down].index,
-            bytes,
-        });
     }
     pairs
 }
@@ -171,8 +176,35 @@ mod tests {
                 bytes: 2 * SEG
             }]
         );
-        // Two that need the same direction cannot pair.
-        assert!(pair(&[p(0, Want::Up, 0), p(1, Want::Up, 0)]).is_empty());
+    }
+
+    #[test]
+    fn two_pools_that_need_the_same_direction_still_pair() {
+        // Both need an up-probe: one of them goes down (taking its lower point again), or
+        // neither would ever probe again (seen in bench/midas.py: a pool at its floor of 0,
+        // which cannot go down, and another that needed its up-probe).
+        let pairs = pair(&[p(0, Want::Up, 0), p(1, Want::Up, 0)]);
+        assert_eq!(pairs.len(), 1, "{pairs:?}");
+        let mut floor = p(0, Want::Either, 0);
+        floor.down_room = 0;
+        assert_eq!(
+            pair(&[floor, p(1, Want::Up, 0)]),
+            vec![Pair {
+                up: 0,
+                down: 1,
+                bytes: 2 * SEG
+            }]
+        );
+        // A pair that fits what both want is still preferred.
+        let pairs = pair(&[p(0, Want::Up, 0), p(1, Want::Up, 0), p(2, Want::Down, 0)]);
+        assert_eq!(
+            pairs,
+            vec![Pair {
+                up: 0,
+                down: 2,
+                bytes: 2 * SEG
+            }]
+        );
     }
 
     #[test]
