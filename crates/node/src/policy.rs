@@ -330,6 +330,8 @@ struct ProbeState {
     before_cut: u64,
     /// Rounds since it last probed.
     waited: u32,
+    /// Rounds its pair of measurements has been open (one taken, the other not yet).
+    open_rounds: u32,
     /// Refilling a grant given back after pressure (or kept through a cut): not probed, given
     /// no more and not judged until it holds its grant or stops growing.
     refilling: bool,
@@ -406,12 +408,25 @@ impl Midas {
                 // in a closed loop that is starved of memory spends all its time rebuilding: its
                 // rebuild CPU per second is flat in memory until its cache is nearly whole, and
                 // the raw slope would send memory away from the very pool that needs it most.
+                //
+                // Only the rebuilds memory could have saved count: those of victim hits (misses
+                // of what the pool evicted), not first requests. While a pool fills (at start,
+                // after a grant grows) first requests dominate its misses whatever it holds, and
+                // the slope measured then came out near zero: the 1 ms pool was judged the least
+                // valuable and starved (bench/results/midas/README.md).
                 let accesses = (p.delta.hits + p.delta.misses).max(1) as f64;
-                let per_access = p.delta.rebuild_ns as f64 / accesses;
+                let avoidable = if p.delta.misses == 0 {
+                    0.0
+                } else {
+                    p.delta.rebuild_ns as f64 * p.delta.vhits.min(p.delta.misses) as f64
+                        / p.delta.misses as f64
+                };
+                let per_access = avoidable / accesses;
                 let rate = accesses / p.secs.max(1e-3);
+                // (A saturated pool probed down as a spare measures nothing for itself.)
                 match st.phase {
-                    1 => st.up = Some((p.resident, per_access, rate)),
-                    -1 => st.down = Some((p.resident, per_access, rate)),
+                    1 if !st.saturated => st.up = Some((p.resident, per_access, rate)),
+                    -1 if !st.saturated => st.down = Some((p.resident, per_access, rate)),
                     _ => {}
                 }
                 if cut || st.refilling {
@@ -428,7 +443,7 @@ impl Midas {
                         // It fills every segment of its grant and misses what it evicted: its
                         // working set grew. Probed again, and given memory, from now on.
                         st.saturated = false;
-                    } else if !growing {
+                    } else if !growing && st.phase == 0 {
                         st.held = p.resident;
                     }
                 } else if (st.phase == 1 && p.resident < usable(st.base) + st.probe / 4)
@@ -438,6 +453,8 @@ impl Midas {
                     // rounds and did not grow): what it holds is all it uses.
                     st.saturated = true;
                     st.held = p.resident;
+                    st.up = None;
+                    st.down = None;
                 }
                 if let (Some((ru, cu, qu)), Some((rd, cd, qd))) = (st.up, st.down) {
                     // The slope of rebuild cost against the memory the pool really held: a probe
@@ -449,6 +466,11 @@ impl Midas {
                     st.down = None;
                     st.measured = true;
                 }
+                st.open_rounds = if st.up.is_some() != st.down.is_some() {
+                    st.open_rounds.saturating_add(1)
+                } else {
+                    0
+                };
                 if !st.measured {
                     // Until a probe pair has measured a slope: the rebuild CPU it spends per
                     // byte it holds (as much memory again would save at most all of it).
@@ -485,7 +507,7 @@ impl Midas {
         for k in (0..n).map(|k| (k + self.rounds as usize) % n) {
             let p = &pools[k];
             let st = self.state.get_mut(&p.id).unwrap();
-            if !p.full(prm) || st.saturated || st.refilling {
+            if !p.full(prm) || st.refilling {
                 continue;
             }
             // A probe is at most a quarter of the pool's grant (at least one segment): a
@@ -493,6 +515,19 @@ impl Midas {
             let size = usable(prm.probe.min((base[k] / 4).max(SEGMENT_BYTES))).max(SEGMENT_BYTES);
             let up_room = usable(size.min(p.ceiling.saturating_sub(base[k])));
             let down_room = usable(size.min(base[k].saturating_sub(p.floor)));
+            if st.saturated {
+                // Not probed for itself; a spare for a stuck pool.
+                probers.push(Prober {
+                    index: k,
+                    want: Want::Down,
+                    up_room: 0,
+                    down_room,
+                    waited: st.waited,
+                    stuck: false,
+                    spare: true,
+                });
+                continue;
+            }
             let want = match (st.up.is_some(), st.down.is_some()) {
                 (true, false) => Want::Down,
                 (false, true) => Want::Up,
@@ -517,6 +552,9 @@ impl Midas {
                 up_room,
                 down_room,
                 waited: st.waited,
+                // Open four rounds: about two chances to be paired the way it wants, missed.
+                stuck: st.open_rounds >= 4,
+                spare: false,
             });
         }
         for x in pair(&probers) {
@@ -809,7 +847,7 @@ mod tests {
                 .iter()
                 .enumerate()
                 .map(|(k, &(id, per))| {
-                    let mut v = pool(id, limits[k], limits[k], cost(per, limits[k]) as u64, 0);
+                    let mut v = pool(id, limits[k], limits[k], cost(per, limits[k]) as u64, 100);
                     v.delta.rebuild_ns = cost(per, limits[k]) as u64;
                     v
                 })
@@ -867,7 +905,9 @@ mod tests {
                 .map(|k| {
                     // Rebuild cost falls linearly until the working set is held.
                     let cost = ((ws[k] - held[k]) as f64 / MB as f64) * per_miss[k];
-                    pool(k as u64 + 1, limits[k], held[k], cost as u64, 0)
+                    // Below its working set its misses are of what it evicted.
+                    let vhits = if held[k] < ws[k] { 100 } else { 0 };
+                    pool(k as u64 + 1, limits[k], held[k], cost as u64, vhits)
                 })
                 .collect();
             let d = m.round(&views, budget);
@@ -1103,6 +1143,41 @@ mod tests {
             sims[1].held >= 38 * MB,
             "the grown pool holds {} MiB of its 40 MiB working set",
             sims[1].held / MB
+        );
+    }
+
+    /// A pool still filling (its first requests falling round by round) measured at its up
+    /// point early and its down point later: counted in full, its rebuild cost fell although
+    /// it held less, the slope came out negative and its utility zero (the 1 ms pool, starved
+    /// in bench/midas.py). Only the rebuilds of what it evicted (victim hits) count: it values
+    /// memory.
+    #[test]
+    fn first_requests_do_not_hide_what_memory_saves() {
+        let mut m = Midas::new(Estimator::Rebuild, bench_params());
+        let mut limits = [32 * MB, 32 * MB];
+        for round in 0..6u64 {
+            let views: Vec<PoolView> = (0..2)
+                .map(|k| {
+                    let mut v = pool(k as u64 + 1, limits[k], limits[k], 0, 0);
+                    // First requests: 1000 in the first round, 200 fewer each round after.
+                    let first = 1000u64.saturating_sub(200 * round);
+                    // Misses of what it evicted: 10 fewer per MiB it holds.
+                    let victims = 1000 - 10 * (limits[k] / MB);
+                    v.delta.misses = first + victims;
+                    v.delta.vhits = victims;
+                    v.delta.hits = 10_000 - v.delta.misses;
+                    v.delta.rebuild_ns = v.delta.misses * 1_000_000;
+                    v
+                })
+                .collect();
+            let d = m.round(&views, 64 * MB);
+            limits = [limit(&d, 1), limit(&d, 2)];
+        }
+        assert!(
+            m.utility(1).unwrap() > 0.0 && m.utility(2).unwrap() > 0.0,
+            "utilities {:?} {:?}",
+            m.utility(1),
+            m.utility(2)
         );
     }
 

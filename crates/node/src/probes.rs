@@ -37,6 +37,12 @@ pub struct Prober {
     pub down_room: u64,
     /// Rounds since it last probed: the longest waiting are paired first.
     pub waited: u32,
+    /// Its pair of measurements has been open for a while: if nothing else pairs it the way it
+    /// wants, a spare goes down for it.
+    pub stuck: bool,
+    /// A pool that is not probed for itself (it holds all it uses: saturated), which may go
+    /// down by a probe for a stuck pool that needs an up-probe and has no other partner.
+    pub spare: bool,
 }
 
 /// One pair of probes: `up` gains `bytes`, `down` loses them.
@@ -61,18 +67,45 @@ fn can_down(p: &Prober, strict: bool) -> bool {
 /// Pairs `probers` (in the order given, which breaks ties; the caller rotates it round by
 /// round) so that every pair moves memory from one pool to another: the pool that waited
 /// longest first, with the first later one that can go the other way. A pool that wants
-/// either direction goes the way its partner does not need. Pools left without a partner are
-/// then paired against what they want (the measurement they have in that direction is taken
-/// again): two pools that both need an up-probe, where no pool can go down for them, would
-/// otherwise wait for each other for good. The probe of a pair is the smaller of the two
-/// rooms, in whole segments.
+/// either direction goes the way its partner does not need. Then a stuck pool that needs an
+/// up-probe is paired with a spare going down (spares pair with nothing else). Pools still
+/// left without a partner are then paired against what they want (the measurement they have
+/// in that direction is taken again): two pools that both need an up-probe, where no pool can
+/// go down for them, would otherwise wait for each other for good. The probe of a pair is the
+/// smaller of the two rooms, in whole segments.
 pub fn pair(probers: &[Prober]) -> Vec<Pair> {
     let mut order: Vec<usize> = (0..probers.len()).collect();
     // Stable: among equal waits the caller's order stands.
     order.sort_by_key(|&i| std::cmp::Reverse(probers[i].waited));
-    let mut taken = vec![false; probers.len()];
+    // Spares are never paired among the others.
+    let mut taken: Vec<bool> = probers.iter().map(|p| p.spare).collect();
+    let mut spare_used = vec![false; probers.len()];
     let mut pairs = Vec::new();
-    for strict in [true, false] {
+    let make = |up: usize, down: usize| Pair {
+        up: probers[up].index,
+        down: probers[down].index,
+        bytes: probers[up].up_room.min(probers[down].down_room) / SEGMENT_BYTES * SEGMENT_BYTES,
+    };
+    for pass in 0..3 {
+        if pass == 1 {
+            // A stuck pool that needs an up-probe, with a spare going down.
+            for &i in &order {
+                let a = &probers[i];
+                if taken[i] || !a.stuck || a.want != Want::Up || a.up_room < SEGMENT_BYTES {
+                    continue;
+                }
+                let spare = order.iter().copied().find(|&j| {
+                    probers[j].spare && !spare_used[j] && probers[j].down_room >= SEGMENT_BYTES
+                });
+                if let Some(j) = spare {
+                    taken[i] = true;
+                    spare_used[j] = true;
+                    pairs.push(make(i, j));
+                }
+            }
+            continue;
+        }
+        let strict = pass == 0;
         for (pos, &i) in order.iter().enumerate() {
             if taken[i] {
                 continue;
@@ -93,16 +126,9 @@ pub fn pair(probers: &[Prober]) -> Vec<Pair> {
                 }
             });
             let Some((j, a_up)) = partner else { continue };
-            let (up, down) = if a_up { (i, j) } else { (j, i) };
-            let bytes =
-                probers[up].up_room.min(probers[down].down_room) / SEGMENT_BYTES * SEGMENT_BYTES;
             taken[i] = true;
             taken[j] = true;
-            pairs.push(Pair {
-                up: probers[up].index,
-                down: probers[down].index,
-                bytes,
-            });
+            pairs.push(if a_up { make(i, j) } else { make(j, i) });
         }
     }
     pairs
@@ -121,6 +147,8 @@ mod tests {
             up_room: 2 * SEG,
             down_room: 2 * SEG,
             waited,
+            stuck: false,
+            spare: false,
         }
     }
 
@@ -288,5 +316,42 @@ mod tests {
             }
         }
         assert!(completed.iter().all(|&c| c >= 3), "{completed:?}");
+    }
+
+    /// Seen in bench/midas.py: the 1 ms pool needed an up-probe, its only partner was a pool
+    /// at its floor of 0 (which can only go up) and the third pool was saturated: the 1 ms
+    /// pool was probed down again and again, never up, and its estimate never changed. Stuck,
+    /// it is paired with the saturated pool going down.
+    #[test]
+    fn a_stuck_pool_gets_its_up_probe_from_a_spare() {
+        let mut floor = p(0, Want::Either, 0);
+        floor.down_room = 0;
+        let mut stuck = p(1, Want::Up, 0);
+        stuck.stuck = true;
+        let mut spare = p(2, Want::Down, 3);
+        spare.spare = true;
+        let pairs = pair(&[floor, stuck, spare]);
+        assert_eq!(
+            pairs,
+            vec![Pair {
+                up: 1,
+                down: 2,
+                bytes: 2 * SEG
+            }]
+        );
+        // Not stuck yet: the spare stays out of it (the pool takes its lower point again).
+        stuck.stuck = false;
+        let pairs = pair(&[floor, stuck, spare]);
+        assert_eq!(
+            pairs,
+            vec![Pair {
+                up: 0,
+                down: 1,
+                bytes: 2 * SEG
+            }]
+        );
+        // A spare never pairs with a pool that is not stuck, nor goes up.
+        let pairs = pair(&[p(0, Want::Either, 0), spare]);
+        assert!(pairs.is_empty(), "{pairs:?}");
     }
 }
