@@ -13,12 +13,15 @@
 //!   bytes: [`crate::probes`]) so that a round's probes never leave part of the budget idle;
 //!   the slope of a pool's rebuild cost per access against what it held, times its accesses
 //!   per second, is its marginal utility `u_i` (per access, so that a closed-loop program
-//!   starved into rebuilding all the time still shows what memory saves). Memory moves (up to
+//!   starved into rebuilding all the time still shows what memory saves; only the rebuilds of
+//!   victim hits count, not first requests, which memory cannot save). Memory moves (up to
 //!   `move_max`) from the lowest `w*u` to the highest that can use it: a pool that used what
-//!   it was granted last round (anti-oscillation) and is not saturated. A pool is saturated
-//!   when it did not fill an up-probe, or left its grant unused two rounds without growing:
-//!   it keeps the whole segments of what it holds, is neither probed nor given more, until it
-//!   fills every segment of its grant and misses what it evicted. What pressure takes (the
+//!   it was granted last round (anti-oscillation) and is not saturated, both estimates fresh
+//!   (measured within one move of where the pool is). A pool is saturated when it did not
+//!   fill an up-probe, or left its grant unused two rounds without growing: it keeps the whole
+//!   segments of what it holds, is not probed for itself (only as a spare, down, for a pool
+//!   whose pair is stuck) nor given more, until it fills every segment of its grant and misses
+//!   what it evicted. What pressure takes (the
 //!   budget falls) is given back at once when memory is free again, and a pool refilling it
 //!   is not judged until it holds it or stops growing.
 //! * [`Midas`] with [`Estimator::VictimPenalty`]: the released code's estimator,
@@ -503,10 +506,10 @@ impl Midas {
         }
     }
 
-    /// The round's probes (the rebuild estimator): full pools that are not saturated, in
-    /// pairs that move memory from one to another ([`crate::probes::pair`]), so that the sum
-    /// of the grants stays the budget; a pool at its floor (ceiling) that needs a point below
-    /// (above) its grant measures it where it is.
+    /// The round's probes (the rebuild estimator): full pools, in pairs that move memory from
+    /// one to another ([`crate::probes::pair`]), so that the sum of the grants stays the
+    /// budget; saturated pools only as spares; a pool at its floor (ceiling) that needs a
+    /// point below (above) its grant measures it where it is.
     fn probe(&mut self, pools: &[PoolView], base: &[u64], limits: &mut [u64]) {
         use crate::probes::{pair, Prober, Want};
         let n = pools.len();
