@@ -492,9 +492,9 @@ def concerto():
 
 
 def midas():
-    # The latest quick run (whole segments); the ones before it are compared with it in the
-    # README.
-    rel = f"{RESULTS}/midas/midas-quick-whole-segments.json"
+    # The latest quick run (paired probes, saturated pools, fresh estimates, recovery); the
+    # ones before it are compared with it in the README.
+    rel = f"{RESULTS}/midas/midas-quick-harvest-h.json"
     res = load(rel)
     rows = [[name, fmt(r["efficiency"], 3), fmt(r["harvested_fraction"], 2),
              fmt(r.get("settle_s"), 0)] for name, r in res["runs"].items()]
@@ -502,6 +502,13 @@ def midas():
     note = (f"Under an antagonist that took {pr['antagonist_mib']} MiB at "
             f"{pr['antagonist_gib_per_s']:.2f} GiB/s: {pr['oom_kills']} OOM kills, "
             f"{res['bad_reads']} bad reads.")
+    if pr.get("throughput_recovered_vs_before"):
+        note += (f" {pr['recovery_s']:.0f} s after it left, throughput against before it came: "
+                 + ", ".join(fmt(v, 2) for v in pr["throughput_recovered_vs_before"])
+                 + " per wall second, "
+                 + ", ".join(fmt(v, 2) for v in pr["throughput_recovered_vs_before_cpu"])
+                 + " per CPU second (target: within 10%); the pools held 90% of their memory "
+                 f"again {pr['soft_back_to_90pct_s_after_leaving']} s after it left.")
     return Area(
         "Soft memory: coordination by marginal utility (Midas)",
         "Three soft-memory programs (a block cache over a file, two memoising services) under "

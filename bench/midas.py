@@ -34,7 +34,8 @@ value it reads in full. Phases, all in this run and on this machine:
 3. pressure (needs a memory cgroup): the three in a cgroup with a limit, the daemon watching the
    cgroup; an antagonist allocating as fast as it can up to 90% of the limit, holding, leaving.
    Counts OOM kills (the cgroup's oom_kill), programs that did not finish cleanly, the daemon's
-   direct-punch throughput, and throughput after the antagonist left against before it came.
+   direct-punch throughput, and throughput 5 s and `--recovery-s` (default 30, the issue's
+   target) seconds after the antagonist left against the 5 s before it came.
 
 Writes bench/results/midas/midas[-quick].json; prints a summary and, as the last line, one JSON
 object with efficiency_midas, efficiency_static, efficiency_cliffhanger, harvested_fraction,
@@ -181,7 +182,7 @@ def phase_policy(policy, specs, secs, budget, ideal, quick):
         st = node_status(sock)
         if st:
             samples.append((time.time() - t_start, sum(p["resident"] for p in st["pools"]),
-                            {p["name"]: (p["limit"], p["resident"]) for p in st["pools"]}))
+                            {p["name"]: (p["limit"], p["resident"], p.get("utility")) for p in st["pools"]}))
         time.sleep(0.5)
     rcs = [a.wait(30) for a in apps]
     final_status = samples[-1][2] if samples else {}
@@ -194,7 +195,7 @@ def phase_policy(policy, specs, secs, budget, ideal, quick):
         per[a.name] = {"ops_per_s": r, "normalized_wall": r / ideal[a.name]["ops_per_s"],
                        "ops_per_cpu_s": rc_, "normalized": rc_ / ideal[a.name]["ops_per_cpu_s"], "rc": rc,
                        "bad": a.bad(), "last": a.reports[-1] if a.reports else None,
-                       "grant_and_resident_end": final_status.get(a.name)}
+                       "grant_and_resident_end": (final_status.get(a.name) or (None, None))[:2]}
     eff = sum(p["normalized"] for p in per.values()) / len(per)
     eff_wall = sum(p["normalized_wall"] for p in per.values()) / len(per)
     window = [s for s in samples if t0 <= s[0] <= t1]
@@ -221,7 +222,20 @@ def phase_policy(policy, specs, secs, budget, ideal, quick):
     return {"policy": policy, "efficiency": eff, "efficiency_wall": eff_wall,
             "harvested_fraction": harvested,
             "settle_s": settle, "apps": per, "efficiency_series": effs,
-            "resident_series": [(round(t, 1), r) for t, r, _ in samples]}
+            "resident_series": [(round(t, 1), r) for t, r, _ in samples],
+            # Per pool, every 0.5 s: [grant, what it holds] in MiB (the daemon's status).
+            "pool_series": pool_series(samples)}
+
+
+def pool_series(samples):
+    """{pool: [(t, grant MiB, held MiB, the policy's utility estimate), ...]} from the
+    daemon-status samples of a phase."""
+    out = {}
+    for t, _, pools in samples:
+        for name, (limit, resident, utility) in pools.items():
+            out.setdefault(name, []).append((round(t, 1), round(limit / MB, 2), round(resident / MB, 2),
+                                             float(f"{utility:.3g}") if utility is not None else None))
+    return out
 
 
 def cgroup_v1_root():
@@ -274,14 +288,18 @@ def remove_cgroup(cg):
             time.sleep(0.1)
 
 
-def phase_pressure(specs, secs, ws, limit):
-    """The three apps in a memory cgroup of `limit` bytes; an antagonist fills 90% of it."""
+def phase_pressure(specs, warm, recovery, ws, limit):
+    """The three apps in a memory cgroup of `limit` bytes; after `warm` seconds an antagonist
+    fills 90% of it, holds 3 s and leaves; the apps run on `recovery` seconds and 5 more."""
     v2 = cgroup_v2_root()
     v1 = None if v2 else cgroup_v1_root()
     if not (v1 or v2):
         return {"skipped": "no writable memory cgroup (v1 or v2): the pressure phase was NOT run"}
     cg = os.path.join(v2 or v1, f"gleaner-midas-{os.getpid()}")
     os.mkdir(cg)
+    # The apps' length: warm-up, the antagonist (about 1 s to allocate, 3 s held; 4 s of
+    # margin), the recovery time, its 5-s window and 2 s of margin.
+    secs = warm + 8 + recovery + 5 + 2
     try:
         if v2:
             with open(os.path.join(cg, "memory.max"), "w") as f:
@@ -296,30 +314,57 @@ def phase_pressure(specs, secs, ws, limit):
                                 "--move-max", "8M", "--step", "4M", "--initial", "8M", "--tick-ms", "10",
                                 "--grace-ms", "100", "--reserve", str(48 * MB)])
         apps = [App(n, a, secs, node=sock, wrap=wrap) for n, a in specs]
-        arrive = secs * 0.35
-        time.sleep(arrive)
+        t_start = time.time()
+        samples = []
+        sampling = threading.Event()
+
+        def sample():
+            while not sampling.is_set():
+                st = node_status(sock)
+                if st:
+                    samples.append((time.time() - t_start, sum(p["resident"] for p in st["pools"]),
+                                    {p["name"]: (p["limit"], p["resident"], p.get("utility")) for p in st["pools"]}))
+                time.sleep(0.5)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        time.sleep(max(0.0, warm - (time.time() - t_start)))
         before_soft = sum(p["resident"] for p in (node_status(sock) or {"pools": []})["pools"])
         target = int(limit * 0.9)
         ant_code = antagonist_code(target, 3)
-        t_ant = time.time()
+        t_arr = time.time() - t_start
         ant = subprocess.Popen(wrap + [sys.executable, "-c", ant_code], stdout=subprocess.PIPE, text=True)
         ant_out, _ = ant.communicate(timeout=120)
-        t_left = time.time()
+        t_left = time.time() - t_start
         rcs = [a.wait(secs + 60) for a in apps]
-        st_final = None
+        sampling.set()
+        sampler.join(timeout=15)
         st_final = node_status(sock)
         stop(d)
         oom = oom_kills(cg, v2)
         parts = (ant_out or "").split()
         ant_mib, ant_secs = (int(parts[0]), float(parts[1])) if len(parts) == 2 else (None, None)
-        # Throughput before the antagonist came vs after it left (5 s after, 5 s windows).
-        rel = []
+        # Throughput in the 5 s before the antagonist came against 5-s windows 5 s and
+        # `recovery` s after it left; per wall second (the issue's measure) and per CPU second
+        # of each program (the neighbours on a shared machine moved the wall figure).
+        # (Times are seconds since the apps started, which is what their reports count.)
+        def windows(a, after):
+            t0 = t_left + after
+            t1 = min(t0 + 5, secs)
+            wall = a.rate(t0, t1) / max(a.rate(t_arr - 5, t_arr), 1e-9)
+            cpu = a.cpu_rate(t0, t1) / max(a.cpu_rate(t_arr - 5, t_arr), 1e-9)
+            return wall, cpu
+        rel, rel_cpu, rec, rec_cpu = [], [], [], []
         for a in apps:
-            t_arr = arrive
-            t_after = t_left - t_ant + arrive + 5
-            before = a.rate(t_arr - 5, t_arr)
-            after = a.rate(t_after, min(t_after + 5, secs))
-            rel.append(after / before if before else None)
+            w, c = windows(a, 5)
+            rel.append(w)
+            rel_cpu.append(c)
+            w, c = windows(a, recovery)
+            rec.append(w)
+            rec_cpu.append(c)
+        # When the pools held 90% of what they held before the antagonist came, again.
+        back = next((round(t - t_left, 1) for t, r, _ in samples
+                     if t > t_left and r >= 0.9 * before_soft), None)
         stopped = sum(1 for rc in rcs if rc != 0) + (0 if ant.returncode == 0 else 1)
         direct = (st_final or {}).get("direct_punched_bytes")
         direct_s = (st_final or {}).get("direct_punch_secs")
@@ -332,7 +377,14 @@ def phase_pressure(specs, secs, ws, limit):
                 "bad_reads": sum(a.bad() or 0 for a in apps),
                 "direct_punched_bytes": direct, "direct_punch_secs": direct_s,
                 "direct_gib_per_s": (direct / 2**30 / direct_s) if direct and direct_s else None,
-                "throughput_after_vs_before": rel}
+                "throughput_after_vs_before": rel,
+                "throughput_after_vs_before_cpu": rel_cpu,
+                "recovery_s": recovery,
+                "throughput_recovered_vs_before": rec,
+                "throughput_recovered_vs_before_cpu": rec_cpu,
+                "arrived_s": t_arr, "left_s": t_left, "app_secs": secs,
+                "soft_back_to_90pct_s_after_leaving": back,
+                "pool_series": pool_series(samples)}
     finally:
         remove_cgroup(cg)
 
@@ -342,6 +394,9 @@ def main():
     ap.add_argument("--quick", action="store_true", help="short phases (under 10 minutes)")
     ap.add_argument("--out", help="results file (default bench/results/midas/midas[-quick].json)")
     ap.add_argument("--no-pressure", action="store_true", help="skip the antagonist phase")
+    ap.add_argument("--recovery-s", type=float, default=30,
+                    help="measure the apps' throughput this many seconds after the antagonist "
+                         "leaves, against before it came (default 30, the issue's target)")
     args = ap.parse_args()
     for b in ("gleaner", "soft-workload"):
         if not os.path.exists(os.path.join(BIN, b)):
@@ -367,7 +422,7 @@ def main():
     pressure = None
     if not args.no_pressure:
         print("pressure: antagonist in a memory cgroup", file=sys.stderr)
-        pressure = phase_pressure(specs, 30 if args.quick else 60, ws, 512 * MB)
+        pressure = phase_pressure(specs, 15 if args.quick else 20, args.recovery_s, ws, 512 * MB)
     os.unlink(blocks)
     os.rmdir(tmp)
     bad = sum((a.get("bad") or 0) for r in runs.values() for a in r["apps"].values())
@@ -404,6 +459,11 @@ def main():
         "oom_kills": (pressure or {}).get("oom_kills"),
         "stopped_programs": (pressure or {}).get("stopped_programs"),
         "direct_reclaim_gib_per_s": (pressure or {}).get("direct_gib_per_s"),
+        "recovered_min_vs_before": min((pressure or {}).get("throughput_recovered_vs_before") or [None],
+                                       key=lambda v: v if v is not None else 0),
+        "recovered_min_vs_before_cpu": min((pressure or {}).get("throughput_recovered_vs_before_cpu") or [None],
+                                           key=lambda v: v if v is not None else 0),
+        "recovery_s": args.recovery_s,
         "pressure": "not run" if pressure is None else pressure.get("skipped", "run"),
         "bad_reads": bad,
         "results": os.path.relpath(out, ROOT),

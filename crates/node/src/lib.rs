@@ -6,9 +6,10 @@
 //! * [`shared`]: the pool memfd and control-area layout both sides use (the contract);
 //! * [`proto`]: the registration protocol on the daemon's Unix socket;
 //! * [`client`]: finding, connecting to and starting a daemon;
-//! * [`policy`], [`pressure`], [`evict`], [`elastic`]: pure decisions (allocation, pressure
-//!   level and budget, which segments to punch, local memory between far programs with elastic
-//!   budgets and the soft pools), unit-tested apart from the mechanisms;
+//! * [`policy`], [`probes`], [`pressure`], [`evict`], [`elastic`]: pure decisions (allocation,
+//!   which pools probe in which direction, pressure level and budget, which segments to punch,
+//!   local memory between far programs with elastic budgets and the soft pools), unit-tested
+//!   apart from the mechanisms;
 //! * [`daemon`]: the daemon itself (`gleaner node`);
 //! * [`metrics`]: its state as Prometheus metrics (`gleaner node --metrics ADDR`).
 #![deny(missing_docs)]
@@ -23,6 +24,7 @@ pub mod metrics;
 pub mod policy;
 pub mod pressure;
 mod priority;
+pub mod probes;
 pub mod proto;
 pub mod shared;
 

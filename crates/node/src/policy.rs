@@ -8,13 +8,22 @@
 //!
 //! * [`Midas`] with [`Estimator::Rebuild`]: the dissertation's policy (Midas, NSDI 2024,
 //!   section 4.3; Qiao's dissertation, chapter 3): maximise `sum w_i * Gamma_i(m_i)` with
-//!   `Gamma_i = -(CPU time in reconstructors)`. Each round every full pool is probed by
-//!   `+-probe` bytes (alternately); the slope of its rebuild cost per access against what it
-//!   held, times its accesses per second, is its marginal utility `u_i` (per access, so that a
-//!   closed-loop program starved into rebuilding all the time still shows what memory saves). Memory moves (up to `move_max`) from the lowest `w*u` to the
-//!   highest, and only to a pool that used what it was granted last round (anti-oscillation)
-//!   and filled its last up-probe; a pool below its grant two rounds in a row gives back all
-//!   but one probe above what it holds.
+//!   `Gamma_i = -(CPU time in reconstructors)`. Each round the full pools are probed by
+//!   `+-probe` bytes, each alternately up and down, in pairs (one up, one down by the same
+//!   bytes: [`crate::probes`]) so that a round's probes never leave part of the budget idle;
+//!   the slope of a pool's rebuild cost per access against what it held, times its accesses
+//!   per second, is its marginal utility `u_i` (per access, so that a closed-loop program
+//!   starved into rebuilding all the time still shows what memory saves; only the rebuilds of
+//!   victim hits count, not first requests, which memory cannot save). Memory moves (up to
+//!   `move_max`) from the lowest `w*u` to the highest that can use it: a pool that used what
+//!   it was granted last round (anti-oscillation) and is not saturated, both estimates fresh
+//!   (measured within one move of where the pool is). A pool is saturated when it did not
+//!   fill an up-probe, or left its grant unused two rounds without growing: it keeps the whole
+//!   segments of what it holds, is not probed for itself (only as a spare, down, for a pool
+//!   whose pair is stuck) nor given more, until it fills every segment of its grant and misses
+//!   what it evicted. What pressure takes (the
+//!   budget falls) is given back at once when memory is free again, and a pool refilling it
+//!   is not judged until it holds it or stops growing.
 //! * [`Midas`] with [`Estimator::VictimPenalty`]: the released code's estimator,
 //!   `gain = w * miss_penalty * victim_hits` (penalty = rebuild ns per byte), EWMA-smoothed
 //!   (0.3 old + 0.7 new), active above 1; inactive pools give first, active ones grow in
@@ -292,6 +301,9 @@ impl Policy for Cliffhanger {
 struct ProbeState {
     /// The grant before probing.
     base: u64,
+    /// The grant the policy gave for the round that just ended (probe included): a pool found
+    /// holding a lower grant was cut by the daemon between rounds (pressure).
+    decided: u64,
     /// The probe in effect during the round that just ended (+1, -1, or 0 for none).
     phase: i8,
     /// (resident, rebuild ns per access, accesses per second) measured at +probe and -probe.
@@ -303,13 +315,34 @@ struct ProbeState {
     gain: f64,
     /// Whether `utility` comes from a probe pair (else it is the prior).
     measured: bool,
+    /// The base its utility was measured around (when the last pair completed).
+    measured_at: u64,
     /// The probe size last used.
     probe: u64,
-    /// Its last up-probe was not filled: it holds all it can use (its working set), so more
-    /// memory would sit idle in it. Cleared by an up-probe it fills.
+    /// It did not fill its last up-probe, or left its grant unused two rounds without
+    /// growing: it holds all it can use (its working set), so more memory would sit idle in
+    /// it. Cleared when it fills every segment of its grant and misses what it evicted (its
+    /// working set grew).
     saturated: bool,
-    /// Rounds in a row it held less than its grant (not [`PoolView::full`]).
+    /// What a saturated pool holds (not counting a round in which it refilled).
+    held: u64,
+    /// It became saturated at an up-probe in the round that just ended: its grant becomes the
+    /// whole segments of what it holds, which may be above its base (within the probe).
+    saturated_up: bool,
+    /// Rounds in a row it held less than its grant (not [`PoolView::full`]) and did not grow.
     unused_rounds: u32,
+    /// What it held at the end of the last round, bytes.
+    last_resident: u64,
+    /// The grant it had before the budget (pressure) took from it; 0 when none. Given back at
+    /// once when memory is free again.
+    before_cut: u64,
+    /// Rounds since it last probed.
+    waited: u32,
+    /// Rounds its pair of measurements has been open (one taken, the other not yet).
+    open_rounds: u32,
+    /// Refilling a grant given back after pressure (or kept through a cut): not probed, given
+    /// no more and not judged until it holds its grant or stops growing.
+    refilling: bool,
 }
 
 /// Marginal-utility allocation (Midas) with either estimator.
@@ -344,13 +377,37 @@ impl Midas {
         let params = self.params.clone();
         let st = self.state.entry(p.id).or_insert_with(|| ProbeState {
             base: p.limit,
+            decided: p.limit,
+            last_resident: p.resident,
             ..Default::default()
         });
-        st.unused_rounds = if p.full(&params) {
+        // The daemon lowered its grant between rounds (pressure): the round measured the
+        // pressure, not the pool. Its probe says nothing and it is not judged for what it left
+        // unused; its grant before the cut is remembered by the round's fit, if still short.
+        let cut = p.limit < st.decided;
+        // Refilling (after a cut, or a new grant it is still filling): not unused.
+        let growing = p.resident >= st.last_resident.saturating_add(SEGMENT_BYTES);
+        st.last_resident = p.resident;
+        st.waited = if st.phase != 0 {
             0
         } else {
-            st.unused_rounds.saturating_add(1)
+            st.waited.saturating_add(1)
         };
+        if cut {
+            st.refilling = true;
+        } else if st.refilling
+            && (p.resident as f64 >= params.full_fraction * usable(st.base) as f64 || !growing)
+        {
+            st.refilling = false;
+        }
+        if cut || st.refilling {
+            st.phase = 0;
+            st.unused_rounds = 0;
+        } else if p.full(&params) || growing {
+            st.unused_rounds = 0;
+        } else {
+            st.unused_rounds = st.unused_rounds.saturating_add(1);
+        }
         match self.estimator {
             Estimator::Rebuild => {
                 // Rebuild cost per access, and accesses per second: their product is the
@@ -359,28 +416,72 @@ impl Midas {
                 // in a closed loop that is starved of memory spends all its time rebuilding: its
                 // rebuild CPU per second is flat in memory until its cache is nearly whole, and
                 // the raw slope would send memory away from the very pool that needs it most.
+                //
+                // Only the rebuilds memory could have saved count: those of victim hits (misses
+                // of what the pool evicted), not first requests. While a pool fills (at start,
+                // after a grant grows) first requests dominate its misses whatever it holds, and
+                // the slope measured then came out near zero: the 1 ms pool was judged the least
+                // valuable and starved (bench/results/midas/README.md).
                 let accesses = (p.delta.hits + p.delta.misses).max(1) as f64;
-                let per_access = p.delta.rebuild_ns as f64 / accesses;
+                let avoidable = if p.delta.misses == 0 {
+                    0.0
+                } else {
+                    p.delta.rebuild_ns as f64 * p.delta.vhits.min(p.delta.misses) as f64
+                        / p.delta.misses as f64
+                };
+                let per_access = avoidable / accesses;
                 let rate = accesses / p.secs.max(1e-3);
+                // (A saturated pool probed down as a spare measures nothing for itself.)
                 match st.phase {
-                    1 => st.up = Some((p.resident, per_access, rate)),
-                    -1 => st.down = Some((p.resident, per_access, rate)),
+                    1 if !st.saturated => st.up = Some((p.resident, per_access, rate)),
+                    -1 if !st.saturated => st.down = Some((p.resident, per_access, rate)),
                     _ => {}
+                }
+                st.saturated_up = false;
+                if cut || st.refilling {
+                    // Judged on nothing: the round measured the pressure, or the refill.
+                } else if st.saturated {
+                    // (A grant the budget cut below what it held says nothing of the kind.)
+                    // Misses of what it evicted (victim hits), not first requests: at least one
+                    // access in a thousand.
+                    if p.resident + SEGMENT_BYTES / 8 >= usable(p.limit)
+                        && usable(p.limit) >= whole_segments(st.held)
+                        && p.delta.vhits * 1000 >= p.delta.hits + p.delta.misses
+                        && p.delta.vhits > 0
+                    {
+                        // It fills every segment of its grant and misses what it evicted: its
+                        // working set grew. Probed again, and given memory, from now on.
+                        st.saturated = false;
+                    } else if !growing && st.phase == 0 {
+                        st.held = p.resident;
+                    }
+                } else if (st.phase == 1 && p.resident < usable(st.base) + st.probe / 4)
+                    || st.unused_rounds >= 2
+                {
+                    // It did not fill the memory of its up-probe (or left its grant unused two
+                    // rounds and did not grow): what it holds is all it uses.
+                    st.saturated_up = st.phase == 1;
+                    st.saturated = true;
+                    st.held = p.resident;
+                    st.up = None;
+                    st.down = None;
                 }
                 if let (Some((ru, cu, qu)), Some((rd, cd, qd))) = (st.up, st.down) {
                     // The slope of rebuild cost against the memory the pool really held: a probe
                     // the pool did not fill (or give back) says nothing, and keeps the old slope.
                     if ru > rd + st.probe.min(params.probe) / 4 {
                         st.utility = ((cd - cu) / (ru - rd) as f64 * (qu + qd) / 2.0).max(0.0);
-                        st.saturated = false;
-                    } else {
-                        // It did not fill the memory offered: what it holds is all it uses.
-                        st.saturated = true;
+                        st.measured_at = st.base;
                     }
                     st.up = None;
                     st.down = None;
                     st.measured = true;
                 }
+                st.open_rounds = if st.up.is_some() != st.down.is_some() {
+                    st.open_rounds.saturating_add(1)
+                } else {
+                    0
+                };
                 if !st.measured {
                     // Until a probe pair has measured a slope: the rebuild CPU it spends per
                     // byte it holds (as much memory again would save at most all of it).
@@ -404,6 +505,79 @@ impl Midas {
             Estimator::VictimPenalty => s.gain,
         }
     }
+
+    /// The round's probes (the rebuild estimator): full pools, in pairs that move memory from
+    /// one to another ([`crate::probes::pair`]), so that the sum of the grants stays the
+    /// budget; saturated pools only as spares; a pool at its floor (ceiling) that needs a
+    /// point below (above) its grant measures it where it is.
+    fn probe(&mut self, pools: &[PoolView], base: &[u64], limits: &mut [u64]) {
+        use crate::probes::{pair, Prober, Want};
+        let n = pools.len();
+        let prm = &self.params;
+        let mut probers = Vec::new();
+        for k in (0..n).map(|k| (k + self.rounds as usize) % n) {
+            let p = &pools[k];
+            let st = self.state.get_mut(&p.id).unwrap();
+            if !p.full(prm) || st.refilling {
+                continue;
+            }
+            // A probe is at most a quarter of the pool's grant (at least one segment): a
+            // 64 MiB probe of a 48 MiB pool would empty it every other round.
+            let size = usable(prm.probe.min((base[k] / 4).max(SEGMENT_BYTES))).max(SEGMENT_BYTES);
+            let up_room = usable(size.min(p.ceiling.saturating_sub(base[k])));
+            let down_room = usable(size.min(base[k].saturating_sub(p.floor)));
+            if st.saturated {
+                // Not probed for itself; a spare for a stuck pool.
+                probers.push(Prober {
+                    index: k,
+                    want: Want::Down,
+                    up_room: 0,
+                    down_room,
+                    waited: st.waited,
+                    stuck: false,
+                    spare: true,
+                });
+                continue;
+            }
+            let want = match (st.up.is_some(), st.down.is_some()) {
+                (true, false) => Want::Down,
+                (false, true) => Want::Up,
+                _ => Want::Either,
+            };
+            match want {
+                Want::Down if down_room == 0 => {
+                    // At its floor: the lower point is where it is.
+                    st.phase = -1;
+                    continue;
+                }
+                Want::Up if up_room == 0 => {
+                    // At its ceiling: it can have no more, and the pair will say so.
+                    st.phase = 1;
+                    continue;
+                }
+                _ => {}
+            }
+            probers.push(Prober {
+                index: k,
+                want,
+                up_room,
+                down_room,
+                waited: st.waited,
+                // Open four rounds: about two chances to be paired the way it wants, missed.
+                stuck: st.open_rounds >= 4,
+                spare: false,
+            });
+        }
+        for x in pair(&probers) {
+            limits[x.up] += x.bytes;
+            limits[x.down] -= x.bytes;
+            for (k, phase) in [(x.up, 1), (x.down, -1)] {
+                let st = self.state.get_mut(&pools[k].id).unwrap();
+                st.phase = phase;
+                st.probe = x.bytes;
+            }
+        }
+    }
 }
 
 impl Policy for Midas {
@@ -421,22 +595,35 @@ impl Policy for Midas {
             .collect();
         let mut why = vec![String::from("kept"); n];
         // Memory a pool does not use goes back to the idle memory (the rebuild estimator): a
-        // pool below its grant for two rounds in a row keeps what it holds plus one probe, and
-        // a pool whose last up-probe went unfilled (saturated) is given no more. Without this
-        // the pool that valued memory most kept what it was given past its working set, idle,
-        // while the others went short (bench/results/midas/README.md).
+        // saturated pool keeps the whole segments of what it holds and is given no more.
+        // Without this the pool that valued memory most kept what it was given past its
+        // working set, idle, while the others went short (bench/results/midas/README.md).
         let mut saturated = vec![false; n];
         if self.estimator == Estimator::Rebuild {
             for (k, p) in pools.iter().enumerate() {
-                let st = &self.state[&p.id];
+                let st = self.state.get_mut(&p.id).unwrap();
                 saturated[k] = st.saturated;
-                if st.unused_rounds >= 2 {
-                    // In whole segments: the one it is filling counts whole.
-                    let keep = clamp(p, whole_segments(p.resident).saturating_add(prm.probe));
-                    if keep < base[k] {
-                        why[k] = format!("unused {} returned", base[k] - keep);
-                        base[k] = keep;
-                    }
+                if st.refilling {
+                    continue;
+                }
+                if !st.saturated {
+                    continue;
+                }
+                // In whole segments: the one it is filling counts whole.
+                let keep = clamp(p, whole_segments(st.held.max(p.resident)));
+                if st.saturated_up && keep > base[k] && keep <= p.limit {
+                    // Saturated at its up-probe, holding more than its base allows (32.08
+                    // MiB at a base of 32): it keeps the whole segments it used, or it would
+                    // miss at its base, leave saturation and probe up again, round after
+                    // round.
+                    why[k] = format!("saturated: keeps {keep}");
+                    base[k] = keep;
+                    continue;
+                }
+                if keep < base[k] {
+                    why[k] = format!("unused {} returned", base[k] - keep);
+                    base[k] = keep;
+                    st.before_cut = 0;
                 }
             }
         }
@@ -449,10 +636,37 @@ impl Policy for Midas {
                     .total_cmp(&(pools[b].resident as f64 / pools[b].limit.max(1) as f64)),
             )
         });
-        let granted: u64 = base.iter().sum();
         let active = |i: usize| match self.estimator {
             Estimator::Rebuild => true,
             Estimator::VictimPenalty => score[i] > 1.0,
+        };
+        // Memory free again after pressure: a pool the budget cut gets its grant back at once,
+        // best utility first (it used that grant before the cut), not a step per round.
+        let mut free = budget.saturating_sub(base.iter().sum());
+        for &i in order.iter().rev() {
+            let st = self.state.get_mut(&pools[i].id).unwrap();
+            if free == 0 || st.before_cut <= base[i] {
+                continue;
+            }
+            let add = (clamp(&pools[i], st.before_cut) - base[i].min(st.before_cut)).min(free);
+            base[i] += add;
+            free -= add;
+            why[i] = format!("restored +{add} after pressure");
+            st.refilling = true;
+            if base[i] >= st.before_cut {
+                st.before_cut = 0;
+            }
+        }
+        let granted: u64 = base.iter().sum();
+        // Whom memory may go to: a pool that used what it was given (anti-oscillation) and is
+        // not saturated, below its ceiling.
+        let refilling: Vec<bool> = pools.iter().map(|p| self.state[&p.id].refilling).collect();
+        let can_take = |i: usize, base: &[u64]| {
+            pools[i].full(&prm)
+                && !saturated[i]
+                && !refilling[i]
+                && base[i] < pools[i].ceiling
+                && active(i)
         };
         if granted < budget {
             // Idle memory: to the pools that used their grant, best first.
@@ -462,7 +676,7 @@ impl Policy for Midas {
                 if free == 0 {
                     break;
                 }
-                if !pools[i].full(&prm) || !active(i) || saturated[i] {
+                if !can_take(i, &base) {
                     continue;
                 }
                 let mut add = prm.move_max.min(free).min(pools[i].ceiling - base[i]);
@@ -478,16 +692,32 @@ impl Policy for Midas {
                 why[i] = format!("idle memory +{add} (utility {:.3e})", score[i]);
             }
         } else if n >= 2 {
-            // A full budget: move from the lowest utility to the highest, if the highest used
-            // what it was given last round (anti-oscillation).
-            let hi = order[n - 1];
-            let lo_i = order
+            // A full budget: move from the lowest utility to the highest that can take it (a
+            // saturated pool, however valuable, would leave it idle). Both estimates must be
+            // fresh (the rebuild estimator): measured within one move of where the pool is.
+            // A slope measured low on a pool's curve is steeper than where a few moves have
+            // taken it, and one measured at the top of its working set flatter than below it:
+            // stale, they moved a whole working set from the 1 ms pool to the 100 us one,
+            // 8 MiB a round (`midas-quick-harvest-d.json`). Each moved pool is probed again
+            // where it is before it moves further.
+            let fresh = |i: usize| {
+                self.estimator != Estimator::Rebuild || {
+                    let st = &self.state[&pools[i].id];
+                    st.measured && base[i].abs_diff(st.measured_at) < prm.move_max
+                }
+            };
+            let hi_i = order
                 .iter()
+                .rev()
                 .copied()
-                .find(|&i| i != hi && base[i] > pools[i].floor);
-            if let Some(lo) = lo_i {
-                let gap = score[hi] > score[lo] * 1.1 + 1e-12;
-                if gap && pools[hi].full(&prm) && !saturated[hi] {
+                .find(|&i| can_take(i, &base) && fresh(i));
+            let lo_i = hi_i.and_then(|hi| {
+                order.iter().copied().find(|&i| {
+                    i != hi && base[i] > pools[i].floor && (fresh(i) || !pools[i].full(&prm))
+                })
+            });
+            if let (Some(hi), Some(lo)) = (hi_i, lo_i) {
+                if score[hi] > score[lo] * 1.1 + 1e-12 {
                     let mut mv = prm
                         .move_max
                         .min(base[lo] - pools[lo].floor)
@@ -508,41 +738,27 @@ impl Policy for Midas {
                 }
             }
         }
+        // Pressure: the budget takes from the lowest utility first; what it takes is given back
+        // at once when memory is free again (above).
+        let wanted = base.clone();
         fit(pools, &mut base, budget, &order);
-        // Probes (the rebuild estimator): full pools alternate +probe / -probe around their
-        // base, neighbours in opposite phases so the sum stays near the budget.
-        let mut limits = base.clone();
         for (k, p) in pools.iter().enumerate() {
             let st = self.state.get_mut(&p.id).unwrap();
+            if base[k] < wanted[k] {
+                st.before_cut = st.before_cut.max(wanted[k]);
+                why[k] = format!("budget {budget}: cut by {}", wanted[k] - base[k]);
+            }
             st.base = base[k];
             st.phase = 0;
-            if self.estimator == Estimator::Rebuild && p.full(&prm) {
-                let phase: i8 = if (self.rounds + k as u64).is_multiple_of(2) {
-                    1
-                } else {
-                    -1
-                };
-                // A probe is at most a quarter of the pool's grant (at least one segment): a
-                // 64 MiB probe of a 48 MiB pool would empty it every other round.
-                let probe = prm.probe.min((base[k] / 4).max(2 << 20));
-                st.probe = probe;
-                let l = if phase > 0 {
-                    base[k].saturating_add(probe)
-                } else {
-                    base[k].saturating_sub(probe)
-                };
-                limits[k] = clamp(p, l);
-                // A down probe clamped at the floor still measures the lower point.
-                st.phase = if limits[k] > base[k] {
-                    1
-                } else if phase < 0 {
-                    -1
-                } else {
-                    0
-                };
-            }
+        }
+        let mut limits = base.clone();
+        if self.estimator == Estimator::Rebuild {
+            self.probe(pools, &base, &mut limits);
         }
         fit(pools, &mut limits, budget, &order);
+        for (k, p) in pools.iter().enumerate() {
+            self.state.get_mut(&p.id).unwrap().decided = limits[k];
+        }
         decisions(pools, &limits, &why)
     }
 
@@ -605,8 +821,9 @@ mod tests {
     #[test]
     fn a_grant_given_back_keeps_whole_segments() {
         // Below its grant two rounds, holding 3.99 MiB (its open segment not all touched): it
-        // keeps three whole segments (what it holds, counted whole, plus a 2 MiB probe), not
-        // 5.99 MiB, which would let it hold only two and look short of its grant for good.
+        // keeps the two whole segments it holds (counted whole), not 3.99 MiB, which would
+        // let it hold only one and look short of its grant for good. (Before the saturated
+        // rule it kept a probe of room above them: 6 MiB.)
         let prm = Params {
             probe: 2 * MB,
             ..params()
@@ -618,7 +835,7 @@ mod tests {
             d = m.round(std::slice::from_ref(&a), 16 * MB);
         }
         assert_eq!(limit(&d, 1) % SEGMENT_BYTES, 0, "{d:?}");
-        assert_eq!(limit(&d, 1), 6 * MB, "{d:?}");
+        assert_eq!(limit(&d, 1), 4 * MB, "{d:?}");
     }
 
     #[test]
@@ -665,7 +882,7 @@ mod tests {
                 .iter()
                 .enumerate()
                 .map(|(k, &(id, per))| {
-                    let mut v = pool(id, limits[k], limits[k], cost(per, limits[k]) as u64, 0);
+                    let mut v = pool(id, limits[k], limits[k], cost(per, limits[k]) as u64, 100);
                     v.delta.rebuild_ns = cost(per, limits[k]) as u64;
                     v
                 })
@@ -723,7 +940,9 @@ mod tests {
                 .map(|k| {
                     // Rebuild cost falls linearly until the working set is held.
                     let cost = ((ws[k] - held[k]) as f64 / MB as f64) * per_miss[k];
-                    pool(k as u64 + 1, limits[k], held[k], cost as u64, 0)
+                    // Below its working set its misses are of what it evicted.
+                    let vhits = if held[k] < ws[k] { 100 } else { 0 };
+                    pool(k as u64 + 1, limits[k], held[k], cost as u64, vhits)
                 })
                 .collect();
             let d = m.round(&views, budget);
@@ -738,6 +957,315 @@ mod tests {
             harvested >= 0.95,
             "the pools hold {harvested:.3} of the budget on average"
         );
+    }
+
+    /// A program as the policy tests see it: it holds what its grant lets it (whole
+    /// segments) up to its working set, refilling at most `refill` bytes a round and giving
+    /// back at once; its misses (and their rebuild cost) fall linearly until it holds its
+    /// working set.
+    struct Sim {
+        id: u64,
+        ws: u64,
+        per_miss_ns: f64,
+        refill: u64,
+        limit: u64,
+        held: u64,
+    }
+
+    impl Sim {
+        fn new(id: u64, ws: u64, per_miss_ns: f64, limit: u64) -> Sim {
+            Sim {
+                id,
+                ws,
+                per_miss_ns,
+                refill: 64 * MB,
+                limit,
+                held: 0,
+            }
+        }
+
+        /// The round passes under grant `limit`.
+        fn run(&mut self, limit: u64) {
+            self.limit = limit;
+            let room = usable(limit).min(self.ws);
+            self.held = if self.held > room {
+                room
+            } else {
+                (self.held + self.refill).min(room)
+            };
+        }
+
+        fn view(&self) -> PoolView {
+            let accesses = 10_000u64;
+            let misses = (accesses as f64 * (self.ws - self.held) as f64 / self.ws as f64) as u64;
+            let mut v = pool(self.id, self.limit, self.held, 0, 0);
+            v.delta.hits = accesses - misses;
+            v.delta.misses = misses;
+            // Below its working set its misses are of what it evicted.
+            v.delta.vhits = if self.held < self.ws { misses } else { 0 };
+            v.delta.rebuild_ns = (misses as f64 * self.per_miss_ns) as u64;
+            v
+        }
+    }
+
+    /// One round of `m` over `sims` with `budget`: returns the grants.
+    fn step(m: &mut Midas, sims: &mut [Sim], budget: u64) -> Vec<u64> {
+        let views: Vec<PoolView> = sims.iter().map(Sim::view).collect();
+        let d = m.round(&views, budget);
+        assert!(
+            d.iter().map(|x| x.limit).sum::<u64>() <= budget,
+            "over the budget: {d:?}"
+        );
+        let limits: Vec<u64> = sims.iter().map(|s| limit(&d, s.id)).collect();
+        eprintln!(
+            "DBG {:?} held {:?} {:?}",
+            limits.iter().map(|l| l / MB).collect::<Vec<_>>(),
+            sims.iter()
+                .map(|s| s.held as f64 / MB as f64)
+                .collect::<Vec<_>>(),
+            d.iter()
+                .map(|x| (
+                    x.why.clone(),
+                    m.state[&x.id].utility as u64,
+                    m.state[&x.id].measured_at / MB,
+                    m.state[&x.id].saturated
+                ))
+                .collect::<Vec<_>>()
+        );
+        for (s, &l) in sims.iter_mut().zip(&limits) {
+            s.run(l);
+        }
+        limits
+    }
+
+    /// The bench's settings (bench/midas.py): small probes and moves.
+    fn bench_params() -> Params {
+        Params {
+            probe: 2 * MB,
+            move_max: 8 * MB,
+            step: 4 * MB,
+            full_fraction: 0.9,
+            initial: 8 * MB,
+        }
+    }
+
+    /// Harvesting with three pools, as in the bench: 48 MiB for three working sets of about
+    /// 32 MiB, rebuild costs 100x apart. The 1 ms pool holds its working set (32 MiB and a
+    /// few objects) and keeps no idle probe of room above it; the probes of the other two
+    /// come in pairs, so no round leaves part of the budget ungranted: the pools hold >= 95%
+    /// of it. (Before: the 1 ms pool kept 36 MiB for 32.08, and with three pools every other
+    /// round left a probe ungranted: 0.92.)
+    #[test]
+    fn midas_with_three_pools_hands_out_all_idle_memory() {
+        let mut m = Midas::new(Estimator::Rebuild, bench_params());
+        let budget = 48 * MB;
+        let ws = 32 * MB + 80 * 1024;
+        let mut sims = vec![
+            Sim::new(1, ws, 15_000.0, 8 * MB),
+            Sim::new(2, ws, 110_000.0, 8 * MB),
+            Sim::new(3, ws, 1_000_000.0, 8 * MB),
+        ];
+        let mut held = 0.0;
+        let mut ungranted = 0u64;
+        let mut cheap_vs_100us = [0u64; 2];
+        let (mut whole_ws, mut most) = (0, 0);
+        for round in 0..80 {
+            let limits = step(&mut m, &mut sims, budget);
+            if round >= 40 {
+                whole_ws += u32::from(sims[2].held == ws);
+                most = most.max(sims[2].limit);
+                held += sims.iter().map(|s| s.held).sum::<u64>() as f64 / budget as f64 / 40.0;
+                ungranted = ungranted.max(budget - limits.iter().sum::<u64>());
+                cheap_vs_100us[0] += limits[0];
+                cheap_vs_100us[1] += limits[1];
+            }
+        }
+        // What the saturated 1 ms pool does not take goes to the better of the other two (a
+        // move to a saturated pool would leave it idle; before, none was made at all).
+        assert!(
+            cheap_vs_100us[1] > 2 * cheap_vs_100us[0],
+            "the 100 us pool had {} MiB-rounds, the cheap one {}",
+            cheap_vs_100us[1] / MB,
+            cheap_vs_100us[0] / MB
+        );
+        assert!(
+            held >= 0.95,
+            "the pools hold {held:.3} of the budget on average"
+        );
+        assert!(
+            ungranted <= SEGMENT_BYTES,
+            "a round left {} MiB ungranted",
+            ungranted / MB
+        );
+        // (It is probed down, as a spare, one round in three: the 100 us pool needs an
+        // up-probe that the cheap pool at its floor of 0 cannot give.)
+        assert!(
+            whole_ws >= 24,
+            "the 1 ms pool held its working set {whole_ws} rounds of 40"
+        );
+        assert!(
+            most <= whole_segments(ws),
+            "the 1 ms pool's grant reached {} MiB, above the whole segments of its working set",
+            most / MB
+        );
+    }
+
+    /// Memory free again after pressure goes back at once to the pools the pressure cut, and
+    /// they keep it while they refill; likewise after the daemon cut grants between rounds
+    /// (that round measures the pressure, not the pools: no pool is judged saturated by it).
+    /// Before: the grants climbed back by one move (8 MiB here) per pool per round, and a
+    /// pool refilling below 90% of its grant for two rounds lost the rest.
+    #[test]
+    fn grants_climb_back_at_once_when_pressure_goes() {
+        let mut m = Midas::new(Estimator::Rebuild, bench_params());
+        let budget = 96 * MB;
+        let mut sims = vec![
+            Sim::new(1, 64 * MB, 20_000.0, 8 * MB),
+            Sim::new(2, 64 * MB, 1_000_000.0, 8 * MB),
+        ];
+        for _ in 0..40 {
+            step(&mut m, &mut sims, budget);
+        }
+        let before: u64 = sims.iter().map(|s| s.limit).sum();
+        assert!(
+            before >= budget - 2 * SEGMENT_BYTES,
+            "settled at {}",
+            before / MB
+        );
+        let expensive = sims[1].limit;
+        for s in &mut sims {
+            s.refill = 8 * MB;
+        }
+        // Pressure through the budget for three rounds, then gone.
+        for _ in 0..3 {
+            step(&mut m, &mut sims, 16 * MB);
+        }
+        let limits = step(&mut m, &mut sims, budget);
+        assert!(
+            limits.iter().sum::<u64>() >= before - 2 * SEGMENT_BYTES,
+            "one round after the pressure: {:?} MiB",
+            limits.iter().map(|l| l / MB).collect::<Vec<_>>()
+        );
+        for _ in 0..8 {
+            step(&mut m, &mut sims, budget);
+        }
+        assert!(
+            sims[1].limit >= expensive - 2 * SEGMENT_BYTES && sims[1].held >= sims[1].ws - 4 * MB,
+            "refilled: the expensive pool holds {} MiB of a {} MiB grant (had {})",
+            sims[1].held / MB,
+            sims[1].limit / MB,
+            expensive / MB
+        );
+        // The daemon cuts both grants between rounds (the budget the round sees is whole
+        // again): the next round gives them back, and refilling they keep it.
+        for s in &mut sims {
+            s.run(4 * MB);
+        }
+        let limits = step(&mut m, &mut sims, budget);
+        assert!(
+            limits.iter().sum::<u64>() >= before - 2 * SEGMENT_BYTES,
+            "one round after a cut: {:?} MiB",
+            limits.iter().map(|l| l / MB).collect::<Vec<_>>()
+        );
+        for _ in 0..8 {
+            step(&mut m, &mut sims, budget);
+        }
+        assert!(
+            sims[1].limit >= expensive - 2 * SEGMENT_BYTES && sims[1].held >= sims[1].ws - 4 * MB,
+            "after a cut: the expensive pool holds {} MiB of a {} MiB grant (had {})",
+            sims[1].held / MB,
+            sims[1].limit / MB,
+            expensive / MB
+        );
+    }
+
+    /// A saturated pool (it did not fill its up-probe) whose working set then grows fills
+    /// the whole segments of its grant and misses: it is probed again and given more.
+    #[test]
+    fn a_saturated_pool_whose_working_set_grows_is_given_more() {
+        let mut m = Midas::new(Estimator::Rebuild, bench_params());
+        let budget = 96 * MB;
+        let mut sims = vec![
+            Sim::new(1, 200 * MB, 10_000.0, 8 * MB),
+            Sim::new(2, 20 * MB, 1_000_000.0, 8 * MB),
+        ];
+        for _ in 0..40 {
+            step(&mut m, &mut sims, budget);
+        }
+        assert!(sims[1].limit <= 22 * MB, "{} MiB", sims[1].limit / MB);
+        sims[1].ws = 40 * MB;
+        for _ in 0..30 {
+            step(&mut m, &mut sims, budget);
+        }
+        assert!(
+            sims[1].held >= 38 * MB,
+            "the grown pool holds {} MiB of its 40 MiB working set",
+            sims[1].held / MB
+        );
+    }
+
+    /// A pool still filling (its first requests falling round by round) measured at its up
+    /// point early and its down point later: counted in full, its rebuild cost fell although
+    /// it held less, the slope came out negative and its utility zero (the 1 ms pool, starved
+    /// in bench/midas.py). Only the rebuilds of what it evicted (victim hits) count: it values
+    /// memory.
+    #[test]
+    fn first_requests_do_not_hide_what_memory_saves() {
+        let mut m = Midas::new(Estimator::Rebuild, bench_params());
+        let mut limits = [32 * MB, 32 * MB];
+        for round in 0..6u64 {
+            let views: Vec<PoolView> = (0..2)
+                .map(|k| {
+                    let mut v = pool(k as u64 + 1, limits[k], limits[k], 0, 0);
+                    // First requests: 1000 in the first round, 200 fewer each round after.
+                    let first = 1000u64.saturating_sub(200 * round);
+                    // Misses of what it evicted: 10 fewer per MiB it holds.
+                    let victims = 1000 - 10 * (limits[k] / MB);
+                    v.delta.misses = first + victims;
+                    v.delta.vhits = victims;
+                    v.delta.hits = 10_000 - v.delta.misses;
+                    v.delta.rebuild_ns = v.delta.misses * 1_000_000;
+                    v
+                })
+                .collect();
+            let d = m.round(&views, 64 * MB);
+            limits = [limit(&d, 1), limit(&d, 2)];
+        }
+        assert!(
+            m.utility(1).unwrap() > 0.0 && m.utility(2).unwrap() > 0.0,
+            "utilities {:?} {:?}",
+            m.utility(1),
+            m.utility(2)
+        );
+    }
+
+    /// A utility measured more than one move away from where the pool is now is stale: no
+    /// memory moves on it until the pool is probed again where it is.
+    #[test]
+    fn a_stale_estimate_moves_no_memory() {
+        let decide = |measured_at: u64| {
+            let mut m = Midas::new(Estimator::Rebuild, bench_params());
+            let views = [
+                pool(1, 24 * MB, 24 * MB, 1_000_000, 100),
+                pool(2, 24 * MB, 24 * MB, 1_000_000, 100),
+            ];
+            m.round(&views, 48 * MB);
+            for (id, utility, at) in [(1, 100.0, measured_at), (2, 10.0, 24 * MB)] {
+                let st = m.state.get_mut(&id).unwrap();
+                st.utility = utility;
+                st.measured = true;
+                st.measured_at = at;
+                st.base = 24 * MB;
+                st.phase = 0;
+                st.decided = 24 * MB;
+            }
+            let d = m.round(&views, 48 * MB);
+            d.iter().find(|x| x.id == 1).unwrap().why.clone()
+        };
+        // Measured at 8 MiB, two moves below: nothing moves.
+        assert!(!decide(8 * MB).starts_with("took"), "{}", decide(8 * MB));
+        // Measured where it is: it takes from the other.
+        assert!(decide(24 * MB).starts_with("took"), "{}", decide(24 * MB));
     }
 
     #[test]
