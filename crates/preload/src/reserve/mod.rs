@@ -75,6 +75,8 @@ pub(crate) struct Reserve {
     pool_low: AtomicUsize,
     /// A request found nothing ready since the thread last refilled.
     missed: AtomicBool,
+    /// The clock the thread's scheduling delay is measured by ([`Reserve::now_ns`]).
+    started: std::time::Instant,
 }
 
 static RESERVE: OnceLock<Reserve> = OnceLock::new();
@@ -128,7 +130,12 @@ pub(crate) fn start(far: bool) -> Result<bool, String> {
         "GLEANER_RESERVE_WINDOW",
         if far { 4 << 30 } else { 64 << 30 },
     )?;
-    let window = Window::new(window_len, far)?;
+    let huge = match var("GLEANER_RESERVE_THP").as_deref() {
+        None | Some("1") => true,
+        Some("0") => false,
+        Some(v) => return Err(format!("GLEANER_RESERVE_THP={v}: give 1 or 0")),
+    };
+    let window = Window::new(window_len, far, huge)?;
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -159,6 +166,7 @@ pub(crate) fn start(far: bool) -> Result<bool, String> {
         heap_low: AtomicUsize::new(usize::MAX),
         pool_low: AtomicUsize::new(0),
         missed: AtomicBool::new(false),
+        started: std::time::Instant::now(),
     };
     if RESERVE.set(reserve).is_err() {
         return Ok(false);
@@ -261,9 +269,14 @@ impl Reserve {
     /// switches (perf); this one makes a system call only when the thread sleeps, so at most
     /// once per sleep, and costs a fence and a load otherwise.
     fn wake(&self) {
-        if self.waker.wake() {
+        if self.waker.wake(|| self.now_ns()) {
             self.stats.need_wakeups.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// Nanoseconds since the reserve started, never 0 (a vDSO clock read, no system call).
+    fn now_ns(&self) -> u64 {
+        self.started.elapsed().as_nanos() as u64 + 1
     }
 
     /// Whether the reserve needs the thread: a request missed, or the heap or the pool is
@@ -372,6 +385,7 @@ pub(crate) fn stats_json() -> Option<serde_json::Value> {
         "locked_bytes": s.locked_bytes.load(Ordering::Relaxed),
         "memlock_limit_bytes": r.memlock_limit,
         "far_memory": r.window.far(),
+        "huge_pages": r.window.huge(),
         "hits": n(&s.hits),
         "misses": n(&s.misses),
         "small_misses": n(&s.small_misses),
@@ -383,5 +397,8 @@ pub(crate) fn stats_json() -> Option<serde_json::Value> {
         "thread_cpu_seconds": n(&s.thread_cpu_ns) as f64 / 1e9,
         "thread_populate_cpu_seconds": n(&s.populate_cpu_ns) as f64 / 1e9,
         "period_us": r.period.as_micros() as u64,
+        "pool_target_bytes": s.pool_target.load(Ordering::Relaxed),
+        "thread_reaction_us": n(&s.reaction_us),
+        "thread_wake_delay_max_us": n(&s.wake_delay_max_us),
     }))
 }
