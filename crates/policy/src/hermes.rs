@@ -102,22 +102,6 @@ pub fn chunk_len(size: usize, header: usize, page: usize) -> Option<usize> {
         .map(|n| n / page * page)
 }
 
-/// The size of a transparent huge page: the pool's chunks are cut from extents of whole huge
-/// pages when the kernel gives them (one fault and one clear per 2 MiB, where 4 KiB pages cost
-/// the thread about as much per byte as the program's own first touches: it could not get ahead
-/// of a program that only allocates).
-pub const HUGE_PAGE: usize = 2 << 20;
-
-/// How the thread cuts pool chunks of `len` bytes from one extent of whole huge pages: the
-/// extent's length (a multiple of [`HUGE_PAGE`], at least `len`), how many chunks it holds, and
-/// the tail left after them (kept as a chunk of its own when it can serve a large request, that
-/// is when it is at least `LARGE + header` rounded to pages, else given back).
-pub fn extent_cut(len: usize) -> (usize, usize, usize) {
-    let extent = round_up(len.max(1), HUGE_PAGE);
-    let count = extent / len.max(1);
-    (extent, count, extent - count * len)
-}
-
 /// The demand rate (bytes per second) the pool is sized from, after `bytes` were asked in
 /// `elapsed_us`, given the previous estimate `prev`: a sliding window of `window_us` (the part of
 /// the window the interval does not cover keeps the previous rate). A steady rate is kept as it
@@ -294,19 +278,6 @@ mod tests {
         assert_eq!(bucket(100 << 20), TABLE_SIZE);
         assert_eq!(chunk_len(256 * 1024, 16, P), Some(256 * 1024 + P));
         assert_eq!(chunk_len(usize::MAX, 16, P), None);
-    }
-
-    #[test]
-    fn chunks_are_cut_from_whole_huge_pages() {
-        // 256 KiB requests: 7 chunks of 65 pages in one huge page, a tail of 57 pages.
-        let len = 256 * 1024 + P;
-        assert_eq!(extent_cut(len), (HUGE_PAGE, 7, HUGE_PAGE - 7 * len));
-        // A chunk of exactly a huge page, and one just over it.
-        assert_eq!(extent_cut(HUGE_PAGE), (HUGE_PAGE, 1, 0));
-        assert_eq!(extent_cut(HUGE_PAGE + P), (2 * HUGE_PAGE, 1, HUGE_PAGE - P));
-        // 200 KiB values: 10 chunks, 2 pages over.
-        let len = 200 * 1024 + P;
-        assert_eq!(extent_cut(len), (HUGE_PAGE, 10, 2 * P));
     }
 
     #[test]

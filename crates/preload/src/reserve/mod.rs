@@ -26,6 +26,7 @@
 //! fork child inherits the blocks (and frees them into its copy) but not the thread: its new
 //! requests go to the default allocator.
 
+mod forming;
 mod heap;
 mod node;
 mod pool;
@@ -43,6 +44,7 @@ use gleaner_pager::PAGE_SIZE;
 use gleaner_policy::hermes::{chunk_len, LARGE};
 use gleaner_proto::units::{format_size, parse_size};
 
+use forming::Forming;
 use heap::SmallHeap;
 use pool::{Chunk, Pool};
 use stats::Stats;
@@ -60,6 +62,8 @@ pub(crate) struct Reserve {
     window: Window,
     heap: SmallHeap,
     pool: Pool,
+    /// The chunk the thread is faulting in, which a request that finds the pool empty takes.
+    forming: Forming,
     /// The heap's and the pool's shares of the bound.
     heap_bound: usize,
     pool_bound: usize,
@@ -130,12 +134,7 @@ pub(crate) fn start(far: bool) -> Result<bool, String> {
         "GLEANER_RESERVE_WINDOW",
         if far { 4 << 30 } else { 64 << 30 },
     )?;
-    let huge = match var("GLEANER_RESERVE_THP").as_deref() {
-        None | Some("1") => true,
-        Some("0") => false,
-        Some(v) => return Err(format!("GLEANER_RESERVE_THP={v}: give 1 or 0")),
-    };
-    let window = Window::new(window_len, far, huge)?;
+    let window = Window::new(window_len, far)?;
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -147,6 +146,7 @@ pub(crate) fn start(far: bool) -> Result<bool, String> {
         window,
         heap: SmallHeap::new(),
         pool: Pool::new(),
+        forming: Forming::new(),
         heap_bound,
         pool_bound: bound - heap_bound,
         // Off unless asked (`GLEANER_RESERVE_MLOCK=1`): mlock and munlock take the address
@@ -228,9 +228,11 @@ impl Reserve {
         Some(user as *mut c_void)
     }
 
-    /// A chunk for a large request of `total` bytes: from the pool (a hit), else a fresh range
+    /// A chunk for a large request of `total` bytes: from the pool (a hit), else the chunk the
+    /// thread is faulting in (a miss that faults only the pages not yet in), else a fresh range
     /// of the window that the program faults in itself (a miss, which the pool takes back when
-    /// freed), else nothing (the request falls back). Returns `(start, 1, len, fresh)`.
+    /// freed), else nothing (the request falls back). Returns `(start, 1, len, fresh)`: `fresh`
+    /// blocks read as zeros (what the thread faulted in is zero pages too).
     fn large(&self, total: usize) -> Option<(usize, usize, usize, bool)> {
         let len = chunk_len(total, 0, PAGE_SIZE)?;
         if let Some(c) = self.pool.take(len) {
@@ -246,6 +248,21 @@ impl Reserve {
             return Some((c.start, 1, c.len, false));
         }
         self.miss();
+        if let Some((start, have)) = self.forming.take(len) {
+            if have >= len {
+                // The chunk the thread is faulting in: the request faults only what is left.
+                self.stats.partial_hits.fetch_add(1, Ordering::Relaxed);
+                return Some((start, 1, have, true));
+            }
+            let c = Chunk {
+                start,
+                len: have,
+                locked: false,
+            };
+            if let Err(c) = self.pool.put(c, self.pool_bound) {
+                self.window.give(c.start, c.len);
+            }
+        }
         if len <= self.pool_bound {
             if let Some(start) = self.window.take(len) {
                 return Some((start, 1, len, true));
@@ -385,9 +402,9 @@ pub(crate) fn stats_json() -> Option<serde_json::Value> {
         "locked_bytes": s.locked_bytes.load(Ordering::Relaxed),
         "memlock_limit_bytes": r.memlock_limit,
         "far_memory": r.window.far(),
-        "huge_pages": r.window.huge(),
         "hits": n(&s.hits),
         "misses": n(&s.misses),
+        "partial_hits": n(&s.partial_hits),
         "small_misses": n(&s.small_misses),
         "fallbacks": n(&s.fallbacks),
         "populated_bytes": n(&s.populated_bytes),

@@ -11,6 +11,9 @@ pub(crate) struct Stats {
     pub(crate) hits: AtomicU64,
     /// Requests the reserve was meant to serve but had nothing ready for.
     pub(crate) misses: AtomicU64,
+    /// Of the misses, large requests served with the chunk the thread was faulting in (they
+    /// fault only the pages it had not reached).
+    pub(crate) partial_hits: AtomicU64,
     /// Of the misses, small requests the heap had no block for (the rest are large requests
     /// the pool had no chunk for).
     pub(crate) small_misses: AtomicU64,

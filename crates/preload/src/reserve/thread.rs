@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use gleaner_pager::PAGE_SIZE;
 use gleaner_policy::hermes::{
-    chunk_len, demand_rate, extent_cut, heap_plan, horizon_us, per_period, pool_target,
-    reaction_peak, target, Interval, LARGE,
+    chunk_len, demand_rate, heap_plan, horizon_us, per_period, pool_target, reaction_peak, target,
+    Interval,
 };
 use gleaner_sys::cputime::thread_cpu_ns;
 
@@ -65,6 +65,12 @@ fn set_priority() {
 /// stats, which `gleaner status` reads once a second).
 const MAX_IDLE: Duration = Duration::from_secs(1);
 
+/// The reaction time assumed until one is measured (it halves every second unless a longer one
+/// is seen): a woken `SCHED_BATCH` thread does not preempt, so on a busy CPU it waits out the
+/// running task's time slice (wake-up delays of 2.7-3.6 ms measured on the 2-vCPU VM); a pool
+/// sized for the 2 ms period alone ran dry two or three times while it learned a program's rate.
+const FIRST_REACTION_US: u64 = 4_000;
+
 /// What the thread knows of the large requests between refills: their demand rate, the mean
 /// request (the chunks' size) and how late the thread reacts.
 struct LargeDemand {
@@ -87,7 +93,7 @@ fn run(r: &'static Reserve) {
     let mut large_demand = LargeDemand {
         rate: 0.0,
         mean: None,
-        reaction_us: 0,
+        reaction_us: FIRST_REACTION_US,
         reaction_at: Instant::now(),
     };
     let mut small_misses = 0;
@@ -220,10 +226,6 @@ fn refill_pool(r: &Reserve, demand: &LargeDemand, horizon: u64) -> bool {
     else {
         return true;
     };
-    // The most one step adds: an extent of huge pages (where the window has them and the
-    // bound holds one), or one chunk.
-    let huge = r.window.huge() && extent_cut(len).0 <= r.pool_bound;
-    let step = if huge { extent_cut(len).0 } else { len };
     let began = Instant::now();
     let mut rate = demand.rate;
     let mut seen = r.stats.large_bytes.load(Ordering::Relaxed);
@@ -242,72 +244,70 @@ fn refill_pool(r: &Reserve, demand: &LargeDemand, horizon: u64) -> bool {
         r.stats.pool_target.store(target, Ordering::Relaxed);
         let pooled = r.pool.pooled();
         if pooled + len > target.max(len)
-            || pooled + step > r.pool_bound
+            || pooled + len > r.pool_bound
             || began.elapsed() >= Duration::from_micros(horizon)
         {
             return true;
         }
-        if !add_chunks(r, len, huge) {
+        if !add_chunk(r, len) {
             return false;
         }
     }
 }
 
-/// Faults in and pools chunks of `len` bytes: with `huge`, one extent of whole huge pages cut
-/// into chunks ([`extent_cut`]; its tail too when it can serve a large request), else one chunk.
-/// Returns false if the window, the kernel or the bound refused.
-fn add_chunks(r: &Reserve, len: usize, huge: bool) -> bool {
-    let (start, extent, count) = match huge.then(|| extent_cut(len)) {
-        Some((extent, count, _)) => match r.window.take_huge(extent) {
-            Some(start) => (start, extent, count),
-            None => return false,
-        },
-        None => match r.window.take(len) {
-            Some(start) => (start, len, 1),
-            None => return false,
-        },
-    };
-    if !populate(r, start, extent) {
-        r.window.give(start, extent);
+/// Pages the thread faults in per call while it forms a chunk: between two calls a request
+/// that found the pool empty may take the chunk as it is (`forming.rs`).
+const FORM_PIECE: usize = 16 * PAGE_SIZE;
+
+/// Faults in one chunk of `len` bytes and pools it. While it is being faulted in, the chunk is
+/// published as *forming*: a request that finds the pool empty takes it as it is and faults
+/// only the pages not yet in (where it would otherwise fault the whole chunk), and the thread
+/// then stops and leaves it to the request. Returns false if the window, the kernel or the
+/// bound refused.
+fn add_chunk(r: &Reserve, len: usize) -> bool {
+    let Some(start) = r.window.take(len) else {
         return false;
+    };
+    r.forming.publish(start, len);
+    let mut done = 0;
+    while done < len {
+        let n = FORM_PIECE.min(len - done);
+        if !r.forming.is(start) {
+            // A request took it: the rest is its own to fault in.
+            r.stats
+                .populated_bytes
+                .fetch_add(done as u64, Ordering::Relaxed);
+            return true;
+        }
+        if !populate(r, start + done, n) {
+            if r.forming.withdraw(start) {
+                r.window.give(start, len);
+            }
+            return false;
+        }
+        done += n;
     }
     r.stats
         .populated_bytes
-        .fetch_add(extent as u64, Ordering::Relaxed);
-    let mut pieces: Vec<(usize, usize)> = (0..count).map(|i| (start + i * len, len)).collect();
-    let tail = extent - count * len;
-    let smallest = chunk_len(LARGE, super::HEADER + 16, PAGE_SIZE).unwrap_or(usize::MAX);
-    if tail >= smallest {
-        pieces.push((start + count * len, tail));
-    } else if tail > 0 {
-        r.window.give(start + count * len, tail);
+        .fetch_add(len as u64, Ordering::Relaxed);
+    if !r.forming.withdraw(start) {
+        // Taken after its last piece: whole, as good as a pooled chunk.
+        return true;
     }
-    let mut ok = true;
-    for (at, n) in pieces {
-        if !ok {
-            r.window.give(at, n);
-            continue;
-        }
-        let locked = r.stats.locked_bytes.load(Ordering::Relaxed) + n <= r.memlock_limit
-            // SAFETY: the chunk is the reserve's, faulted in, handed to nobody yet.
-            && unsafe { libc::mlock(at as *const libc::c_void, n) } == 0;
-        if locked {
-            r.stats.locked_bytes.fetch_add(n, Ordering::Relaxed);
-        }
-        let chunk = Chunk {
-            start: at,
-            len: n,
-            locked,
-        };
-        if let Err(c) = r.pool.put(chunk, r.pool_bound) {
-            if c.locked {
-                r.stats.locked_bytes.fetch_sub(c.len, Ordering::Relaxed);
-            }
-            r.window.give(c.start, c.len);
-            ok = false;
-        }
+    let locked = r.stats.locked_bytes.load(Ordering::Relaxed) + len <= r.memlock_limit
+        // SAFETY: the chunk is the reserve's, faulted in, handed to nobody yet.
+        && unsafe { libc::mlock(start as *const libc::c_void, len) } == 0;
+    if locked {
+        r.stats.locked_bytes.fetch_add(len, Ordering::Relaxed);
     }
-    ok
+    if let Err(c) = r.pool.put(Chunk { start, len, locked }, r.pool_bound) {
+        if c.locked {
+            r.stats.locked_bytes.fetch_sub(c.len, Ordering::Relaxed);
+        }
+        r.window.give(c.start, c.len);
+        return false;
+    }
+    true
 }
 
 /// Pre-faults `[start, start+len)` ([`window::populate`]), counting the CPU time it takes: the

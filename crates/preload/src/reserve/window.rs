@@ -4,19 +4,11 @@
 //! Far memory off, the window is its own private anonymous mapping (`MAP_NORESERVE`: address
 //! space only until the management thread pre-faults a piece). Far memory on, it is carved from
 //! the managed arena, so every page the reserve pre-faults is a page of the budget.
-//!
-//! Far memory off, the window's upper half is advised `MADV_HUGEPAGE` (unless
-//! `GLEANER_RESERVE_THP=0`): the pool's chunks are cut from extents of whole, aligned huge pages
-//! taken there ([`Window::take_huge`]), which the thread faults in with one fault and one clear
-//! per 2 MiB. Everything else (heap steps, the fresh ranges of misses) comes from the lower half
-//! ([`Window::take`]), in 4 KiB pages, so that no huge page ever covers bytes the reserve did not
-//! mean to fault in.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use gleaner_pager::PAGE_SIZE;
-use gleaner_policy::hermes::HUGE_PAGE;
 
 use crate::lock::SpinLock;
 
@@ -35,16 +27,12 @@ pub(crate) fn contains(addr: usize) -> bool {
 pub(crate) struct Window {
     /// Whether the window lies in managed memory (a pager serves its faults).
     far: bool,
-    /// Where the huge-page half begins (the window's end when there is none).
-    split: usize,
     free: SpinLock<BTreeMap<usize, usize>>,
 }
 
 impl Window {
     /// A window of `len` bytes: mapped for itself, or (`far`) carved from the managed arena.
-    /// `huge`: advise its upper half `MADV_HUGEPAGE` for the pool's extents (far memory off
-    /// only: the pager serves the arena in pages).
-    pub(crate) fn new(len: usize, far: bool, huge: bool) -> Result<Window, String> {
+    pub(crate) fn new(len: usize, far: bool) -> Result<Window, String> {
         let len = len / PAGE_SIZE * PAGE_SIZE;
         let base = if far {
             let a = crate::arena::get().ok_or("no managed arena")?;
@@ -75,25 +63,8 @@ impl Window {
         free.insert(base, len);
         BASE.store(base, Ordering::Release);
         END.store(base + len, Ordering::Release);
-        let end = base + len;
-        let mut split = end;
-        let half = (base + len / 2).next_multiple_of(HUGE_PAGE);
-        if huge && !far && half + HUGE_PAGE <= end {
-            // SAFETY: advises a part of the window's own fresh mapping; no contents change.
-            let r = unsafe {
-                crate::real::madvise(
-                    half as *mut libc::c_void,
-                    (end - half) / HUGE_PAGE * HUGE_PAGE,
-                    libc::MADV_HUGEPAGE,
-                )
-            };
-            if r == 0 {
-                split = half;
-            }
-        }
         Ok(Window {
             far,
-            split,
             free: SpinLock::new(free),
         })
     }
@@ -103,48 +74,15 @@ impl Window {
         self.far
     }
 
-    /// Whether the pool's extents come in huge pages ([`take_huge`](Self::take_huge)).
-    pub(crate) fn huge(&self) -> bool {
-        self.split < END.load(Ordering::Relaxed)
-    }
-
-    /// Takes `len` bytes (a multiple of the page size) below the huge-page half, first fit. None
-    /// when that part of the window is full.
+    /// Takes `len` bytes (a multiple of the page size), first fit. None when the window is full.
     pub(crate) fn take(&self, len: usize) -> Option<usize> {
-        let split = self.split;
-        self.carve(len, |start, _| (start + len <= split).then_some(start))
-    }
-
-    /// Takes an extent of `len` bytes (a multiple of [`HUGE_PAGE`]) aligned to a huge page in
-    /// the huge-page half, first fit. None when there is no such half or no room in it.
-    pub(crate) fn take_huge(&self, len: usize) -> Option<usize> {
-        if !self.huge() {
-            return None;
-        }
-        let split = self.split;
-        self.carve(len, |start, _| {
-            Some(start.max(split).next_multiple_of(HUGE_PAGE))
-        })
-    }
-
-    /// Takes `[at, at+len)` out of the first free range `[start, start+have)` for which
-    /// `place(start, have)` gives an `at` with the whole extent inside the range; what is left on
-    /// either side stays free.
-    fn carve(&self, len: usize, place: impl Fn(usize, usize) -> Option<usize>) -> Option<usize> {
         self.free.with(|free| {
-            let (start, have, at) = free.iter().find_map(|(&s, &n)| {
-                place(s, n)
-                    .filter(|&at| at >= s && at + len <= s + n)
-                    .map(|at| (s, n, at))
-            })?;
+            let (&start, &have) = free.iter().find(|(_, &n)| n >= len)?;
             free.remove(&start);
-            if at > start {
-                free.insert(start, at - start);
+            if have > len {
+                free.insert(start + len, have - len);
             }
-            if at + len < start + have {
-                free.insert(at + len, start + have - at - len);
-            }
-            Some(at)
+            Some(start)
         })
     }
 
