@@ -10,7 +10,9 @@
 //! asked it looks only at a backed-off timeout (up to a second, for the stats):
 //!
 //! * small requests (under 128 KiB) come from a heap grown step by step (`heap.rs`, Algorithm 1);
-//! * large ones from a segregated pool of pre-faulted chunks (`pool.rs`, Algorithm 2), `mlock`ed
+//! * large ones from a segregated pool of pre-faulted chunks (`pool.rs`, Algorithm 2; sized from
+//!   their rate over the thread's measured reaction time), else from the chunk the thread is
+//!   faulting in (`forming.rs`: the request faults only what is left), `mlock`ed
 //!   (with `GLEANER_RESERVE_MLOCK=1`) while the process's `RLIMIT_MEMLOCK` leaves room, and
 //!   unlocked when handed out.
 //!

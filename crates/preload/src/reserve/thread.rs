@@ -3,7 +3,9 @@
 //! program can see it, then sleeps until a request takes the heap or the pool under its low
 //! watermark (the refill threshold) or finds nothing ready (`wake.rs`). Woken by a request, it
 //! sizes the refill from the demand that drained the reserve; woken by its timeout, from the
-//! demand per period (2 ms, Hermes's `f`). The timeout is one period while the program asks,
+//! demand per period (2 ms, Hermes's `f`). The pool is sized from the large requests' rate over
+//! the thread's measured reaction time (`LargeDemand`, [`refill_pool`]), and its chunks are
+//! published while they form (`forming.rs`). The timeout is one period while the program asks,
 //! doubling to a second while it does not: an idle service's reserve costs about one wake-up a
 //! second, when it publishes the reserve's stats for `gleaner status`.
 //!
