@@ -43,6 +43,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--out")
+    ap.add_argument("--reserve-env", action="append", default=[], metavar="K=V",
+                    help="also run batch_reserve with this variable set (condition "
+                         "batch_reserve_K=V, right after batch_reserve), e.g. "
+                         "GLEANER_RESERVE_PRIORITY=normal")
     args = ap.parse_args()
     if not (shutil.which("redis-server") and shutil.which("redis-benchmark")):
         raise SystemExit("!!! redis is ABSENT (scripts/setup.sh installs it): nothing measured")
@@ -54,7 +58,9 @@ def main():
             f.write(chunk)
     cg = hermes.Cgroup(hermes.LIMIT)
     sock = os.path.join(tmp, "node.sock")
-    runs = {c: [] for c in ["alone", "cpu", "batch", "batch_reserve"]}
+    extra = [e for e in args.reserve_env if "=" in e]
+    runs = {c: [] for c in ["alone", "cpu", "batch", "batch_reserve"]
+            + [f"batch_reserve_{e}" for e in extra]}
     started = time.time()
     try:
         for _ in range(args.reps):
@@ -70,6 +76,18 @@ def main():
             try:
                 runs["batch"].append(hermes.redis_run(cg, "default", tmp, sock, ant.pid))
                 runs["batch_reserve"].append(hermes.redis_run(cg, "reserve", tmp, sock, ant.pid))
+                for e in extra:
+                    k, v = e.split("=", 1)
+                    old = os.environ.get(k)
+                    os.environ[k] = v
+                    try:
+                        runs[f"batch_reserve_{e}"].append(
+                            hermes.redis_run(cg, "reserve", tmp, sock, ant.pid))
+                    finally:
+                        if old is None:
+                            del os.environ[k]
+                        else:
+                            os.environ[k] = old
             finally:
                 hermes.stop(ant)
             for cond, rs in runs.items():
@@ -88,6 +106,7 @@ def main():
     result = {"date": time.strftime("%Y-%m-%d", time.gmtime()),
               "command": "python3 bench/hermes_redis_probe.py"
               + (f" --reps {args.reps}" if args.reps != 3 else "")
+              + "".join(f" --reserve-env {e}" for e in extra)
               + (f" --out {args.out}" if args.out else ""),
               "seconds": round(time.time() - started, 1), "runs": runs, "summary": summary}
     if args.out:
