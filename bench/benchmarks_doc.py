@@ -571,7 +571,7 @@ def elastic():
 
 
 def hermes():
-    rel = f"{RESULTS}/hermes/hermes-quick.json"
+    rel = f"{RESULTS}/hermes/hermes-quick-forming.json"
     res = load(rel)
     cells, summary = res["cells"], res["summary"]
 
@@ -608,7 +608,12 @@ def hermes():
             f"thread's, median over the services' runs, {pct('reserve_thread_cpu_share_services_median', 1)} "
             f"all told, {pct('reserve_thread_overhead_share_services_median', 1)} without its "
             "pre-faulting, the page faults it takes off the service's requests (target 1%). "
-            "Negative: worse than glibc.")
+            "Negative: worse than glibc. The 256 KiB p99 is the reserve's misses (56-69 of the 1,024 "
+            "requests under pressure, in runs of consecutive requests while the thread waited "
+            "2.8-3.9 ms for a CPU): on this VM the thread faults a page in no faster than the program would, "
+            "so it cannot get ahead of a program that only allocates, and a stall of its CPU "
+            "empties the pool; redis's 1 KiB SET p99 beside the batch job is CPU contention, "
+            "the same beside a process that only spins (`bench/results/hermes/redis-probe.json`).")
     return Area(
         "Latency-critical allocation beside batch jobs (Hermes)",
         "malloc plus first touch, mean / p99 in µs, against glibc, jemalloc and tcmalloc in the "
@@ -617,7 +622,7 @@ def hermes():
         "--latency-critical`.",
         ["blocks", "glibc", "jemalloc", "tcmalloc", "gleaner reserve",
          "reduction vs glibc (mean / p99)"],
-        rows, [rel], res.get("command", "python3 bench/hermes.py --quick --out bench/results/hermes/hermes-quick.json"),
+        rows, [rel], res.get("command", "python3 bench/hermes.py --quick --out bench/results/hermes/hermes-quick-forming.json"),
         when(res), "`bench/results/hermes/README.md`", note)
 
 

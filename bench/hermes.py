@@ -204,6 +204,19 @@ def thread_share(stats_path, part="all"):
     return round(cpu / wall, 5) if wall else None
 
 
+def reserve_counts(stats_path):
+    """The reserve's request counters of a run (hits, misses, of them the partial hits and the
+    small misses, fallbacks), from `gleaner run --stats`; None if unreadable."""
+    try:
+        st = json.load(open(stats_path))
+        r = st["latency_critical"]["processes"][0]["reserve"]
+    except (OSError, ValueError, KeyError, IndexError):
+        return None
+    keys = ["hits", "misses", "partial_hits", "small_misses", "fallbacks", "thread_reaction_us",
+            "thread_wake_delay_max_us"]
+    return {k: r.get(k) for k in keys}
+
+
 def micro(binary, allocs, reps, cg, bigfile, tmp):
     cells = {}
     shares = []
@@ -224,6 +237,7 @@ def micro(binary, allocs, reps, cg, bigfile, tmp):
                                               think, cg if ant else None))
                         if name == "hermes":
                             shares.append((thread_share(st), thread_share(st, "overhead")))
+                            runs[-1]["reserve"] = reserve_counts(st)
                     cell = {
                         "mean_ns": statistics.median(r["mean_ns"] for r in runs),
                         "p99_ns": statistics.median(r["p99_ns"] for r in runs),
@@ -231,7 +245,9 @@ def micro(binary, allocs, reps, cg, bigfile, tmp):
                     }
                     key = f"{'1k' if size == 1024 else '256k'}_{scenario}_{name}"
                     cells[key] = cell
-                    log(f"{key}: mean {cell['mean_ns'] / 1000:.1f} us, p99 {cell['p99_ns'] / 1000:.1f} us")
+                    misses = [(r.get("reserve") or {}).get("misses") for r in runs]
+                    log(f"{key}: mean {cell['mean_ns'] / 1000:.1f} us, p99 {cell['p99_ns'] / 1000:.1f} us"
+                        + (f", reserve misses {misses}" if name == "hermes" else ""))
         finally:
             if ant:
                 stop(ant)

@@ -1,7 +1,9 @@
 /* malloc + first touch latency (Hermes, Middleware'21, section 5.2): allocate blocks of SIZE
  * bytes until TOTAL bytes are allocated, writing one byte per page of each block (its first
  * touch), and time each malloc plus its touches. THINK_US between allocations stands for the
- * service's own work between requests. Prints one JSON object: mean, p50, p90, p99, max (ns). */
+ * service's own work between requests. Prints one JSON object: mean, p50, p90, p99, max (ns).
+ * With ALLOC_LATENCY_RAW=FILE set, each request's latency (ns) is also written to FILE, one a
+ * line in request order (to see which requests are slow: the first ones, or spread out). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +46,13 @@ int main(int argc, char **argv) {
             return 1;
         }
         free(blocks[i]);
+    }
+    const char *raw = getenv("ALLOC_LATENCY_RAW");
+    if (raw && *raw) {
+        FILE *f = fopen(raw, "w");
+        if (!f) { perror(raw); return 1; }
+        for (size_t i = 0; i < n; i++) fprintf(f, "%.0f\n", lat[i]);
+        fclose(f);
     }
     qsort(lat, n, sizeof(double), cmp);
     printf("{\"size\": %zu, \"count\": %zu, \"mean_ns\": %.0f, \"p50_ns\": %.0f, \"p90_ns\": %.0f, "

@@ -6,7 +6,11 @@
  *   hold FILE      reads FILE into the page cache, holds it open, and sleeps (killed by the test)
  *   idle MS        one allocation, then sleeps MS milliseconds (the reserve's thread should too)
  *   burst MIB      after 300 ms, MIB MiB of 1 KiB blocks (kept, each written, 64 per 20 us
- *                  pause), then 300 ms more; checks every block's contents at the end */
+ *                  pause), then 300 ms more; checks every block's contents at the end
+ *   large MIB      MIB MiB of 256 KiB blocks back to back (half calloc, checked zero), a byte
+ *                  written every 256; a third freed and taken again by calloc; checks them all
+ *                  (faster than the reserve's thread can fault chunks in: requests take the
+ *                  chunk it is forming) */
 #include <fcntl.h>
 #include <malloc.h>
 #include <pthread.h>
@@ -206,6 +210,37 @@ static int run_burst(long mib) {
     return 0;
 }
 
+#define LARGE_BLOCK (256 * 1024)
+
+/* A block of LARGE_BLOCK bytes: calloc'd ones are checked zero; a byte every 256 is written. */
+static unsigned char *large_block(size_t i, int zeroed) {
+    unsigned char *p = zeroed ? calloc(1, LARGE_BLOCK) : malloc(LARGE_BLOCK);
+    CHECK(p, "malloc %zu", i);
+    if (zeroed)
+        for (size_t j = 0; j < LARGE_BLOCK; j++) CHECK(!p[j], "calloc block %zu byte %zu", i, j);
+    for (size_t j = 0; j < LARGE_BLOCK; j += 256) p[j] = (unsigned char)(i * 31 + j / 256 * 7);
+    return p;
+}
+
+static int run_large(long mib) {
+    size_t n = (size_t)mib * 4;
+    unsigned char **b = malloc(n * sizeof(*b));
+    CHECK(b, "malloc");
+    for (size_t i = 0; i < n; i++) b[i] = large_block(i, i % 2);
+    for (size_t i = 0; i < n; i += 3) {
+        free(b[i]);
+        b[i] = large_block(i, 1);
+    }
+    for (size_t i = 0; i < n; i++) {
+        for (size_t j = 0; j < LARGE_BLOCK; j += 256)
+            CHECK(b[i][j] == (unsigned char)(i * 31 + j / 256 * 7), "block %zu byte %zu", i, j);
+        free(b[i]);
+    }
+    free(b);
+    printf("large done\n");
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "all")) {
         check_threads();
@@ -220,6 +255,8 @@ int main(int argc, char **argv) {
     if (argc > 2 && !strcmp(argv[1], "hold")) return run_hold(argv[2]);
     if (argc > 2 && !strcmp(argv[1], "idle")) return run_idle(atol(argv[2]));
     if (argc > 2 && !strcmp(argv[1], "burst")) return run_burst(atol(argv[2]));
-    fprintf(stderr, "usage: %s all | bound MB | hold FILE | idle MS | burst MIB\n", argv[0]);
+    if (argc > 2 && !strcmp(argv[1], "large")) return run_large(atol(argv[2]));
+    fprintf(stderr, "usage: %s all | bound MB | hold FILE | idle MS | burst MIB | large MIB\n",
+            argv[0]);
     return 2;
 }

@@ -127,6 +127,25 @@ fn the_reserve_thread_refills_after_a_burst() {
     );
 }
 
+/// Large requests faster than the thread can fault chunks in (the program only allocates):
+/// once the pool is empty, requests take the chunk the thread is forming, and every block's
+/// contents (calloc's zeros included) survive the race with the thread's last piece.
+#[test]
+fn large_requests_past_the_pool_take_the_chunk_being_formed() {
+    let dir = TempDir::new("hermes-large");
+    let r = reserve_after(&dir, &["large", "128"]);
+    let partial = r["partial_hits"].as_u64().unwrap();
+    assert!(
+        partial >= 1,
+        "no request took the chunk the thread was forming: {r}"
+    );
+    assert!(
+        partial <= r["misses"].as_u64().unwrap(),
+        "partial hits are counted among the misses: {r}"
+    );
+    assert!(r["hits"].as_u64().unwrap() >= 1, "{r}");
+}
+
 /// With no node daemon, a latency-critical program runs and says so once (its fork child does
 /// not say it again).
 #[test]

@@ -3,8 +3,9 @@
 //! the node daemon feed in what they measured and carry out what these functions decide.
 //!
 //! * [`heap_plan`]: gradual heap reservation (the paper's Algorithm 1) for small requests.
-//! * [`bucket`], [`chunk_len`], [`pool_refill`]: the segregated pool of pre-faulted chunks for
-//!   large requests (Algorithm 2).
+//! * [`bucket`], [`chunk_len`]: the segregated pool of pre-faulted chunks for large requests
+//!   (Algorithm 2); [`demand_rate`], [`reaction_peak`], [`horizon_us`], [`pool_target`]: how
+//!   much it holds (the large requests' rate over the thread's measured reaction time).
 //! * [`watermark`]: how much free memory the daemon keeps, sized from the latency-critical
 //!   processes' allocation rate.
 //! * [`files_to_drop`]: which batch files' page cache goes first (largest first), and how much.
@@ -101,26 +102,51 @@ pub fn chunk_len(size: usize, header: usize, page: usize) -> Option<usize> {
         .map(|n| n / page * page)
 }
 
-/// Algorithm 2's refill: how many chunks of which length the pool should gain now, given the
-/// last interval's large requests, the bytes pooled, and the ceiling. The chunks are of the last
-/// interval's mean request (a latency-critical service repeats its sizes, so they refit); with
-/// no request yet, the pool waits for one to learn the size.
-pub fn pool_refill(
-    last: Interval,
-    pooled: usize,
-    bound: usize,
-    header: usize,
-    page: usize,
-) -> Option<(usize, usize)> {
-    let len = chunk_len(last.mean()?, header, page)?;
-    let tgt = target(last, bound);
-    if pooled >= tgt / 2 || len > bound {
-        return None;
+/// The demand rate (bytes per second) the pool is sized from, after `bytes` were asked in
+/// `elapsed_us`, given the previous estimate `prev`: a sliding window of `window_us` (the part of
+/// the window the interval does not cover keeps the previous rate). A steady rate is kept as it
+/// is whatever the interval's length; a burst in a short interval raises the estimate by its
+/// bytes over the window, not by its instantaneous rate; an interval longer than the window is
+/// its own rate.
+pub fn demand_rate(prev: f64, bytes: usize, elapsed_us: u64, window_us: u64) -> f64 {
+    let window = window_us.max(1) as f64;
+    let elapsed = elapsed_us as f64;
+    if elapsed >= window {
+        return bytes as f64 * 1e6 / elapsed;
     }
-    let room = bound.saturating_sub(pooled) / len;
-    let want = (tgt - pooled).div_ceil(len);
-    let n = want.min(room);
-    (n > 0).then_some((n, len))
+    (bytes as f64 + prev.max(0.0) * (window - elapsed) / 1e6) * 1e6 / window
+}
+
+/// How long the pool must last between the moment it runs low and the moment the thread's
+/// refill lands: the period (Hermes's `f`, which assumes the thread acts within it) or, if
+/// longer, the thread's measured reaction time (its scheduling delay after a wake-up plus the
+/// time it was off its CPU while refilling: on a busy machine a `SCHED_BATCH` thread waits out
+/// another task's time slice, several milliseconds).
+pub fn horizon_us(period_us: u64, reaction_us: u64) -> u64 {
+    period_us.max(reaction_us)
+}
+
+/// The reaction time the pool is sized for: the longest seen, halving every second after it
+/// (`since_us`: since the last update), raised at once by a longer `sample_us`.
+pub fn reaction_peak(peak_us: u64, since_us: u64, sample_us: Option<u64>) -> u64 {
+    let halvings = since_us / 1_000_000;
+    let decayed = if halvings >= 64 {
+        0
+    } else {
+        peak_us >> halvings
+    };
+    decayed.max(sample_us.unwrap_or(0))
+}
+
+/// The pool's target from its demand rate: `RESERVE_FACTOR` times what the program asks in one
+/// horizon ([`horizon_us`]), at least [`MIN_RESERVE`], never more than `bound`. Hermes sizes it
+/// from the bytes of the last interval, which assumes the thread runs every period; sized from
+/// the rate over the thread's actual reaction time, the pool lasts until the refill lands.
+pub fn pool_target(rate_bytes_per_s: f64, horizon_us: u64, bound: usize) -> usize {
+    let ahead = rate_bytes_per_s.max(0.0) * horizon_us as f64 / 1e6;
+    ((RESERVE_FACTOR as f64 * ahead) as usize)
+        .max(MIN_RESERVE)
+        .min(bound)
 }
 
 /// The free memory the daemon keeps on the node: what the latency-critical processes allocate
@@ -255,18 +281,45 @@ mod tests {
     }
 
     #[test]
-    fn the_pool_refills_with_the_mean_request_within_the_bound() {
-        let last = Interval {
-            bytes: 10 * 256 * 1024,
-            count: 10,
-        };
-        let (n, len) = pool_refill(last, 0, 64 << 20, 16, P).unwrap();
-        assert_eq!(len, 256 * 1024 + P);
-        assert!(n * len >= MIN_RESERVE && n * len <= 64 << 20);
-        assert_eq!(pool_refill(Interval::default(), 0, 64 << 20, 16, P), None);
-        assert_eq!(pool_refill(last, 60 << 20, 64 << 20, 16, P), None);
-        let (n, len) = pool_refill(last, 0, 1 << 20, 16, P).unwrap();
-        assert!(n * len <= 1 << 20);
+    fn the_demand_rate_is_a_sliding_window() {
+        // 2.5 GB/s whatever the interval's length.
+        let r = 2.5e9;
+        for e in [100, 500, 2_000, 10_000] {
+            let bytes = (r * e as f64 / 1e6) as usize;
+            let got = demand_rate(r, bytes, e, 2_000);
+            assert!((got - r).abs() < 1e3, "{e} us: {got}");
+        }
+        // From nothing: a short interval counts over the whole window (learned within it).
+        assert_eq!(
+            demand_rate(0.0, 1 << 20, 500, 2_000),
+            (1u64 << 20) as f64 * 500.0
+        );
+        // A quiet interval brings the estimate down in proportion.
+        assert_eq!(demand_rate(1e9, 0, 1_000, 2_000), 0.5e9);
+        assert_eq!(demand_rate(1e9, 0, 5_000, 2_000), 0.0);
+    }
+
+    #[test]
+    fn the_pool_lasts_the_thread_s_reaction_time() {
+        // 2.5 GB/s of 256 KiB requests, the thread reacting within the 2 ms period: twice 5 MB.
+        assert_eq!(
+            pool_target(2.5e9, horizon_us(2_000, 500), 64 << 20),
+            10_000_000
+        );
+        // A thread that waited 4 ms for its CPU: twice 10 MB.
+        assert_eq!(
+            pool_target(2.5e9, horizon_us(2_000, 4_000), 64 << 20),
+            20_000_000
+        );
+        // At least the minimum, at most the bound.
+        assert_eq!(pool_target(0.0, 2_000, 64 << 20), MIN_RESERVE);
+        assert_eq!(pool_target(1e12, 4_000, 48 << 20), 48 << 20);
+        // The peak halves per second and a longer sample raises it at once.
+        assert_eq!(reaction_peak(4_000, 0, Some(1_000)), 4_000);
+        assert_eq!(reaction_peak(4_000, 1_000_000, None), 2_000);
+        assert_eq!(reaction_peak(4_000, 2_500_000, Some(1_500)), 1_500);
+        assert_eq!(reaction_peak(1_000, 10, Some(6_000)), 6_000);
+        assert_eq!(reaction_peak(u64::MAX, u64::MAX, None), 0);
     }
 
     #[test]

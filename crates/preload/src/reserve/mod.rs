@@ -10,7 +10,9 @@
 //! asked it looks only at a backed-off timeout (up to a second, for the stats):
 //!
 //! * small requests (under 128 KiB) come from a heap grown step by step (`heap.rs`, Algorithm 1);
-//! * large ones from a segregated pool of pre-faulted chunks (`pool.rs`, Algorithm 2), `mlock`ed
+//! * large ones from a segregated pool of pre-faulted chunks (`pool.rs`, Algorithm 2; sized from
+//!   their rate over the thread's measured reaction time), else from the chunk the thread is
+//!   faulting in (`forming.rs`: the request faults only what is left), `mlock`ed
 //!   (with `GLEANER_RESERVE_MLOCK=1`) while the process's `RLIMIT_MEMLOCK` leaves room, and
 //!   unlocked when handed out.
 //!
@@ -26,6 +28,7 @@
 //! fork child inherits the blocks (and frees them into its copy) but not the thread: its new
 //! requests go to the default allocator.
 
+mod forming;
 mod heap;
 mod node;
 mod pool;
@@ -43,6 +46,7 @@ use gleaner_pager::PAGE_SIZE;
 use gleaner_policy::hermes::{chunk_len, LARGE};
 use gleaner_proto::units::{format_size, parse_size};
 
+use forming::Forming;
 use heap::SmallHeap;
 use pool::{Chunk, Pool};
 use stats::Stats;
@@ -60,6 +64,8 @@ pub(crate) struct Reserve {
     window: Window,
     heap: SmallHeap,
     pool: Pool,
+    /// The chunk the thread is faulting in, which a request that finds the pool empty takes.
+    forming: Forming,
     /// The heap's and the pool's shares of the bound.
     heap_bound: usize,
     pool_bound: usize,
@@ -75,6 +81,8 @@ pub(crate) struct Reserve {
     pool_low: AtomicUsize,
     /// A request found nothing ready since the thread last refilled.
     missed: AtomicBool,
+    /// The clock the thread's scheduling delay is measured by ([`Reserve::now_ns`]).
+    started: std::time::Instant,
 }
 
 static RESERVE: OnceLock<Reserve> = OnceLock::new();
@@ -140,6 +148,7 @@ pub(crate) fn start(far: bool) -> Result<bool, String> {
         window,
         heap: SmallHeap::new(),
         pool: Pool::new(),
+        forming: Forming::new(),
         heap_bound,
         pool_bound: bound - heap_bound,
         // Off unless asked (`GLEANER_RESERVE_MLOCK=1`): mlock and munlock take the address
@@ -159,6 +168,7 @@ pub(crate) fn start(far: bool) -> Result<bool, String> {
         heap_low: AtomicUsize::new(usize::MAX),
         pool_low: AtomicUsize::new(0),
         missed: AtomicBool::new(false),
+        started: std::time::Instant::now(),
     };
     if RESERVE.set(reserve).is_err() {
         return Ok(false);
@@ -220,9 +230,11 @@ impl Reserve {
         Some(user as *mut c_void)
     }
 
-    /// A chunk for a large request of `total` bytes: from the pool (a hit), else a fresh range
+    /// A chunk for a large request of `total` bytes: from the pool (a hit), else the chunk the
+    /// thread is faulting in (a miss that faults only the pages not yet in), else a fresh range
     /// of the window that the program faults in itself (a miss, which the pool takes back when
-    /// freed), else nothing (the request falls back). Returns `(start, 1, len, fresh)`.
+    /// freed), else nothing (the request falls back). Returns `(start, 1, len, fresh)`: `fresh`
+    /// blocks read as zeros (what the thread faulted in is zero pages too).
     fn large(&self, total: usize) -> Option<(usize, usize, usize, bool)> {
         let len = chunk_len(total, 0, PAGE_SIZE)?;
         if let Some(c) = self.pool.take(len) {
@@ -238,6 +250,21 @@ impl Reserve {
             return Some((c.start, 1, c.len, false));
         }
         self.miss();
+        if let Some((start, have)) = self.forming.take(len) {
+            if have >= len {
+                // The chunk the thread is faulting in: the request faults only what is left.
+                self.stats.partial_hits.fetch_add(1, Ordering::Relaxed);
+                return Some((start, 1, have, true));
+            }
+            let c = Chunk {
+                start,
+                len: have,
+                locked: false,
+            };
+            if let Err(c) = self.pool.put(c, self.pool_bound) {
+                self.window.give(c.start, c.len);
+            }
+        }
         if len <= self.pool_bound {
             if let Some(start) = self.window.take(len) {
                 return Some((start, 1, len, true));
@@ -261,9 +288,14 @@ impl Reserve {
     /// switches (perf); this one makes a system call only when the thread sleeps, so at most
     /// once per sleep, and costs a fence and a load otherwise.
     fn wake(&self) {
-        if self.waker.wake() {
+        if self.waker.wake(|| self.now_ns()) {
             self.stats.need_wakeups.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// Nanoseconds since the reserve started, never 0 (a vDSO clock read, no system call).
+    fn now_ns(&self) -> u64 {
+        self.started.elapsed().as_nanos() as u64 + 1
     }
 
     /// Whether the reserve needs the thread: a request missed, or the heap or the pool is
@@ -374,6 +406,7 @@ pub(crate) fn stats_json() -> Option<serde_json::Value> {
         "far_memory": r.window.far(),
         "hits": n(&s.hits),
         "misses": n(&s.misses),
+        "partial_hits": n(&s.partial_hits),
         "small_misses": n(&s.small_misses),
         "fallbacks": n(&s.fallbacks),
         "populated_bytes": n(&s.populated_bytes),
@@ -383,5 +416,8 @@ pub(crate) fn stats_json() -> Option<serde_json::Value> {
         "thread_cpu_seconds": n(&s.thread_cpu_ns) as f64 / 1e9,
         "thread_populate_cpu_seconds": n(&s.populate_cpu_ns) as f64 / 1e9,
         "period_us": r.period.as_micros() as u64,
+        "pool_target_bytes": s.pool_target.load(Ordering::Relaxed),
+        "thread_reaction_us": n(&s.reaction_us),
+        "thread_wake_delay_max_us": n(&s.wake_delay_max_us),
     }))
 }

@@ -11,6 +11,9 @@ pub(crate) struct Stats {
     pub(crate) hits: AtomicU64,
     /// Requests the reserve was meant to serve but had nothing ready for.
     pub(crate) misses: AtomicU64,
+    /// Of the misses, large requests served with the chunk the thread was faulting in (they
+    /// fault only the pages it had not reached).
+    pub(crate) partial_hits: AtomicU64,
     /// Of the misses, small requests the heap had no block for (the rest are large requests
     /// the pool had no chunk for).
     pub(crate) small_misses: AtomicU64,
@@ -28,6 +31,11 @@ pub(crate) struct Stats {
     pub(crate) thread_cpu_ns: AtomicU64,
     /// Of it, the time spent pre-faulting (the work moved off the program's requests).
     pub(crate) populate_cpu_ns: AtomicU64,
+    /// The pool's current target (bytes), the thread's reaction time it is sized for, and the
+    /// longest scheduling delay seen between a request's wake-up and the thread running (us).
+    pub(crate) pool_target: AtomicUsize,
+    pub(crate) reaction_us: AtomicU64,
+    pub(crate) wake_delay_max_us: AtomicU64,
     /// Bytes `mlock`ed now.
     pub(crate) locked_bytes: AtomicUsize,
     /// Small and large requests since the thread last looked (the interval's demand).

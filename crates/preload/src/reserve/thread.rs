@@ -3,7 +3,9 @@
 //! program can see it, then sleeps until a request takes the heap or the pool under its low
 //! watermark (the refill threshold) or finds nothing ready (`wake.rs`). Woken by a request, it
 //! sizes the refill from the demand that drained the reserve; woken by its timeout, from the
-//! demand per period (2 ms, Hermes's `f`). The timeout is one period while the program asks,
+//! demand per period (2 ms, Hermes's `f`). The pool is sized from the large requests' rate over
+//! the thread's measured reaction time (`LargeDemand`, [`refill_pool`]), and its chunks are
+//! published while they form (`forming.rs`). The timeout is one period while the program asks,
 //! doubling to a second while it does not: an idle service's reserve costs about one wake-up a
 //! second, when it publishes the reserve's stats for `gleaner status`.
 //!
@@ -14,7 +16,10 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use gleaner_pager::PAGE_SIZE;
-use gleaner_policy::hermes::{heap_plan, per_period, pool_refill, target, Interval};
+use gleaner_policy::hermes::{
+    chunk_len, demand_rate, heap_plan, horizon_us, per_period, pool_target, reaction_peak, target,
+    Interval,
+};
 use gleaner_sys::cputime::thread_cpu_ns;
 
 use super::pool::Chunk;
@@ -62,42 +67,89 @@ fn set_priority() {
 /// stats, which `gleaner status` reads once a second).
 const MAX_IDLE: Duration = Duration::from_secs(1);
 
+/// The reaction time assumed until one is measured (it halves every second unless a longer one
+/// is seen): a woken `SCHED_BATCH` thread does not preempt, so on a busy CPU it waits out the
+/// running task's time slice (wake-up delays of 2.7-3.6 ms measured on the 2-vCPU VM); a pool
+/// sized for the 2 ms period alone ran dry two or three times while it learned a program's rate.
+const FIRST_REACTION_US: u64 = 4_000;
+
+/// What the thread knows of the large requests between refills: their demand rate, the mean
+/// request (the chunks' size) and how late the thread reacts.
+struct LargeDemand {
+    /// Bytes per second ([`demand_rate`]), as of the thread's last wake-up.
+    rate: f64,
+    /// The mean large request seen last: the pool stays stocked with chunks of it between
+    /// intervals that asked for none.
+    mean: Option<usize>,
+    /// The thread's reaction time the pool is sized for ([`reaction_peak`]), in microseconds,
+    /// and when it was last updated.
+    reaction_us: u64,
+    reaction_at: Instant,
+}
+
 fn run(r: &'static Reserve) {
     let mut published = Instant::now() - Duration::from_secs(1);
     let mut last = Instant::now();
     let mut timeout = r.period;
-    // The mean large request seen last: the pool stays stocked with chunks of it between
-    // intervals that asked for none.
-    let mut large_mean = None;
+    let period_us = r.period.as_micros() as u64;
+    let mut large_demand = LargeDemand {
+        rate: 0.0,
+        mean: None,
+        reaction_us: FIRST_REACTION_US,
+        reaction_at: Instant::now(),
+    };
     let mut small_misses = 0;
     loop {
         let woken = r.waker.sleep(timeout, || r.needs_refill());
+        // The scheduling delay: from the request's wake-up call to now.
+        let delay_us = r
+            .waker
+            .take_woken_at()
+            .map(|at| r.now_ns().saturating_sub(at) / 1000);
+        let wall = Instant::now();
+        let cpu = thread_cpu_ns();
         r.stats.wakeups.fetch_add(1, Ordering::Relaxed);
         r.missed.store(false, Ordering::Relaxed);
         let elapsed = last.elapsed();
         last = Instant::now();
         let (small, large) = r.stats.take_interval();
+        let elapsed_us = elapsed.as_micros() as u64;
         // Woken by a request: the interval's demand is what drained the reserve, taken as it
         // is. Woken by the timeout: the demand per period, the rate the target follows.
-        let (small, large) = if woken {
-            (small, large)
+        let small = if woken {
+            small
         } else {
-            let (e, p) = (elapsed.as_micros() as u64, r.period.as_micros() as u64);
-            (per_period(small, e, p), per_period(large, e, p))
-        };
-        if let Some(m) = large.mean() {
-            large_mean = Some(m);
-        }
-        let large = match (large.count, large_mean) {
-            (0, Some(m)) => Interval { bytes: m, count: 1 },
-            _ => large,
+            per_period(small, elapsed_us, period_us)
         };
         // A small request missed: the heap's ready bytes are holes too small for it (they count
         // as ready, so the plan alone would not grow the heap): grow by a whole target.
         let missed = r.stats.small_misses.load(Ordering::Relaxed);
         let fragmented = missed != small_misses;
         small_misses = missed;
-        let stocked = refill_heap(r, small, fragmented) & refill_pool(r, large);
+        let horizon = horizon_us(period_us, large_demand.reaction_us);
+        large_demand.rate = demand_rate(large_demand.rate, large.bytes, elapsed_us, horizon);
+        if let Some(m) = large.mean() {
+            large_demand.mean = Some(m);
+        }
+        let stocked = refill_heap(r, small, fragmented) & refill_pool(r, &large_demand, horizon);
+        // The reaction time: the scheduling delay plus the time the thread was off its CPU
+        // while refilling (preempted, or waiting in the kernel).
+        let off_cpu_us = (wall.elapsed().as_nanos() as u64)
+            .saturating_sub(thread_cpu_ns().saturating_sub(cpu))
+            / 1000;
+        let sample = delay_us.map(|d| d + off_cpu_us).or(Some(off_cpu_us));
+        large_demand.reaction_us = reaction_peak(
+            large_demand.reaction_us,
+            large_demand.reaction_at.elapsed().as_micros() as u64,
+            sample,
+        );
+        large_demand.reaction_at = Instant::now();
+        r.stats
+            .reaction_us
+            .store(large_demand.reaction_us, Ordering::Relaxed);
+        if let Some(d) = delay_us {
+            r.stats.wake_delay_max_us.fetch_max(d, Ordering::Relaxed);
+        }
         // Woken by a request: the next timeout is one period. Woken by the timeout, the
         // reserve did not run low in it: twice as long, up to MAX_IDLE (a request that takes
         // the reserve low wakes the thread whenever it comes).
@@ -160,48 +212,102 @@ fn refill_heap(r: &Reserve, last: Interval, fragmented: bool) -> bool {
     true
 }
 
-/// Algorithm 2: adds chunks of the interval's mean large request while the pool is under its
-/// target; each is faulted in (and locked, within `RLIMIT_MEMLOCK`) before it joins the pool.
-/// Sets the pool's low watermark once a large request was seen. Returns false if the window,
-/// the kernel or the bound refused a chunk.
-fn refill_pool(r: &Reserve, last: Interval) -> bool {
-    if last.count > 0 {
-        r.pool_low
-            .store(target(last, r.pool_bound) / 2, Ordering::Relaxed);
-    }
-    let Some((n, len)) = pool_refill(
-        last,
-        r.pool.pooled(),
-        r.pool_bound,
-        super::HEADER + 16,
-        PAGE_SIZE,
-    ) else {
+/// Algorithm 2, sized from the rate: adds chunks of the mean large request while the pool is
+/// under its target ([`pool_target`]: twice the demand over the thread's reaction time), one at a
+/// time, each faulted in (and locked, within `RLIMIT_MEMLOCK`) before it joins the pool, so
+/// that the program can take it at once. The demand that arrives during the refill raises the
+/// target as it goes (a program that starts allocating is learned within one refill). Sets the
+/// pool's low watermark (half the target) once a large request was seen. A refill lasts one
+/// horizon at most (the heap's refill comes next; a pool still low wakes the thread at once).
+/// Returns false if the window, the kernel or the bound refused a chunk.
+fn refill_pool(r: &Reserve, demand: &LargeDemand, horizon: u64) -> bool {
+    let Some(mean) = demand.mean else {
         return true;
     };
-    for _ in 0..n {
-        let Some(start) = r.window.take(len) else {
-            return false;
-        };
-        if !populate(r, start, len) {
-            r.window.give(start, len);
+    let Some(len) = chunk_len(mean, super::HEADER + 16, PAGE_SIZE).filter(|&l| l <= r.pool_bound)
+    else {
+        return true;
+    };
+    let began = Instant::now();
+    let mut rate = demand.rate;
+    let mut seen = r.stats.large_bytes.load(Ordering::Relaxed);
+    let mut since = Instant::now();
+    loop {
+        // The requests made while refilling (they are in the next interval too).
+        let now_bytes = r.stats.large_bytes.load(Ordering::Relaxed);
+        if now_bytes != seen || since.elapsed() >= Duration::from_micros(horizon) {
+            let e = since.elapsed().as_micros() as u64;
+            rate = demand_rate(rate, now_bytes.saturating_sub(seen), e, horizon);
+            seen = now_bytes;
+            since = Instant::now();
+        }
+        let target = pool_target(rate, horizon, r.pool_bound);
+        r.pool_low.store(target / 2, Ordering::Relaxed);
+        r.stats.pool_target.store(target, Ordering::Relaxed);
+        let pooled = r.pool.pooled();
+        if pooled + len > target.max(len)
+            || pooled + len > r.pool_bound
+            || began.elapsed() >= Duration::from_micros(horizon)
+        {
+            return true;
+        }
+        if !add_chunk(r, len) {
             return false;
         }
-        r.stats
-            .populated_bytes
-            .fetch_add(len as u64, Ordering::Relaxed);
-        let locked = r.stats.locked_bytes.load(Ordering::Relaxed) + len <= r.memlock_limit
-            // SAFETY: the chunk is the reserve's, faulted in, handed to nobody yet.
-            && unsafe { libc::mlock(start as *const libc::c_void, len) } == 0;
-        if locked {
-            r.stats.locked_bytes.fetch_add(len, Ordering::Relaxed);
+    }
+}
+
+/// Pages the thread faults in per call while it forms a chunk: between two calls a request
+/// that found the pool empty may take the chunk as it is (`forming.rs`).
+const FORM_PIECE: usize = 16 * PAGE_SIZE;
+
+/// Faults in one chunk of `len` bytes and pools it. While it is being faulted in, the chunk is
+/// published as *forming*: a request that finds the pool empty takes it as it is and faults
+/// only the pages not yet in (where it would otherwise fault the whole chunk), and the thread
+/// then stops and leaves it to the request. Returns false if the window, the kernel or the
+/// bound refused.
+fn add_chunk(r: &Reserve, len: usize) -> bool {
+    let Some(start) = r.window.take(len) else {
+        return false;
+    };
+    r.forming.publish(start, len);
+    let mut done = 0;
+    while done < len {
+        let n = FORM_PIECE.min(len - done);
+        if !r.forming.is(start) {
+            // A request took it: the rest is its own to fault in.
+            r.stats
+                .populated_bytes
+                .fetch_add(done as u64, Ordering::Relaxed);
+            return true;
         }
-        if let Err(c) = r.pool.put(Chunk { start, len, locked }, r.pool_bound) {
-            if c.locked {
-                r.stats.locked_bytes.fetch_sub(c.len, Ordering::Relaxed);
+        if !populate(r, start + done, n) {
+            if r.forming.withdraw(start) {
+                r.window.give(start, len);
             }
-            r.window.give(c.start, c.len);
             return false;
         }
+        done += n;
+    }
+    r.stats
+        .populated_bytes
+        .fetch_add(len as u64, Ordering::Relaxed);
+    if !r.forming.withdraw(start) {
+        // Taken after its last piece: whole, as good as a pooled chunk.
+        return true;
+    }
+    let locked = r.stats.locked_bytes.load(Ordering::Relaxed) + len <= r.memlock_limit
+        // SAFETY: the chunk is the reserve's, faulted in, handed to nobody yet.
+        && unsafe { libc::mlock(start as *const libc::c_void, len) } == 0;
+    if locked {
+        r.stats.locked_bytes.fetch_add(len, Ordering::Relaxed);
+    }
+    if let Err(c) = r.pool.put(Chunk { start, len, locked }, r.pool_bound) {
+        if c.locked {
+            r.stats.locked_bytes.fetch_sub(c.len, Ordering::Relaxed);
+        }
+        r.window.give(c.start, c.len);
+        return false;
     }
     true
 }

@@ -8,7 +8,7 @@
 //! the waker sees "asleep" and the kernel's wait, which compares the word first, returns at once:
 //! no wake-up is lost.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 const AWAKE: u32 = 0;
@@ -17,18 +17,24 @@ const ASLEEP: u32 = 1;
 /// The management thread's sleep word.
 pub(crate) struct Waker {
     state: AtomicU32,
+    /// When the last wake-up's system call was made (the caller's clock, 0: none since the
+    /// thread last looked): the thread's scheduling delay is measured from it.
+    woken_at: AtomicU64,
 }
 
 impl Waker {
     pub(crate) const fn new() -> Waker {
         Waker {
             state: AtomicU32::new(AWAKE),
+            woken_at: AtomicU64::new(0),
         }
     }
 
     /// Wakes the thread if it sleeps; returns whether this call woke it (made the system call).
-    /// An allocating thread's cost when the thread is awake already: one load.
-    pub(crate) fn wake(&self) -> bool {
+    /// An allocating thread's cost when the thread is awake already: one load. `now` (a
+    /// monotonic clock in nanoseconds, never 0) is read only when the system call is made,
+    /// before it, and kept for [`take_woken_at`](Self::take_woken_at).
+    pub(crate) fn wake(&self, now: impl FnOnce() -> u64) -> bool {
         // Orders the caller's taking from the reserve before the load of the word (the thread
         // stores the word, then reads the reserve): a store-load pair on each side.
         std::sync::atomic::fence(Ordering::SeqCst);
@@ -37,6 +43,7 @@ impl Waker {
         {
             return false;
         }
+        self.woken_at.store(now(), Ordering::Relaxed);
         // SAFETY: FUTEX_WAKE on a live, aligned u32 that outlives the call; no memory is
         // written by the kernel.
         unsafe {
@@ -48,6 +55,12 @@ impl Waker {
             )
         };
         true
+    }
+
+    /// When a request last woke the thread (the clock given to [`wake`](Self::wake)), if one did
+    /// since the last call.
+    pub(crate) fn take_woken_at(&self) -> Option<u64> {
+        Some(self.woken_at.swap(0, Ordering::Relaxed)).filter(|&t| t != 0)
     }
 
     /// Sleeps up to `timeout` unless `needed()` says there is work already (checked after the

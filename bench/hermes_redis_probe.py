@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""Where redis's p99 comes from beside the Hermes benchmark's batch job (bench/hermes.py).
+
+The question: is the p99 of redis's SETs beside the batch job set by allocation (page faults and
+the cgroup's reclaim, which the reserve and the daemon address) or by CPU contention (redis,
+redis-benchmark and the batch job sharing the VM's 2 vCPUs, which neither addresses)? The same
+redis-benchmark loads as bench/hermes.py (1 KiB SET/GET, 200 KiB SET/GET, 4 clients), redis as
+packaged unless named, each condition run interleaved REPS times:
+
+  * alone:    redis in the 1 GiB cgroup, nothing beside it;
+  * cpu:      beside a CPU-only antagonist (one process spinning: the batch job's CPU, none of
+              its memory or file pressure);
+  * batch:    beside bench/hermes.py's batch job at 100% pressure (600 MiB held, 32 MiB churned
+              every 16 MiB read, a file re-read: the cgroup at its limit);
+  * batch_reserve: the same with `gleaner run --latency-critical` (the reserve, no daemon).
+
+If `cpu` is as slow as `batch` at the p99, the p99 is CPU contention, not allocation.
+Prints one JSON object (medians over the runs, ms) as its last line.
+Usage: python3 bench/hermes_redis_probe.py [--reps N] [--out FILE]   (root, for the cgroup)
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hermes  # noqa: E402
+
+OPS = ["set_1k", "get_1k", "set_200k", "get_200k"]
+
+
+def spinner():
+    """One process spinning on a CPU (the batch job's CPU without its memory)."""
+    return subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--out")
+    ap.add_argument("--reserve-env", action="append", default=[], metavar="K=V",
+                    help="also run batch_reserve with this variable set (condition "
+                         "batch_reserve_K=V, right after batch_reserve), e.g. "
+                         "GLEANER_RESERVE_PRIORITY=normal")
+    args = ap.parse_args()
+    if not (shutil.which("redis-server") and shutil.which("redis-benchmark")):
+        raise SystemExit("!!! redis is ABSENT (scripts/setup.sh installs it): nothing measured")
+    tmp = tempfile.mkdtemp(prefix="gleaner-hermes-probe-")
+    bigfile = os.path.join(tmp, "big.dat")
+    with open(bigfile, "wb") as f:
+        chunk = os.urandom(1 << 20)
+        for _ in range(1024):
+            f.write(chunk)
+    cg = hermes.Cgroup(hermes.LIMIT)
+    sock = os.path.join(tmp, "node.sock")
+    extra = [e for e in args.reserve_env if "=" in e]
+    runs = {c: [] for c in ["alone", "cpu", "batch", "batch_reserve"]
+            + [f"batch_reserve_{e}" for e in extra]}
+    started = time.time()
+    try:
+        for _ in range(args.reps):
+            runs["alone"].append(hermes.redis_run(cg, "default", tmp, sock))
+            sp = spinner()
+            try:
+                runs["cpu"].append(hermes.redis_run(cg, "default", tmp, sock))
+            finally:
+                hermes.stop(sp)
+            read_mb = int(hermes.LIMIT / 2**20) - hermes.BATCH_ANON_MB
+            ant = hermes.antagonist(cg, bigfile, anon_mb=hermes.BATCH_ANON_MB, read_mb=read_mb,
+                                    churn=True)
+            try:
+                runs["batch"].append(hermes.redis_run(cg, "default", tmp, sock, ant.pid))
+                runs["batch_reserve"].append(hermes.redis_run(cg, "reserve", tmp, sock, ant.pid))
+                for e in extra:
+                    k, v = e.split("=", 1)
+                    old = os.environ.get(k)
+                    os.environ[k] = v
+                    try:
+                        runs[f"batch_reserve_{e}"].append(
+                            hermes.redis_run(cg, "reserve", tmp, sock, ant.pid))
+                    finally:
+                        if old is None:
+                            del os.environ[k]
+                        else:
+                            os.environ[k] = old
+            finally:
+                hermes.stop(ant)
+            for cond, rs in runs.items():
+                r = rs[-1]
+                hermes.log(f"{cond}: " + ", ".join(f"{op} p50 {r[op]['p50_ms']} p99 {r[op]['p99_ms']}"
+                                                   for op in OPS if op in r))
+    finally:
+        cg.remove()
+        shutil.rmtree(tmp, ignore_errors=True)
+    med = statistics.median
+    summary = {f"{cond}_{op}_{q}_ms": med(r[op][f"{q}_ms"] for r in rs)
+               for cond, rs in runs.items() for op in OPS for q in ("p50", "p99")}
+    for r in (r for rs in runs.values() for r in rs):
+        for op in OPS:
+            r[op].pop("points", None)
+    result = {"date": time.strftime("%Y-%m-%d", time.gmtime()),
+              "command": "python3 bench/hermes_redis_probe.py"
+              + (f" --reps {args.reps}" if args.reps != 3 else "")
+              + "".join(f" --reserve-env {e}" for e in extra)
+              + (f" --out {args.out}" if args.out else ""),
+              "seconds": round(time.time() - started, 1), "runs": runs, "summary": summary}
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=1)
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()
