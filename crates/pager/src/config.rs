@@ -233,6 +233,8 @@ pub const DEFAULT_PREFETCH: PrefetcherKind = PrefetcherKind::Leap { pw_max: 32 }
 /// fed by the access scan's written bits: against RackMem, the order before, it took fewer far
 /// faults per request under memcached, redis and the demo job, and left `bench micro` unchanged
 /// (`docs/BENCHMARKS.md`, "Evicting what is cold", and `bench/results/access-scan/README.md`).
+/// `active` (Linux's two lists) took 2-4% fewer under memcached and redis but a third more under
+/// node, so recency stays the default (`bench/results/access-scan/two-lists/README.md`).
 pub const DEFAULT_EVICT: EvictKind = EvictKind::Recency(DEFAULT_PROBATION_PCT);
 
 /// Pages per eviction batch for budgets of 8 MiB and more (chosen by measurement:
@@ -447,7 +449,8 @@ pub struct RegionConfig {
     /// time prefetched pages wait for their first use, once measured (later than that, a
     /// prefetch no longer hides a fault).
     pub prefetch_deadline: Option<Duration>,
-    /// Eviction order: [`DEFAULT_EVICT`] (`recency`), `rackmem`, `fifo`, `refault` or `clock`.
+    /// Eviction order: [`DEFAULT_EVICT`] (`recency`), `active`, `rackmem`, `fifo`, `refault` or
+    /// `clock`.
     pub evict: EvictKind,
     /// Whether a reclaim thread scans the region for pages written since its last scan and
     /// tells the eviction order (`evict/access.rs`): `auto` (default: where asynchronous dirty

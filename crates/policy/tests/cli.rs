@@ -95,12 +95,19 @@ fn table_has_a_row_per_combination() {
         &EvictKind::all(),
         &[Visibility::Fault, Visibility::Oracle],
     );
-    assert_eq!(combos.len(), 5 * 10);
+    // 12 eviction rows per prefetcher: fifo, clock x2, refault, rackmem x2, recency x2,
+    // active x2, lru, belady.
+    assert_eq!(combos.len(), 5 * 12);
     let cfg = SimConfig::new(300);
     let rows = sim::run_all(&t, &cfg, &combos, 4);
     let table = cli::format_table(std::path::Path::new("z"), t.len(), 1_000, &cfg, &rows);
-    assert_eq!(table.lines().count(), 2 + 50, "{table}");
-    assert!(table.contains("rackmem") && table.contains("recency") && table.contains("belady"));
+    assert_eq!(table.lines().count(), 2 + 60, "{table}");
+    assert!(
+        table.contains("rackmem")
+            && table.contains("recency")
+            && table.contains("active")
+            && table.contains("belady")
+    );
     // Every LRU row is 1.000 times itself.
     assert!(table
         .lines()

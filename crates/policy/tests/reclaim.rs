@@ -12,11 +12,21 @@
 
 use gleaner_policy::reclaim::{
     Decision, ProbeRule, RateEstimate, ReclaimMode, ReclaimParams, ReclaimScheduler,
-    ReclaimSnapshot, ALPHA, BETA, BOOTSTRAP_FREE, CHECK_EVERY, GAMMA, MAX_RECLAIMERS,
-    RATE_WINDOW_NS, STATIC_START_FREE,
+    ReclaimSnapshot, ALPHA, BETA, BOOTSTRAP_FREE, CHECK_EVERY, GAMMA, HEADROOM_CAP_DIVISOR,
+    MAX_RECLAIMERS, RATE_WINDOW_NS, STATIC_START_FREE,
 };
 
 const MS: u64 = 1_000_000;
+
+/// The parameters with the headroom cap at a quarter of the budget (the default is 1/64): the
+/// published constants' arithmetic, on budgets the quarter does not reach (100,000 pages and
+/// more), or the cap's own arithmetic on small ones.
+fn quarter_cap() -> ReclaimParams {
+    ReclaimParams {
+        headroom_cap_divisor: 4,
+        ..ReclaimParams::default()
+    }
+}
 
 fn hermit() -> ReclaimMode {
     ReclaimMode::Hermit {
@@ -120,7 +130,7 @@ fn published_constants() {
 fn bootstrap_runs_one_thread_below_2048_free_until_both_rates_are_known() {
     // budget 100,000 (headroom cap 25,000 does not bite): bootstrap L = 2048 free pages.
     let b = 100_000;
-    let mut s = ReclaimScheduler::new(b, hermit(), ReclaimParams::default());
+    let mut s = ReclaimScheduler::new(b, hermit(), quarter_cap());
     let snap = s.snapshot();
     assert!(!snap.rates_known);
     assert_eq!(snap.target_threads, 0);
@@ -219,7 +229,7 @@ fn max_reclaimers_caps_the_ramp_and_the_high_watermark() {
     let b = 1_000_000;
     let params = ReclaimParams {
         max_reclaimers: 2,
-        ..ReclaimParams::default()
+        ..quarter_cap()
     };
     let (mut s, t) = with_intensity(b, hermit(), params, 4, 500_000);
     assert_eq!(s.pool_size(), 2);
@@ -247,7 +257,7 @@ fn max_reclaimers_caps_the_ramp_and_the_high_watermark() {
 
     // Default cap 16: SI = 32 (32 checks per ms: 4,096,000 pages/s) gives n_max = 16,
     // H = 2048, L = 32768; at free 1024: 16 * 1024 / 2048 = 8.
-    let (mut s, t) = with_intensity(b, hermit(), ReclaimParams::default(), 32, 500_000);
+    let (mut s, t) = with_intensity(b, hermit(), quarter_cap(), 32, 500_000);
     let snap = s.snapshot();
     assert_eq!(snap.max_threads, 16);
     assert_eq!(snap.high_watermark_free, 2048);
@@ -261,7 +271,7 @@ fn high_watermark_moves_with_swap_intensity() {
     let b = 1_000_000;
     let quiet = 500_000;
     // SI = 2: H = 256, level 999,744; L = 4096.
-    let (mut s, t) = with_intensity(b, hermit(), ReclaimParams::default(), 2, quiet);
+    let (mut s, t) = with_intensity(b, hermit(), quarter_cap(), 2, quiet);
     let h2 = s.snapshot().high_watermark_pages;
     assert_eq!(h2, 999_744);
     assert_eq!(s.snapshot().low_watermark_free, 4096);
@@ -296,7 +306,7 @@ fn high_watermark_moves_with_swap_intensity() {
     // With the last-window estimate the high watermark rises back to SI 2's.
     let params = ReclaimParams {
         s_in_estimate: RateEstimate::LastWindow,
-        ..ReclaimParams::default()
+        ..quarter_cap()
     };
     let (mut s, t) = with_intensity(b, hermit(), params, 8, quiet);
     assert_eq!(s.snapshot().high_watermark_pages, 998_976);
@@ -434,7 +444,7 @@ fn paper_probe_starts_at_the_high_watermark_and_backs_off_when_turnaround_increa
 #[test]
 fn static_pool_starts_all_threads_below_2048_free_and_none_above() {
     let b = 100_000;
-    let mut s = ReclaimScheduler::new(b, ReclaimMode::Static(3), ReclaimParams::default());
+    let mut s = ReclaimScheduler::new(b, ReclaimMode::Static(3), quarter_cap());
     assert_eq!(s.pool_size(), 3);
     let snap = s.snapshot();
     assert_eq!(snap.mode, "static:3");
@@ -459,7 +469,7 @@ fn static_pool_starts_all_threads_below_2048_free_and_none_above() {
     assert!(s.must_reclaim_directly(b));
 
     // On a small budget the 2048-page threshold is capped at budget / 4: 4000 / 4 = 1000.
-    let mut s = ReclaimScheduler::new(4000, ReclaimMode::Static(2), ReclaimParams::default());
+    let mut s = ReclaimScheduler::new(4000, ReclaimMode::Static(2), quarter_cap());
     assert_eq!(check_at(&mut s, 3000, 0).threads, 0);
     assert_eq!(check_at(&mut s, 3001, 0).threads, 2);
 }
@@ -467,7 +477,7 @@ fn static_pool_starts_all_threads_below_2048_free_and_none_above() {
 #[test]
 fn direct_mode_never_asks_for_threads_and_reclaims_synchronously_over_the_watermark() {
     let b = 100_000;
-    let mut s = ReclaimScheduler::new(b, ReclaimMode::Direct, ReclaimParams::default());
+    let mut s = ReclaimScheduler::new(b, ReclaimMode::Direct, quarter_cap());
     assert_eq!(s.pool_size(), 0);
     report_s_out(&mut s);
     let t = run_windows(&mut s, b, 0, 16, 2);
@@ -641,9 +651,9 @@ fn snapshot_serialises_every_signal() {
 
 #[test]
 fn small_budgets_cap_every_threshold_at_a_quarter() {
-    // budget 4000: cap 1000. Bootstrap threshold min(2048, 1000) = 1000.
+    // budget 4000, the cap at a quarter: 1000. Bootstrap threshold min(2048, 1000) = 1000.
     let b = 4000;
-    let mut s = ReclaimScheduler::new(b, hermit(), ReclaimParams::default());
+    let mut s = ReclaimScheduler::new(b, hermit(), quarter_cap());
     assert_eq!(s.snapshot().low_watermark_free, 1000);
     assert_eq!(check_at(&mut s, 3000, 0).threads, 0);
     assert_eq!(check_at(&mut s, 3001, 0).threads, 1);
@@ -662,7 +672,7 @@ fn small_budgets_cap_every_threshold_at_a_quarter() {
     // The probe is capped too (gamma 1: the step is the whole resident count).
     let params = ReclaimParams {
         gamma: 1,
-        ..ReclaimParams::default()
+        ..quarter_cap()
     };
     let mut s = ReclaimScheduler::new(b, paper(), params);
     report_s_out(&mut s);
@@ -672,7 +682,7 @@ fn small_budgets_cap_every_threshold_at_a_quarter() {
     assert_eq!(s.snapshot().probe_pages, 1000);
     assert_eq!(s.snapshot().low_watermark_free, 1000);
     // Under GAMMA resident pages, resident / 2000 = 0: the step is floored at one page.
-    let mut s = ReclaimScheduler::new(1000, paper(), ReclaimParams::default());
+    let mut s = ReclaimScheduler::new(1000, paper(), quarter_cap());
     report_s_out(&mut s);
     check_at(&mut s, 900, 0);
     let t = probe_window(&mut s, 900, 0, &[1]);
@@ -687,6 +697,20 @@ fn small_budgets_cap_every_threshold_at_a_quarter() {
     };
     let s = ReclaimScheduler::new(b, hermit(), params);
     assert_eq!(s.snapshot().low_watermark_free, 2048);
+}
+
+#[test]
+fn the_default_cap_keeps_a_174_mib_budget_within_696_free_pages() {
+    // 174 MiB (memcached at half its footprint): 44,544 pages, cap 44,544 / 64 = 696, where
+    // the published bootstrap threshold (2,048 pages) kept 4.6% of the budget free.
+    let mut s = ReclaimScheduler::new(44_544, hermit(), ReclaimParams::default());
+    assert_eq!(HEADROOM_CAP_DIVISOR, 64);
+    assert_eq!(s.snapshot().low_watermark_free, 696);
+    assert_eq!(check_at(&mut s, 44_544 - 696, 0).threads, 0);
+    assert_eq!(check_at(&mut s, 44_544 - 695, 0).threads, 1);
+    // A GiB budget (262,144 pages) keeps the published threshold whole.
+    let s = ReclaimScheduler::new(262_144, hermit(), ReclaimParams::default());
+    assert_eq!(s.snapshot().low_watermark_free, 2_048);
 }
 
 #[test]
@@ -871,8 +895,8 @@ fn invariants_hold_under_random_feedback() {
 
 #[test]
 fn a_grown_budget_moves_the_watermarks_and_lifts_the_headroom_cap() {
-    // Budget 4,000: the headroom cap (a quarter, 1,000) bites the bootstrap 2,048.
-    let mut s = ReclaimScheduler::new(4_000, hermit(), ReclaimParams::default());
+    // Budget 4,000, the headroom cap at a quarter (1,000): it bites the bootstrap 2,048.
+    let mut s = ReclaimScheduler::new(4_000, hermit(), quarter_cap());
     assert_eq!(s.snapshot().low_watermark_free, 1_000);
     assert_eq!(
         check_at(&mut s, 3_500, 0).threads,

@@ -25,7 +25,8 @@
 //! look count as one: a page filled ahead of its first write is reported by the scan after its
 //! install and again after the write, and a page written in two periods before the first look
 //! may still be a page used once (counting them as two activated most of a written-once stream
-//! on a real region). Under [`Visibility::Oracle`] every hit counts as well. A refault is
+//! on a real region). What this cannot tell apart: a page filled ahead whose first look falls
+//! between its install's report and its write's is activated though used once. Under [`Visibility::Oracle`] every hit counts as well. A refault is
 //! recognised from a *ghost*: the
 //! eviction number an evicted page left at, kept for [`ActiveInactive::promote_distance`]
 //! evictions.
