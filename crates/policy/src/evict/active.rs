@@ -505,13 +505,12 @@ mod tests {
         let capacity = 1024;
         let mut p = ActiveInactive::new(capacity, Visibility::Fault);
         let mut resident = std::collections::HashSet::new();
-        let mut make_room =
-            |p: &mut ActiveInactive, resident: &mut std::collections::HashSet<u64>| {
-                while resident.len() >= capacity {
-                    let v = p.victim(0).expect("a full cache has a victim");
-                    assert!(resident.remove(&v), "victim {v} was not resident");
-                }
-            };
+        let make_room = |p: &mut ActiveInactive, resident: &mut std::collections::HashSet<u64>| {
+            while resident.len() >= capacity {
+                let v = p.victim(0).expect("a full cache has a victim");
+                assert!(resident.remove(&v), "victim {v} was not resident");
+            }
+        };
         let (mut next, mut hot_faults, mut last_stream) = (1_000u64, 0, Vec::new());
         for round in 0..60 {
             for h in 0..128u64 {
