@@ -47,6 +47,7 @@
 
 use std::collections::VecDeque;
 
+use super::ghosts::Ghosts;
 use super::{EvictPolicy, Insert, PageMap, Touch, Visibility};
 
 /// Which list a resident page is on.
@@ -97,13 +98,8 @@ pub struct ActiveInactive {
     active_len: usize,
     active_max: usize,
     seq: u64,
-    /// Evictions so far: the clock refault distances are measured in.
-    evictions: u64,
-    /// Recently evicted pages and the eviction number each left at.
-    ghosts: PageMap<u64>,
-    /// Ghosts in eviction order, to forget those older than the distance.
-    ghost_queue: VecDeque<(u64, u64)>,
-    promote_distance: u64,
+    /// Recently evicted pages, for the refault distance.
+    ghosts: Ghosts,
     stats: ActiveInactiveStats,
 }
 
@@ -131,10 +127,7 @@ impl ActiveInactive {
             active_len: 0,
             active_max: active_max.max(1),
             seq: 0,
-            evictions: 0,
-            ghosts: PageMap::default(),
-            ghost_queue: VecDeque::new(),
-            promote_distance: promote_distance.max(1) as u64,
+            ghosts: Ghosts::new(promote_distance),
             stats: ActiveInactiveStats::default(),
         }
     }
@@ -146,7 +139,7 @@ impl ActiveInactive {
 
     /// The largest refault distance, in evictions, that activates a page.
     pub fn promote_distance(&self) -> u64 {
-        self.promote_distance
+        self.ghosts.distance()
     }
 
     /// Pages on the active list now.
@@ -217,21 +210,6 @@ impl ActiveInactive {
         }
     }
 
-    fn leave_ghost(&mut self, page: u64) {
-        self.evictions += 1;
-        self.ghosts.insert(page, self.evictions);
-        self.ghost_queue.push_back((page, self.evictions));
-        while let Some(&(p, at)) = self.ghost_queue.front() {
-            if at + self.promote_distance >= self.evictions {
-                break;
-            }
-            self.ghost_queue.pop_front();
-            if self.ghosts.get(&p) == Some(&at) {
-                self.ghosts.remove(&p);
-            }
-        }
-    }
-
     fn compact(&mut self) {
         if self.inactive.len() + self.active.len() > 2 * self.live.len() + 64 {
             let live = &self.live;
@@ -256,9 +234,7 @@ impl EvictPolicy for ActiveInactive {
     }
 
     fn insert(&mut self, page: u64, how: Insert, _at: usize) {
-        let ghost = self.ghosts.remove(&page);
-        let recent = ghost.is_some_and(|at| self.evictions - at <= self.promote_distance);
-        if how == Insert::Demand && recent {
+        if how == Insert::Demand && self.ghosts.take_recent(page) {
             self.stats.activated_on_refault += 1;
             self.push(page, List::Active, false);
             self.balance();
@@ -291,14 +267,14 @@ impl EvictPolicy for ActiveInactive {
             let Some((page, meta)) = self.pop_oldest(List::Inactive) else {
                 // Nothing inactive: the oldest active page leaves.
                 let (page, _) = self.pop_oldest(List::Active)?;
-                self.leave_ghost(page);
+                self.ghosts.left(page);
                 return Some(page);
             };
             if !meta.referenced || moves >= bound {
                 if meta.referenced {
                     self.stats.forced += 1;
                 }
-                self.leave_ghost(page);
+                self.ghosts.left(page);
                 return Some(page);
             }
             moves += 1;
@@ -329,7 +305,7 @@ impl EvictPolicy for ActiveInactive {
     /// The active list's bound and the refault distance, as [`ActiveInactive::new`] sizes them.
     fn set_capacity(&mut self, capacity: usize) {
         self.active_max = (capacity / 2).max(1);
-        self.promote_distance = (capacity / 2).max(1) as u64;
+        self.ghosts.set_distance(capacity / 2);
     }
 }
 
@@ -485,7 +461,8 @@ mod tests {
         for _ in 0..900 {
             p.victim(0);
         }
-        assert!(p.ghosts.len() <= 5 && p.ghost_queue.len() <= 5);
+        let (map, queue) = p.ghosts.held();
+        assert!(map <= 5 && queue <= 5);
     }
 
     #[test]

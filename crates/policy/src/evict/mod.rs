@@ -33,6 +33,7 @@ mod active;
 mod belady;
 mod clock;
 mod fifo;
+mod ghosts;
 mod lru;
 mod rackmem;
 mod recency;

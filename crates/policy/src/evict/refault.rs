@@ -22,6 +22,7 @@
 
 use std::collections::VecDeque;
 
+use super::ghosts::Ghosts;
 use super::{EvictPolicy, Insert, PageMap, Touch, Visibility};
 
 /// Which FIFO a resident page is on.
@@ -42,13 +43,8 @@ pub struct Refault {
     live: PageMap<(u64, Segment)>,
     protected_len: usize,
     seq: u64,
-    /// Evictions so far (the clock refault distances are measured in).
-    evictions: u64,
-    /// Evicted pages and the eviction number they left at (recent ones only).
-    ghosts: PageMap<u64>,
-    /// Ghosts in eviction order, to forget the old ones.
-    ghost_queue: VecDeque<(u64, u64)>,
-    promote_distance: u64,
+    /// Recently evicted pages, for the refault distance.
+    ghosts: Ghosts,
     protected_max: usize,
     promoted: u64,
     demoted: u64,
@@ -70,10 +66,7 @@ impl Refault {
             live: PageMap::default(),
             protected_len: 0,
             seq: 0,
-            evictions: 0,
-            ghosts: PageMap::default(),
-            ghost_queue: VecDeque::new(),
-            promote_distance: promote_distance.max(1) as u64,
+            ghosts: Ghosts::new(promote_distance),
             protected_max: protected_max.max(1),
             promoted: 0,
             demoted: 0,
@@ -82,7 +75,7 @@ impl Refault {
 
     /// The largest refault distance (in evictions) that earns protection.
     pub fn promote_distance(&self) -> u64 {
-        self.promote_distance
+        self.ghosts.distance()
     }
 
     /// The most pages kept on the protected FIFO.
@@ -136,21 +129,6 @@ impl Refault {
         }
     }
 
-    fn leave_ghost(&mut self, page: u64) {
-        self.evictions += 1;
-        self.ghosts.insert(page, self.evictions);
-        self.ghost_queue.push_back((page, self.evictions));
-        while let Some(&(p, at)) = self.ghost_queue.front() {
-            if at + self.promote_distance >= self.evictions {
-                break;
-            }
-            self.ghost_queue.pop_front();
-            if self.ghosts.get(&p) == Some(&at) {
-                self.ghosts.remove(&p);
-            }
-        }
-    }
-
     fn compact(&mut self) {
         if self.probation.len() + self.protected.len() > 2 * self.live.len() + 64 {
             let live = &self.live;
@@ -172,8 +150,7 @@ impl EvictPolicy for Refault {
     }
 
     fn insert(&mut self, page: u64, how: Insert, _at: usize) {
-        let ghost = self.ghosts.remove(&page);
-        let recent = ghost.is_some_and(|at| self.evictions - at <= self.promote_distance);
+        let recent = self.ghosts.take_recent(page);
         if how == Insert::Demand && recent {
             self.promoted += 1;
             self.push(page, Segment::Protected);
@@ -195,7 +172,7 @@ impl EvictPolicy for Refault {
         let page = self
             .pop_live(Segment::Probation)
             .or_else(|| self.pop_live(Segment::Protected))?;
-        self.leave_ghost(page);
+        self.ghosts.left(page);
         Some(page)
     }
 
@@ -214,7 +191,7 @@ impl EvictPolicy for Refault {
 
     /// The promotion distance and the protected segment's bound, as [`Refault::new`] sizes them.
     fn set_capacity(&mut self, capacity: usize) {
-        self.promote_distance = (capacity / 4).max(1) as u64;
+        self.ghosts.set_distance(capacity / 4);
         self.protected_max = (capacity / 2).max(1);
     }
 }
@@ -308,6 +285,7 @@ mod tests {
         for _ in 0..900 {
             p.victim(0);
         }
-        assert!(p.ghosts.len() <= 5 && p.ghost_queue.len() <= 5);
+        let (map, queue) = p.ghosts.held();
+        assert!(map <= 5 && queue <= 5);
     }
 }

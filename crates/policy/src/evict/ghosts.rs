@@ -1,0 +1,97 @@
+//! Ghosts of evicted pages: when each left, counted in evictions, so that a page that faults
+//! back soon after leaving is recognised (its *refault distance*, as Linux's
+//! `mm/workingset.c` measures it). Shared by the orders that act on refaults
+//! ([`super::Refault`], [`super::ActiveInactive`]).
+
+use std::collections::VecDeque;
+
+use super::PageMap;
+
+/// Recently evicted pages and the eviction number each left at, kept for at most
+/// [`Ghosts::distance`] evictions, so the bookkeeping stays proportional to the distance.
+#[derive(Debug, Clone)]
+pub(crate) struct Ghosts {
+    /// Evictions so far: the clock refault distances are measured in.
+    evictions: u64,
+    /// Evicted pages and the eviction number they left at (recent ones only).
+    at: PageMap<u64>,
+    /// Ghosts in eviction order, to forget those older than the distance.
+    queue: VecDeque<(u64, u64)>,
+    distance: u64,
+}
+
+impl Ghosts {
+    /// Ghosts kept for `distance` evictions (at least 1).
+    pub(crate) fn new(distance: usize) -> Ghosts {
+        Ghosts {
+            evictions: 0,
+            at: PageMap::default(),
+            queue: VecDeque::new(),
+            distance: distance.max(1) as u64,
+        }
+    }
+
+    /// The largest refault distance, in evictions, that counts as recent.
+    pub(crate) fn distance(&self) -> u64 {
+        self.distance
+    }
+
+    /// Sets the distance (at least 1); ghosts older than it are forgotten at the next eviction.
+    pub(crate) fn set_distance(&mut self, distance: usize) {
+        self.distance = distance.max(1) as u64;
+    }
+
+    /// `page` is evicted now.
+    pub(crate) fn left(&mut self, page: u64) {
+        self.evictions += 1;
+        self.at.insert(page, self.evictions);
+        self.queue.push_back((page, self.evictions));
+        while let Some(&(p, at)) = self.queue.front() {
+            if at + self.distance >= self.evictions {
+                break;
+            }
+            self.queue.pop_front();
+            if self.at.get(&p) == Some(&at) {
+                self.at.remove(&p);
+            }
+        }
+    }
+
+    /// Whether `page`, coming back now, left within the distance; its ghost is forgotten
+    /// either way.
+    pub(crate) fn take_recent(&mut self, page: u64) -> bool {
+        self.at
+            .remove(&page)
+            .is_some_and(|at| self.evictions - at <= self.distance)
+    }
+
+    /// Ghosts held (map entries, queue entries): both bounded by the distance plus one.
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> (usize, usize) {
+        (self.at.len(), self.queue.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_page_is_recent_within_the_distance_and_forgotten_after_it() {
+        let mut g = Ghosts::new(2);
+        for page in 1..=3 {
+            g.left(page);
+        }
+        // 3 left last, 2 one eviction before, 1 two before: all within 2.
+        assert!(g.take_recent(1));
+        assert!(!g.take_recent(1), "taken once");
+        g.left(4);
+        g.left(5);
+        // 2 left three evictions ago now (more than 2): gone.
+        assert!(!g.take_recent(2));
+        assert!(g.take_recent(3));
+        assert!(!g.take_recent(99), "never evicted");
+        let (map, queue) = g.held();
+        assert!(map <= 3 && queue <= 3, "{map} {queue}");
+    }
+}
