@@ -126,7 +126,7 @@ impl EvictionPolicy for SimPolicy {
 
     fn on_reject(&mut self, page: usize) {
         let at = self.tick();
-        self.inner.insert(page as u64, Insert::Demand, at);
+        self.inner.reinsert(page as u64, at);
     }
 
     fn name(&self) -> String {

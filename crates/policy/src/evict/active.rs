@@ -289,6 +289,13 @@ impl EvictPolicy for ActiveInactive {
         }
     }
 
+    /// Forgets the ghost [`EvictPolicy::victim`] left for `page`: a victim that stayed is no
+    /// refault, and comes back as a page just arrived.
+    fn reinsert(&mut self, page: u64, at: usize) {
+        self.ghosts.forget(page);
+        self.insert(page, Insert::Demand, at);
+    }
+
     fn remove(&mut self, page: u64) {
         if let Some(m) = self.live.remove(&page) {
             if m.list == List::Active {
@@ -463,6 +470,22 @@ mod tests {
         }
         let (map, queue) = p.ghosts.held();
         assert!(map <= 5 && queue <= 5);
+    }
+
+    #[test]
+    fn a_victim_that_stays_is_no_refault() {
+        let mut p = order(4, 8);
+        for page in 1..=3 {
+            p.insert(page, Insert::Demand, 0);
+        }
+        // The evictor finds 1 busy and hands it back: inactive again, behind 3, not activated.
+        assert_eq!(p.victim(0), Some(1));
+        p.reinsert(1, 0);
+        assert_eq!(p.stats().activated_on_refault, 0);
+        assert_eq!(victims(&mut p, 3), vec![2, 3, 1]);
+        // A real refault still counts: 2 left and comes back.
+        p.insert(2, Insert::Demand, 0);
+        assert_eq!(p.stats().activated_on_refault, 1);
     }
 
     #[test]

@@ -65,6 +65,11 @@ impl Ghosts {
             .is_some_and(|at| self.evictions - at <= self.distance)
     }
 
+    /// Forgets `page`'s ghost: it did not leave after all (a victim that stayed resident).
+    pub(crate) fn forget(&mut self, page: u64) {
+        self.at.remove(&page);
+    }
+
     /// Ghosts held (map entries, queue entries): both bounded by the distance plus one.
     #[cfg(test)]
     pub(crate) fn held(&self) -> (usize, usize) {

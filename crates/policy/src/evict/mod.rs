@@ -130,6 +130,12 @@ pub trait EvictPolicy: Send {
     }
     /// Chooses a resident page to evict and forgets it; `None` when nothing is resident.
     fn victim(&mut self, at: usize) -> Option<u64>;
+    /// A page [`victim`](EvictPolicy::victim) chose could not be evicted and stays resident
+    /// (the engine's evictor found it busy). Default: inserted again as a demand page. An order
+    /// that remembers evicted pages forgets this one first: it never left, so it is no refault.
+    fn reinsert(&mut self, page: u64, at: usize) {
+        self.insert(page, Insert::Demand, at);
+    }
     /// Forgets `page` (it left for another reason); no effect if it is not resident.
     fn remove(&mut self, page: u64);
     /// Resident pages tracked.

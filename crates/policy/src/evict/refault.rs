@@ -176,6 +176,13 @@ impl EvictPolicy for Refault {
         Some(page)
     }
 
+    /// Forgets the ghost [`EvictPolicy::victim`] left for `page`: a victim that stayed is no
+    /// refault, and comes back as a page just arrived.
+    fn reinsert(&mut self, page: u64, at: usize) {
+        self.ghosts.forget(page);
+        self.insert(page, Insert::Demand, at);
+    }
+
     fn remove(&mut self, page: u64) {
         if let Some((_, segment)) = self.live.remove(&page) {
             if segment == Segment::Protected {
@@ -214,6 +221,18 @@ mod tests {
             (r.promote_distance(), r.protected_max()),
             (fresh.promote_distance(), fresh.protected_max())
         );
+    }
+
+    #[test]
+    fn a_victim_that_stays_is_not_promoted() {
+        let mut p = Refault::with_parameters(8, 4);
+        for page in 1..=3 {
+            p.insert(page, Insert::Demand, 0);
+        }
+        assert_eq!(p.victim(0), Some(1));
+        p.reinsert(1, 0);
+        assert_eq!(p.promoted(), 0);
+        assert_eq!(victims(&mut p, 3), vec![2, 3, 1]);
     }
 
     #[test]
