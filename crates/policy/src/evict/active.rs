@@ -26,10 +26,11 @@
 //! install and again after the write, and a page written in two periods before the first look
 //! may still be a page used once (counting them as two activated most of a written-once stream
 //! on a real region). What this cannot tell apart: a page filled ahead whose first look falls
-//! between its install's report and its write's is activated though used once. Under [`Visibility::Oracle`] every hit counts as well. A refault is
-//! recognised from a *ghost*: the
-//! eviction number an evicted page left at, kept for [`ActiveInactive::promote_distance`]
-//! evictions.
+//! between its install's report and its write's is activated though used once. A fault on a
+//! resident page ([`Touch::Refault`]: the engine's write-protect fault under synchronous dirty
+//! tracking, where no scan runs) is a reference too. Under [`Visibility::Oracle`] every hit
+//! counts as well. A refault is recognised from a *ghost*: the eviction number an evicted page
+//! left at, kept for [`ActiveInactive::promote_distance`] evictions.
 //!
 //! # Work per victim
 //!
@@ -245,12 +246,13 @@ impl EvictPolicy for ActiveInactive {
 
     fn touch(&mut self, page: u64, how: Touch, _at: usize) {
         let counts = match how {
-            Touch::Scanned => true,
+            // A scan's report; a fault on a resident page (the engine delivers a write to a
+            // clean page under synchronous dirty tracking, where no scan runs, this way).
+            Touch::Scanned | Touch::Refault => true,
             Touch::Hit => self.visibility == Visibility::Oracle,
             // The first use of a prefetched page is its instantiating access, as a demand
-            // fault's is (not counted); a re-fault on a page this order unmapped cannot happen
-            // (it unmaps none).
-            Touch::PrefetchHit | Touch::Refault => false,
+            // fault's is: not counted.
+            Touch::PrefetchHit => false,
         };
         if counts {
             if let Some(m) = self.live.get_mut(&page) {
@@ -443,6 +445,19 @@ mod tests {
         assert_eq!(p.stats().kept, n);
         assert_eq!(p.stats().forced, 0);
         assert_eq!(p.len() as u64, n - 1);
+    }
+
+    #[test]
+    fn a_fault_on_a_resident_page_is_a_reference_and_a_prefetch_hit_is_not() {
+        let mut p = order(4, 1);
+        for page in 1..=3 {
+            p.insert(page, Insert::Demand, 0);
+        }
+        p.touch(1, Touch::Refault, 0);
+        p.touch(2, Touch::PrefetchHit, 0);
+        // 1 is kept a pass; 2 was not seen used.
+        assert_eq!(p.victim(0), Some(2));
+        assert_eq!(p.stats().kept, 1);
     }
 
     #[test]
