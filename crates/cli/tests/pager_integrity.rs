@@ -1121,6 +1121,30 @@ fn integrity_with_rackmem_eviction_and_leap() {
 }
 
 #[test]
+fn integrity_with_active_and_refault_eviction() {
+    integrity_under_policies("leap", "marker", "active");
+    integrity_under_policies("none", "marker", "refault");
+}
+
+/// `active` under synchronous dirty tracking (no access scan: write-protect faults are its
+/// references), on both data paths.
+#[test]
+fn integrity_with_active_eviction_under_synchronous_dirty_tracking() {
+    gleaner_bin();
+    for path in ["shm", "socket"] {
+        let mut cfg = RegionConfig::new(GIB / 8, GIB / 80);
+        cfg.dirty_tracking = "sync".parse().unwrap();
+        cfg.data_path = path.parse().unwrap();
+        cfg.evict = "active".parse().unwrap();
+        let region = Region::new(cfg).unwrap();
+        random_ops_then_verify_all(&region, 2, 20_000);
+        let s = region.stats();
+        assert_eq!((s.policy.as_str(), s.dirty_tracking), ("active", "sync"));
+        assert!(s.faults.write_protect > 0 && s.faults.remote > 0, "{path}");
+    }
+}
+
+#[test]
 fn integrity_with_recency_eviction_and_its_probation() {
     integrity_under_policies("leap", "marker", "recency");
     integrity_under_policies("none", "marker", "recency:25%");
