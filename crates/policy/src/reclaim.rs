@@ -46,12 +46,16 @@
 //!   full. With the floor, the headroom right after the bootstrap (`BETA * ALPHA * 1 = 2048`
 //!   pages) equals the bootstrap threshold ([`BOOTSTRAP_FREE`]). Set it to 0 for the literal rule.
 //! * Every free-page threshold is capped at `budget / headroom_cap_divisor` (default
-//!   [`HEADROOM_CAP_DIVISOR`] = 64): the published constants assume budgets of gigabytes, where
-//!   2048 pages are under 1%; on a budget of 174 MiB they kept 4.6% of it free, memory Linux in a
-//!   cgroup (which reclaims at its limit) gives the program. Each free page is a page of the
-//!   program's working set paged out: memcached at 50% local memory took 5% fewer far faults
-//!   per request with the cap at 1/64 than at 1/4, with throughput, `bench micro` and the demo
-//!   job unchanged or better (`bench/results/access-scan/two-lists/README.md`).
+//!   [`HEADROOM_CAP_DIVISOR`] = 64), but never below the smaller of a quarter of the budget and
+//!   [`MIN_HEADROOM_CAP`] pages ([`headroom_cap`]): the published constants assume budgets of
+//!   gigabytes, where 2048 pages are under 1%; on a budget of 174 MiB they kept 4.6% of it free,
+//!   memory Linux in a cgroup (which reclaims at its limit) gives the program. Each free page is
+//!   a page of the program's working set paged out: memcached at 50% local memory took 5% fewer
+//!   far faults per request with the cap at 1/64 than at 1/4, with throughput, `bench micro` and
+//!   the demo job unchanged or better (`bench/results/access-scan/two-lists/README.md`). The
+//!   floor keeps small budgets where they were: with a headroom of a page or two, the fault
+//!   handlers would reclaim nearly every fault themselves instead of a reclaim thread ahead of
+//!   them.
 //! * The probe step `resident / GAMMA` is at least one page, so the probe moves on budgets under
 //!   [`GAMMA`] pages.
 //!
@@ -118,9 +122,18 @@ pub const STATIC_START_FREE: u64 = 2048;
 pub const MIN_INTENSITY: u64 = 1;
 
 /// gleaner's cap on every free-page threshold: at most `budget / HEADROOM_CAP_DIVISOR` pages
-/// (1.6% of the budget). Not from the paper: see the module documentation ("gleaner
-/// adaptations"). It was 4 (a quarter) until measured.
+/// (1.6% of the budget), within [`headroom_cap`]'s floor. Not from the paper: see the module
+/// documentation ("gleaner adaptations"). It was 4 (a quarter) until measured.
 pub const HEADROOM_CAP_DIVISOR: u64 = 64;
+
+/// The cap never goes below this many pages (2 MiB), or a quarter of the budget if that is less.
+pub const MIN_HEADROOM_CAP: u64 = 512;
+
+/// The cap on every free-page threshold for a budget of `budget_pages`:
+/// `max(budget / divisor, min(budget / 4, MIN_HEADROOM_CAP))`.
+pub fn headroom_cap(budget_pages: u64, divisor: u64) -> u64 {
+    (budget_pages / divisor.max(1)).max((budget_pages / 4).min(MIN_HEADROOM_CAP))
+}
 
 const NS_PER_SEC: u128 = 1_000_000_000;
 
@@ -267,7 +280,8 @@ pub struct ReclaimParams {
     /// Floor on the swap intensity used for `n_max` once rates are known ([`MIN_INTENSITY`]; 0
     /// gives the literal pseudo-code).
     pub min_intensity: u64,
-    /// Every free-page threshold is capped at `budget / headroom_cap_divisor`
+    /// Every free-page threshold is capped at `budget / headroom_cap_divisor` (within
+    /// [`headroom_cap`]'s floor)
     /// ([`HEADROOM_CAP_DIVISOR`]; 1 means no cap).
     pub headroom_cap_divisor: u64,
     /// How S_in is estimated from the windows.
@@ -383,7 +397,7 @@ pub struct ReclaimScheduler {
     budget: u64,
     mode: ReclaimMode,
     p: ReclaimParams,
-    /// Cap on every free-page threshold: `budget / headroom_cap_divisor`.
+    /// Cap on every free-page threshold: [`headroom_cap`].
     cap: u64,
 
     charges: u64,
@@ -428,7 +442,7 @@ impl ReclaimScheduler {
             budget: budget_pages,
             mode,
             p,
-            cap: budget_pages / p.headroom_cap_divisor,
+            cap: headroom_cap(budget_pages, p.headroom_cap_divisor),
             charges: 0,
             until_check: p.check_every,
             checks: 0,
@@ -477,7 +491,7 @@ impl ReclaimScheduler {
     /// follow it, and the watermarks are set again from what the scheduler has learnt.
     pub fn set_budget(&mut self, budget_pages: u64) {
         self.budget = budget_pages;
-        self.cap = budget_pages / self.p.headroom_cap_divisor;
+        self.cap = headroom_cap(budget_pages, self.p.headroom_cap_divisor);
         self.recompute_watermarks();
     }
 

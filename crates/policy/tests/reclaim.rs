@@ -11,9 +11,9 @@
 //!   `SI = S_in / S_out = k`.
 
 use gleaner_policy::reclaim::{
-    Decision, ProbeRule, RateEstimate, ReclaimMode, ReclaimParams, ReclaimScheduler,
+    headroom_cap, Decision, ProbeRule, RateEstimate, ReclaimMode, ReclaimParams, ReclaimScheduler,
     ReclaimSnapshot, ALPHA, BETA, BOOTSTRAP_FREE, CHECK_EVERY, GAMMA, HEADROOM_CAP_DIVISOR,
-    MAX_RECLAIMERS, RATE_WINDOW_NS, STATIC_START_FREE,
+    MAX_RECLAIMERS, MIN_HEADROOM_CAP, RATE_WINDOW_NS, STATIC_START_FREE,
 };
 
 const MS: u64 = 1_000_000;
@@ -711,6 +711,14 @@ fn the_default_cap_keeps_a_174_mib_budget_within_696_free_pages() {
     // A GiB budget (262,144 pages) keeps the published threshold whole.
     let s = ReclaimScheduler::new(262_144, hermit(), ReclaimParams::default());
     assert_eq!(s.snapshot().low_watermark_free, 2_048);
+    // Small budgets keep at least 512 pages or a quarter: 16 MiB, 4,000 pages, 100 pages.
+    for (budget, cap) in [(4_096, 512), (4_000, 512), (100, 25)] {
+        let s = ReclaimScheduler::new(budget, hermit(), ReclaimParams::default());
+        assert_eq!(s.snapshot().low_watermark_free, cap, "budget {budget}");
+        assert_eq!(headroom_cap(budget, HEADROOM_CAP_DIVISOR), cap);
+    }
+    assert_eq!(headroom_cap(44_544, 4), 11_136);
+    assert_eq!(MIN_HEADROOM_CAP, 512);
 }
 
 #[test]
