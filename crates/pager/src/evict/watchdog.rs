@@ -32,6 +32,7 @@ pub(crate) fn run(engine: Arc<Engine>) {
     }
     let mut looked = Instant::now();
     let mut waits = StuckWatch::default();
+    let mut rescued_before = engine.evictors.rescued();
     loop {
         let mut fd = libc::pollfd {
             fd: engine.stop.fd(),
@@ -54,7 +55,16 @@ pub(crate) fn run(engine: Arc<Engine>) {
             stuck::test_hang_here(stuck::HangSite::Watchdog);
             stop_if_pinned(&engine);
             take_if_orphaned(&engine);
-            stop_if_waiting_for_itself(&mut waits);
+            // Pager threads this watchdog's rescue freed since the last look were slow, not
+            // hung: each capture that met pages the program dropped waited for a rescue (a
+            // watch period), and a thread seen in such waits at every look is making progress.
+            let rescued = engine.evictors.rescued();
+            if rescued == rescued_before {
+                stop_if_waiting_for_itself(&mut waits);
+            } else {
+                rescued_before = rescued;
+                waits = StuckWatch::default();
+            }
             stop_if_a_fork_never_ends(&engine);
         }
     }
