@@ -14,7 +14,9 @@
 //! thread waiting far longer than anything could make it, [`LONG_WAIT_CHECKS`]):
 //!
 //! * the process's own watchdog thread (the eviction watchdog) stops the process with exit 86 and a
-//!   message naming the threads, once they have waited for [`OWN_CHECKS`] checks in a row;
+//!   message naming the threads, once they have waited for [`OWN_CHECKS`] checks in a row (a
+//!   check at which its rescue of evicting threads freed pages since the last starts the count
+//!   again: those waits end, one watch period each);
 //! * `gleaner run` looks at every process of the run the same way, and ends one whose handlers
 //!   have waited for [`LAUNCHER_CHECKS`]: the backstop for a process where even the watchdog
 //!   waits.
