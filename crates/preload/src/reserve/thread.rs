@@ -137,11 +137,10 @@ fn run(r: &'static Reserve) {
         let off_cpu_us = (wall.elapsed().as_nanos() as u64)
             .saturating_sub(thread_cpu_ns().saturating_sub(cpu))
             / 1000;
-        let sample = delay_us.map(|d| d + off_cpu_us).or(Some(off_cpu_us));
         large_demand.reaction_us = reaction_peak(
             large_demand.reaction_us,
             large_demand.reaction_at.elapsed().as_micros() as u64,
-            sample,
+            Some(delay_us.unwrap_or(0) + off_cpu_us),
         );
         large_demand.reaction_at = Instant::now();
         r.stats
