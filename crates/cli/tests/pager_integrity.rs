@@ -274,19 +274,29 @@ fn integrity_over_the_socket_data_path_to_a_local_memnode() {
 }
 
 /// The same workload under synchronous dirty tracking (the fallback for kernels without
-/// WP_ASYNC, and a choice: `--dirty-tracking sync`), on both data paths.
+/// WP_ASYNC, and a choice: `--dirty-tracking sync`), on both data paths, with the default order
+/// and with `active` (no access scan there: write-protect faults are its references).
 #[test]
 fn integrity_under_synchronous_dirty_tracking_on_both_data_paths() {
     gleaner_bin();
-    for path in ["shm", "socket"] {
-        let mut cfg = RegionConfig::new(GIB / 8, GIB / 80);
-        cfg.dirty_tracking = "sync".parse().unwrap();
-        cfg.data_path = path.parse().unwrap();
-        let region = Region::new(cfg).unwrap();
-        let s = region.stats();
-        assert_eq!((s.store.data_path, s.dirty_tracking), (path, "sync"));
-        random_ops_then_verify_all(&region, 2, 20_000);
-        assert!(region.stats().faults.write_protect > 0, "{path}");
+    let default = gleaner_pager::DEFAULT_EVICT.to_string();
+    for evict in [default.as_str(), "active"] {
+        for path in ["shm", "socket"] {
+            let mut cfg = RegionConfig::new(GIB / 8, GIB / 80);
+            cfg.dirty_tracking = "sync".parse().unwrap();
+            cfg.data_path = path.parse().unwrap();
+            cfg.evict = evict.parse().unwrap();
+            let region = Region::new(cfg).unwrap();
+            let s = region.stats();
+            assert_eq!((s.store.data_path, s.dirty_tracking), (path, "sync"));
+            random_ops_then_verify_all(&region, 2, 20_000);
+            let s = region.stats();
+            assert_eq!(s.policy, evict);
+            assert!(
+                s.faults.write_protect > 0 && s.faults.remote > 0,
+                "{evict}, {path}"
+            );
+        }
     }
 }
 
@@ -1124,24 +1134,6 @@ fn integrity_with_rackmem_eviction_and_leap() {
 fn integrity_with_active_and_refault_eviction() {
     integrity_under_policies("leap", "marker", "active");
     integrity_under_policies("none", "marker", "refault");
-}
-
-/// `active` under synchronous dirty tracking (no access scan: write-protect faults are its
-/// references), on both data paths.
-#[test]
-fn integrity_with_active_eviction_under_synchronous_dirty_tracking() {
-    gleaner_bin();
-    for path in ["shm", "socket"] {
-        let mut cfg = RegionConfig::new(GIB / 8, GIB / 80);
-        cfg.dirty_tracking = "sync".parse().unwrap();
-        cfg.data_path = path.parse().unwrap();
-        cfg.evict = "active".parse().unwrap();
-        let region = Region::new(cfg).unwrap();
-        random_ops_then_verify_all(&region, 2, 20_000);
-        let s = region.stats();
-        assert_eq!((s.policy.as_str(), s.dirty_tracking), ("active", "sync"));
-        assert!(s.faults.write_protect > 0 && s.faults.remote > 0, "{path}");
-    }
 }
 
 #[test]
