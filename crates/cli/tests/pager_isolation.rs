@@ -29,25 +29,28 @@ fn program_ok_at_8m(args: &[&str], ok_line: &str) -> (String, String) {
 }
 
 /// A directory holding `tls_0.so` .. `tls_{N-1}.so`, copies of tests/c/tls_module.c built once
-/// per test binary (each copy is a module of its own to the dynamic linker).
+/// per test binary (each copy is a module of its own to the dynamic linker). One directory beside
+/// the gleaner binary, whatever the process (a directory per process left one behind per run);
+/// each file is written under a name of this process's and renamed into place, as
+/// `build_c_program` does, so a test binary running at the same time never loads half a file.
 fn tls_modules(n: usize) -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
         let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-        let dir = gleaner_bin()
-            .parent()
-            .unwrap()
-            .join(format!("gleaner-tls-modules-{}", std::process::id()));
+        let dir = gleaner_bin().parent().unwrap().join("gleaner-tls-modules");
         std::fs::create_dir_all(&dir).unwrap();
-        let first = dir.join("tls_0.so");
+        let building = dir.join(format!("tls.so.building-{}", std::process::id()));
         compile_c(
             &["-O1", "-Wall", "-Werror", "-shared", "-fPIC"],
             &root.join("tests/c/tls_module.c"),
-            &first,
+            &building,
         );
         for i in 1..n {
-            std::fs::copy(&first, dir.join(format!("tls_{i}.so"))).unwrap();
+            let copy = dir.join(format!("tls_{i}.so.building-{}", std::process::id()));
+            std::fs::copy(&building, &copy).unwrap();
+            std::fs::rename(&copy, dir.join(format!("tls_{i}.so"))).unwrap();
         }
+        std::fs::rename(&building, dir.join("tls_0.so")).unwrap();
         dir
     })
 }
