@@ -182,7 +182,9 @@ pub struct RunArgs {
     /// `rackmem` (pages that keep coming back stay, prefetched pages not yet seen in use leave
     /// first), `fifo` (in the order pages arrived), `refault` (FIFO, but pages that come back
     /// soon after leaving are protected), `active` (Linux's two lists: a page seen written at two
-    /// looks, or back soon after leaving, is protected from pages used once) or `clock`. User
+    /// looks, or back soon after leaving, is protected from pages used once), `frequency` (queues
+    /// by how often a page was seen written, and a page that comes back keeps its count) or
+    /// `clock`. User
     /// space sees page-ins and writes, not reads of resident pages: each order works from those.
     #[arg(long, value_name = "NAME", default_value_t = gleaner_pager::DEFAULT_EVICT)]
     evict: gleaner_pager::EvictKind,

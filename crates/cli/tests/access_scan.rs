@@ -128,6 +128,15 @@ fn the_active_order_keeps_a_hot_set_resident_under_a_streaming_antagonist() {
     hot_set_stays_resident_under_a_streaming_antagonist("active", 400, "fifo", 4);
 }
 
+#[test]
+fn the_frequency_order_keeps_a_hot_set_resident_under_a_streaming_antagonist() {
+    gleaner_bin();
+    // The hot pages are counted at every scan and climb a level; each stream page is reported
+    // once, its fault's own write, and leaves from the lowest. As for `active`, the blind
+    // order to compare with is FIFO (without the scan `frequency` still sees refaults).
+    hot_set_stays_resident_under_a_streaming_antagonist("frequency", 400, "fifo", 4);
+}
+
 /// With the scan, `evict` keeps the hot pages resident (`margin` times fewer hot faults than
 /// `blind`); without it, `blind` (an order blind to accesses then) lets them keep leaving.
 fn hot_set_stays_resident_under_a_streaming_antagonist(

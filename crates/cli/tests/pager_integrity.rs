@@ -275,12 +275,13 @@ fn integrity_over_the_socket_data_path_to_a_local_memnode() {
 
 /// The same workload under synchronous dirty tracking (the fallback for kernels without
 /// WP_ASYNC, and a choice: `--dirty-tracking sync`), on both data paths, with the default order
-/// and with `active` (no access scan there: write-protect faults are its references).
+/// and with `active` and `frequency` (no access scan there: write-protect faults are their
+/// references).
 #[test]
 fn integrity_under_synchronous_dirty_tracking_on_both_data_paths() {
     gleaner_bin();
     let default = gleaner_pager::DEFAULT_EVICT.to_string();
-    for evict in [default.as_str(), "active"] {
+    for evict in [default.as_str(), "active", "frequency"] {
         for path in ["shm", "socket"] {
             let mut cfg = RegionConfig::new(GIB / 8, GIB / 80);
             cfg.dirty_tracking = "sync".parse().unwrap();
@@ -1134,6 +1135,11 @@ fn integrity_with_rackmem_eviction_and_leap() {
 fn integrity_with_active_and_refault_eviction() {
     integrity_under_policies("leap", "marker", "active");
     integrity_under_policies("none", "marker", "refault");
+}
+
+#[test]
+fn integrity_with_frequency_eviction() {
+    integrity_under_policies("leap", "marker", "frequency");
 }
 
 #[test]

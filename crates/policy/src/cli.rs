@@ -47,10 +47,10 @@ pub struct ReplayArgs {
     pub prefetch: String,
     /// Eviction policies, comma-separated: fifo, clock, refault, rackmem (rackmem:N sets
     /// min_free to N pages, rackmem:N% to N% of the local memory), recency (recency:N% with a
-    /// probation of N%), active, lru, belady, or all.
+    /// probation of N%), active, frequency, lru, belady, or all.
     #[arg(long, default_value = "all")]
     pub evict: String,
-    /// What CLOCK, RackMem, recency and active may see: `fault` (what user space sees), `oracle`
+    /// What CLOCK, RackMem, recency, active and frequency may see: `fault` (what user space sees), `oracle`
     /// (every access), or `both` (one row each). LRU and Belady are always oracle.
     #[arg(long, default_value = "both")]
     pub visibility: String,

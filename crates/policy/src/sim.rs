@@ -414,8 +414,8 @@ mod tests {
             &EvictKind::all(),
             &[Visibility::Fault, Visibility::Oracle],
         );
-        // fifo, clock ×2, refault, rackmem ×2, recency ×2, active ×2, lru, belady
-        assert_eq!(c.len(), 12);
+        // fifo, clock ×2, refault, rackmem ×2, recency ×2, active ×2, frequency ×2, lru, belady
+        assert_eq!(c.len(), 14);
         let t = refs(&[1, 2, 3, 1, 2, 3, 4, 1]);
         let serial = run_all(&t, &SimConfig::new(3), &c, 1);
         let parallel = run_all(&t, &SimConfig::new(3), &c, 4);

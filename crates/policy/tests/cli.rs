@@ -95,17 +95,18 @@ fn table_has_a_row_per_combination() {
         &EvictKind::all(),
         &[Visibility::Fault, Visibility::Oracle],
     );
-    // 12 eviction rows per prefetcher: fifo, clock x2, refault, rackmem x2, recency x2,
-    // active x2, lru, belady.
-    assert_eq!(combos.len(), 5 * 12);
+    // 14 eviction rows per prefetcher: fifo, clock x2, refault, rackmem x2, recency x2,
+    // active x2, frequency x2, lru, belady.
+    assert_eq!(combos.len(), 5 * 14);
     let cfg = SimConfig::new(300);
     let rows = sim::run_all(&t, &cfg, &combos, 4);
     let table = cli::format_table(std::path::Path::new("z"), t.len(), 1_000, &cfg, &rows);
-    assert_eq!(table.lines().count(), 2 + 60, "{table}");
+    assert_eq!(table.lines().count(), 2 + 70, "{table}");
     assert!(
         table.contains("rackmem")
             && table.contains("recency")
             && table.contains("active")
+            && table.contains("frequency")
             && table.contains("belady")
     );
     // Every LRU row is 1.000 times itself.

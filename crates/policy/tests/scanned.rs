@@ -104,3 +104,23 @@ fn active_inactive_keeps_a_hot_set_resident_with_the_scans_reference_bits() {
         with.misses
     );
 }
+
+#[test]
+fn frequency_keeps_a_hot_set_resident_with_the_scans_reference_bits() {
+    let cold_misses = ROUNDS * STREAM_PER_ROUND + HOT;
+    // The hot pages are seen written at every scan: counted each time, they climb above the
+    // stream's level and stay.
+    let with = replay(EvictKind::Frequency, true);
+    assert!(
+        with.misses <= cold_misses + 2 * HOT,
+        "frequency with the bits: {} misses against {cold_misses} that no order avoids",
+        with.misses
+    );
+    let blind = replay(EvictKind::Fifo, true);
+    assert!(
+        blind.misses >= cold_misses + (ROUNDS / 4) * HOT,
+        "fifo: {} misses",
+        blind.misses
+    );
+    assert!(with.scan_referenced >= (ROUNDS - 2) * HOT);
+}

@@ -37,7 +37,7 @@
 //! | `GLEANER_PREFETCH` | prefetcher: `none`, `next:N`, `stride`, `readahead`, `leap`, `leap:PWMAX` | `leap:32` |
 //! | `GLEANER_PREFETCH_DEADLINE_US` | how long a prefetch may wait for a scheduling memnode's link (`--bandwidth`) before it is dropped, µs | learnt: the 95th percentile of prefetched pages' wait for their first use |
 //! | `GLEANER_PREFETCH_INSTALL` | how prefetched pages reach the program: `marker` or `staged` | `marker` |
-//! | `GLEANER_EVICT` | eviction order: `recency`, `rackmem`, `fifo`, `refault`, `active` or `clock` | `recency` |
+//! | `GLEANER_EVICT` | eviction order: `recency`, `rackmem`, `fifo`, `refault`, `active`, `frequency` or `clock` | `recency` |
 //! | `GLEANER_ACCESS_SCAN` | the access scan feeding the eviction order with written bits: `auto`, `off` or a period (`100ms`) | `auto` |
 //! | `GLEANER_PREDICT_WRITES` | install pages seen rewritten writable on their next read fetches: `on` or `off` | `on` |
 //! | `GLEANER_TRACE` | record every fault here for `gleaner trace replay` (`%p`: pid) | — |

@@ -54,7 +54,8 @@ pub fn build(kind: EvictKind, budget: usize) -> Result<Box<dyn EvictionPolicy>, 
         | EvictKind::Refault
         | EvictKind::RackMem(_)
         | EvictKind::Recency(_)
-        | EvictKind::Active => Ok(Box::new(SimPolicy {
+        | EvictKind::Active
+        | EvictKind::Frequency => Ok(Box::new(SimPolicy {
             inner: kind
                 .build(budget, Visibility::Fault, None)
                 .map_err(|e| e.to_string())?,
@@ -62,7 +63,7 @@ pub fn build(kind: EvictKind, budget: usize) -> Result<Box<dyn EvictionPolicy>, 
         })),
         EvictKind::Lru | EvictKind::Belady => Err(format!(
             "eviction policy `{kind}` needs every access (or the future) and exists only in \
-             the simulator (`gleaner trace replay`); the engine offers fifo, clock, refault, rackmem, recency and active"
+             the simulator (`gleaner trace replay`); the engine offers fifo, clock, refault, rackmem, recency, active and frequency"
         )),
     }
 }

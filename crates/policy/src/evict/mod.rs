@@ -33,6 +33,7 @@ mod active;
 mod belady;
 mod clock;
 mod fifo;
+mod frequency;
 mod ghosts;
 mod lru;
 mod rackmem;
@@ -49,6 +50,7 @@ pub use active::{ActiveInactive, ActiveInactiveStats};
 pub use belady::{Belady, Future};
 pub use clock::Clock;
 pub use fifo::Fifo;
+pub use frequency::{Frequency, FrequencyStats, LEVELS as FREQUENCY_LEVELS};
 pub use lru::Lru;
 pub use rackmem::{MinFree, RackMem, RackMemConfig, RackMemStats};
 pub use recency::{Recency, DEFAULT_PROBATION_PCT};
@@ -172,6 +174,9 @@ pub enum EvictKind {
     /// `active`: active and inactive lists with reference bits and refault activation, as
     /// Linux orders anonymous memory ([`ActiveInactive`]).
     Active,
+    /// `frequency`: queues by how often a page was seen used, with the counts of evicted pages
+    /// remembered (Multi-Queue, USENIX ATC 2001) ([`Frequency`]).
+    Frequency,
     /// `lru` (exact; reference).
     Lru,
     /// `belady` (optimal; reference, needs the future).
@@ -188,6 +193,7 @@ impl EvictKind {
             EvictKind::RackMem(MinFree::Published),
             EvictKind::Recency(DEFAULT_PROBATION_PCT),
             EvictKind::Active,
+            EvictKind::Frequency,
             EvictKind::Lru,
             EvictKind::Belady,
         ]
@@ -198,11 +204,15 @@ impl EvictKind {
         matches!(self, EvictKind::Lru | EvictKind::Belady)
     }
 
-    /// Whether results depend on [`Visibility`]: CLOCK, RackMem, recency and active.
+    /// Whether results depend on [`Visibility`]: CLOCK, RackMem, recency, active and frequency.
     pub fn depends_on_visibility(&self) -> bool {
         matches!(
             self,
-            EvictKind::Clock | EvictKind::RackMem(_) | EvictKind::Recency(_) | EvictKind::Active
+            EvictKind::Clock
+                | EvictKind::RackMem(_)
+                | EvictKind::Recency(_)
+                | EvictKind::Active
+                | EvictKind::Frequency
         )
     }
 
@@ -225,6 +235,7 @@ impl EvictKind {
             )),
             EvictKind::Recency(pct) => Box::new(Recency::new(visibility, *pct)),
             EvictKind::Active => Box::new(ActiveInactive::new(capacity, visibility)),
+            EvictKind::Frequency => Box::new(Frequency::new(capacity, visibility)),
             EvictKind::Lru => Box::new(Lru::new()),
             EvictKind::Belady => {
                 Box::new(Belady::new(future.ok_or(BuildError::NeedsFuture)?.clone()))
@@ -253,6 +264,7 @@ impl fmt::Display for EvictKind {
             EvictKind::Recency(DEFAULT_PROBATION_PCT) => f.write_str("recency"),
             EvictKind::Recency(p) => write!(f, "recency:{p}%"),
             EvictKind::Active => f.write_str("active"),
+            EvictKind::Frequency => f.write_str("frequency"),
             EvictKind::Lru => f.write_str("lru"),
             EvictKind::Belady => f.write_str("belady"),
         }
@@ -260,11 +272,11 @@ impl fmt::Display for EvictKind {
 }
 
 /// An eviction policy name that is none of `fifo`, `clock`, `refault`, `rackmem[:N|:N%]`,
-/// `recency[:N%]`, `active`, `lru`, `belady`.
+/// `recency[:N%]`, `active`, `frequency`, `lru`, `belady`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
     "invalid eviction policy `{0}` (expected fifo, clock, refault, rackmem, rackmem:N with \
-     N >= 1 pages, rackmem:N% with 1 <= N <= 50, recency, recency:N% with 0 <= N <= 90, active, lru or belady)"
+     N >= 1 pages, rackmem:N% with 1 <= N <= 50, recency, recency:N% with 0 <= N <= 90, active, frequency, lru or belady)"
 )]
 pub struct ParseEvictError(String);
 
@@ -281,6 +293,7 @@ impl FromStr for EvictKind {
             "rackmem" => Ok(EvictKind::RackMem(MinFree::Published)),
             "recency" => Ok(EvictKind::Recency(DEFAULT_PROBATION_PCT)),
             "active" => Ok(EvictKind::Active),
+            "frequency" => Ok(EvictKind::Frequency),
             "lru" => Ok(EvictKind::Lru),
             "belady" | "opt" | "min" => Ok(EvictKind::Belady),
             _ => {
@@ -387,7 +400,7 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("lfu"));
-        assert_eq!(parse_list("all").unwrap().len(), 8);
+        assert_eq!(parse_list("all").unwrap().len(), 9);
         assert_eq!(
             parse_list("fifo,lru").unwrap(),
             vec![EvictKind::Fifo, EvictKind::Lru]
