@@ -110,6 +110,8 @@ fn run(r: &'static Reserve) {
         let cpu = thread_cpu_ns();
         r.stats.wakeups.fetch_add(1, Ordering::Relaxed);
         r.missed.store(false, Ordering::Relaxed);
+        r.release_trimmed();
+        r.heap.settle();
         let elapsed = last.elapsed();
         last = Instant::now();
         let (small, large) = r.stats.take_interval();

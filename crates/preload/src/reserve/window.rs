@@ -76,14 +76,14 @@ impl Window {
 
     /// Takes `len` bytes (a multiple of the page size), first fit. None when the window is full.
     pub(crate) fn take(&self, len: usize) -> Option<usize> {
-        self.free.with(|free| {
-            let (&start, &have) = free.iter().find(|(_, &n)| n >= len)?;
-            free.remove(&start);
-            if have > len {
-                free.insert(start + len, have - len);
-            }
-            Some(start)
-        })
+        self.free.with(|free| first_fit(free, len))
+    }
+
+    /// [`take`](Self::take) for a request: `Err(())` if the lock stayed held through a brief
+    /// spin (the request goes elsewhere rather than wait).
+    #[allow(clippy::result_unit_err)]
+    pub(crate) fn try_take(&self, len: usize) -> Result<Option<usize>, ()> {
+        self.free.try_with(|free| first_fit(free, len)).ok_or(())
     }
 
     /// Gives `[start, start+len)` back: its memory is released (the pages go back to the system,
@@ -135,6 +135,16 @@ impl Window {
             crate::real::madvise(start as *mut libc::c_void, len, libc::MADV_DONTNEED);
         }
     }
+}
+
+/// Takes `len` bytes from the free ranges, first fit.
+fn first_fit(free: &mut BTreeMap<usize, usize>, len: usize) -> Option<usize> {
+    let (&start, &have) = free.iter().find(|(_, &n)| n >= len)?;
+    free.remove(&start);
+    if have > len {
+        free.insert(start + len, have - len);
+    }
+    Some(start)
 }
 
 /// Pre-faults `[start, start+len)` writable, so that the program's first touch finds its pages
