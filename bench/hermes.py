@@ -414,7 +414,7 @@ def rocksdb_run(binary, cg, name, prefix, env, tmp, sock, batch_pid=None, counte
             res["samples"][cls] = [float(v) for v in vals]
         if counter:
             res["batch_mib_s"] = batch_mib_s(counter, before)
-        if name.startswith("hermes"):
+        if prefix and prefix[0] == GLEANER:
             res["thread_cpu_share"] = thread_share(st)
             res["thread_overhead_share"] = thread_share(st, "overhead")
             res["reserve"] = reserve_counts(st)
