@@ -212,8 +212,8 @@ def reserve_counts(stats_path):
         r = st["latency_critical"]["processes"][0]["reserve"]
     except (OSError, ValueError, KeyError, IndexError):
         return None
-    keys = ["hits", "misses", "partial_hits", "small_misses", "busy", "fallbacks", "thread_reaction_us",
-            "thread_wake_delay_max_us"]
+    keys = ["hits", "misses", "partial_hits", "small_misses", "busy", "fallbacks",
+            "populate_failures", "thread_reaction_us", "thread_wake_delay_max_us"]
     return {k: r.get(k) for k in keys}
 
 

@@ -450,6 +450,8 @@ pub(crate) fn stats_json() -> Option<serde_json::Value> {
         "busy": n(&s.busy),
         "fallbacks": n(&s.fallbacks),
         "populated_bytes": n(&s.populated_bytes),
+        "populate_failures": n(&s.populate_failures),
+        "populate_last_errno": n(&s.populate_last_errno),
         "released_bytes": n(&s.released_bytes),
         "thread_wakeups": n(&s.wakeups),
         "thread_wakeups_on_need": n(&s.need_wakeups),

@@ -149,21 +149,21 @@ fn first_fit(free: &mut BTreeMap<usize, usize>, len: usize) -> Option<usize> {
 
 /// Pre-faults `[start, start+len)` writable, so that the program's first touch finds its pages
 /// present: `MADV_POPULATE_WRITE`, or on a kernel without it a write to each page (the range is
-/// fresh, so writing a zero changes nothing). Returns false if the kernel refused for lack of
-/// memory (the caller gives the range back).
-pub(crate) fn populate(start: usize, len: usize) -> bool {
+/// fresh, so writing a zero changes nothing). `Err(errno)` if the kernel refused (`ENOMEM`: the
+/// memory cgroup's reclaim did not make room in time; the caller gives the range back).
+pub(crate) fn populate(start: usize, len: usize) -> Result<(), i32> {
     // SAFETY: the range is the reserve's, not yet handed out; populating changes no contents.
     let r = unsafe { crate::real::madvise(start as *mut libc::c_void, len, MADV_POPULATE_WRITE) };
     if r == 0 {
-        return true;
+        return Ok(());
     }
-    let err = std::io::Error::last_os_error().raw_os_error();
-    if err == Some(libc::EINVAL) {
+    let err = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+    if err == libc::EINVAL {
         for page in (start..start + len).step_by(PAGE_SIZE) {
             // SAFETY: a page of the fresh range, which reads as zeros: writing zero keeps it so.
             unsafe { std::ptr::write_volatile(page as *mut u8, 0) };
         }
-        return true;
+        return Ok(());
     }
-    false
+    Err(err)
 }
