@@ -212,8 +212,8 @@ def reserve_counts(stats_path):
         r = st["latency_critical"]["processes"][0]["reserve"]
     except (OSError, ValueError, KeyError, IndexError):
         return None
-    keys = ["hits", "misses", "partial_hits", "small_misses", "fallbacks", "thread_reaction_us",
-            "thread_wake_delay_max_us"]
+    keys = ["hits", "misses", "partial_hits", "small_misses", "busy", "fallbacks",
+            "populate_failures", "thread_reaction_us", "thread_wake_delay_max_us"]
     return {k: r.get(k) for k in keys}
 
 
@@ -381,6 +381,7 @@ def redis_run(cg, mode, tmp, sock, batch_pid=None, counter=None):
         if mode != "default":
             res["thread_cpu_share"] = thread_share(st)
             res["thread_overhead_share"] = thread_share(st, "overhead")
+            res["reserve"] = reserve_counts(st)
         if daemon:
             res["daemon"] = daemon.finish()
             daemon = None
@@ -413,9 +414,10 @@ def rocksdb_run(binary, cg, name, prefix, env, tmp, sock, batch_pid=None, counte
             res["samples"][cls] = [float(v) for v in vals]
         if counter:
             res["batch_mib_s"] = batch_mib_s(counter, before)
-        if name.startswith("hermes"):
+        if prefix and prefix[0] == GLEANER:
             res["thread_cpu_share"] = thread_share(st)
             res["thread_overhead_share"] = thread_share(st, "overhead")
+            res["reserve"] = reserve_counts(st)
         if daemon:
             res["daemon"] = daemon.finish()
             daemon = None

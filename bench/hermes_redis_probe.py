@@ -15,8 +15,13 @@ packaged unless named, each condition run interleaved REPS times:
   * batch_reserve: the same with `gleaner run --latency-critical` (the reserve, no daemon).
 
 If `cpu` is as slow as `batch` at the p99, the p99 is CPU contention, not allocation.
+`--n-200k N` sends N 200 KiB SETs and GETs per run instead of 500 (with 500 the p99 is the fifth
+slowest request), `--loads 200k` runs only those, and `--conditions` picks the conditions (e.g.
+`batch,batch_reserve` with a `--reserve-env GLEANER_PRELOAD=OLD.so` to set one build of the
+preload library against another in the same window).
 Prints one JSON object (medians over the runs, ms) as its last line.
-Usage: python3 bench/hermes_redis_probe.py [--reps N] [--out FILE]   (root, for the cgroup)
+Usage: python3 bench/hermes_redis_probe.py [--reps N] [--n-200k N] [--loads 1k,200k]
+       [--conditions alone,cpu,batch,batch_reserve] [--reserve-env K=V] [--out FILE]   (root)
 """
 import argparse
 import json
@@ -47,7 +52,19 @@ def main():
                     help="also run batch_reserve with this variable set (condition "
                          "batch_reserve_K=V, right after batch_reserve), e.g. "
                          "GLEANER_RESERVE_PRIORITY=normal")
+    ap.add_argument("--n-200k", type=int, default=500, metavar="N",
+                    help="200 KiB requests per run (each of SET and GET; default 500)")
+    ap.add_argument("--loads", default="1k,200k", help="which loads: 1k, 200k or both")
+    ap.add_argument("--conditions", default="alone,cpu,batch,batch_reserve",
+                    help="which conditions to run (the --reserve-env ones run with batch_reserve)")
     args = ap.parse_args()
+    loads = set(args.loads.split(","))
+    hermes.REDIS_LOADS = [(size, list(load))
+                          for size, load in hermes.REDIS_LOADS if size in loads]
+    for size, load in hermes.REDIS_LOADS:
+        if size == "200k":
+            load[load.index("-n") + 1] = str(args.n_200k)
+    conds = set(args.conditions.split(","))
     if not (shutil.which("redis-server") and shutil.which("redis-benchmark")):
         raise SystemExit("!!! redis is ABSENT (scripts/setup.sh installs it): nothing measured")
     tmp = tempfile.mkdtemp(prefix="gleaner-hermes-probe-")
@@ -59,24 +76,29 @@ def main():
     cg = hermes.Cgroup(hermes.LIMIT)
     sock = os.path.join(tmp, "node.sock")
     extra = [e for e in args.reserve_env if "=" in e]
-    runs = {c: [] for c in ["alone", "cpu", "batch", "batch_reserve"]
-            + [f"batch_reserve_{e}" for e in extra]}
+    runs = {c: [] for c in ["alone", "cpu", "batch", "batch_reserve"] if c in conds}
+    if "batch_reserve" in conds:
+        runs.update({f"batch_reserve_{e}": [] for e in extra})
     started = time.time()
     try:
         for _ in range(args.reps):
-            runs["alone"].append(hermes.redis_run(cg, "default", tmp, sock))
-            sp = spinner()
-            try:
-                runs["cpu"].append(hermes.redis_run(cg, "default", tmp, sock))
-            finally:
-                hermes.stop(sp)
+            if "alone" in runs:
+                runs["alone"].append(hermes.redis_run(cg, "default", tmp, sock))
+            if "cpu" in runs:
+                sp = spinner()
+                try:
+                    runs["cpu"].append(hermes.redis_run(cg, "default", tmp, sock))
+                finally:
+                    hermes.stop(sp)
             read_mb = int(hermes.LIMIT / 2**20) - hermes.BATCH_ANON_MB
             ant = hermes.antagonist(cg, bigfile, anon_mb=hermes.BATCH_ANON_MB, read_mb=read_mb,
                                     churn=True)
             try:
-                runs["batch"].append(hermes.redis_run(cg, "default", tmp, sock, ant.pid))
-                runs["batch_reserve"].append(hermes.redis_run(cg, "reserve", tmp, sock, ant.pid))
-                for e in extra:
+                if "batch" in runs:
+                    runs["batch"].append(hermes.redis_run(cg, "default", tmp, sock, ant.pid))
+                if "batch_reserve" in runs:
+                    runs["batch_reserve"].append(hermes.redis_run(cg, "reserve", tmp, sock, ant.pid))
+                for e in (extra if "batch_reserve" in runs else []):
                     k, v = e.split("=", 1)
                     old = os.environ.get(k)
                     os.environ[k] = v
@@ -98,14 +120,19 @@ def main():
         cg.remove()
         shutil.rmtree(tmp, ignore_errors=True)
     med = statistics.median
+    ops = [op for op in OPS if any(op in r for rs in runs.values() for r in rs)]
     summary = {f"{cond}_{op}_{q}_ms": med(r[op][f"{q}_ms"] for r in rs)
-               for cond, rs in runs.items() for op in OPS for q in ("p50", "p99")}
+               for cond, rs in runs.items() if rs for op in ops for q in ("p50", "p99")}
     for r in (r for rs in runs.values() for r in rs):
-        for op in OPS:
+        for op in ops:
             r[op].pop("points", None)
     result = {"date": time.strftime("%Y-%m-%d", time.gmtime()),
               "command": "python3 bench/hermes_redis_probe.py"
               + (f" --reps {args.reps}" if args.reps != 3 else "")
+              + (f" --n-200k {args.n_200k}" if args.n_200k != 500 else "")
+              + (f" --loads {args.loads}" if args.loads != "1k,200k" else "")
+              + (f" --conditions {args.conditions}"
+                 if args.conditions != "alone,cpu,batch,batch_reserve" else "")
               + "".join(f" --reserve-env {e}" for e in extra)
               + (f" --out {args.out}" if args.out else ""),
               "seconds": round(time.time() - started, 1), "runs": runs, "summary": summary}

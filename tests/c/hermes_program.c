@@ -10,7 +10,12 @@
  *   large MIB      MIB MiB of 256 KiB blocks back to back (half calloc, checked zero), a byte
  *                  written every 256; a third freed and taken again by calloc; checks them all
  *                  (faster than the reserve's thread can fault chunks in: requests take the
- *                  chunk it is forming) */
+ *                  chunk it is forming)
+ *   contend T R    T threads, R rounds each, over 64 live blocks per thread of mixed sizes (1 KiB
+ *                  to 600 KiB: the reserve's heap and pool) taken by malloc, calloc (checked
+ *                  zero) and realloc (prefix checked) and freed in random order, while the
+ *                  reserve's thread refills; every block's every byte is checked before it is
+ *                  freed or reallocated */
 #include <fcntl.h>
 #include <malloc.h>
 #include <pthread.h>
@@ -241,6 +246,73 @@ static int run_large(long mib) {
     return 0;
 }
 
+/* A block of the contention check: its bytes are a function of (seed, index). */
+struct live {
+    unsigned char *p;
+    size_t n;
+    unsigned seed;
+};
+
+static void put_pattern(unsigned char *p, size_t n, unsigned seed) {
+    for (size_t i = 0; i < n; i++) p[i] = (unsigned char)((seed * 2654435761u) >> 24 ^ i ^ i >> 8);
+}
+static int has_pattern(const unsigned char *p, size_t n, unsigned seed) {
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != (unsigned char)((seed * 2654435761u) >> 24 ^ i ^ i >> 8)) return 0;
+    return 1;
+}
+
+static long contend_rounds;
+
+static void *contender(void *arg) {
+    unsigned id = (unsigned)(uintptr_t)arg;
+    static const size_t sizes[] = {24, 200, 1000, 4096, 30000, 131072, 200000, 262144, 600000};
+    struct live l[64];
+    memset(l, 0, sizeof l);
+    unsigned rnd = 12345 + id * 7919;
+    for (long round = 0; round < contend_rounds; round++) {
+        rnd = rnd * 1103515245u + 12345u;
+        struct live *b = &l[(rnd >> 8) % 64];
+        size_t n = sizes[(rnd >> 16) % 9];
+        unsigned seed = id * 1000003u + (unsigned)round;
+        int how = (rnd >> 24) % 3;
+        if (b->p) CHECK(has_pattern(b->p, b->n, b->seed), "thread %u round %ld: block changed", id, round);
+        if (how == 2 && b->p) {
+            unsigned char *q = realloc(b->p, n);
+            CHECK(q, "realloc %zu", n);
+            size_t keep = n < b->n ? n : b->n;
+            CHECK(has_pattern(q, keep, b->seed), "thread %u round %ld: realloc lost data", id, round);
+            b->p = q;
+        } else {
+            free(b->p);
+            b->p = how == 1 ? calloc(1, n) : malloc(n);
+            CHECK(b->p, "malloc %zu", n);
+            if (how == 1)
+                for (size_t j = 0; j < n; j++) CHECK(!b->p[j], "thread %u: calloc byte %zu of %zu", id, j, n);
+        }
+        b->n = n;
+        b->seed = seed;
+        put_pattern(b->p, n, seed);
+    }
+    for (int i = 0; i < 64; i++)
+        if (l[i].p) {
+            CHECK(has_pattern(l[i].p, l[i].n, l[i].seed), "thread %u: block %d changed at the end", id, i);
+            free(l[i].p);
+        }
+    return 0;
+}
+
+static int run_contend(long threads, long rounds) {
+    pthread_t t[16];
+    CHECK(threads >= 1 && threads <= 16, "threads: 1 to 16");
+    contend_rounds = rounds;
+    for (long i = 0; i < threads; i++)
+        CHECK(!pthread_create(&t[i], 0, contender, (void *)(uintptr_t)i), "create");
+    for (long i = 0; i < threads; i++) pthread_join(t[i], 0);
+    printf("contend done\n");
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "all")) {
         check_threads();
@@ -256,7 +328,8 @@ int main(int argc, char **argv) {
     if (argc > 2 && !strcmp(argv[1], "idle")) return run_idle(atol(argv[2]));
     if (argc > 2 && !strcmp(argv[1], "burst")) return run_burst(atol(argv[2]));
     if (argc > 2 && !strcmp(argv[1], "large")) return run_large(atol(argv[2]));
-    fprintf(stderr, "usage: %s all | bound MB | hold FILE | idle MS | burst MIB | large MIB\n",
+    if (argc > 3 && !strcmp(argv[1], "contend")) return run_contend(atol(argv[2]), atol(argv[3]));
+    fprintf(stderr, "usage: %s all | bound MB | hold FILE | idle MS | burst MIB | large MIB | contend T R\n",
             argv[0]);
     return 2;
 }

@@ -146,6 +146,49 @@ fn large_requests_past_the_pool_take_the_chunk_being_formed() {
     assert!(r["hits"].as_u64().unwrap() >= 1, "{r}");
 }
 
+/// Four threads allocate, reallocate and free blocks of mixed sizes (the reserve's heap and its
+/// pool) while the reserve's thread refills and trims: the requests and the thread meet on the
+/// heap's, the pool's and the window's locks, where a request that finds one held falls back or
+/// leaves its block on a lock-free list. Every byte of every block is checked (calloc's zeros
+/// too), and with an 8 MiB bound most freed chunks pass the pool's bound: the thread released
+/// them, and the pool is within its share at exit.
+#[test]
+fn blocks_survive_requests_racing_the_reserve_thread_for_its_locks() {
+    let dir = TempDir::new("hermes-contend");
+    let s = dir.path().join("stats.json");
+    let (code, out, err) = run_gleaner(
+        &[
+            "run",
+            "--far",
+            "off",
+            "--latency-critical",
+            "--reserve-max",
+            "8M",
+            "--stats",
+            s.to_str().unwrap(),
+            "--",
+            program(),
+            "contend",
+            "4",
+            "3000",
+        ],
+        Duration::from_secs(90),
+    );
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert!(out.contains("contend done"), "{out}");
+    let r = &stats(&s)["latency_critical"]["processes"][0]["reserve"];
+    assert!(r["hits"].as_u64().unwrap() >= 1000, "{r}");
+    assert!(
+        r["released_bytes"].as_u64().unwrap() > 0,
+        "no chunk freed past the bound was released by the thread: {r}"
+    );
+    assert!(r["pool_bytes"].as_u64().unwrap() <= 6 << 20, "{r}");
+    assert!(
+        r["busy"].is_u64(),
+        "the busy-lock fallbacks are counted: {r}"
+    );
+}
+
 /// With no node daemon, a latency-critical program runs and says so once (its fork child does
 /// not say it again).
 #[test]

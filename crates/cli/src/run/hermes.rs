@@ -77,6 +77,7 @@ pub(super) fn reserve_json(reports: &[Value]) -> Value {
         "hits": sum("hits"),
         "misses": sum("misses"),
         "partial_hits": sum("partial_hits"),
+        "busy": sum("busy"),
         "fallbacks": sum("fallbacks"),
         "populated_bytes": sum("populated_bytes"),
         "reserve_bytes_at_exit": sum("reserve_bytes"),
@@ -97,11 +98,13 @@ pub(super) fn summary_line(reports: &[Value]) -> Option<String> {
             .sum()
     };
     Some(format!(
-        "latency-critical reserve: {} hits, {} misses ({} of them partial), {} fallbacks; {} \
-         pre-faulted, {} ready at exit; thread CPU {:.2} s ({:.2} s of it pre-faulting)",
+        "latency-critical reserve: {} hits, {} misses ({} of them partial, {} on a busy lock), \
+         {} fallbacks; {} pre-faulted, {} ready at exit; thread CPU {:.2} s ({:.2} s of it \
+         pre-faulting)",
         n("hits"),
         n("misses"),
         n("partial_hits"),
+        n("busy"),
         n("fallbacks"),
         format_size(n("populated_bytes")),
         format_size(n("reserve_bytes_at_exit")),

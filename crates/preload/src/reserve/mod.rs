@@ -17,7 +17,11 @@
 //!   unlocked when handed out.
 //!
 //! A request the reserve has nothing ready for never waits: it goes to the default allocator (the
-//! C library's, or with far memory on, the managed heap) and counts as a miss. With far memory
+//! C library's, or with far memory on, the managed heap) and counts as a miss. Nor does a request
+//! wait on a lock the thread may hold (`deferred.rs`): an allocation that finds the heap's, the
+//! pool's or the window's lock held past a brief spin falls back (a miss, counted as `busy`), and
+//! a `free` leaves its block on a lock-free list. A chunk freed past the pool's bound is left to
+//! the thread to release (its `MADV_DONTNEED` is off the request path). With far memory
 //! on, the window is carved from the managed arena, so the reserve counts in the budget.
 //!
 //! Every block carries the same 16-byte header as the managed heap's: `[start | tag, total]`
@@ -28,6 +32,7 @@
 //! fork child inherits the blocks (and frees them into its copy) but not the thread: its new
 //! requests go to the default allocator.
 
+mod deferred;
 mod forming;
 mod heap;
 mod node;
@@ -46,8 +51,9 @@ use gleaner_pager::PAGE_SIZE;
 use gleaner_policy::hermes::{chunk_len, LARGE};
 use gleaner_proto::units::{format_size, parse_size};
 
+use deferred::Deferred;
 use forming::Forming;
-use heap::SmallHeap;
+use heap::{SmallHeap, Taken};
 use pool::{Chunk, Pool};
 use stats::Stats;
 use wake::Waker;
@@ -66,6 +72,8 @@ pub(crate) struct Reserve {
     pool: Pool,
     /// The chunk the thread is faulting in, which a request that finds the pool empty takes.
     forming: Forming,
+    /// Chunks freed past the pool's bound, for the thread to release.
+    trim: Deferred,
     /// The heap's and the pool's shares of the bound.
     heap_bound: usize,
     pool_bound: usize,
@@ -149,6 +157,7 @@ pub(crate) fn start(far: bool) -> Result<bool, String> {
         heap: SmallHeap::new(),
         pool: Pool::new(),
         forming: Forming::new(),
+        trim: Deferred::new(),
         heap_bound,
         pool_bound: bound - heap_bound,
         // Off unless asked (`GLEANER_RESERVE_MLOCK=1`): mlock and munlock take the address
@@ -199,18 +208,19 @@ impl Reserve {
             self.large(total)?
         } else {
             match self.heap.take(total) {
-                Some(start) => {
+                Taken::Block(start) => {
                     if self.heap.free_bytes() < self.heap_low.load(Ordering::Relaxed) {
                         self.wake();
                     }
                     (start, 0, total, false)
                 }
-                None => {
+                Taken::Empty => {
                     self.stats.small_misses.fetch_add(1, Ordering::Relaxed);
                     self.miss();
                     self.stats.fallbacks.fetch_add(1, Ordering::Relaxed);
                     return None;
                 }
+                Taken::Busy => return self.busy(),
             }
         };
         if !fresh {
@@ -237,7 +247,10 @@ impl Reserve {
     /// blocks read as zeros (what the thread faulted in is zero pages too).
     fn large(&self, total: usize) -> Option<(usize, usize, usize, bool)> {
         let len = chunk_len(total, 0, PAGE_SIZE)?;
-        if let Some(c) = self.pool.take(len) {
+        let Ok(pooled) = self.pool.take(len) else {
+            return self.busy();
+        };
+        if let Some(c) = pooled {
             if c.locked {
                 // SAFETY: the chunk is the reserve's, locked by the thread; the program's
                 // memory is its own to swap from now on (Hermes unlocks on hand-out).
@@ -256,22 +269,53 @@ impl Reserve {
                 self.stats.partial_hits.fetch_add(1, Ordering::Relaxed);
                 return Some((start, 1, have, true));
             }
-            let c = Chunk {
+            self.put_back(Chunk {
                 start,
                 len: have,
                 locked: false,
-            };
-            if let Err(c) = self.pool.put(c, self.pool_bound) {
-                self.window.give(c.start, c.len);
-            }
+            });
         }
         if len <= self.pool_bound {
-            if let Some(start) = self.window.take(len) {
-                return Some((start, 1, len, true));
+            match self.window.try_take(len) {
+                Ok(Some(start)) => return Some((start, 1, len, true)),
+                Ok(None) => {}
+                Err(()) => {
+                    self.stats.busy.fetch_add(1, Ordering::Relaxed);
+                }
             }
         }
         self.stats.fallbacks.fetch_add(1, Ordering::Relaxed);
         None
+    }
+
+    /// A request found a lock held (by the thread, or another request) past a brief spin: it
+    /// goes to the default allocator rather than wait out a holder that may be preempted.
+    fn busy<T>(&self) -> Option<T> {
+        self.stats.busy.fetch_add(1, Ordering::Relaxed);
+        self.stats.misses.fetch_add(1, Ordering::Relaxed);
+        self.stats.fallbacks.fetch_add(1, Ordering::Relaxed);
+        None
+    }
+
+    /// A chunk the program no longer uses goes back to the pool, or past the pool's bound to
+    /// the thread, which releases it (a request never makes that system call).
+    fn put_back(&self, c: Chunk) {
+        if let Err(c) = self.pool.put(c, self.pool_bound) {
+            // SAFETY: the chunk is unused and page-aligned; the trim list holds it until the
+            // thread releases it.
+            unsafe { self.trim.push(c.start, c.len) };
+            self.wake();
+        }
+    }
+
+    /// The thread: releases the chunks freed past the pool's bound.
+    fn release_trimmed(&self) {
+        for (start, len) in self.trim.take_all() {
+            self.stats
+                .released_bytes
+                .fetch_add(len as u64, Ordering::Relaxed);
+            self.window.give(start, len);
+        }
     }
 
     /// A request found nothing ready: counted, and the thread woken.
@@ -302,6 +346,7 @@ impl Reserve {
     /// under its low watermark.
     fn needs_refill(&self) -> bool {
         self.missed.load(Ordering::Relaxed)
+            || !self.trim.is_empty()
             || self.heap.free_bytes() < self.heap_low.load(Ordering::Relaxed)
             || self.pool.pooled() < self.pool_low.load(Ordering::Relaxed)
     }
@@ -318,17 +363,11 @@ impl Reserve {
             unsafe { self.heap.give(start, len) };
             return;
         }
-        let c = Chunk {
+        self.put_back(Chunk {
             start: start & !1,
             len,
             locked: false,
-        };
-        if let Err(c) = self.pool.put(c, self.pool_bound) {
-            self.stats
-                .released_bytes
-                .fetch_add(c.len as u64, Ordering::Relaxed);
-            self.window.give(c.start, c.len);
-        }
+        });
     }
 }
 
@@ -408,8 +447,11 @@ pub(crate) fn stats_json() -> Option<serde_json::Value> {
         "misses": n(&s.misses),
         "partial_hits": n(&s.partial_hits),
         "small_misses": n(&s.small_misses),
+        "busy": n(&s.busy),
         "fallbacks": n(&s.fallbacks),
         "populated_bytes": n(&s.populated_bytes),
+        "populate_failures": n(&s.populate_failures),
+        "populate_last_errno": n(&s.populate_last_errno),
         "released_bytes": n(&s.released_bytes),
         "thread_wakeups": n(&s.wakeups),
         "thread_wakeups_on_need": n(&s.need_wakeups),

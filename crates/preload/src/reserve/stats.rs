@@ -20,9 +20,16 @@ pub(crate) struct Stats {
     /// Requests sent to the default allocator (the misses, and what the reserve does not serve:
     /// over-aligned blocks, requests past its bound, a fork child's).
     pub(crate) fallbacks: AtomicU64,
+    /// Of the misses, requests that found the heap's, the pool's or the window's lock held
+    /// past a brief spin and went to the default allocator rather than wait (`deferred.rs`).
+    pub(crate) busy: AtomicU64,
+    /// Pre-faulting calls the kernel refused, and the last one's `errno` (`ENOMEM`: the memory
+    /// cgroup's reclaim did not make room in time); the thread then stops refilling for a period.
+    pub(crate) populate_failures: AtomicU64,
+    pub(crate) populate_last_errno: AtomicU64,
     /// Bytes the thread pre-faulted.
     pub(crate) populated_bytes: AtomicU64,
-    /// Bytes the thread gave back (pool chunks beyond the bound).
+    /// Bytes the thread gave back (pool chunks freed beyond the bound, released by the thread).
     pub(crate) released_bytes: AtomicU64,
     /// The thread's wake-ups (all, and those a request made by finding the reserve low) and the
     /// CPU time it spent (all of it, sleeping and waking included), in nanoseconds.

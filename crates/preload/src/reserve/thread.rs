@@ -110,6 +110,8 @@ fn run(r: &'static Reserve) {
         let cpu = thread_cpu_ns();
         r.stats.wakeups.fetch_add(1, Ordering::Relaxed);
         r.missed.store(false, Ordering::Relaxed);
+        r.release_trimmed();
+        r.heap.settle();
         let elapsed = last.elapsed();
         last = Instant::now();
         let (small, large) = r.stats.take_interval();
@@ -316,9 +318,15 @@ fn add_chunk(r: &Reserve, len: usize) -> bool {
 /// have met, apart from the thread's own overhead (waking, sleeping, bookkeeping).
 fn populate(r: &Reserve, start: usize, len: usize) -> bool {
     let cpu = thread_cpu_ns();
-    let ok = window::populate(start, len);
+    let res = window::populate(start, len);
     r.stats
         .populate_cpu_ns
         .fetch_add(thread_cpu_ns().saturating_sub(cpu), Ordering::Relaxed);
-    ok
+    if let Err(errno) = res {
+        r.stats.populate_failures.fetch_add(1, Ordering::Relaxed);
+        r.stats
+            .populate_last_errno
+            .store(errno as u64, Ordering::Relaxed);
+    }
+    res.is_ok()
 }

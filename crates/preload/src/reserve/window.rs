@@ -76,14 +76,14 @@ impl Window {
 
     /// Takes `len` bytes (a multiple of the page size), first fit. None when the window is full.
     pub(crate) fn take(&self, len: usize) -> Option<usize> {
-        self.free.with(|free| {
-            let (&start, &have) = free.iter().find(|(_, &n)| n >= len)?;
-            free.remove(&start);
-            if have > len {
-                free.insert(start + len, have - len);
-            }
-            Some(start)
-        })
+        self.free.with(|free| first_fit(free, len))
+    }
+
+    /// [`take`](Self::take) for a request: `Err(())` if the lock stayed held through a brief
+    /// spin (the request goes elsewhere rather than wait).
+    #[allow(clippy::result_unit_err)]
+    pub(crate) fn try_take(&self, len: usize) -> Result<Option<usize>, ()> {
+        self.free.try_with(|free| first_fit(free, len)).ok_or(())
     }
 
     /// Gives `[start, start+len)` back: its memory is released (the pages go back to the system,
@@ -137,23 +137,33 @@ impl Window {
     }
 }
 
+/// Takes `len` bytes from the free ranges, first fit.
+fn first_fit(free: &mut BTreeMap<usize, usize>, len: usize) -> Option<usize> {
+    let (&start, &have) = free.iter().find(|(_, &n)| n >= len)?;
+    free.remove(&start);
+    if have > len {
+        free.insert(start + len, have - len);
+    }
+    Some(start)
+}
+
 /// Pre-faults `[start, start+len)` writable, so that the program's first touch finds its pages
 /// present: `MADV_POPULATE_WRITE`, or on a kernel without it a write to each page (the range is
-/// fresh, so writing a zero changes nothing). Returns false if the kernel refused for lack of
-/// memory (the caller gives the range back).
-pub(crate) fn populate(start: usize, len: usize) -> bool {
+/// fresh, so writing a zero changes nothing). `Err(errno)` if the kernel refused (`ENOMEM`: the
+/// memory cgroup's reclaim did not make room in time; the caller gives the range back).
+pub(crate) fn populate(start: usize, len: usize) -> Result<(), i32> {
     // SAFETY: the range is the reserve's, not yet handed out; populating changes no contents.
     let r = unsafe { crate::real::madvise(start as *mut libc::c_void, len, MADV_POPULATE_WRITE) };
     if r == 0 {
-        return true;
+        return Ok(());
     }
-    let err = std::io::Error::last_os_error().raw_os_error();
-    if err == Some(libc::EINVAL) {
+    let err = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+    if err == libc::EINVAL {
         for page in (start..start + len).step_by(PAGE_SIZE) {
             // SAFETY: a page of the fresh range, which reads as zeros: writing zero keeps it so.
             unsafe { std::ptr::write_volatile(page as *mut u8, 0) };
         }
-        return true;
+        return Ok(());
     }
-    false
+    Err(err)
 }
