@@ -265,20 +265,28 @@ class Memcached(Server):
             return j, f"mcload {args[0]}: {j.get('mismatches')} wrong values, {j.get('errors')} errors: {err.strip()[-300:]}"
         return j, None
 
-    def clients(self, port, rec):
-        p = self.params()
-        host = "127.0.0.1"
-        base = [host, port, p["keys"], p["value_size"]]
+    def load_and_open(self, port, rec, p):
+        """Preloads the keys, then runs the open-loop phase, its far faults counted. Returns the
+        load generator's leading arguments, the far-fault count at the phase's end and an error
+        (None when both phases went well)."""
+        base = ["127.0.0.1", port, p["keys"], p["value_size"]]
         ph = rec.setdefault("phases", {})
         ph["load"], err = self._mc(["load"] + base, 300)
         if err:
-            return err
+            return base, None, err
         mark = self.far_faults_mark(rec)
         ph["open"], err = self._mc(["open"] + base + [p["rate"], p["open_s"], p["get_pct"], p["zipf_s"],
                                                      p["conns"], 1], p["open_s"] + 120)
         if err:
+            return base, None, err
+        return base, self.phase_far_faults(rec, "open", mark, ph["open"]["completed"]), None
+
+    def clients(self, port, rec):
+        p = self.params()
+        base, mark, err = self.load_and_open(port, rec, p)
+        if err:
             return err
-        mark = self.phase_far_faults(rec, "open", mark, ph["open"]["completed"])
+        ph = rec["phases"]
         ph["closed"], err = self._mc(["closed"] + base + [p["closed_s"], p["get_pct"], p["zipf_s"],
                                                          p["conns"], p["depth"], 2], p["closed_s"] + 120)
         if err:

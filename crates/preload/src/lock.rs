@@ -9,6 +9,9 @@
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+/// Tries at taking the lock before [`SpinLock::lock`] yields and [`SpinLock::try_with`] gives up.
+const BRIEF_SPINS: u32 = 64;
+
 /// A value guarded by a spin-then-yield lock.
 pub(crate) struct SpinLock<T> {
     locked: AtomicBool,
@@ -27,21 +30,27 @@ impl<T> SpinLock<T> {
         }
     }
 
-    /// Acquires the lock (without a guard; pair with [`SpinLock::unlock`]).
+    /// Acquires the lock (without a guard; pair with [`SpinLock::unlock`]): a brief spin, then a
+    /// yield between brief spins.
     pub(crate) fn lock(&self) {
-        let mut spins = 0u32;
-        while self
-            .locked
-            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            spins += 1;
-            if spins < 64 {
-                std::hint::spin_loop();
-            } else {
-                std::thread::yield_now();
-            }
+        while !self.acquire_briefly() {
+            std::thread::yield_now();
         }
+    }
+
+    /// Takes the lock if it is free or comes free within [`BRIEF_SPINS`] tries; whether it did.
+    fn acquire_briefly(&self) -> bool {
+        for _ in 0..BRIEF_SPINS {
+            if self
+                .locked
+                .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                return true;
+            }
+            std::hint::spin_loop();
+        }
+        false
     }
 
     /// Releases the lock.
@@ -55,31 +64,28 @@ impl<T> SpinLock<T> {
     /// Runs `f` with the lock held if the lock is free or comes free within a brief spin (64
     /// tries, well under a microsecond); None otherwise, and `f` is not run.
     pub(crate) fn try_with<R>(&self, f: impl FnOnce(&mut T) -> R) -> Option<R> {
-        let mut spins = 0u32;
-        while self
-            .locked
-            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            spins += 1;
-            if spins >= 64 {
-                return None;
-            }
-            std::hint::spin_loop();
+        if !self.acquire_briefly() {
+            return None;
         }
-        // SAFETY: the lock is held, so this is the only reference to the value.
-        let r = f(unsafe { &mut *self.value.get() });
-        // SAFETY: taken above.
-        unsafe { self.unlock() };
-        Some(r)
+        // SAFETY: taken just now.
+        Some(unsafe { self.run_then_unlock(f) })
     }
 
     /// Runs `f` with the lock held.
     pub(crate) fn with<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
         self.lock();
-        // SAFETY: the lock is held, so this is the only reference to the value.
+        // SAFETY: taken just now.
+        unsafe { self.run_then_unlock(f) }
+    }
+
+    /// Runs `f` on the value, then releases the lock.
+    ///
+    /// # Safety
+    /// The caller holds the lock.
+    unsafe fn run_then_unlock<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
+        // SAFETY: the caller holds the lock, so this is the only reference to the value.
         let r = f(unsafe { &mut *self.value.get() });
-        // SAFETY: taken above.
+        // SAFETY: the caller holds it.
         unsafe { self.unlock() };
         r
     }

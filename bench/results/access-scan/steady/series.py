@@ -49,17 +49,10 @@ def run(n):
 
     def clients(self, port, rec):
         p = harness_params(self)
-        base = ["127.0.0.1", port, p["keys"], p["value_size"]]
-        ph = rec.setdefault("phases", {})
-        ph["load"], err = self._mc(["load"] + base, 300)
+        base, mark, err = self.load_and_open(port, rec, p)
         if err:
             return err
-        mark = self.far_faults_mark(rec)
-        ph["open"], err = self._mc(["open"] + base + [p["rate"], p["open_s"], p["get_pct"], p["zipf_s"],
-                                                     p["conns"], 1], p["open_s"] + 120)
-        if err:
-            return err
-        mark = self.phase_far_faults(rec, "open", mark, ph["open"]["completed"])
+        ph = rec["phases"]
         for i in range(n):
             ph[f"closed{i}"], err = self._mc(["closed"] + base + [5, p["get_pct"], p["zipf_s"],
                                                                   p["conns"], p["depth"], 2 + i], 125)
