@@ -1342,7 +1342,7 @@ mod tests {
         let mut m = Midas::new(Estimator::Rebuild, bench_params());
         let budget = 48 * MB;
         let ws = 64 * MB;
-        let mut sims = vec![
+        let mut sims = [
             Sim::new(1, ws, 100_000.0, 24 * MB),
             Sim::new(2, ws, 100_000.0, 24 * MB),
         ];
