@@ -34,6 +34,20 @@ const TAG: u32 = 0x50F7_0000;
 const SEG: u64 = SEGMENT_BYTES;
 /// How often the evacuator ages hotness and republishes the cold order.
 const SCAN_EVERY: Duration = Duration::from_millis(250);
+/// What one access adds to an object's hotness (a fixed-point count of accesses, so that
+/// aging by a fraction keeps the objects read less than once a scan apart).
+const HIT_WEIGHT: u16 = 16;
+/// Each scan takes `1 / 2^AGE_SHIFT` of every object's hotness (at least one unit while any is
+/// left): an exponentially weighted count of accesses over the last `2^AGE_SHIFT` scans
+/// (8 s), long enough to rank objects read once a second or less.
+const AGE_SHIFT: u32 = 5;
+/// The hottest objects that fill this fraction of the grant are kept when their segment is
+/// reused (moved to its start); the rest of the grant turns over with new objects.
+const PROTECT_NUM: u64 = 7;
+const PROTECT_DEN: u64 = 8;
+/// A reused segment keeps at most this many bytes of its objects, so that each reuse frees at
+/// least a quarter of a segment for new ones.
+const KEEP_MAX: u64 = SEG / 4 * 3;
 /// The largest payload of one piece (objects bigger than this are split across segments).
 pub const PIECE_MAX: u64 = SEG - HEADER;
 
@@ -132,6 +146,8 @@ pub struct Stats {
     pub compacted_segments: u64,
     /// Objects moved by compaction.
     pub moved_objects: u64,
+    /// Hot objects kept when the segment they were in was reused (moved to its start).
+    pub kept_hot_objects: u64,
     /// Debug mode: hits whose reconstruction differed from the cached bytes.
     pub verify_mismatches: u64,
     /// Segments held now.
@@ -174,7 +190,9 @@ struct Obj {
     place: Place,
     len: u64,
     version: u32,
-    hot: u8,
+    /// Its hotness: [`HIT_WEIGHT`] per access, aged each scan by [`AGE_SHIFT`]. Kept while the
+    /// object is evicted, so that one read often before is kept at once when it comes back.
+    hot: u16,
     evicted_at: u64,
     in_use: bool,
     /// Where it lies, for reads without the lock (written under it); shared with its soft
@@ -204,6 +222,9 @@ pub(crate) struct Inner {
     /// The segment being compacted (never reused as a destination meanwhile).
     pinned: Option<u32>,
     last_scan: Option<Instant>,
+    /// Objects hotter than this survive the reuse of their segment (the last scan's cut: the
+    /// hottest objects filling [`PROTECT_NUM`]/[`PROTECT_DEN`] of the grant).
+    protect_above: u16,
 }
 
 pub(crate) struct PoolInner {
@@ -265,6 +286,7 @@ impl Pool {
                 stats: Stats::default(),
                 pinned: None,
                 last_scan: None,
+                protect_above: 0,
             }),
             hits: HitCounts::default(),
             wake: Condvar::new(),
@@ -527,7 +549,7 @@ impl PoolInner {
             return false;
         }
         let o = &mut g.objs[slot as usize];
-        o.hot = o.hot.saturating_add(1).min(15);
+        o.hot = o.hot.saturating_add(HIT_WEIGHT);
         true
     }
 
@@ -561,9 +583,12 @@ impl PoolInner {
                 }
                 return true;
             }
-            let o = &g.objs[slot as usize];
+            let evicted_bytes = g.evicted_bytes;
+            let o = &mut g.objs[slot as usize];
             victim = o.evicted_at != 0
-                && g.evicted_bytes.saturating_sub(o.evicted_at) <= self.cfg.ghost_bytes;
+                && evicted_bytes.saturating_sub(o.evicted_at) <= self.cfg.ghost_bytes;
+            // The access that missed counts too (a write keeps the hotness).
+            o.hot = o.hot.saturating_add(HIT_WEIGHT);
         }
         self.count(shared::OFF_MISSES, 1);
         if victim {
@@ -671,7 +696,7 @@ impl PoolInner {
             let fits = g.open.is_some_and(|s| g.segs[s as usize].top + need <= SEG);
             if !fits {
                 let busy: Vec<u32> = locs.iter().map(|l| l.seg).collect();
-                let seg = self.open_segment(g, &busy)?;
+                let seg = self.open_segment(g, &busy, need)?;
                 g.open = Some(seg);
             }
             let seg = g.open.unwrap();
@@ -686,7 +711,7 @@ impl PoolInner {
         Some(locs)
     }
 
-    fn open_segment(&self, g: &mut Inner, busy: &[u32]) -> Option<u32> {
+    fn open_segment(&self, g: &mut Inner, busy: &[u32], need: u64) -> Option<u32> {
         // Compaction may borrow one segment beyond the grant as its destination (it frees more
         // than it fills, and the daemon allows a segment of slack).
         let reserve = u64::from(g.pinned.is_some());
@@ -702,21 +727,107 @@ impl PoolInner {
                 return Some(seg);
             }
         }
-        // At the grant: reuse the coldest segment (cold-first release), keeping the open one and
-        // any that hold pieces of the object being placed.
-        let infos = seg_infos(g, self.nseg);
-        let victim = plan::cold_order(&infos)
+        // At the grant: reuse the segment with the fewest bytes of hot objects (then the
+        // coldest), keeping the open one and any that hold pieces of the object being placed.
+        let threshold = g.protect_above;
+        let infos: Vec<(SegInfo, u64)> = seg_infos(g, self.nseg)
             .into_iter()
-            .find(|s| Some(*s) != g.open && Some(*s) != g.pinned && !busy.contains(s))?;
-        self.empty_segment(g, victim);
-        g.stats.released_segments += 1;
-        let s = &mut g.segs[victim as usize];
-        *s = Seg {
+            .filter(|i| Some(i.seg) != g.open && Some(i.seg) != g.pinned && !busy.contains(&i.seg))
+            .map(|i| {
+                let hot = self
+                    .hot_objects(g, i.seg, threshold)
+                    .iter()
+                    .map(|h| h.2)
+                    .sum();
+                (i, hot)
+            })
+            .collect();
+        let victim = infos
+            .iter()
+            .min_by_key(|(i, hot)| (*hot, i.hotness, i.live, i.seg))?
+            .0
+            .seg;
+        Some(self.reuse_segment(g, victim, threshold, need))
+    }
+
+    /// The objects of segment `seg` in one piece there that are hotter than `threshold`:
+    /// (slot, hotness, bytes it takes), hottest first.
+    fn hot_objects(&self, g: &Inner, seg: u32, threshold: u16) -> Vec<(u32, u16, u64)> {
+        let mut v: Vec<(u32, u16, u64)> = g.segs[seg as usize]
+            .objs
+            .iter()
+            .filter_map(|&slot| {
+                let o = &g.objs[slot as usize];
+                match o.place {
+                    Place::One(l) if l.seg == seg && o.hot > threshold => {
+                        Some((slot, o.hot, HEADER + round16(l.len as u64)))
+                    }
+                    _ => None,
+                }
+            })
+            .collect();
+        v.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        v.dedup_by_key(|x| x.0);
+        v
+    }
+
+    /// Reuses segment `seg` as the open one: its objects hotter than `threshold` (at most
+    /// [`KEEP_MAX`] bytes, and room for a piece of `need` bytes after them) are moved to its
+    /// start, the others evicted. Hot objects thus gather in segments that are not reused,
+    /// and a reused segment's cold objects leave without its hot ones (segregation by hotness,
+    /// as a log-structured store's cleaner segregates by age).
+    ///
+    /// The move is a copy out with validation (a punch of the segment makes it a loss, never a
+    /// corruption), then a write of a new version: readers without the lock see the old place
+    /// withdrawn before the segment is written again.
+    fn reuse_segment(&self, g: &mut Inner, seg: u32, threshold: u16, need: u64) -> u32 {
+        let budget = KEEP_MAX.min(SEG.saturating_sub(need));
+        let mut kept: Vec<(u32, u16, Vec<u8>)> = Vec::new();
+        let mut bytes = 0;
+        for (slot, hot, size) in self.hot_objects(g, seg, threshold) {
+            if bytes + size > budget {
+                continue;
+            }
+            let mut buf = Vec::new();
+            if !self.try_copy(g, slot, &mut buf) {
+                if !g.segs[seg as usize].used {
+                    break; // the segment itself was punched: nothing of it is kept
+                }
+                continue;
+            }
+            bytes += size;
+            kept.push((slot, hot, buf));
+        }
+        if g.segs[seg as usize].used {
+            for (slot, _, _) in &kept {
+                self.drop_place(g, *slot);
+            }
+            self.empty_segment(g, seg);
+            g.stats.released_segments += 1;
+        } else {
+            // Punched meanwhile (and released): take it back from the free list.
+            kept.clear();
+            g.free_segs.retain(|&s| s != seg);
+            g.resident += 1;
+        }
+        g.segs[seg as usize] = Seg {
             used: true,
-            gen: self.ctrl.gen(victim).load(Ordering::Acquire),
+            gen: self.ctrl.gen(seg).load(Ordering::Acquire),
             ..Default::default()
         };
-        Some(victim)
+        g.open = Some(seg);
+        for (slot, hot, buf) in kept {
+            // Room was reserved above; a punch of the segment (it is no longer open) ends the
+            // moves, and what was not moved is a miss later.
+            if g.open != Some(seg) {
+                break;
+            }
+            if self.write_locked(g, slot, &buf) {
+                g.stats.kept_hot_objects += 1;
+            }
+            g.objs[slot as usize].hot = hot;
+        }
+        seg
     }
 
     /// Takes object `slot` out of its place (its pieces stop counting as live); reads without
@@ -825,7 +936,7 @@ impl PoolInner {
     }
 
     /// One evacuator pass: notice punched segments, shrink to the grant (compacting what fits,
-    /// releasing cold segments), compact when short of free space, age hotness (CLOCK), and
+    /// releasing cold segments), compact when short of free space, age hotness, and
     /// publish the cold order and usage for the daemon.
     pub(crate) fn evacuate(&self, force_scan: bool) {
         let mut g = self.lock();
@@ -893,13 +1004,15 @@ impl PoolInner {
         }
         g.last_scan = Some(Instant::now());
         // Scan: hits taken without the lock join the objects' hotness; hotness per segment;
-        // then age every object (CLOCK).
+        // the cut above which objects survive the reuse of their segment; then age every
+        // object (an exponentially weighted count of its accesses).
         for o in g.objs.iter_mut() {
             let hits = o.words.take_hits();
             if hits > 0 {
-                o.hot = o.hot.saturating_add(hits).min(15);
+                o.hot = o.hot.saturating_add(u16::from(hits) * HIT_WEIGHT);
             }
         }
+        g.protect_above = protect_above(&g.objs, self.limit_segs() * SEG);
         for seg in 1..=self.nseg as usize {
             if !g.segs[seg].used {
                 continue;
@@ -922,7 +1035,9 @@ impl PoolInner {
             g.segs[seg].hotness = hot;
         }
         for o in g.objs.iter_mut() {
-            o.hot = o.hot.saturating_sub(1);
+            if o.hot > 0 {
+                o.hot -= (o.hot >> AGE_SHIFT).max(1);
+            }
         }
         let order = plan::cold_order(&seg_infos(&g, self.nseg));
         self.ctrl
@@ -956,6 +1071,35 @@ fn seg_infos(g: &Inner, nseg: u32) -> Vec<SegInfo> {
             }
         })
         .collect()
+}
+
+/// The hotness above which objects are kept when their segment is reused: the hottest objects
+/// present, by bytes, up to [`PROTECT_NUM`]/[`PROTECT_DEN`] of `grant` bytes (a histogram of
+/// hotness in steps of one access, so a scan costs one pass over the objects).
+fn protect_above(objs: &[Obj], grant: u64) -> u16 {
+    const STEP: u32 = HIT_WEIGHT.trailing_zeros(); // one bucket per access's worth
+    let mut hist = vec![0u64; (u16::MAX >> STEP) as usize + 1];
+    for o in objs {
+        let bytes: u64 = o
+            .place
+            .locs()
+            .iter()
+            .map(|l| HEADER + round16(l.len as u64))
+            .sum();
+        if bytes > 0 {
+            hist[(o.hot >> STEP) as usize] += bytes;
+        }
+    }
+    let cap = grant / PROTECT_DEN * PROTECT_NUM;
+    let mut sum = 0u64;
+    for b in (0..hist.len()).rev() {
+        sum += hist[b];
+        if sum > cap {
+            // Objects in this bucket and below are not kept.
+            return (((b as u32 + 1) << STEP) - 1) as u16;
+        }
+    }
+    0
 }
 
 fn round16(n: u64) -> u64 {
