@@ -537,7 +537,7 @@ def concerto():
 def midas():
     # The latest quick run (paired probes, saturated pools, fresh estimates, recovery); the
     # ones before it are compared with it in the README.
-    rel = f"{RESULTS}/midas/midas-quick-harvest-h.json"
+    rel = f"{RESULTS}/midas/midas-quick-softhot-3.json"
     res = load(rel)
     rows = [[name, fmt(r["efficiency"], 3), fmt(r["harvested_fraction"], 2),
              fmt(r.get("settle_s"), 0)] for name, r in res["runs"].items()]
