@@ -404,7 +404,7 @@ def fault_ratio():
     base = f"{RESULTS}/access-scan/steady"
     sets = [("defaults (recency)", [f"{base}/defaults-1.json", f"{base}/defaults-2.json"]),
             ("`--evict frequency`", [f"{base}/frequency-1.json", f"{base}/frequency-2.json",
-                                     f"{base}/frequency-3.json"])]
+                                     f"{base}/frequency-3.json", f"{base}/frequency-6.json"])]
     phase = {"memcached": "closed", "redis": "get"}
     rows = []
     for label, rels in sets:
@@ -429,9 +429,10 @@ def fault_ratio():
         "Zipf 0.99, 95% GET; redis's GETs), per run: gleaner's remote faults and Linux swap's "
         "cgroup major faults, in the same runs, pinned alike, nothing else timed on the machine. "
         "Issue target: at most 1.0x Linux's. `frequency` (queues by how often a page is seen "
-        "written, counts kept across evictions; its runs 1-2 had a first version in which a page "
-        "prefetched back took its count at once) is not the default: the batch programs took "
-        "more far faults under it.",
+        "written, counts kept across evictions) is not the default: the batch programs took "
+        "more far faults under it. Its runs 1-3 had earlier versions, whose prefetched pages "
+        "waited among the pages used once; the last run (memcached only) has today's, where an "
+        "unused prefetched page leaves first.",
         ["workload", "gleaner", "gleaner per 1,000", "Linux per 1,000", "gleaner / Linux"],
         rows, rels,
         "python3 -m bench.harness run --size full --workloads memcached,redis --systems "

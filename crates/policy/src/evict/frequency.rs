@@ -13,8 +13,9 @@
 //! with its count plus the fault's use, on the level it had earned. That is MQ's history buffer
 //! (`Qout`), and what a pair of lists lacks: under a skewed key popularity (memcached's Zipf
 //! GETs) a page faulted back for the fifth time is not the equal of one faulted in for the
-//! first. A prefetched page waits on the lowest level until its first use, which counts as a
-//! fault's would (with the count its ghost held, if any).
+//! first. A prefetched page not used yet is the first victim, as under recency (oldest first;
+//! keeping it among the pages used once made the batch programs bring in half as many pages
+//! again); its first use counts as a fault's would (with the count its ghost held, if any).
 //!
 //! # What this order sees
 //!
@@ -83,6 +84,8 @@ pub struct Frequency {
     visibility: Visibility,
     /// Per level, (page, seq) oldest first; stale where `live` disagrees.
     queues: [VecDeque<(u64, u64)>; LEVELS],
+    /// Prefetched pages not used yet, (page, seq) oldest first: the first victims.
+    unused: VecDeque<(u64, u64)>,
     live: PageMap<Meta>,
     seq: u64,
     /// Evictions so far: the clock lifetimes run on.
@@ -106,6 +109,7 @@ impl Frequency {
         Frequency {
             visibility,
             queues: Default::default(),
+            unused: VecDeque::new(),
             live: PageMap::default(),
             seq: 0,
             now: 0,
@@ -201,10 +205,14 @@ impl Frequency {
     }
 
     fn compact(&mut self) {
-        let queued: usize = self.queues.iter().map(VecDeque::len).sum();
+        let queued = self.queues.iter().map(VecDeque::len).sum::<usize>() + self.unused.len();
         if queued > 2 * self.live.len() + 64 {
             let live = &self.live;
-            for q in &mut self.queues {
+            for q in self
+                .queues
+                .iter_mut()
+                .chain(std::iter::once(&mut self.unused))
+            {
                 q.retain(|&(p, s)| live.get(&p).is_some_and(|m| m.seq == s));
             }
         }
@@ -233,7 +241,12 @@ impl EvictPolicy for Frequency {
             }
             // A prefetched page is not used yet: it waits on the lowest level with the count
             // it left with (0 if none), and earns its level at its first use.
-            Insert::Prefetch => self.push(page, 0, before.unwrap_or(0), false),
+            Insert::Prefetch => {
+                self.push(page, 0, before.unwrap_or(0), false);
+                // Its entry on the lowest level is replaced by one on the unused queue.
+                self.queues[0].pop_back();
+                self.unused.push_back((page, self.seq));
+            }
         }
     }
 
@@ -271,6 +284,15 @@ impl EvictPolicy for Frequency {
     }
 
     fn victim(&mut self, _at: usize) -> Option<u64> {
+        // A prefetched page not used yet leaves first, as under recency.
+        while let Some((page, seq)) = self.unused.pop_front() {
+            if let Some(meta) = self.live.get(&page).copied().filter(|m| m.seq == seq) {
+                self.live.remove(&page);
+                self.now += 1;
+                self.ghosts.left_with(page, meta.uses);
+                return Some(page);
+            }
+        }
         self.age();
         let bound = self.live.len();
         let mut moves = 0;
@@ -471,6 +493,19 @@ mod tests {
         assert_eq!(p.live[&2].uses, 0);
         p.touch(2, Touch::PrefetchHit, 0);
         assert_eq!((p.live[&2].level, p.live[&2].uses), (0, 1));
+    }
+
+    #[test]
+    fn prefetched_pages_not_used_yet_leave_first() {
+        let mut p = order(1000, 1000);
+        p.insert(1, Insert::Demand, 0);
+        p.insert(2, Insert::Prefetch, 0);
+        p.insert(3, Insert::Prefetch, 0);
+        p.insert(4, Insert::Demand, 0);
+        p.touch(3, Touch::PrefetchHit, 0);
+        // 2 is unused: first. 3 was used (after 4's fault), so it is a page used once among the
+        // others, in the order of their uses.
+        assert_eq!(victims(&mut p, 4), vec![2, 1, 4, 3]);
     }
 
     #[test]
