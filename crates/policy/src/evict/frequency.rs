@@ -14,8 +14,8 @@
 //! (`Qout`), and what a pair of lists lacks: under a skewed key popularity (memcached's Zipf
 //! GETs) a page faulted back for the fifth time is not the equal of one faulted in for the
 //! first. A prefetched page not used yet is the first victim, as under recency (oldest first;
-//! keeping it among the pages used once made the batch programs bring in half as many pages
-//! again); its first use counts as a fault's would (with the count its ghost held, if any).
+//! keeping it among the pages used once made the batch programs bring in up to 1.7x the
+//! pages); its first use counts as a fault's would (with the count its ghost held, if any).
 //!
 //! # What this order sees
 //!
@@ -239,8 +239,9 @@ impl EvictPolicy for Frequency {
                 let uses = before.map_or(1, |b| b.saturating_add(1));
                 self.push(page, level_of(uses), uses, false);
             }
-            // A prefetched page is not used yet: it waits on the lowest level with the count
-            // it left with (0 if none), and earns its level at its first use.
+            // A prefetched page is not used yet: it waits on the unused queue (the first
+            // victims) with the count it left with (0 if none), and earns its level at its
+            // first use.
             Insert::Prefetch => {
                 self.push(page, 0, before.unwrap_or(0), false);
                 // Its entry on the lowest level is replaced by one on the unused queue.
