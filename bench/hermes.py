@@ -577,6 +577,25 @@ def summarize_services(sv):
     return summary, threads
 
 
+def big_file(tmp, mib):
+    """A file of `mib` MiB of random bytes in `tmp` (what the batch job reads into the page
+    cache); its path."""
+    path = os.path.join(tmp, "big.dat")
+    with open(path, "wb") as f:
+        chunk = os.urandom(1 << 20)
+        for _ in range(mib):
+            f.write(chunk)
+    return path
+
+
+def write_result(result, out):
+    """Writes `result` to `out` (when given) and prints its summary, the last line of output."""
+    if out:
+        with open(out, "w") as f:
+            json.dump(result, f, indent=1)
+    print(json.dumps(result["summary"]))
+
+
 def rocksdb_binary(tmp):
     """bench/hermes/rocksdb_latency.c built against librocksdb (installed with apt-get if its
     header is missing; without it the benchmark stops, saying so)."""
@@ -604,11 +623,7 @@ def main():
     binary = os.path.join(tmp, "alloc_latency")
     subprocess.run(["cc", "-O2", "-o", binary, os.path.join(ROOT, "bench/hermes/alloc_latency.c")], check=True)
     rocks_bin = rocksdb_binary(tmp)
-    bigfile = os.path.join(tmp, "big.dat")
-    with open(bigfile, "wb") as f:
-        chunk = os.urandom(1 << 20)
-        for _ in range(2048):
-            f.write(chunk)
+    bigfile = big_file(tmp, 2048)
     cg = Cgroup(LIMIT)
     started = time.time()
     allocs = allocators()
@@ -647,10 +662,7 @@ def main():
               "command": "python3 bench/hermes.py --quick" + (f" --out {args.out}" if args.out else ""),
               "seconds": round(time.time() - started, 1), "cells": cells, "services": sv,
               "summary": summary}
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=1)
-    print(json.dumps(summary))
+    write_result(result, args.out)
 
 
 if __name__ == "__main__":

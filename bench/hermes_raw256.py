@@ -26,11 +26,7 @@ def main():
     binary = os.path.join(tmp, "alloc_latency")
     subprocess.run(["cc", "-O2", "-o", binary,
                     os.path.join(hermes.ROOT, "bench/hermes/alloc_latency.c")], check=True)
-    big = os.path.join(tmp, "big.dat")
-    with open(big, "wb") as f:
-        chunk = os.urandom(1 << 20)
-        for _ in range(2048):
-            f.write(chunk)
+    big = hermes.big_file(tmp, 2048)
     cg = hermes.Cgroup(hermes.LIMIT)
     ant = hermes.antagonist(cg, big, anon_mb=700 if scenario == "anon" else 0)
     raw, st = os.path.join(tmp, "raw.txt"), os.path.join(tmp, "stats.json")

@@ -24,7 +24,6 @@ Usage: python3 bench/hermes_redis_probe.py [--reps N] [--n-200k N] [--loads 1k,2
        [--conditions alone,cpu,batch,batch_reserve] [--reserve-env K=V] [--out FILE]   (root)
 """
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -68,11 +67,7 @@ def main():
     if not (shutil.which("redis-server") and shutil.which("redis-benchmark")):
         raise SystemExit("!!! redis is ABSENT (scripts/setup.sh installs it): nothing measured")
     tmp = tempfile.mkdtemp(prefix="gleaner-hermes-probe-")
-    bigfile = os.path.join(tmp, "big.dat")
-    with open(bigfile, "wb") as f:
-        chunk = os.urandom(1 << 20)
-        for _ in range(1024):
-            f.write(chunk)
+    bigfile = hermes.big_file(tmp, 1024)
     cg = hermes.Cgroup(hermes.LIMIT)
     sock = os.path.join(tmp, "node.sock")
     extra = [e for e in args.reserve_env if "=" in e]
@@ -136,10 +131,7 @@ def main():
               + "".join(f" --reserve-env {e}" for e in extra)
               + (f" --out {args.out}" if args.out else ""),
               "seconds": round(time.time() - started, 1), "runs": runs, "summary": summary}
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=1)
-    print(json.dumps(summary))
+    hermes.write_result(result, args.out)
 
 
 if __name__ == "__main__":

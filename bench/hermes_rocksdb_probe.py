@@ -19,7 +19,6 @@ Prints one JSON object (medians over the runs) as its last line.
 Usage: python3 bench/hermes_rocksdb_probe.py [--reps N] [--out FILE]   (root, for the cgroup)
 """
 import argparse
-import json
 import os
 import re
 import shutil
@@ -60,11 +59,7 @@ def main():
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="gleaner-hermes-rocks-")
     rocks = hermes.rocksdb_binary(tmp)
-    bigfile = os.path.join(tmp, "big.dat")
-    with open(bigfile, "wb") as f:
-        chunk = os.urandom(1 << 20)
-        for _ in range(1024):
-            f.write(chunk)
+    bigfile = hermes.big_file(tmp, 1024)
     cg = hermes.Cgroup(hermes.LIMIT)
     sock = os.path.join(tmp, "node.sock")
     glibc = hermes.allocators()["glibc"]
@@ -129,10 +124,7 @@ def main():
               + (f" --reps {args.reps}" if args.reps != 3 else "")
               + (f" --out {args.out}" if args.out else ""),
               "seconds": round(time.time() - started, 1), "runs": runs, "summary": summary}
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=1)
-    print(json.dumps(summary))
+    hermes.write_result(result, args.out)
 
 
 if __name__ == "__main__":
