@@ -435,6 +435,16 @@ BATCH_ANON_MB = 600
 SERVICE_REPS = 5
 
 
+def batch_job(cg, bigfile, factor=1.0, counter=None):
+    """The services' batch job in `cg`, at `factor` times the cgroup's limit: BATCH_ANON_MB MiB of
+    anonymous memory, the rest of that much re-read from `bigfile`, with churn (`antagonist`).
+    Returns the process and the MiB it re-reads."""
+    read_mb = int(LIMIT / 2**20 * factor) - BATCH_ANON_MB
+    ant = antagonist(cg, bigfile, anon_mb=BATCH_ANON_MB, read_mb=read_mb, churn=True,
+                     counter=counter)
+    return ant, read_mb
+
+
 def services(rocks_bin, allocs, reps, cg, bigfile, tmp):
     """redis and RocksDB alone (the SLOs), then beside the batch job at each pressure level."""
     sock = os.path.join(tmp, "node.sock")
@@ -451,10 +461,8 @@ def services(rocks_bin, allocs, reps, cg, bigfile, tmp):
     rocks_modes = dict(allocs)
     rocks_modes["hermes_adaptive"] = allocs["hermes"]
     for level, factor in LEVELS.items():
-        read_mb = int(LIMIT / 2**20 * factor) - BATCH_ANON_MB
         counter = os.path.join(tmp, f"batch-counter-{level}")
-        ant = antagonist(cg, bigfile, anon_mb=BATCH_ANON_MB, read_mb=read_mb, churn=True,
-                         counter=counter)
+        ant, read_mb = batch_job(cg, bigfile, factor, counter)
         lv = {"batch_read_mib": read_mb, "redis": {}, "rocksdb": {}}
         try:
             for _ in range(reps):  # interleaved: a neighbour's burst on this shared VM hits all

@@ -85,9 +85,7 @@ def main():
                     runs["cpu"].append(hermes.redis_run(cg, "default", tmp, sock))
                 finally:
                     hermes.stop(sp)
-            read_mb = int(hermes.LIMIT / 2**20) - hermes.BATCH_ANON_MB
-            ant = hermes.antagonist(cg, bigfile, anon_mb=hermes.BATCH_ANON_MB, read_mb=read_mb,
-                                    churn=True)
+            ant, _ = hermes.batch_job(cg, bigfile)
             try:
                 if "batch" in runs:
                     runs["batch"].append(hermes.redis_run(cg, "default", tmp, sock, ant.pid))

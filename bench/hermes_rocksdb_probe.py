@@ -83,9 +83,7 @@ def main():
                 one("cpu", None, "glibc", glibc)
             finally:
                 hermes.stop(sp)
-            read_mb = int(hermes.LIMIT / 2**20) - hermes.BATCH_ANON_MB
-            ant = hermes.antagonist(cg, bigfile, anon_mb=hermes.BATCH_ANON_MB, read_mb=read_mb,
-                                    churn=True)
+            ant, _ = hermes.batch_job(cg, bigfile)
             try:
                 one("batch", cg, "glibc", glibc, ant.pid)
                 one("batch_reserve", cg, "reserve", reserve, ant.pid)
