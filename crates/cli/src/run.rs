@@ -177,15 +177,16 @@ pub struct RunArgs {
     /// first use.
     #[arg(long, value_name = "US")]
     prefetch_deadline: Option<u64>,
-    /// Eviction order: `recency` (default: the page seen used longest ago leaves first; a page
-    /// is seen used when it comes in and whenever the access scan finds it written),
-    /// `rackmem` (pages that keep coming back stay, prefetched pages not yet seen in use leave
-    /// first), `fifo` (in the order pages arrived), `refault` (FIFO, but pages that come back
-    /// soon after leaving are protected), `active` (Linux's two lists: a page seen written at two
-    /// looks, or back soon after leaving, is protected from pages used once), `frequency` (queues
-    /// by how often a page was seen written, and a page that comes back keeps its count) or
-    /// `clock`. User
-    /// space sees page-ins and writes, not reads of resident pages: each order works from those.
+    /// Eviction order: `frequency` (default: queues by how often a page was seen used, and a
+    /// page that comes back keeps its count; a page is seen used when it comes in and whenever
+    /// the access scan finds it written), `recency` (the page seen used longest ago leaves
+    /// first: fewer far faults than `frequency` for a JVM program, whose collector's passes
+    /// look like reuse; more for servers), `rackmem` (pages that keep coming back stay,
+    /// prefetched pages not yet seen in use leave first), `fifo` (in the order pages arrived),
+    /// `refault` (FIFO, but pages that come back soon after leaving are protected), `active`
+    /// (Linux's two lists: a page seen written at two looks, or back soon after leaving, is
+    /// protected from pages used once) or `clock`. User space sees page-ins and writes, not
+    /// reads of resident pages: each order works from those.
     #[arg(long, value_name = "NAME", default_value_t = gleaner_pager::DEFAULT_EVICT)]
     evict: gleaner_pager::EvictKind,
     /// The access scan: a reclaim thread reads which resident pages the program wrote since its

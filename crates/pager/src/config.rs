@@ -4,7 +4,6 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use gleaner_policy::evict::EvictKind;
-use gleaner_policy::evict::DEFAULT_PROBATION_PCT;
 pub use gleaner_policy::prefetch::PrefetcherKind;
 pub use gleaner_policy::reclaim::ReclaimMode;
 
@@ -229,13 +228,16 @@ pub const MIN_BUDGET_BATCHES: usize = 4;
 /// no prefetching").
 pub const DEFAULT_PREFETCH: PrefetcherKind = PrefetcherKind::Leap { pw_max: 32 };
 
-/// The eviction order used by default: recency, the page seen used longest ago leaves first,
-/// fed by the access scan's written bits: against RackMem, the order before, it took fewer far
-/// faults per request under memcached, redis and the demo job, and left `bench micro` unchanged
-/// (`docs/BENCHMARKS.md`, "Evicting what is cold", and `bench/results/access-scan/README.md`).
-/// `active` (Linux's two lists) took 2-4% fewer under memcached and redis but a third more under
-/// node, so recency stays the default (`bench/results/access-scan/two-lists/README.md`).
-pub const DEFAULT_EVICT: EvictKind = EvictKind::Recency(DEFAULT_PROBATION_PCT);
+/// The eviction order used by default: `frequency` (Multi-Queue over the access scan's written
+/// bits; a page that comes back keeps its count). Under memcached at 50% it took 0.97-1.08x
+/// Linux swap's far faults per request where `recency` (the default before) took 1.07-1.13x,
+/// redis alike; every batch program stays well under Linux swap's time with it (sqlite, node,
+/// the JVM program and the demo job 0.55-0.80x), though the JVM program takes more far faults
+/// than under `recency` (`docs/BENCHMARKS.md`, "Far faults per request beside Linux swap",
+/// and `bench/results/access-scan/steady/README.md`). `recency` took fewer than RackMem, the
+/// order before it, and `active` (Linux's two lists) a third more than `recency` under node
+/// (`bench/results/access-scan/two-lists/README.md`).
+pub const DEFAULT_EVICT: EvictKind = EvictKind::Frequency;
 
 /// Pages per eviction batch for budgets of 8 MiB and more (chosen by measurement:
 /// `docs/BENCHMARKS.md`, "The defaults against one knob changed"); smaller budgets get a
@@ -449,8 +451,8 @@ pub struct RegionConfig {
     /// time prefetched pages wait for their first use, once measured (later than that, a
     /// prefetch no longer hides a fault).
     pub prefetch_deadline: Option<Duration>,
-    /// Eviction order: [`DEFAULT_EVICT`] (`recency`), `active`, `rackmem`, `fifo`, `refault` or
-    /// `clock`.
+    /// Eviction order: [`DEFAULT_EVICT`] (`frequency`), `recency`, `active`, `rackmem`, `fifo`,
+    /// `refault` or `clock`.
     pub evict: EvictKind,
     /// Whether a reclaim thread scans the region for pages written since its last scan and
     /// tells the eviction order (`evict/access.rs`): `auto` (default: where asynchronous dirty
