@@ -23,6 +23,7 @@ use gleaner_policy::hermes::{
 use gleaner_sys::cputime::thread_cpu_ns;
 
 use super::pool::Chunk;
+use super::stats::Phase;
 use super::{window, Reserve};
 
 /// Starts the thread for `r`.
@@ -100,7 +101,16 @@ fn run(r: &'static Reserve) {
     };
     let mut small_misses = 0;
     loop {
+        // Until its first refill the thread is `Starting` (misses then are the program's
+        // start-up, before the thread could have stocked anything).
+        let starting = r.phase.load(Ordering::Relaxed) == Phase::Starting as u8;
+        if !starting {
+            r.enter(Phase::Asleep);
+        }
         let woken = r.waker.sleep(timeout, || r.needs_refill());
+        if !starting {
+            r.enter(Phase::Other);
+        }
         // The scheduling delay: from the request's wake-up call to now.
         let delay_us = r
             .waker
@@ -133,7 +143,8 @@ fn run(r: &'static Reserve) {
         if let Some(m) = large.mean() {
             large_demand.mean = Some(m);
         }
-        let stocked = refill_heap(r, small, fragmented) & refill_pool(r, &large_demand, horizon);
+        let stocked = timed(r, Phase::Heap, || refill_heap(r, small, fragmented))
+            & timed(r, Phase::Pool, || refill_pool(r, &large_demand, horizon));
         // The reaction time: the scheduling delay plus the time the thread was off its CPU
         // while refilling (preempted, or waiting in the kernel).
         let off_cpu_us = (wall.elapsed().as_nanos() as u64)
@@ -145,6 +156,7 @@ fn run(r: &'static Reserve) {
             Some(delay_us.unwrap_or(0) + off_cpu_us),
         );
         large_demand.reaction_at = Instant::now();
+        r.enter(Phase::Other);
         r.stats
             .reaction_us
             .store(large_demand.reaction_us, Ordering::Relaxed);
@@ -174,6 +186,26 @@ fn run(r: &'static Reserve) {
             std::thread::sleep(r.period);
         }
     }
+}
+
+/// Runs a refill `f` in phase `p` (the heap's or the pool's; the thread's first refills stay
+/// `Starting`), timing it for the stats.
+fn timed(r: &Reserve, p: Phase, f: impl FnOnce() -> bool) -> bool {
+    if r.phase.load(Ordering::Relaxed) != Phase::Starting as u8 {
+        r.enter(p);
+    }
+    let began = Instant::now();
+    let res = f();
+    let us = began.elapsed().as_micros() as u64;
+    r.enter(Phase::Other);
+    let s = &r.stats;
+    if p == Phase::Pool {
+        s.pool_refill_us.fetch_add(us, Ordering::Relaxed);
+        s.pool_refill_max_us.fetch_max(us, Ordering::Relaxed);
+    } else {
+        s.heap_refill_us.fetch_add(us, Ordering::Relaxed);
+    }
+    res
 }
 
 /// Sets the calling thread's scheduling policy (one with no static priority).
