@@ -187,7 +187,9 @@ pub(crate) fn start(far: bool) -> Result<bool, String> {
         return Ok(false);
     }
     OWNER.store(true, Ordering::Relaxed);
-    thread::spawn(RESERVE.get().expect("just set"))?;
+    let r = RESERVE.get().expect("just set");
+    thread::stock(r);
+    thread::spawn(r)?;
     Ok(true)
 }
 
@@ -471,6 +473,7 @@ pub(crate) fn stats_json() -> Option<serde_json::Value> {
             .zip(&s.small_misses_at)
             .map(|(k, a)| (k.to_string(), serde_json::json!(n(a))))
             .collect::<serde_json::Map<_, _>>(),
+        "start_stock_cpu_seconds": n(&s.stock_cpu_ns) as f64 / 1e9,
         "thread_heap_refill_seconds": n(&s.heap_refill_us) as f64 / 1e6,
         "thread_pool_refill_seconds": n(&s.pool_refill_us) as f64 / 1e6,
         "thread_pool_refill_max_us": n(&s.pool_refill_max_us),

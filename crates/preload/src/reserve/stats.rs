@@ -24,6 +24,8 @@ pub(crate) struct Stats {
     pub(crate) small_misses_at: [AtomicU64; 6],
     /// The thread's wall time in its heap's and its pool's refills (us), and its longest pool
     /// refill: how long the heap waited for the thread while the pool was refilled.
+    /// The CPU time the program's start spent stocking the heap (`thread::stock`), ns.
+    pub(crate) stock_cpu_ns: AtomicU64,
     pub(crate) heap_refill_us: AtomicU64,
     pub(crate) pool_refill_us: AtomicU64,
     pub(crate) pool_refill_max_us: AtomicU64,
