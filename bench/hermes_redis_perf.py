@@ -11,7 +11,9 @@ thread included) or `perf record` of it, summarised as the samples of the server
 copies (`_copy_to_iter`: received data into the query buffer; `_copy_from_iter`: the reply into
 the socket) and user space's `memmove`.
 
-A configuration is `default`, `reserve`, or `reserve:K=V` (the reserve with a variable set, e.g.
+A configuration is `default`, `preload` (gleaner's preload library by `LD_PRELOAD` with neither
+far memory nor the reserve: its interposition alone, every request forwarded to jemalloc),
+`reserve`, or `reserve:K=V` (the reserve with a variable set, e.g.
 `reserve:GLEANER_PRELOAD=OLD.so`). Prints one line per run and, last, one JSON object (per
 configuration: each run's numbers, and the medians).
 Usage: python3 bench/hermes_redis_perf.py [--configs default,reserve] [--reps 3] [--n 2000]
@@ -37,7 +39,11 @@ def server(cg, config, port):
     cmd = ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no",
            "--protected-mode", "no"]
     env = dict(os.environ)
-    if config != "default":
+    if config == "preload":
+        env["LD_PRELOAD"] = os.path.join(os.path.dirname(hermes.GLEANER), "libgleaner_preload.so")
+        env.pop("GLEANER_LATENCY_CRITICAL", None)
+        env.pop("GLEANER_LOCAL_MEM", None)
+    elif config != "default":
         cmd = [hermes.GLEANER, "run", "--far", "off", "--latency-critical", "-q", "--"] + cmd
         if ":" in config:
             k, v = config.split(":", 1)[1].split("=", 1)
