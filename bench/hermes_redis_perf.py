@@ -14,7 +14,8 @@ the socket) and user space's `memmove`.
 A configuration is `default`, `preload` (gleaner's preload library by `LD_PRELOAD` with neither
 far memory nor the reserve: its interposition alone, every request forwarded to jemalloc),
 `reserve`, or `reserve:K=V` (the reserve with a variable set, e.g.
-`reserve:GLEANER_PRELOAD=OLD.so`). Prints one line per run and, last, one JSON object (per
+`reserve:GLEANER_PRELOAD=OLD.so`); `@CPUS` after any of them pins the server (and under the reserve
+its thread) to those CPUs (`taskset -c`). Prints one line per run and, last, one JSON object (per
 configuration: each run's numbers, and the medians).
 Usage: python3 bench/hermes_redis_perf.py [--configs default,reserve] [--reps 3] [--n 2000]
        [--mode stat|record] [--out FILE]   (root; perf)
@@ -39,6 +40,7 @@ def server(cg, config, port):
     cmd = ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no",
            "--protected-mode", "no"]
     env = dict(os.environ)
+    config, _, cpu = config.partition("@")
     if config == "preload":
         env["LD_PRELOAD"] = os.path.join(os.path.dirname(hermes.GLEANER), "libgleaner_preload.so")
         env.pop("GLEANER_LATENCY_CRITICAL", None)
@@ -48,6 +50,8 @@ def server(cg, config, port):
         if ":" in config:
             k, v = config.split(":", 1)[1].split("=", 1)
             env[k] = v
+    if cpu:
+        cmd = ["taskset", "-c", cpu] + cmd
     p = subprocess.Popen(cg.wrap(cmd), env=env, stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL, start_new_session=True)
     for _ in range(200):
