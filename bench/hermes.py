@@ -212,8 +212,11 @@ def reserve_counts(stats_path):
         r = st["latency_critical"]["processes"][0]["reserve"]
     except (OSError, ValueError, KeyError, IndexError):
         return None
-    keys = ["hits", "misses", "partial_hits", "small_misses", "busy", "fallbacks",
-            "populate_failures", "thread_reaction_us", "thread_wake_delay_max_us"]
+    keys = ["hits", "misses", "partial_hits", "small_misses", "small_misses_at", "busy",
+            "fallbacks", "populate_failures", "thread_reaction_us", "thread_wake_delay_max_us",
+            "thread_heap_refill_seconds", "thread_pool_refill_seconds",
+            "thread_pool_refill_max_us", "thread_wakeups", "thread_wakeups_on_need",
+            "populated_bytes", "thread_cpu_seconds"]
     return {k: r.get(k) for k in keys}
 
 

@@ -7,6 +7,8 @@
  *   idle MS        one allocation, then sleeps MS milliseconds (the reserve's thread should too)
  *   burst MIB      after 300 ms, MIB MiB of 1 KiB blocks (kept, each written, 64 per 20 us
  *                  pause), then 300 ms more; checks every block's contents at the end
+ *   startup N      N blocks of 48 bytes at once, the first thing main does (a service's start-up:
+ *                  redis makes 10,000 shared integers), kept, each written; checks them all
  *   large MIB      MIB MiB of 256 KiB blocks back to back (half calloc, checked zero), a byte
  *                  written every 256; a third freed and taken again by calloc; checks them all
  *                  (faster than the reserve's thread can fault chunks in: requests take the
@@ -194,6 +196,21 @@ static int run_idle(long ms) {
     return 0;
 }
 
+static int run_startup(long n) {
+    unsigned char *b[n];
+    for (long i = 0; i < n; i++) {
+        b[i] = malloc(48);
+        CHECK(b[i], "malloc");
+        fill(b[i], 48, (unsigned)i);
+    }
+    for (long i = 0; i < n; i++) {
+        CHECK(same(b[i], 48, (unsigned)i), "block %ld changed", i);
+        free(b[i]);
+    }
+    printf("startup done\n");
+    return 0;
+}
+
 static int run_burst(long mib) {
     size_t n = (size_t)mib * 1024;
     unsigned char **b = malloc(n * sizeof(*b));
@@ -327,9 +344,10 @@ int main(int argc, char **argv) {
     if (argc > 2 && !strcmp(argv[1], "hold")) return run_hold(argv[2]);
     if (argc > 2 && !strcmp(argv[1], "idle")) return run_idle(atol(argv[2]));
     if (argc > 2 && !strcmp(argv[1], "burst")) return run_burst(atol(argv[2]));
+    if (argc > 2 && !strcmp(argv[1], "startup")) return run_startup(atol(argv[2]));
     if (argc > 2 && !strcmp(argv[1], "large")) return run_large(atol(argv[2]));
     if (argc > 3 && !strcmp(argv[1], "contend")) return run_contend(atol(argv[2]), atol(argv[3]));
-    fprintf(stderr, "usage: %s all | bound MB | hold FILE | idle MS | burst MIB | large MIB | contend T R\n",
-            argv[0]);
+    fprintf(stderr, "usage: %s all | bound MB | hold FILE | idle MS | burst MIB | startup N | "
+            "large MIB | contend T R\n", argv[0]);
     return 2;
 }

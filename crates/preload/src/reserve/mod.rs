@@ -44,7 +44,7 @@ mod wake;
 mod window;
 
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 use gleaner_pager::PAGE_SIZE;
@@ -55,7 +55,7 @@ use deferred::Deferred;
 use forming::Forming;
 use heap::{SmallHeap, Taken};
 use pool::{Chunk, Pool};
-use stats::Stats;
+use stats::{Phase, Stats, PHASES};
 use wake::Waker;
 use window::Window;
 
@@ -89,6 +89,9 @@ pub(crate) struct Reserve {
     pool_low: AtomicUsize,
     /// A request found nothing ready since the thread last refilled.
     missed: AtomicBool,
+    /// Where the thread is in its loop ([`Phase`] as u8; `Asleep` covers its whole sleep, and a
+    /// miss tells `Woken` from it by whether its wake-up found the thread asleep).
+    phase: AtomicU8,
     /// The clock the thread's scheduling delay is measured by ([`Reserve::now_ns`]).
     started: std::time::Instant,
 }
@@ -177,13 +180,16 @@ pub(crate) fn start(far: bool) -> Result<bool, String> {
         heap_low: AtomicUsize::new(usize::MAX),
         pool_low: AtomicUsize::new(0),
         missed: AtomicBool::new(false),
+        phase: AtomicU8::new(Phase::Starting as u8),
         started: std::time::Instant::now(),
     };
     if RESERVE.set(reserve).is_err() {
         return Ok(false);
     }
     OWNER.store(true, Ordering::Relaxed);
-    thread::spawn(RESERVE.get().expect("just set"))?;
+    let r = RESERVE.get().expect("just set");
+    thread::stock(r);
+    thread::spawn(r)?;
     Ok(true)
 }
 
@@ -216,7 +222,14 @@ impl Reserve {
                 }
                 Taken::Empty => {
                     self.stats.small_misses.fetch_add(1, Ordering::Relaxed);
-                    self.miss();
+                    let at = self.phase.load(Ordering::Relaxed);
+                    let at = match self.miss() {
+                        true => Phase::Asleep as u8,
+                        false if at == Phase::Asleep as u8 => Phase::Woken as u8,
+                        false => at,
+                    };
+                    self.stats.small_misses_at[usize::from(at).min(PHASES.len() - 1)]
+                        .fetch_add(1, Ordering::Relaxed);
                     self.stats.fallbacks.fetch_add(1, Ordering::Relaxed);
                     return None;
                 }
@@ -318,23 +331,31 @@ impl Reserve {
         }
     }
 
-    /// A request found nothing ready: counted, and the thread woken.
-    fn miss(&self) {
+    /// A request found nothing ready: counted, and the thread woken. Returns whether the
+    /// thread slept (this call woke it).
+    fn miss(&self) -> bool {
         self.stats.misses.fetch_add(1, Ordering::Relaxed);
         if !self.missed.load(Ordering::Relaxed) {
             self.missed.store(true, Ordering::Relaxed);
         }
-        self.wake();
+        self.wake()
     }
 
     /// Wakes the management thread if it sleeps. A wake-up per request (the first version woke
     /// it at every miss) cost redis a sixth of its CPU time in system calls and context
     /// switches (perf); this one makes a system call only when the thread sleeps, so at most
     /// once per sleep, and costs a fence and a load otherwise.
-    fn wake(&self) {
-        if self.waker.wake(|| self.now_ns()) {
+    fn wake(&self) -> bool {
+        let woke = self.waker.wake(|| self.now_ns());
+        if woke {
             self.stats.need_wakeups.fetch_add(1, Ordering::Relaxed);
         }
+        woke
+    }
+
+    /// The thread: notes where it is in its loop.
+    fn enter(&self, p: Phase) {
+        self.phase.store(p as u8, Ordering::Relaxed);
     }
 
     /// Nanoseconds since the reserve started, never 0 (a vDSO clock read, no system call).
@@ -447,6 +468,15 @@ pub(crate) fn stats_json() -> Option<serde_json::Value> {
         "misses": n(&s.misses),
         "partial_hits": n(&s.partial_hits),
         "small_misses": n(&s.small_misses),
+        "small_misses_at": PHASES
+            .iter()
+            .zip(&s.small_misses_at)
+            .map(|(k, a)| (k.to_string(), serde_json::json!(n(a))))
+            .collect::<serde_json::Map<_, _>>(),
+        "start_stock_cpu_seconds": n(&s.stock_cpu_ns) as f64 / 1e9,
+        "thread_heap_refill_seconds": n(&s.heap_refill_us) as f64 / 1e6,
+        "thread_pool_refill_seconds": n(&s.pool_refill_us) as f64 / 1e6,
+        "thread_pool_refill_max_us": n(&s.pool_refill_max_us),
         "busy": n(&s.busy),
         "fallbacks": n(&s.fallbacks),
         "populated_bytes": n(&s.populated_bytes),

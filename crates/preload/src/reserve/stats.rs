@@ -17,6 +17,18 @@ pub(crate) struct Stats {
     /// Of the misses, small requests the heap had no block for (the rest are large requests
     /// the pool had no chunk for).
     pub(crate) small_misses: AtomicU64,
+    /// Of the small misses, where the management thread was when each came ([`Phase`]): asleep
+    /// (the miss woke it), woken but not running yet (waiting for a CPU), refilling the heap,
+    /// refilling the pool, elsewhere in its loop (bookkeeping, releasing chunks, the pause
+    /// after a refused refill), or not through its first refill yet.
+    pub(crate) small_misses_at: [AtomicU64; 6],
+    /// The thread's wall time in its heap's and its pool's refills (us), and its longest pool
+    /// refill: how long the heap waited for the thread while the pool was refilled.
+    /// The CPU time the program's start spent stocking the heap (`thread::stock`), ns.
+    pub(crate) stock_cpu_ns: AtomicU64,
+    pub(crate) heap_refill_us: AtomicU64,
+    pub(crate) pool_refill_us: AtomicU64,
+    pub(crate) pool_refill_max_us: AtomicU64,
     /// Requests sent to the default allocator (the misses, and what the reserve does not serve:
     /// over-aligned blocks, requests past its bound, a fork child's).
     pub(crate) fallbacks: AtomicU64,
@@ -51,6 +63,34 @@ pub(crate) struct Stats {
     pub(crate) large_bytes: AtomicUsize,
     pub(crate) large_count: AtomicUsize,
 }
+
+/// Where the management thread is in its loop (what a small miss is counted against).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[repr(u8)]
+pub(crate) enum Phase {
+    /// Asleep on its futex word (a request's wake-up makes it runnable).
+    Asleep = 0,
+    /// Woken (by a request or its timeout) and not running yet: waiting for a CPU.
+    Woken = 1,
+    /// Refilling the heap.
+    Heap = 2,
+    /// Refilling the pool.
+    Pool = 3,
+    /// Elsewhere in its loop.
+    Other = 4,
+    /// Not in its loop yet: started, not yet through its first refill.
+    Starting = 5,
+}
+
+/// The names of [`Phase`]s, in order, for the stats.
+pub(crate) const PHASES: [&str; 6] = [
+    "asleep",
+    "woken",
+    "heap_refill",
+    "pool_refill",
+    "other",
+    "starting",
+];
 
 impl Stats {
     /// Notes a request of `size` bytes for the interval's demand.
