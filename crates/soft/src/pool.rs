@@ -575,25 +575,28 @@ impl PoolInner {
         true
     }
 
-    /// Reads object `slot` into `out`: a copy, from soft memory on a hit, from the
-    /// reconstructor (called with `args`) on a miss. False if the reconstructor gave nothing.
-    /// `words` are the slot's read words (its soft pointer keeps them).
-    #[inline]
-    pub(crate) fn read(&self, slot: u32, words: &Word, args: &[u8], out: &mut Vec<u8>) -> bool {
-        if self.try_copy_unlocked(words, out) {
-            self.hits.add_one();
-            if self.cfg.verify {
-                self.verify(args, out);
-            }
-            return true;
+    /// A read's first half: a hit without the lock, through the object's read words `words`
+    /// (its soft pointer keeps them), counted; false sends the read to
+    /// [`PoolInner::read_locked`]. The soft pointer calls the two (`SoftBox::read_into`), so
+    /// that nothing only the second half needs (the slot) is held across the hit's copy.
+    #[inline(always)]
+    pub(crate) fn read_hit(&self, words: &Word, args: &[u8], out: &mut Vec<u8>) -> bool {
+        if !self.try_copy_unlocked(words, out) {
+            return false;
         }
-        self.read_locked(slot, args, out)
+        self.hits.add_one();
+        if self.cfg.verify {
+            self.verify(args, out);
+        }
+        true
     }
 
-    /// The rest of [`PoolInner::read`]: under the lock, a hit the unlocked path could not
-    /// take (an object in pieces, one moving or in a segment the daemon took), or a miss.
+    /// The rest of a read of object `slot` into `out`: under the lock, a hit the unlocked path
+    /// could not take (an object in pieces, one moving or in a segment the daemon took), or a
+    /// miss, which runs the reconstructor (called with `args`). False if the reconstructor gave
+    /// nothing.
     #[inline(never)]
-    fn read_locked(&self, slot: u32, args: &[u8], out: &mut Vec<u8>) -> bool {
+    pub(crate) fn read_locked(&self, slot: u32, args: &[u8], out: &mut Vec<u8>) -> bool {
         let victim;
         {
             let mut g = self.lock();
