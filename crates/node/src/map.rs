@@ -197,8 +197,9 @@ impl Mapping {
     }
 }
 
-/// A piece of a soft pool's segment, its bounds checked by [`Mapping::piece`]: what a read
-/// without the pool's lock needs, with no further check.
+/// A piece of a soft pool's segment, its bounds checked by [`Mapping::piece`] (or, under
+/// [`Mapping::piece_unchecked`]'s contract, by its caller beforehand): what a read without the
+/// pool's lock needs, with no further check.
 pub struct Piece<'a> {
     /// The header's first byte (16-aligned).
     at: NonNull<u8>,
@@ -212,8 +213,8 @@ impl Piece<'_> {
     /// changing them: the caller validates before trusting).
     #[inline]
     pub fn header(&self) -> [u64; 2] {
-        // SAFETY: the 16 header bytes are inside the mapping (`Mapping::piece` checked) and
-        // 16-aligned; the mapping outlives `'_`; AtomicU64 has the layout of u64 and tolerates
+        // SAFETY: the 16 header bytes are inside the mapping (checked when the piece was made)
+        // and 16-aligned; the mapping outlives `'_`; AtomicU64 has the layout of u64 and tolerates
         // concurrent writers.
         let words = unsafe { &*self.at.as_ptr().cast::<[AtomicU64; 2]>() };
         [
@@ -229,7 +230,7 @@ impl Piece<'_> {
         out.reserve(self.len);
         let at = out.len();
         // SAFETY: the payload, `len` bytes after the header, is inside the mapping
-        // (`Mapping::piece` checked); the destination is the vector's spare room, at least
+        // (checked when the piece was made); the destination is the vector's spare room, at least
         // `len` bytes after `reserve`, which cannot overlap the mapping. The copy initialises
         // those bytes. Concurrent changes to the source can only make the bytes stale or mixed,
         // never invalid (`u8`), and callers validate before use.
