@@ -81,6 +81,20 @@ impl Mapping {
         unsafe { &*self.ptr.as_ptr().add(off).cast::<[AtomicU64; N]>() }
     }
 
+    /// As [`Mapping::u64_array_at`], without the check, for a range its caller knows lies
+    /// inside every mapping it is used on.
+    ///
+    /// # Safety
+    ///
+    /// `off` is 8-aligned and `off + 8 * N <= self.len()`.
+    #[inline(always)]
+    pub unsafe fn u64_array_at_unchecked<const N: usize>(&self, off: usize) -> &[AtomicU64; N] {
+        debug_assert!(off.is_multiple_of(8) && off + 8 * N <= self.len);
+        // SAFETY: in bounds and aligned (the caller's contract), the mapping lives as long as
+        // `&self`, and AtomicU64 has the layout of u64 and tolerates concurrent writers.
+        unsafe { &*self.ptr.as_ptr().add(off).cast::<[AtomicU64; N]>() }
+    }
+
     /// A piece of a soft pool's segment: a 16-byte header (16-aligned) at `off` and the `len`
     /// bytes after it, checked once to lie inside the mapping; `None` if they do not.
     #[inline]
@@ -101,6 +115,25 @@ impl Mapping {
             len,
             _map: std::marker::PhantomData,
         })
+    }
+
+    /// As [`Mapping::piece`], without the check, for a piece its caller checked once when it
+    /// recorded it (a soft read's hit path, which copies from a place checked when it was
+    /// published).
+    ///
+    /// # Safety
+    ///
+    /// `off` is 16-aligned and `off + 16 + len <= self.len()`.
+    #[inline(always)]
+    pub unsafe fn piece_unchecked(&self, off: usize, len: usize) -> Piece<'_> {
+        debug_assert!(off.is_multiple_of(16) && off + 16 + len <= self.len);
+        Piece {
+            // SAFETY: `off` is inside the mapping (the caller's contract), so the pointer stays
+            // in the same allocation and is not null.
+            at: unsafe { self.ptr.add(off) },
+            len,
+            _map: std::marker::PhantomData,
+        }
     }
 
     /// The atomic `u32` at byte offset `off` (4-aligned, inside the mapping).
@@ -164,8 +197,9 @@ impl Mapping {
     }
 }
 
-/// A piece of a soft pool's segment, its bounds checked by [`Mapping::piece`]: what a read
-/// without the pool's lock needs, with no further check.
+/// A piece of a soft pool's segment, its bounds checked by [`Mapping::piece`] (or, under
+/// [`Mapping::piece_unchecked`]'s contract, by its caller beforehand): what a read without the
+/// pool's lock needs, with no further check.
 pub struct Piece<'a> {
     /// The header's first byte (16-aligned).
     at: NonNull<u8>,
@@ -179,8 +213,8 @@ impl Piece<'_> {
     /// changing them: the caller validates before trusting).
     #[inline]
     pub fn header(&self) -> [u64; 2] {
-        // SAFETY: the 16 header bytes are inside the mapping (`Mapping::piece` checked) and
-        // 16-aligned; the mapping outlives `'_`; AtomicU64 has the layout of u64 and tolerates
+        // SAFETY: the 16 header bytes are inside the mapping (checked when the piece was made)
+        // and 16-aligned; the mapping outlives `'_`; AtomicU64 has the layout of u64 and tolerates
         // concurrent writers.
         let words = unsafe { &*self.at.as_ptr().cast::<[AtomicU64; 2]>() };
         [
@@ -196,7 +230,7 @@ impl Piece<'_> {
         out.reserve(self.len);
         let at = out.len();
         // SAFETY: the payload, `len` bytes after the header, is inside the mapping
-        // (`Mapping::piece` checked); the destination is the vector's spare room, at least
+        // (checked when the piece was made); the destination is the vector's spare room, at least
         // `len` bytes after `reserve`, which cannot overlap the mapping. The copy initialises
         // those bytes. Concurrent changes to the source can only make the bytes stale or mixed,
         // never invalid (`u8`), and callers validate before use.

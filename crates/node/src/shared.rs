@@ -161,7 +161,11 @@ impl Control {
     /// when taken, none per index beyond the array's own.
     #[inline]
     pub fn gens(&self) -> &[std::sync::atomic::AtomicU64; MAX_SEGMENTS as usize + 1] {
-        self.map.u64_array_at(OFF_GEN)
+        const _: () = assert!(OFF_GEN.is_multiple_of(8));
+        const _: () = assert!(OFF_GEN + 8 * (MAX_SEGMENTS as usize + 1) <= SEGMENT_BYTES as usize);
+        // SAFETY: every `Control` maps `SEGMENT_BYTES` (`Control::map`, its one constructor),
+        // and the array lies inside them, 8-aligned (the assertions above, at compile time).
+        unsafe { self.map.u64_array_at_unchecked(OFF_GEN) }
     }
 
     /// Entry `i` of the cold order.

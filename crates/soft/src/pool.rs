@@ -26,7 +26,7 @@ use gleaner_node::Mapping;
 
 use crate::hits::HitCounts;
 use crate::plan::{self, Action, SegInfo};
-use crate::words::Word;
+use crate::words::{Placed, Word};
 
 /// Bytes of an object piece's header.
 pub const HEADER: u64 = 16;
@@ -450,46 +450,68 @@ impl PoolInner {
         self.ctrl.word(off).fetch_add(n, Ordering::Relaxed);
     }
 
-    /// Copies object `slot` out into `out` without the pool's lock, where its read words `w`
+    /// Copies an object out into `out` without the pool's lock, where its read words `w`
     /// allow (one piece, not moved, rewritten or dropped during the copy, its segment not
     /// punched, its header the one written). False sends the read to the locked path.
     ///
-    /// This is every hit's path, kept lean: a snapshot of four words, the header as two words,
-    /// the copy, then the seqlock's re-checks (the sequence number and the segment's
-    /// generation, both after the copy).
+    /// This is every hit's path, kept lean: a snapshot of the words (the place and length in
+    /// one word, checked against the mapping when they were published, so nothing is computed
+    /// or checked before the copy but the header), the header compared as two words, the copy,
+    /// then the seqlock's re-checks (the sequence number and the segment's generation, both
+    /// after the copy).
     #[inline(always)]
-    fn try_copy_unlocked(&self, slot: u32, w: &Word, out: &mut Vec<u8>) -> bool {
+    fn try_copy_unlocked(&self, w: &Word, out: &mut Vec<u8>) -> bool {
         let Some(s) = w.snapshot() else {
             return false;
         };
-        // Until confirmed, the fields may come from different writes: in range before use.
-        // Inside its segment, and the piece inside the mapping (which ends after the last
-        // segment, so this also keeps the segment within the pool's).
-        if u64::from(s.off) + HEADER + u64::from(s.len) > SEG {
-            return false;
-        }
-        let base = shared::segment_offset(s.seg) as usize + s.off as usize;
-        let Some(piece) = self.map.piece(base, s.len as usize) else {
-            return false;
-        };
+        // SAFETY: the offset and length come from one word, published by `publish_one`, which
+        // checked that the piece (16-aligned, its header and payload) lies inside the mapping.
+        let piece = unsafe { self.map.piece_unchecked(s.at as usize, s.len as usize) };
         // The piece's header: not the one written for this version (the place was reused, or
         // punched): the locked path decides.
-        let [h0, h1] = piece.header();
-        if (u64::from_le(h0), u64::from_le(h1)) != header_words(slot, s.version, s.len, 0) {
+        if piece.header() != s.head {
             return false;
         }
         out.clear();
         piece.append_payload_to(out);
         // `still` fences, so the generation too is loaded after the copy: a punch before or
         // during the copy has moved it by then (the daemon bumps it before punching).
+        let seg = (s.at / SEG) as usize;
+        // SAFETY: the piece lies inside the mapping (above), whose segments are the control
+        // area and at most `MAX_SEGMENTS` data segments, so `seg <= MAX_SEGMENTS`, inside the
+        // array.
+        let gen = unsafe { self.ctrl.gens().get_unchecked(seg) };
         let same = w.still(&s);
-        let gen_now = self.ctrl.gens()[s.seg as usize].load(Ordering::Relaxed);
-        if !same || gen_now != s.gen {
+        if !same || gen.load(Ordering::Relaxed) != s.gen {
             out.clear();
             return false;
         }
         w.hit();
         true
+    }
+
+    /// Publishes where object `slot` lies now for reads without the lock (`None`: under the
+    /// lock only), after checking that the piece lies inside the mapping: the unlocked read
+    /// copies from it with no check of its own.
+    fn publish_one(&self, g: &Inner, slot: u32, place: Option<(Loc, u32)>) {
+        let placed = place.map(|(l, version)| {
+            let at = shared::segment_offset(l.seg) + u64::from(l.off);
+            assert!(
+                l.seg >= 1
+                    && l.seg <= self.nseg
+                    && at.is_multiple_of(16)
+                    && at + HEADER + u64::from(l.len) <= self.map.len() as u64,
+                "a piece outside the pool's mapping"
+            );
+            let (h0, h1) = header_words(slot, version, l.len, 0);
+            Placed {
+                at,
+                len: l.len,
+                head: [h0.to_le(), h1.to_le()],
+                gen: g.segs[l.seg as usize].gen,
+            }
+        });
+        g.objs[slot as usize].words.publish(placed);
     }
 
     /// Copies the object out into `out` if it is present and intact. Returns false (after
@@ -553,25 +575,28 @@ impl PoolInner {
         true
     }
 
-    /// Reads object `slot` into `out`: a copy, from soft memory on a hit, from the
-    /// reconstructor (called with `args`) on a miss. False if the reconstructor gave nothing.
-    /// `words` are the slot's read words (its soft pointer keeps them).
-    #[inline]
-    pub(crate) fn read(&self, slot: u32, words: &Word, args: &[u8], out: &mut Vec<u8>) -> bool {
-        if self.try_copy_unlocked(slot, words, out) {
-            self.hits.add_one();
-            if self.cfg.verify {
-                self.verify(args, out);
-            }
-            return true;
+    /// A read's first half: a hit without the lock, through the object's read words `words`
+    /// (its soft pointer keeps them), counted; false sends the read to
+    /// [`PoolInner::read_locked`]. The soft pointer calls the two (`SoftBox::read_into`), so
+    /// that nothing only the second half needs (the slot) is held across the hit's copy.
+    #[inline(always)]
+    pub(crate) fn read_hit(&self, words: &Word, args: &[u8], out: &mut Vec<u8>) -> bool {
+        if !self.try_copy_unlocked(words, out) {
+            return false;
         }
-        self.read_locked(slot, args, out)
+        self.hits.add_one();
+        if self.cfg.verify {
+            self.verify(args, out);
+        }
+        true
     }
 
-    /// The rest of [`PoolInner::read`]: under the lock, a hit the unlocked path could not
-    /// take (an object in pieces, one moving or in a segment the daemon took), or a miss.
+    /// The rest of a read of object `slot` into `out`: under the lock, a hit the unlocked path
+    /// could not take (an object in pieces, one moving or in a segment the daemon took), or a
+    /// miss, which runs the reconstructor (called with `args`). False if the reconstructor gave
+    /// nothing.
     #[inline(never)]
-    fn read_locked(&self, slot: u32, args: &[u8], out: &mut Vec<u8>) -> bool {
+    pub(crate) fn read_locked(&self, slot: u32, args: &[u8], out: &mut Vec<u8>) -> bool {
         let victim;
         {
             let mut g = self.lock();
@@ -650,10 +675,7 @@ impl PoolInner {
         }
         g.objs[slot as usize].place = if locs.len() == 1 {
             let l = locs[0];
-            let gen = g.segs[l.seg as usize].gen;
-            g.objs[slot as usize]
-                .words
-                .publish(Some((l.seg, l.off, l.len, version, gen)));
+            self.publish_one(g, slot, Some((l, version)));
             Place::One(l)
         } else {
             Place::Many(locs.clone().into_boxed_slice())
@@ -835,7 +857,7 @@ impl PoolInner {
     fn drop_place(&self, g: &mut Inner, slot: u32) {
         let place = std::mem::take(&mut g.objs[slot as usize].place);
         if matches!(place, Place::One(_)) {
-            g.objs[slot as usize].words.publish(None);
+            self.publish_one(g, slot, None);
         }
         for l in place.locs() {
             let s = &mut g.segs[l.seg as usize];

@@ -47,7 +47,14 @@ impl SoftBox {
     /// A hit is inlined into the caller: no lock, no shared atomic write.
     #[inline]
     pub fn read_into(&self, args: &[u8], out: &mut Vec<u8>) -> bool {
-        self.pool.inner.read(self.slot, &self.words, args, out)
+        self.pool.inner.read_hit(&self.words, args, out) || self.read_locked(args, out)
+    }
+
+    /// The read's locked path (a hit the unlocked path could not take, or a miss), out of line.
+    #[cold]
+    #[inline(never)]
+    fn read_locked(&self, args: &[u8], out: &mut Vec<u8>) -> bool {
+        self.pool.inner.read_locked(self.slot, args, out)
     }
 
     /// Replaces the object's value (no reconstruction needed). False if the grant had no room
