@@ -232,7 +232,7 @@ pub const DEFAULT_PREFETCH: PrefetcherKind = PrefetcherKind::Leap { pw_max: 32 }
 /// bits; a page that comes back keeps its count). Under memcached at 50% it took 0.97-1.08x
 /// Linux swap's far faults per request where `recency` (the default before) took 1.07-1.13x,
 /// redis alike; every batch program stays well under Linux swap's time with it (sqlite, node,
-/// the JVM program and the demo job 0.55-0.80x), though the JVM program takes more far faults
+/// the JVM program and the demo job 0.41-0.81x), though the JVM program takes more far faults
 /// than under `recency` (`docs/BENCHMARKS.md`, "Far faults per request beside Linux swap",
 /// and `bench/results/access-scan/steady/README.md`). `recency` took fewer than RackMem, the
 /// order before it, and `active` (Linux's two lists) a third more than `recency` under node
