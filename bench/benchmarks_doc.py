@@ -493,7 +493,8 @@ def defaults():
         "micro` at 50% local memory and the demo job under `gleaner run --local-mem 64M`. "
         "Ratios to the defaults (above 1: slower than the defaults). These are the defaults of the "
         "run's date, when the eviction order was RackMem; `recency` with the access scan became "
-        "the default later, measured in \"Evicting what is cold\" below.",
+        "the default later, then `frequency`, measured in \"Evicting what is cold\" and \"Far "
+        "faults per request beside Linux swap\" below.",
         ["configuration", "what changes", "seq ns/op ×", "random fault mean ×", "demo wall ×"],
         rows, [rel], "python3 bench/defaults.py", when(res),
         "`bench/results/DETAILS.md` (section defaults, with the absolute numbers)")
