@@ -43,7 +43,8 @@ pub(crate) struct Pool {
     deferred: Deferred,
 }
 
-/// Each bucket's chunks: fresh ones at the front, freed ones at the back (the last freed last).
+/// Each bucket's chunks: fresh ones at the front (the last pre-faulted first), freed ones at the
+/// back (the last freed last).
 type Buckets = [VecDeque<Chunk>; TABLE_SIZE + 1];
 
 /// Files `c` into its bucket: a freed chunk at the back (taken first), a fresh one at the front
@@ -176,9 +177,9 @@ mod tests {
         file(&mut b, chunk(3, 204 * K, true));
         file(&mut b, chunk(4, 204 * K, true));
         file(&mut b, chunk(5, 204 * K, false));
-        // The freed ones, last freed first, then the fresh ones, last pre-faulted first.
+        // The freed ones, last freed first, then the fresh ones, first pre-faulted first.
         let order: Vec<_> = (0..5).filter_map(|_| take(&mut b, 200 * K)).collect();
-        assert_eq!(order, [5, 2, 1, 4, 3]);
+        assert_eq!(order, [5, 2, 1, 3, 4]);
         assert_eq!(take(&mut b, 200 * K), None);
     }
 
