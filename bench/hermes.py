@@ -212,7 +212,8 @@ def reserve_counts(stats_path):
         r = st["latency_critical"]["processes"][0]["reserve"]
     except (OSError, ValueError, KeyError, IndexError):
         return None
-    keys = ["hits", "misses", "partial_hits", "small_misses", "small_misses_at", "busy",
+    keys = ["hits", "misses", "partial_hits", "large_hits", "fresh_hits", "reallocs_kept",
+            "reallocs_moved", "reallocs_moved_large", "realloc_copied_bytes", "small_misses", "small_misses_at", "busy",
             "fallbacks", "populate_failures", "thread_reaction_us", "thread_wake_delay_max_us",
             "thread_heap_refill_seconds", "thread_pool_refill_seconds",
             "thread_pool_refill_max_us", "thread_wakeups", "thread_wakeups_on_need",

@@ -190,6 +190,7 @@ pub(crate) unsafe extern "C" fn realloc_from(
         // SAFETY: a live block of the reserve.
         let old = unsafe { reserve::size_of(p) };
         if size <= old && size > old / 2 {
+            reserve::note_realloc(old, size, None);
             return p;
         }
         // SAFETY: a new block from wherever malloc serves it; the old one is copied and freed.
@@ -198,6 +199,7 @@ pub(crate) unsafe extern "C" fn realloc_from(
             if !n.is_null() {
                 std::ptr::copy_nonoverlapping(p as *const u8, n as *mut u8, old.min(size));
                 reserve::free(p);
+                reserve::note_realloc(old, size, Some(old.min(size)));
             }
             return n;
         }

@@ -270,6 +270,10 @@ impl Reserve {
                 unsafe { libc::munlock(c.start as *const c_void, c.len) };
                 self.stats.locked_bytes.fetch_sub(c.len, Ordering::Relaxed);
             }
+            self.stats.large_hits.fetch_add(1, Ordering::Relaxed);
+            if c.fresh {
+                self.stats.fresh_hits.fetch_add(1, Ordering::Relaxed);
+            }
             if self.pool.pooled() < self.pool_low.load(Ordering::Relaxed) {
                 self.wake();
             }
@@ -282,10 +286,12 @@ impl Reserve {
                 self.stats.partial_hits.fetch_add(1, Ordering::Relaxed);
                 return Some((start, 1, have, true));
             }
+            // Faulted in by the thread, never handed out: fresh.
             self.put_back(Chunk {
                 start,
                 len: have,
                 locked: false,
+                fresh: true,
             });
         }
         if len <= self.pool_bound {
@@ -388,6 +394,7 @@ impl Reserve {
             start: start & !1,
             len,
             locked: false,
+            fresh: false,
         });
     }
 }
@@ -421,6 +428,23 @@ pub(crate) unsafe fn size_of(p: *mut c_void) -> usize {
     // SAFETY: forwarded contract.
     let (start, len) = unsafe { header(p) };
     (start & !1) + len - p as usize
+}
+
+/// Notes a `realloc` of a reserve block of `old` usable bytes to `size`: kept in place, or
+/// moved (`copied` bytes copied into a new block).
+pub(crate) fn note_realloc(old: usize, size: usize, copied: Option<usize>) {
+    let Some(r) = RESERVE.get() else { return };
+    let s = &r.stats;
+    let Some(n) = copied else {
+        s.reallocs_kept.fetch_add(1, Ordering::Relaxed);
+        return;
+    };
+    s.reallocs_moved.fetch_add(1, Ordering::Relaxed);
+    if old.max(size) >= LARGE {
+        s.reallocs_moved_large.fetch_add(1, Ordering::Relaxed);
+    }
+    s.realloc_copied_bytes
+        .fetch_add(n as u64, Ordering::Relaxed);
 }
 
 /// Takes the reserve's locks before `fork`.
@@ -467,6 +491,12 @@ pub(crate) fn stats_json() -> Option<serde_json::Value> {
         "hits": n(&s.hits),
         "misses": n(&s.misses),
         "partial_hits": n(&s.partial_hits),
+        "fresh_hits": n(&s.fresh_hits),
+        "large_hits": n(&s.large_hits),
+        "reallocs_kept": n(&s.reallocs_kept),
+        "reallocs_moved": n(&s.reallocs_moved),
+        "reallocs_moved_large": n(&s.reallocs_moved_large),
+        "realloc_copied_bytes": n(&s.realloc_copied_bytes),
         "small_misses": n(&s.small_misses),
         "small_misses_at": PHASES
             .iter()

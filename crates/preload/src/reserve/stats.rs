@@ -14,6 +14,18 @@ pub(crate) struct Stats {
     /// Of the misses, large requests served with the chunk the thread was faulting in (they
     /// fault only the pages it had not reached).
     pub(crate) partial_hits: AtomicU64,
+    /// Large requests served from the pool, and of them those given a fresh chunk (one the
+    /// thread pre-faulted, never used by the program: cold in the caches) rather than one the
+    /// program freed.
+    pub(crate) large_hits: AtomicU64,
+    pub(crate) fresh_hits: AtomicU64,
+    /// `realloc`s of the reserve's blocks: answered in place (the block still fits), or moved
+    /// (a new block, the old one copied and freed; the reserve has no `mremap`), of them those
+    /// whose old or new size is large, and the bytes they copied.
+    pub(crate) reallocs_kept: AtomicU64,
+    pub(crate) reallocs_moved: AtomicU64,
+    pub(crate) reallocs_moved_large: AtomicU64,
+    pub(crate) realloc_copied_bytes: AtomicU64,
     /// Of the misses, small requests the heap had no block for (the rest are large requests
     /// the pool had no chunk for).
     pub(crate) small_misses: AtomicU64,

@@ -357,7 +357,15 @@ fn add_chunk(r: &Reserve, len: usize) -> bool {
     if locked {
         r.stats.locked_bytes.fetch_add(len, Ordering::Relaxed);
     }
-    if let Err(c) = r.pool.put(Chunk { start, len, locked }, r.pool_bound) {
+    if let Err(c) = r.pool.put(
+        Chunk {
+            start,
+            len,
+            locked,
+            fresh: true,
+        },
+        r.pool_bound,
+    ) {
         if c.locked {
             r.stats.locked_bytes.fetch_sub(c.len, Ordering::Relaxed);
         }
