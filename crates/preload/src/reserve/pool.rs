@@ -39,12 +39,13 @@ pub(crate) struct Pool {
     buckets: SpinLock<Buckets>,
     /// Bytes of chunks in the pool, those on `deferred` included.
     pooled: AtomicUsize,
-    /// Chunks put while the lock was held, not yet in their buckets (`len | locked`).
+    /// Chunks put while the lock was held, not yet in their buckets (`len | flags`: [`LOCKED`],
+    /// [`FRESH`]).
     deferred: Deferred,
 }
 
-/// Each bucket's chunks: fresh ones at the front (the last pre-faulted first), freed ones at the
-/// back (the last freed last).
+/// Each bucket's chunks: fresh ones at the front (the last pre-faulted frontmost), freed ones at
+/// the back (the last freed backmost).
 type Buckets = [VecDeque<Chunk>; TABLE_SIZE + 1];
 
 /// Files `c` into its bucket: a freed chunk at the back (taken first), a fresh one at the front
@@ -74,8 +75,8 @@ fn take_in(deferred: &Deferred, b: &mut Buckets) {
 }
 
 /// Takes the chunk for a request of `len` bytes out of `b`: in the smallest bucket that has one
-/// that fits, the one nearest the back (the last freed, else the last fresh one), the others kept
-/// in their order.
+/// that fits, the one nearest the back (the last freed, else the first pre-faulted fresh one),
+/// the others kept in their order.
 fn take_from(b: &mut Buckets, len: usize) -> Option<Chunk> {
     for chunks in b.iter_mut().skip(bucket(len)) {
         if let Some(i) = chunks.iter().rposition(|c| c.len >= len) {
