@@ -517,8 +517,8 @@ def cpython_suite():
         f"every module's outcome compared with all-local's (all the same: "
         f"{'yes' if res['same_outcomes'] else 'no'}).",
         ["mode", "all-local s", "gleaner s", "gleaner / all-local", "modules passed under gleaner"],
-        rows, [rel], "python3 tests/cpython/suite.py --gleaner target/release/gleaner "
-        "--sequential-baseline --out " + rel, "2026-12-06, `6eff0cc`",
+        rows, [rel], "python3 tests/cpython/suite.py --gleaner target/release/gleaner --baseline full "
+        "--sequential-modules all --sequential-baseline --out " + rel, "2026-12-06, `6eff0cc`",
         "`bench/results/cpython-suite/README.md`")
 
 

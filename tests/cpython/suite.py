@@ -1,22 +1,28 @@
 #!/usr/bin/env python3
-"""CPython's own regression tests, all-local and under `gleaner run`, compared.
+"""CPython's own regression tests, under `gleaner run` and all-local, compared.
 
 Runs the modules of `modules.txt` (CPython's `python3 -m test`, from the interpreter's own
-standard library) three times: all-local, then under `gleaner run --local-mem LOCAL`
-sequentially (every module in one interpreter, as a long-lived process that loads extension
-modules and forks), then under `gleaner run` with `-j JOBS` (each module in a worker process of
-its own, with a `$TMPDIR` of its own that regrtest checks is left clean). Each run's outcome per
-module (passed, failed, skipped, "env changed", ...) is read from regrtest's summary, and what is
-still running afterwards that the run started is looked for.
+standard library) under `gleaner run --local-mem LOCAL` twice: with `-j JOBS` (each module in a
+worker process of its own, with a `$TMPDIR` of its own that regrtest checks is left clean), and
+sequentially over the modules of `sequential.txt` (every module in one interpreter: a long-lived
+process that loads extension modules, starts threads and forks, its heap far). Each run's outcome
+per module (passed, failed, skipped, "env changed", ...) is read from regrtest's summary, and what
+is still running afterwards that the run started is looked for.
 
-It passes (exit 0) when both gleaner runs give every module the outcome the all-local run gave,
-no run hit the time limit, and no process of a gleaner run (nor a memnode it started) is left
-behind beyond what the all-local run leaves. A module whose outcome differs is run again alone,
-all-local and under gleaner: the difference stands if it repeats, unless the module passed
+The yardstick is the interpreter alone: all-local, a module's outcome is "passed" here (nearly
+always), so only the modules that did not pass under gleaner are run all-local (`--baseline
+lazy`, the default), with `-j JOBS`; `--baseline full` runs every module all-local first, as the
+other runs. A module passing under gleaner needs no yardstick: whatever it does all-local, gleaner
+broke nothing.
+
+It passes (exit 0) when both gleaner runs give every module the outcome the interpreter gives it
+alone, no run hit the time limit, and no process of a gleaner run (nor a memnode it started) is
+left behind beyond what the all-local run leaves. A module whose outcome differs is run again
+alone, all-local and under gleaner: the difference stands if it repeats, unless the module passed
 under gleaner both times and failed both times all-local (a timing-sensitive module, such as
 test_signal, on a loaded machine: nothing gleaner broke), which is reported apart
-(`passed_only_under_gleaner`). The last line of its output is one JSON object:
-the outcomes, the wall times, and the verdict.
+(`passed_only_under_gleaner`). The last line of its output is one JSON object: the outcomes, the
+wall times, and the verdict.
 
     python3 tests/cpython/suite.py --gleaner target/release/gleaner [--local-mem 32M] [--jobs 2]
 """
@@ -158,6 +164,12 @@ def main():
     ap.add_argument("--local-mem", default="32M", help="gleaner run's --local-mem")
     ap.add_argument("--jobs", type=int, default=2, help="regrtest -j for the parallel run")
     ap.add_argument("--modules", default=os.path.join(HERE, "modules.txt"))
+    ap.add_argument("--sequential-modules", default=os.path.join(HERE, "sequential.txt"),
+                    help="the modules of the sequential gleaner run (a subset of --modules), "
+                         "or `all`")
+    ap.add_argument("--baseline", choices=["lazy", "full"], default="lazy",
+                    help="lazy: run all-local only the modules that did not pass under gleaner; "
+                         "full: every module all-local, first")
     ap.add_argument("--module-timeout", type=int, default=300,
                     help="regrtest --timeout: a module taking longer is stopped, and fails")
     ap.add_argument("--limit", type=int, default=900, help="seconds each whole run may take")
@@ -168,29 +180,31 @@ def main():
     args = ap.parse_args()
 
     modules = read_modules(args.modules)
+    sequential = modules if args.sequential_modules == "all" else \
+        read_modules(args.sequential_modules)
+    unknown = sorted(set(sequential) - set(modules))
+    if unknown:
+        raise SystemExit(f"{args.sequential_modules} names modules {args.modules} does not: "
+                         f"{' '.join(unknown)}")
     gleaner = os.path.abspath(args.gleaner)
+    gleaner_prefix = [gleaner, "run", "--local-mem", args.local_mem, "--"]
     test_cmd = [args.python, "-m", "test", "--timeout", str(args.module_timeout)]
+    jobs = ["-j", str(args.jobs)]
     runs = {}
     left = {}
-    plan = [
-        ("all-local", [], ["-j", str(args.jobs)]),
-        ("gleaner", [gleaner, "run", "--local-mem", args.local_mem, "--"], []),
-        (f"gleaner -j{args.jobs}", [gleaner, "run", "--local-mem", args.local_mem, "--"],
-         ["-j", str(args.jobs)]),
-    ]
-    if args.sequential_baseline:
-        plan.insert(1, ("all-local sequential", [], []))
-    for label, prefix, extra in plan:
+
+    def run_labelled(label, prefix, extra, mods):
         marker = f"GLEANER_CPYTHON_SUITE={uuid.uuid4().hex}"
         env = dict(os.environ)
         env[marker.split("=")[0]] = marker.split("=")[1]
-        argv = prefix + test_cmd + extra + modules
-        output, status, wall, timed_out = run(label, argv, env, args.limit)
+        output, status, wall, timed_out = run(label, prefix + test_cmd + extra + mods, env,
+                                              args.limit)
         runs[label] = {
             "status": status,
             "wall_seconds": round(wall, 1),
             "timed_out": timed_out,
-            "outcomes": outcomes(output, modules),
+            "modules": len(mods),
+            "outcomes": outcomes(output, mods),
         }
         if "missing" in runs[label]["outcomes"].values() or timed_out:
             print(output[-4000:], flush=True)
@@ -203,10 +217,33 @@ def main():
             except OSError:
                 pass
 
+    if args.baseline == "full":
+        run_labelled("all-local", [], jobs, modules)
+    if args.sequential_baseline:
+        run_labelled("all-local sequential", [], [], sequential)
+    run_labelled(f"gleaner -j{args.jobs}", gleaner_prefix, jobs, modules)
+    run_labelled("gleaner", gleaner_prefix, [], sequential)
+    if args.baseline == "lazy":
+        # The yardstick for the modules that did not pass under gleaner; every other module
+        # is taken as passing all-local (what the interpreter's own suite does here).
+        not_passed = sorted({m for label, r in runs.items() if not label.startswith("all-local")
+                             for m, o in r["outcomes"].items() if o != "passed"},
+                            key=modules.index)
+        if not_passed:
+            run_labelled("all-local", [], jobs, not_passed)
+        else:
+            runs["all-local"] = {"status": None, "wall_seconds": 0.0, "timed_out": False,
+                                 "modules": 0, "outcomes": {}}
+            left["all-local"] = []
+        runs["all-local"]["outcomes"] = {m: runs["all-local"]["outcomes"].get(m, "passed")
+                                         for m in modules}
+        runs["all-local"]["lazy"] = True
+
     base = runs["all-local"]["outcomes"]
     differences = {}
     retried = {}
     better = {}
+    local_again = {}  # a module's all-local retry serves both gleaner runs
     for label in runs:
         if label.startswith("all-local"):
             continue
@@ -217,11 +254,14 @@ def main():
         # only if it repeats. Retries are reported.
         for m in list(diff):
             again = {}
-            gleaner_prefix = [gleaner, "run", "--local-mem", args.local_mem, "--"]
             for again_label, prefix in (("all-local", []), (label, gleaner_prefix)):
+                if again_label == "all-local" and m in local_again:
+                    again[again_label] = local_again[m]
+                    continue
                 out, _, _, _ = run(f"{again_label} again: {m}", prefix + test_cmd + [m],
                                    dict(os.environ), args.limit)
                 again[again_label] = outcomes(out, [m])[m]
+            local_again[m] = again["all-local"]
             retried.setdefault(label, {})[m] = {"first": diff[m], "again": again}
             if again["all-local"] == again[label]:
                 del diff[m]
@@ -252,6 +292,8 @@ def main():
         print(f"TIMED OUT: {label} ran past {args.limit} s")
     summary = {
         "modules": len(modules),
+        "sequential_modules": len(sequential),
+        "baseline": args.baseline,
         "local_mem": args.local_mem,
         "wall_seconds": {label: r["wall_seconds"] for label, r in runs.items()},
         "counts": {label: {o: list(r["outcomes"].values()).count(o)
