@@ -189,6 +189,14 @@ pub struct RunArgs {
     /// reads of resident pages: each order works from those.
     #[arg(long, value_name = "NAME", default_value_t = gleaner_pager::DEFAULT_EVICT)]
     evict: gleaner_pager::EvictKind,
+    /// Pages per eviction batch (the preload library's GLEANER_EVICT_BATCH). Default: a
+    /// sixteenth of the budget, 16 to 128 pages, fewer while a batch's write-back takes over
+    /// about 1 ms (a slow link). Smaller batches shorten the wait of a fault on a page being
+    /// evicted and of a program sharing its CPU with the reclaim thread: with 32, redis's GET
+    /// p99 beside Linux swap fell from 1.5-1.6x to 1.05-1.26x when pinned to one CPU; memcached
+    /// gained nothing and collapsed once (`bench/results/access-scan/steady/batch32-quiet/`).
+    #[arg(long, value_name = "PAGES", value_parser = clap::value_parser!(u64).range(1..=1024))]
+    evict_batch: Option<u64>,
     /// The access scan: a reclaim thread reads which resident pages the program wrote since its
     /// last look (the kernel's written bits under asynchronous dirty tracking, with one
     /// PAGEMAP_SCAN) and tells the eviction order, so pages in use stay. `auto` (default: on
@@ -491,6 +499,9 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
         // No more copies than memnodes reachable at the start.
         let memnodes = endpoint.split(',').count();
         cmd.env("GLEANER_REPLICAS", r.min(memnodes).to_string());
+    }
+    if let Some(n) = args.evict_batch {
+        cmd.env("GLEANER_EVICT_BATCH", n.to_string());
     }
     if let Some(t) = &args.stats_trace {
         cmd.env("GLEANER_STATS_TRACE", absolute("--stats-trace", t)?);

@@ -109,6 +109,28 @@ fn mixed_allocator_and_mapping_calls_keep_every_byte() {
     );
 }
 
+/// `--evict-batch N` sizes every eviction batch: the batches take N pages at most (so more
+/// batches for the same evictions than the default's 128), and every byte still comes back.
+#[test]
+fn evict_batch_sets_the_pages_each_batch_takes_and_keeps_every_byte() {
+    let (code, out, err, stats) = run_program("12M", "mixed", "48", &["--evict-batch", "8"]);
+    assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
+    assert!(out.contains("mixed ok"), "{out}");
+    let e = &stats["total"]["evictions"];
+    let pages = e["clean"].as_u64().unwrap() + e["dirty"].as_u64().unwrap();
+    let batches = e["batches"].as_u64().unwrap();
+    assert!(pages > 2000, "the run evicted: {stats}");
+    // Raced writes and aborted batches aside, a batch evicts what it took: at most 8 pages.
+    assert!(
+        batches * 8 >= pages,
+        "{pages} pages in {batches} batches: {stats}"
+    );
+    // Out of range: a clear error before anything runs.
+    let (code, _, err, _) = run_program("12M", "mixed", "48", &["--evict-batch", "0"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--evict-batch"), "{err}");
+}
+
 /// Small blocks of every size, freed, reused, reallocated across size classes and checked after
 /// a trip to the memnode; one size's blocks pack together (the heap's size classes); a fork
 /// child allocates too.
