@@ -158,6 +158,48 @@ fn large_requests_past_the_pool_take_the_chunk_being_formed() {
     assert!(r["hits"].as_u64().unwrap() >= 1, "{r}");
 }
 
+/// Large blocks from the reserve's pool start at cache lines spread over their chunk's first
+/// page, not all at one page offset (at offset 16, right after the header, the kernel's socket
+/// copies into and out of them ran 1.7x slower: `large_block_offset`), and keep their contents.
+#[test]
+fn large_blocks_start_at_varied_page_offsets() {
+    let dir = TempDir::new("hermes-offsets");
+    let s = dir.path().join("stats.json");
+    let (code, out, err) = run_gleaner(
+        &[
+            "run",
+            "--far",
+            "off",
+            "--latency-critical",
+            "--stats",
+            s.to_str().unwrap(),
+            "--",
+            program(),
+            "offsets",
+            "64",
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    let r = &stats(&s)["latency_critical"]["processes"][0]["reserve"];
+    assert!(
+        r["large_hits"].as_u64().unwrap() >= 32,
+        "the pool served them: {r}"
+    );
+    let field = |name: &str| -> u64 {
+        out.split(&format!("{name}="))
+            .nth(1)
+            .and_then(|t| t.split_whitespace().next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no {name}= in {out}"))
+    };
+    assert!(field("distinct") >= 16, "{out}");
+    // A block at offset 16 came from the C library (a request the reserve did not serve).
+    assert!(
+        field("at16") <= r["fallbacks"].as_u64().unwrap(),
+        "{out}\n{r}"
+    );
+}
+
 /// Four threads allocate, reallocate and free blocks of mixed sizes (the reserve's heap and its
 /// pool) while the reserve's thread refills and trims: the requests and the thread meet on the
 /// heap's, the pool's and the window's locks, where a request that finds one held falls back or
