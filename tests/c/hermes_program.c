@@ -330,26 +330,25 @@ static int run_contend(long threads, long rounds) {
     return 0;
 }
 
-/* `offsets N`: N large blocks (200 KiB) held at once, then their page offsets: how many
- * distinct ones, and how many at 16 (right after a 16-byte header at a page's start). Every
- * block is written whole and checked before it is freed. */
-static int run_offsets(long n) {
-    enum { SIZE = 200 << 10 };
+/* `offsets N [KIB]`: N large blocks (200 KiB, or KIB KiB) held at once, then their page
+ * offsets: how many distinct ones, and how many at 16 (right after a 16-byte header at a page's
+ * start). Every block is written whole and checked before it is freed. */
+static int run_offsets(long n, size_t size) {
     unsigned char **b = calloc((size_t)n, sizeof *b);
     int seen[4096 / 16] = {0};
     long distinct = 0, at16 = 0;
     CHECK(b, "calloc");
     for (long i = 0; i < n; i++) {
-        b[i] = malloc(SIZE);
-        CHECK(b[i], "malloc %d", SIZE);
-        put_pattern(b[i], SIZE, (unsigned)i + 1);
+        b[i] = malloc(size);
+        CHECK(b[i], "malloc %zu", size);
+        put_pattern(b[i], size, (unsigned)i + 1);
         size_t off = (uintptr_t)b[i] % 4096;
         CHECK(off % 16 == 0, "block %ld at page offset %zu: not 16-byte aligned", i, off);
         distinct += !seen[off / 16]++;
         at16 += off == 16;
     }
     for (long i = 0; i < n; i++) {
-        CHECK(has_pattern(b[i], SIZE, (unsigned)i + 1), "block %ld changed", i);
+        CHECK(has_pattern(b[i], size, (unsigned)i + 1), "block %ld changed", i);
         free(b[i]);
     }
     free(b);
@@ -373,9 +372,10 @@ int main(int argc, char **argv) {
     if (argc > 2 && !strcmp(argv[1], "burst")) return run_burst(atol(argv[2]));
     if (argc > 2 && !strcmp(argv[1], "startup")) return run_startup(atol(argv[2]));
     if (argc > 2 && !strcmp(argv[1], "large")) return run_large(atol(argv[2]));
-    if (argc > 2 && !strcmp(argv[1], "offsets")) return run_offsets(atol(argv[2]));
+    if (argc > 2 && !strcmp(argv[1], "offsets"))
+        return run_offsets(atol(argv[2]), (argc > 3 ? (size_t)atol(argv[3]) : 200) << 10);
     if (argc > 3 && !strcmp(argv[1], "contend")) return run_contend(atol(argv[2]), atol(argv[3]));
     fprintf(stderr, "usage: %s all | bound MB | hold FILE | idle MS | burst MIB | startup N | "
-            "large MIB | offsets N | contend T R\n", argv[0]);
+            "large MIB | offsets N [KIB] | contend T R\n", argv[0]);
     return 2;
 }

@@ -200,6 +200,35 @@ fn large_blocks_start_at_varied_page_offsets() {
     );
 }
 
+/// The same for far memory's own heap (no reserve): its big blocks (256 KiB and more) start at
+/// cache lines spread over their first page, none at 16, and keep their contents through a
+/// budget that sends most of them to the memnode.
+#[test]
+fn big_blocks_of_the_far_memory_heap_start_at_varied_page_offsets() {
+    let (code, out, err) = run_gleaner(
+        &[
+            "run",
+            "--local-mem",
+            "8M",
+            "--",
+            program(),
+            "offsets",
+            "64",
+            "300",
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    let field = |name: &str| -> u64 {
+        out.split(&format!("{name}="))
+            .nth(1)
+            .and_then(|t| t.split_whitespace().next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no {name}= in {out}"))
+    };
+    assert!(field("distinct") >= 16, "{out}");
+    assert_eq!(field("at16"), 0, "{out}");
+}
+
 /// Four threads allocate, reallocate and free blocks of mixed sizes (the reserve's heap and its
 /// pool) while the reserve's thread refills and trims: the requests and the thread meet on the
 /// heap's, the pool's and the window's locks, where a request that finds one held falls back or

@@ -3,7 +3,9 @@
 //! Blocks of up to [`slab::MAX_SMALL`] bytes (with at most 16-byte alignment) come from size
 //! classes on pages of their own (`slab.rs`: hot small objects pack together, away from large
 //! values). Other small blocks come from a TLSF allocator whose pools are 64 MiB chunks carved
-//! from the arena; blocks of [`BIG`] bytes or more take whole pages from the arena. A freed one
+//! from the arena; blocks of [`BIG`] bytes or more take whole pages from the arena, one more than
+//! they need, and start at a cache line of their first page that changes from block to block (at
+//! one fixed offset the kernel's copies into and out of them ran 1.5x slower). A freed one
 //! is kept for the next big block of its size or smaller, within bounds (`retain.rs`), beyond
 //! which its memory is released locally and on the memnode. Every TLSF or big block carries a
 //! 16-byte header just before the pointer handed out: `[start, n]`. For a TLSF block `start` is
@@ -19,7 +21,10 @@ use std::alloc::Layout;
 use std::ffi::c_void;
 use std::ptr::NonNull;
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use gleaner_pager::PAGE_SIZE;
+use gleaner_policy::hermes::large_block_offset;
 
 use crate::arena;
 use crate::lock::SpinLock;
@@ -30,6 +35,8 @@ const BIG: usize = 256 * 1024;
 /// Size of each TLSF pool carved from the arena.
 const POOL: usize = 64 << 20;
 const HEADER: usize = 16;
+/// Big blocks so far: what spreads them over their first page's cache lines.
+static BIG_SEQ: AtomicU64 = AtomicU64::new(0);
 
 type Tlsf = rlsf::Tlsf<'static, u32, u32, 24, 32>;
 
@@ -70,7 +77,19 @@ fn alloc_block(size: usize, align: usize) -> (*mut c_void, bool) {
     let Some(a) = arena::get() else {
         return null;
     };
-    let (start, tag, n, fresh) = if total >= BIG {
+    let big = total >= BIG;
+    // A big block aligned to a page or less takes a page more than it needs and starts at a
+    // cache line of its first page; one aligned to more, right after its header, aligned.
+    let spread = big && align <= PAGE_SIZE;
+    let (start, tag, n, fresh) = if big {
+        let total = if spread {
+            let Some(t) = size.checked_add(PAGE_SIZE) else {
+                return null;
+            };
+            t
+        } else {
+            total
+        };
         // A freed big block kept for reuse first: its resident pages take no fault at first
         // touch (`retain.rs`).
         let bytes = total.div_ceil(PAGE_SIZE) * PAGE_SIZE;
@@ -87,9 +106,20 @@ fn alloc_block(size: usize, align: usize) -> (*mut c_void, bool) {
             None => return null,
         }
     };
-    let user = align_up(start + HEADER, align);
-    // SAFETY: [start, start+total) is ours; user - HEADER >= start, and the header's 16 bytes end
-    // at `user`, inside the block. Writing may fault; this is an application thread.
+    let user = if spread {
+        // Not right after the header: at one page offset for every big block, the kernel's
+        // copies into and out of them (a socket's, a file's) ran 1.5x slower (the reserve's
+        // `large_block_offset` says why).
+        let seq = BIG_SEQ.fetch_add(1, Ordering::Relaxed);
+        start + large_block_offset(seq, align, PAGE_SIZE)
+    } else {
+        align_up(start + HEADER, align)
+    };
+    // SAFETY: [start, start+n) is ours; user - HEADER >= start (a spread block's offset is at
+    // least a cache line), and the header's 16 bytes end at `user`, inside the block; the block's
+    // `size` bytes follow within it (a spread block's pages are `size` plus a page, the most its
+    // offset is; any other block is `size + align + HEADER`). Writing may fault; this is an
+    // application thread.
     unsafe {
         let h = (user - HEADER) as *mut usize;
         h.write(start | tag);
