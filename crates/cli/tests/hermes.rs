@@ -142,20 +142,28 @@ fn start_up_allocations_are_served_from_a_heap_stocked_before_the_program_runs()
 /// Large requests faster than the thread can fault chunks in (the program only allocates):
 /// once the pool is empty, requests take the chunk the thread is forming, and every block's
 /// contents (calloc's zeros included) survive the race with the thread's last piece.
+///
+/// Whether a request meets a chunk in formation is a race: on 2 vCPUs the scheduler sometimes
+/// leaves the thread without a CPU until the program is done (2 to 5 runs in 10 here). So the
+/// program runs up to 8 times, each run checked, until one shows a partial hit.
 #[test]
 fn large_requests_past_the_pool_take_the_chunk_being_formed() {
     let dir = TempDir::new("hermes-large");
-    let r = reserve_after(&dir, &["large", "128"]);
-    let partial = r["partial_hits"].as_u64().unwrap();
-    assert!(
-        partial >= 1,
-        "no request took the chunk the thread was forming: {r}"
-    );
-    assert!(
-        partial <= r["misses"].as_u64().unwrap(),
-        "partial hits are counted among the misses: {r}"
-    );
-    assert!(r["hits"].as_u64().unwrap() >= 1, "{r}");
+    let mut seen = Vec::new();
+    for _ in 0..8 {
+        let r = reserve_after(&dir, &["large", "128"]);
+        let partial = r["partial_hits"].as_u64().unwrap();
+        assert!(
+            partial <= r["misses"].as_u64().unwrap(),
+            "partial hits are counted among the misses: {r}"
+        );
+        assert!(r["hits"].as_u64().unwrap() >= 1, "{r}");
+        if partial >= 1 {
+            return;
+        }
+        seen.push(r);
+    }
+    panic!("in 8 runs no request took the chunk the thread was forming: {seen:?}");
 }
 
 /// Large blocks from the reserve's pool start at cache lines spread over their chunk's first

@@ -219,8 +219,7 @@ impl Reserve {
         };
         self.stats.demand(size, large);
         let (start, tag, len, fresh) = if large {
-            // One page more than the block: it starts at a cache line of the first page.
-            self.large(size.checked_add(PAGE_SIZE)?)?
+            self.large(size)?
         } else {
             match self.heap.take(total) {
                 Taken::Block(start) => {
@@ -269,13 +268,13 @@ impl Reserve {
         Some(user as *mut c_void)
     }
 
-    /// A chunk for a large request of `total` bytes: from the pool (a hit), else the chunk the
-    /// thread is faulting in (a miss that faults only the pages not yet in), else a fresh range
-    /// of the window that the program faults in itself (a miss, which the pool takes back when
-    /// freed), else nothing (the request falls back). Returns `(start, 1, len, fresh)`: `fresh`
+    /// A chunk for a large request of `size` bytes ([`large_chunk_len`]): from the pool (a hit),
+    /// else the chunk the thread is faulting in (a miss that faults only the pages not yet in),
+    /// else a fresh range of the window that the program faults in itself (a miss, which the
+    /// pool takes back when freed), else nothing (the request falls back). Returns `(start, 1, len, fresh)`: `fresh`
     /// blocks read as zeros (what the thread faulted in is zero pages too).
-    fn large(&self, total: usize) -> Option<(usize, usize, usize, bool)> {
-        let len = chunk_len(total, 0, PAGE_SIZE)?;
+    fn large(&self, size: usize) -> Option<(usize, usize, usize, bool)> {
+        let len = large_chunk_len(size)?;
         let Ok(pooled) = self.pool.take(len) else {
             return self.busy();
         };
@@ -413,6 +412,13 @@ impl Reserve {
             fresh: false,
         });
     }
+}
+
+/// The chunk that serves a large request of `size` bytes, and the chunks the thread forms for
+/// requests of that size: whole pages, one more than the block needs, because the block starts
+/// at a cache line of the first page ([`large_block_offset`]) with its header before it.
+fn large_chunk_len(size: usize) -> Option<usize> {
+    chunk_len(size, PAGE_SIZE, PAGE_SIZE)
 }
 
 /// # Safety

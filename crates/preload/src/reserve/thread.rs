@@ -17,8 +17,7 @@ use std::time::{Duration, Instant};
 
 use gleaner_pager::PAGE_SIZE;
 use gleaner_policy::hermes::{
-    chunk_len, demand_rate, heap_plan, horizon_us, per_period, pool_target, reaction_peak, target,
-    Interval,
+    demand_rate, heap_plan, horizon_us, per_period, pool_target, reaction_peak, target, Interval,
 };
 use gleaner_sys::cputime::thread_cpu_ns;
 
@@ -279,8 +278,7 @@ fn refill_pool(r: &Reserve, demand: &LargeDemand, horizon: u64) -> bool {
     let Some(mean) = demand.mean else {
         return true;
     };
-    let Some(len) = chunk_len(mean, super::HEADER + 16, PAGE_SIZE).filter(|&l| l <= r.pool_bound)
-    else {
+    let Some(len) = super::large_chunk_len(mean).filter(|&l| l <= r.pool_bound) else {
         return true;
     };
     let began = Instant::now();
