@@ -20,7 +20,6 @@
 use std::alloc::Layout;
 use std::ffi::c_void;
 use std::ptr::NonNull;
-
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use gleaner_pager::PAGE_SIZE;

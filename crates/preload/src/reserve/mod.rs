@@ -271,8 +271,9 @@ impl Reserve {
     /// A chunk for a large request of `size` bytes ([`large_chunk_len`]): from the pool (a hit),
     /// else the chunk the thread is faulting in (a miss that faults only the pages not yet in),
     /// else a fresh range of the window that the program faults in itself (a miss, which the
-    /// pool takes back when freed), else nothing (the request falls back). Returns `(start, 1, len, fresh)`: `fresh`
-    /// blocks read as zeros (what the thread faulted in is zero pages too).
+    /// pool takes back when freed), else nothing (the request falls back). Returns
+    /// `(start, 1, len, fresh)`: `fresh` blocks read as zeros (what the thread faulted in is
+    /// zero pages too).
     fn large(&self, size: usize) -> Option<(usize, usize, usize, bool)> {
         let len = large_chunk_len(size)?;
         let Ok(pooled) = self.pool.take(len) else {
