@@ -75,6 +75,11 @@ fn the_reserve_stays_within_its_bound() {
 
 /// The reserve of a run of `program()` with `args`, from its stats (far memory off).
 fn reserve_after(dir: &TempDir, args: &[&str]) -> serde_json::Value {
+    reserve_run(dir, args).1
+}
+
+/// [`reserve_after`], with the program's output.
+fn reserve_run(dir: &TempDir, args: &[&str]) -> (String, serde_json::Value) {
     let s = dir.path().join("stats.json");
     let mut all = vec![
         "run",
@@ -90,7 +95,16 @@ fn reserve_after(dir: &TempDir, args: &[&str]) -> serde_json::Value {
     let (code, out, err) = run_gleaner(&all, Duration::from_secs(60));
     assert_eq!(code, Some(0), "{args:?}: {out}\n{err}");
     assert!(out.contains("done"), "{out}");
-    stats(&s)["latency_critical"]["processes"][0]["reserve"].clone()
+    let reserve = stats(&s)["latency_critical"]["processes"][0]["reserve"].clone();
+    (out, reserve)
+}
+
+/// The number the program printed after `name=`.
+fn printed(out: &str, name: &str) -> u64 {
+    out.split(&format!("{name}="))
+        .nth(1)
+        .and_then(|t| t.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no {name}= in {out}"))
 }
 
 /// While the program asks for nothing the reserve's thread sleeps (a timeout that doubles up
@@ -172,38 +186,15 @@ fn large_requests_past_the_pool_take_the_chunk_being_formed() {
 #[test]
 fn large_blocks_start_at_varied_page_offsets() {
     let dir = TempDir::new("hermes-offsets");
-    let s = dir.path().join("stats.json");
-    let (code, out, err) = run_gleaner(
-        &[
-            "run",
-            "--far",
-            "off",
-            "--latency-critical",
-            "--stats",
-            s.to_str().unwrap(),
-            "--",
-            program(),
-            "offsets",
-            "64",
-        ],
-        Duration::from_secs(60),
-    );
-    assert_eq!(code, Some(0), "{out}\n{err}");
-    let r = &stats(&s)["latency_critical"]["processes"][0]["reserve"];
+    let (out, r) = reserve_run(&dir, &["offsets", "64"]);
     assert!(
         r["large_hits"].as_u64().unwrap() >= 32,
         "the pool served them: {r}"
     );
-    let field = |name: &str| -> u64 {
-        out.split(&format!("{name}="))
-            .nth(1)
-            .and_then(|t| t.split_whitespace().next()?.parse().ok())
-            .unwrap_or_else(|| panic!("no {name}= in {out}"))
-    };
-    assert!(field("distinct") >= 16, "{out}");
+    assert!(printed(&out, "distinct") >= 16, "{out}");
     // A block at offset 16 came from the C library (a request the reserve did not serve).
     assert!(
-        field("at16") <= r["fallbacks"].as_u64().unwrap(),
+        printed(&out, "at16") <= r["fallbacks"].as_u64().unwrap(),
         "{out}\n{r}"
     );
 }
@@ -227,14 +218,8 @@ fn big_blocks_of_the_far_memory_heap_start_at_varied_page_offsets() {
         Duration::from_secs(60),
     );
     assert_eq!(code, Some(0), "{out}\n{err}");
-    let field = |name: &str| -> u64 {
-        out.split(&format!("{name}="))
-            .nth(1)
-            .and_then(|t| t.split_whitespace().next()?.parse().ok())
-            .unwrap_or_else(|| panic!("no {name}= in {out}"))
-    };
-    assert!(field("distinct") >= 16, "{out}");
-    assert_eq!(field("at16"), 0, "{out}");
+    assert!(printed(&out, "distinct") >= 16, "{out}");
+    assert_eq!(printed(&out, "at16"), 0, "{out}");
 }
 
 /// Four threads allocate, reallocate and free blocks of mixed sizes (the reserve's heap and its
