@@ -3,8 +3,8 @@
 //! the node daemon feed in what they measured and carry out what these functions decide.
 //!
 //! * [`heap_plan`]: gradual heap reservation (the paper's Algorithm 1) for small requests.
-//! * [`bucket`], [`chunk_len`], [`large_block_offset`]: the segregated pool of pre-faulted chunks for large requests
-//!   (Algorithm 2); [`demand_rate`], [`reaction_peak`], [`horizon_us`], [`pool_target`]: how
+//! * [`bucket`], [`chunk_len`], [`large_block_offset`]: the segregated pool of pre-faulted chunks
+//!   for large requests (Algorithm 2); [`demand_rate`], [`reaction_peak`], [`horizon_us`], [`pool_target`]: how
 //!   much it holds (the large requests' rate over the thread's measured reaction time).
 //! * [`watermark`]: how much free memory the daemon keeps, sized from the latency-critical
 //!   processes' allocation rate.
@@ -110,8 +110,8 @@ pub fn chunk_len(size: usize, header: usize, page: usize) -> Option<usize> {
 /// Why not right after the header, as small blocks: with every large block at the same page
 /// offset (16), the kernel's socket copies into and out of them ran 1.7x slower (a 200 KiB
 /// value received into a fresh block and a reply sent from another, over TCP loopback: p50
-/// 268-293 µs against 161-175 with glibc's or jemalloc's blocks; at any other offset tried, 32 to
-/// 2,048 bytes, 144-167 µs). The socket buffers' data sit at fixed page offsets too, so the
+/// 223-293 µs against 147-180 with glibc's or jemalloc's blocks; at any other offset tried, 32
+/// to 2,048 bytes, 144-167 µs; `bench/hermes/sockcopy.c`). The socket buffers' data sit at fixed page offsets too, so the
 /// copies' loads and stores kept the same small distance modulo the page, the pattern that
 /// stalls a copy on false store-to-load dependencies ("4K aliasing"). jemalloc offsets its
 /// large blocks by a random cache line for the same reason (its `cache_oblivious` option).
