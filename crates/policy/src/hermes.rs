@@ -4,8 +4,9 @@
 //!
 //! * [`heap_plan`]: gradual heap reservation (the paper's Algorithm 1) for small requests.
 //! * [`bucket`], [`chunk_len`], [`large_block_offset`]: the segregated pool of pre-faulted chunks
-//!   for large requests (Algorithm 2); [`demand_rate`], [`reaction_peak`], [`horizon_us`], [`pool_target`]: how
-//!   much it holds (the large requests' rate over the thread's measured reaction time).
+//!   for large requests (Algorithm 2); [`demand_rate`], [`reaction_peak`], [`horizon_us`],
+//!   [`pool_target`]: how much it holds (the large requests' rate over the thread's measured
+//!   reaction time).
 //! * [`watermark`]: how much free memory the daemon keeps, sized from the latency-critical
 //!   processes' allocation rate.
 //! * [`files_to_drop`]: which batch files' page cache goes first (largest first), and how much.
