@@ -34,8 +34,9 @@ const BIG: usize = 256 * 1024;
 /// Size of each TLSF pool carved from the arena.
 const POOL: usize = 64 << 20;
 const HEADER: usize = 16;
-/// Big blocks so far: what spreads them over their first page's cache lines.
-static BIG_SEQ: AtomicU64 = AtomicU64::new(0);
+/// Large blocks so far (big ones here and the reserve's large ones): what spreads them over
+/// their first page's cache lines ([`spread_offset`]).
+static SPREAD_SEQ: AtomicU64 = AtomicU64::new(0);
 
 type Tlsf = rlsf::Tlsf<'static, u32, u32, 24, 32>;
 
@@ -107,10 +108,8 @@ fn alloc_block(size: usize, align: usize) -> (*mut c_void, bool) {
     };
     let user = if spread {
         // Not right after the header: at one page offset for every big block, the kernel's
-        // copies into and out of them (a socket's, a file's) ran 1.5x slower (the reserve's
-        // `large_block_offset` says why).
-        let seq = BIG_SEQ.fetch_add(1, Ordering::Relaxed);
-        start + large_block_offset(seq, align, PAGE_SIZE)
+        // copies into and out of them (a socket's, a file's) ran 1.5x slower.
+        start + spread_offset(align)
     } else {
         align_up(start + HEADER, align)
     };
@@ -125,6 +124,15 @@ fn alloc_block(size: usize, align: usize) -> (*mut c_void, bool) {
         h.add(1).write(n);
     }
     (user as *mut c_void, fresh)
+}
+
+/// Where the next large block (a big block here, a large one of the reserve) starts in its
+/// page-aligned pages, which hold a page more than the block: a cache line of the first page
+/// that changes from block to block, aligned to `align` (at most a page), never before the
+/// header's 16 bytes (`large_block_offset` says why not right after them).
+pub(crate) fn spread_offset(align: usize) -> usize {
+    let seq = SPREAD_SEQ.fetch_add(1, Ordering::Relaxed);
+    large_block_offset(seq, align, PAGE_SIZE)
 }
 
 fn small(total: usize) -> Option<usize> {

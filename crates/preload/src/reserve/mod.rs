@@ -48,11 +48,11 @@ mod wake;
 mod window;
 
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 use gleaner_pager::PAGE_SIZE;
-use gleaner_policy::hermes::{chunk_len, large_block_offset, LARGE};
+use gleaner_policy::hermes::{chunk_len, LARGE};
 use gleaner_proto::units::{format_size, parse_size};
 
 use deferred::Deferred;
@@ -98,9 +98,6 @@ pub(crate) struct Reserve {
     phase: AtomicU8,
     /// The clock the thread's scheduling delay is measured by ([`Reserve::now_ns`]).
     started: std::time::Instant,
-    /// Large requests so far: what spreads their blocks over the first page's cache lines
-    /// ([`large_block_offset`]).
-    large_seq: AtomicU64,
 }
 
 static RESERVE: OnceLock<Reserve> = OnceLock::new();
@@ -189,7 +186,6 @@ pub(crate) fn start(far: bool) -> Result<bool, String> {
         missed: AtomicBool::new(false),
         phase: AtomicU8::new(Phase::Starting as u8),
         started: std::time::Instant::now(),
-        large_seq: AtomicU64::new(0),
     };
     if RESERVE.set(reserve).is_err() {
         return Ok(false);
@@ -248,8 +244,7 @@ impl Reserve {
             self.stats.hits.fetch_add(1, Ordering::Relaxed);
         }
         let user = if large {
-            let seq = self.large_seq.fetch_add(1, Ordering::Relaxed);
-            start + large_block_offset(seq, align, PAGE_SIZE)
+            start + crate::heap::spread_offset(align)
         } else {
             (start + HEADER).next_multiple_of(align)
         };
@@ -417,7 +412,7 @@ impl Reserve {
 
 /// The chunk that serves a large request of `size` bytes, and the chunks the thread forms for
 /// requests of that size: whole pages, one more than the block needs, because the block starts
-/// at a cache line of the first page ([`large_block_offset`]) with its header before it.
+/// at a cache line of the first page (`crate::heap::spread_offset`) with its header before it.
 fn large_chunk_len(size: usize) -> Option<usize> {
     chunk_len(size, PAGE_SIZE, PAGE_SIZE)
 }
