@@ -518,7 +518,7 @@ def cpython_suite():
         f"{'yes' if res['same_outcomes'] else 'no'}).",
         ["mode", "all-local s", "gleaner s", "gleaner / all-local", "modules passed under gleaner"],
         rows, [rel], "python3 tests/cpython/suite.py --gleaner target/release/gleaner --baseline full "
-        "--sequential-modules all --sequential-baseline --out " + rel, "2026-12-06, `6eff0cc`",
+        "--sequential-modules all --sequential-baseline --one-at-a-time --out " + rel, "2026-12-06, `6eff0cc`",
         "`bench/results/cpython-suite/README.md`")
 
 

@@ -28,6 +28,7 @@ wall times, and the verdict.
 """
 
 import argparse
+import concurrent.futures
 import json
 import os
 import re
@@ -35,10 +36,13 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# Held while a run prints more than one line (the two gleaner runs go side by side).
+PRINTING = threading.Lock()
 
 # regrtest's summary headings (Lib/test/libregrtest/results.py, 3.11) and the outcome each
 # names; a module in none of them passed ("All N tests OK.").
@@ -132,9 +136,10 @@ def run(label, argv, env, limit):
             timed_out = True
     wall = time.monotonic() - started
     tail = output.splitlines()[-6:]
-    print("\n".join("   " + line for line in tail), flush=True)
-    print(f"   ({label}: status {proc.returncode}, {wall:.1f} s{', TIMED OUT' if timed_out else ''})",
-          flush=True)
+    with PRINTING:
+        print("\n".join("   " + line for line in tail), flush=True)
+        print(f"   ({label}: status {proc.returncode}, {wall:.1f} s"
+              f"{', TIMED OUT' if timed_out else ''})", flush=True)
     return output, proc.returncode, wall, timed_out
 
 
@@ -176,6 +181,9 @@ def main():
     ap.add_argument("--sequential-baseline", action="store_true",
                     help="also run all-local sequentially, for the wall time beside gleaner's "
                          "sequential run (a benchmark; the comparison uses the -j run)")
+    ap.add_argument("--one-at-a-time", action="store_true",
+                    help="run the two gleaner runs one after the other (their wall times then "
+                         "mean something alone: a benchmark) rather than side by side")
     ap.add_argument("--out", help="also write the closing JSON object to this file")
     args = ap.parse_args()
 
@@ -207,7 +215,8 @@ def main():
             "outcomes": outcomes(output, mods),
         }
         if "missing" in runs[label]["outcomes"].values() or timed_out:
-            print(output[-4000:], flush=True)
+            with PRINTING:
+                print(output[-4000:], flush=True)
         # A memnode the run started is named after the launcher's pid in its private
         # directory; the launcher is gone by now, so look by the marker in the environment.
         left[label] = describe(leftovers(marker, grace=3.0))
@@ -221,8 +230,19 @@ def main():
         run_labelled("all-local", [], jobs, modules)
     if args.sequential_baseline:
         run_labelled("all-local sequential", [], [], sequential)
-    run_labelled(f"gleaner -j{args.jobs}", gleaner_prefix, jobs, modules)
-    run_labelled("gleaner", gleaner_prefix, [], sequential)
+    gleaner_runs = [(f"gleaner -j{args.jobs}", gleaner_prefix, jobs, modules),
+                    ("gleaner", gleaner_prefix, [], sequential)]
+    if args.one_at_a_time:
+        for r in gleaner_runs:
+            run_labelled(*r)
+    else:
+        # Side by side: the sequential run is one interpreter (about one CPU at most, less
+        # while its tests sleep or wait on children), so beside the -j run the two take about
+        # the longer one's time rather than their sum. Each run has its own marker, temporary
+        # directory and memnode, and each is judged alone.
+        with concurrent.futures.ThreadPoolExecutor(len(gleaner_runs)) as pool:
+            for f in [pool.submit(run_labelled, *r) for r in gleaner_runs]:
+                f.result()
     if args.baseline == "lazy":
         # The yardstick for the modules that did not pass under gleaner; every other module
         # is taken as passing all-local (what the interpreter's own suite does here).
