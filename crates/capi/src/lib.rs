@@ -31,6 +31,8 @@ pub unsafe extern "C" fn gleaner_region_create(
     memnode: *const c_char,
     token_file: *const c_char,
 ) -> *mut GleanerRegion {
+    // The region's threads are the library's: a panic on one ends the program.
+    gleaner_sys::panic::abort_on_panic();
     let build = || -> Result<Region, String> {
         let mut cfg = RegionConfig::new(size, local_budget);
         // SAFETY: forwarded from this function's contract.

@@ -62,6 +62,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    gleaner_sys::panic::abort_on_panic();
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
         .format_target(false)
         .init();

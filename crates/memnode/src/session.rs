@@ -94,8 +94,9 @@ impl Session {
 
     /// Shared access to the pages (reads, stats).
     pub(crate) fn store(&self) -> RwLockReadGuard<'_, SessionPages> {
-        // A panic while holding the lock aborts in release builds (panic = "abort"); in tests,
-        // every store operation leaves the store consistent before it can panic.
+        // A panic while holding the lock aborts the shipped binaries (their panic hook,
+        // `gleaner_sys::panic`); in tests, every store operation leaves the store consistent
+        // before it can panic.
         self.store.read().unwrap_or_else(PoisonError::into_inner)
     }
 

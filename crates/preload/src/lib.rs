@@ -512,6 +512,9 @@ pub(crate) fn mark_runtime_thread() {
 
 extern "C" fn init() {
     IN_RUNTIME.with(|c| c.set(true));
+    // A panic on any thread of the program's gleaner ends the program (`SIGABRT`), as the
+    // build's `panic = "unwind"` alone would not.
+    gleaner_sys::panic::abort_on_panic();
     // Read now, while the environment is where the kernel put it: a pager thread that reports a
     // stop later must not read it (`report_dir`).
     let _ = report_dir();

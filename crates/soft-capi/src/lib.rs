@@ -130,6 +130,8 @@ pub unsafe extern "C" fn gleaner_soft_pool_create(
     recon: Option<GleanerSoftRecon>,
     ctx: *mut c_void,
 ) -> *mut GleanerSoftPool {
+    // The pool's threads are the library's: a panic on one ends the program.
+    gleaner_sys::panic::abort_on_panic();
     let Some(recon) = recon else {
         set_error("gleaner_soft_pool_create: a reconstructor is required");
         return std::ptr::null_mut();
