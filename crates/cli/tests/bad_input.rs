@@ -102,7 +102,7 @@ fn spawn_bench_micro(
 /// A program whose memnode dies must stop with a clear message, not continue on zeros.
 #[test]
 fn memnode_death_stops_the_program_with_a_clear_message() {
-    let mut node = MemnodeProc::start("127.0.0.1:0", "1G");
+    let mut node = MemnodeProc::start_short_lease("127.0.0.1:0", "1G");
     let mut child = spawn_bench_micro(&node, "64M", "25%", "1000", &[], true);
     // Let it get well into the measured passes (pages live on the memnode), then kill the memnode.
     std::thread::sleep(Duration::from_secs(3));
@@ -128,7 +128,7 @@ fn memnode_death_stops_the_program_with_a_clear_message() {
 #[test]
 fn memnode_death_on_shared_memory_keeps_the_data_and_stops_when_more_is_needed() {
     // A region that fits in the first slab: the run completes correctly without the memnode.
-    let mut node = MemnodeProc::start("unix", "1G");
+    let mut node = MemnodeProc::start_short_lease("unix", "1G");
     // Every pass faults every page in (no prefetching), so the run outlives the kill.
     let mut child = spawn_bench_micro(&node, "32M", "8M", "60", &["--prefetch", "none"], true);
     std::thread::sleep(Duration::from_secs(2));
@@ -148,7 +148,7 @@ stderr: {err}"
 
     // A region that needs slab after slab while it fills: killed early, the memnode cannot
     // grant the next one, and the program stops clearly instead of continuing.
-    let mut node = MemnodeProc::start("unix", "4G");
+    let mut node = MemnodeProc::start_short_lease("unix", "4G");
     let addr2 = node.endpoint.to_string();
     let mut child = spawn_bench_micro(&node, "2G", "8M", "1", &[], true);
     std::thread::sleep(Duration::from_millis(700));
@@ -179,7 +179,7 @@ stderr: {err}"
 /// runs out and goes on serving other programs.
 #[test]
 fn a_client_killed_while_writing_back_loses_the_memnode_nothing() {
-    let node = MemnodeProc::start("unix", "2G");
+    let node = MemnodeProc::start_short_lease("unix", "2G");
     let addr = node.endpoint.to_string();
     let mut child = spawn_bench_micro(&node, "1G", "8M", "3", &[], false);
     std::thread::sleep(Duration::from_millis(1500));

@@ -14,17 +14,18 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{
-    gleaner_bin, memnodes_sharing_a_token, preload_program, run_gleaner, wait_output, MemnodeProc,
-    TempDir,
+    gleaner_bin, memnodes_sharing_a_token_with_lease, preload_program, run_gleaner, wait_output,
+    MemnodeProc, TempDir, SHORT_LEASE_SECS,
 };
 use gleaner_pager::FATAL_EXIT_CODE;
 use gleaner_proto::{ConnectOptions, Connection};
 
 const LIMIT: Duration = Duration::from_secs(180);
 
-/// Three memnodes sharing one token.
+/// Three memnodes sharing one token, with a short lease: the tests kill memnodes, and the
+/// pool's clients give up on a dead one after its lease.
 fn three_memnodes() -> (Vec<MemnodeProc>, TempDir) {
-    memnodes_sharing_a_token(3, "1G")
+    memnodes_sharing_a_token_with_lease(3, "1G", SHORT_LEASE_SECS)
 }
 
 fn addresses(nodes: &[MemnodeProc]) -> String {

@@ -518,7 +518,7 @@ fn core_dumps_leave_out_unused_far_memory_and_the_slabs() {
 
 #[test]
 fn a_crashing_program_gets_its_status_and_the_memnode_reclaims_its_session() {
-    let node = MemnodeProc::start("unix", "256M");
+    let node = MemnodeProc::start_short_lease("unix", "256M");
     let addr = node.endpoint.to_string();
     let token = node.token_file.to_string_lossy().into_owned();
     let (code, out, err, _) = run_program(
@@ -533,8 +533,8 @@ fn a_crashing_program_gets_its_status_and_the_memnode_reclaims_its_session() {
         "stdout: {out}\nstderr: {err}"
     );
     assert!(err.contains("killed by signal 11 (SIGSEGV)"), "{err}");
-    // The memnode held the crashed program's pages; they are released once its lease (default
-    // a few seconds) runs out.
+    // The memnode held the crashed program's pages; they are released once its lease (here
+    // short) runs out.
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut first = true;
     loop {
@@ -1527,7 +1527,7 @@ fn a_daemon_that_rewrites_its_environment_keeps_its_far_memory() {
 #[test]
 fn a_program_whose_environment_went_far_is_stopped_when_its_memnode_dies() {
     preload_library_is_built();
-    let mut node = MemnodeProc::start("127.0.0.1:0", "1G");
+    let mut node = MemnodeProc::start_short_lease("127.0.0.1:0", "1G");
     use std::os::unix::process::CommandExt;
     let mut child = spawned_until(
         Command::new(gleaner_bin())

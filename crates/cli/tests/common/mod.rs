@@ -128,12 +128,30 @@ pub fn token_file(tag: &str) -> (TempDir, PathBuf) {
 }
 
 /// `n` memnodes of `capacity` on TCP loopback sharing one token (`<dir>/token`), for a pool.
+/// The memnode lease (seconds) of [`MemnodeProc::start_short_lease`].
+pub const SHORT_LEASE_SECS: &str = "2";
+
 pub fn memnodes_sharing_a_token(n: usize, capacity: &str) -> (Vec<MemnodeProc>, TempDir) {
+    memnodes_sharing_a_token_with_lease(n, capacity, "10")
+}
+
+/// As [`memnodes_sharing_a_token`], with the memnodes' `--lease` in seconds.
+pub fn memnodes_sharing_a_token_with_lease(
+    n: usize,
+    capacity: &str,
+    lease_secs: &str,
+) -> (Vec<MemnodeProc>, TempDir) {
     let (dir, token) = token_file("pool-token");
     let nodes = (0..n)
         .map(|_| {
             let node_dir = TempDir::new("pool-node");
-            MemnodeProc::start_with_token("127.0.0.1:0", capacity, node_dir, token.clone())
+            MemnodeProc::start_with_lease(
+                "127.0.0.1:0",
+                capacity,
+                node_dir,
+                token.clone(),
+                lease_secs,
+            )
         })
         .collect();
     (nodes, dir)
@@ -144,6 +162,15 @@ impl MemnodeProc {
     pub fn start(listen: &str, capacity: &str) -> MemnodeProc {
         let (dir, token_file) = token_file("memnode");
         Self::start_with_token(listen, capacity, dir, token_file)
+    }
+
+    /// As [`MemnodeProc::start`], with a lease of [`SHORT_LEASE_SECS`]: for a test that kills
+    /// the memnode or its client, whose clients then give up reconnecting (and whose memnode
+    /// ends a gone client's session) after that long rather than the default's 10 s, which
+    /// such a test would otherwise spend waiting.
+    pub fn start_short_lease(listen: &str, capacity: &str) -> MemnodeProc {
+        let (dir, token_file) = token_file("memnode");
+        Self::start_with_lease(listen, capacity, dir, token_file, SHORT_LEASE_SECS)
     }
 
     pub fn start_with_token(
