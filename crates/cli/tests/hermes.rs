@@ -187,12 +187,9 @@ fn large_requests_past_the_pool_take_the_chunk_being_formed() {
 fn large_blocks_start_at_varied_page_offsets() {
     let dir = TempDir::new("hermes-offsets");
     let (out, r) = reserve_run(&dir, &["offsets", "64"]);
-    // Served by the reserve: from the pool, the chunk being formed or a fresh range of its
-    // window, all placed the same way (under contention for the CPU the thread may pool only
-    // a few of them: it yields to the program).
     assert!(
-        r["fallbacks"].as_u64().unwrap() <= 32,
-        "the reserve served them: {r}"
+        r["large_hits"].as_u64().unwrap() >= 32,
+        "the pool served them: {r}"
     );
     assert!(printed(&out, "distinct") >= 16, "{out}");
     // A block at offset 16 came from the C library (a request the reserve did not serve).

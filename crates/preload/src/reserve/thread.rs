@@ -373,38 +373,20 @@ fn add_chunk(r: &Reserve, len: usize) -> bool {
     true
 }
 
-/// Pre-faults `[start, start+len)` ([`window::populate`]) a piece ([`FORM_PIECE`]) at a time,
-/// counting the CPU time it takes: the page faults (and under pressure the reclaim) the
-/// program's first touches would otherwise have met, apart from the thread's own overhead
-/// (waking, sleeping, bookkeeping).
-///
-/// After each piece the thread yields its CPU to whoever waits for it there. When the program's
-/// time slice runs out at a timer tick, the scheduler may hand its CPU to this thread, which then
-/// keeps it for a whole slice of its own, ended only at a later tick (4 ms apart at this
-/// kernel's `HZ=250`): milliseconds in the middle of one of the program's requests. That was
-/// the 256 KiB benchmark's p99 under anonymous pressure (3.0-4.6 ms against glibc's 0.4-0.5 ms;
-/// with the yield 0.44-0.60 ms against 0.79-1.23 ms: `bench/results/hermes/README.md`, seventh
-/// round). The program now waits a piece at most (16 pages, tens of microseconds); with no one
-/// waiting the yield returns at once (a system call per piece). The price: the thread gets less
-/// of a contended CPU, and more requests find the pool empty.
+/// Pre-faults `[start, start+len)` ([`window::populate`]), counting the CPU time it takes: the
+/// page faults (and under pressure the reclaim) the program's first touches would otherwise
+/// have met, apart from the thread's own overhead (waking, sleeping, bookkeeping).
 fn populate(r: &Reserve, start: usize, len: usize) -> bool {
-    let mut done = 0;
-    while done < len {
-        let n = FORM_PIECE.min(len - done);
-        let cpu = thread_cpu_ns();
-        let res = window::populate(start + done, n);
+    let cpu = thread_cpu_ns();
+    let res = window::populate(start, len);
+    r.stats
+        .populate_cpu_ns
+        .fetch_add(thread_cpu_ns().saturating_sub(cpu), Ordering::Relaxed);
+    if let Err(errno) = res {
+        r.stats.populate_failures.fetch_add(1, Ordering::Relaxed);
         r.stats
-            .populate_cpu_ns
-            .fetch_add(thread_cpu_ns().saturating_sub(cpu), Ordering::Relaxed);
-        if let Err(errno) = res {
-            r.stats.populate_failures.fetch_add(1, Ordering::Relaxed);
-            r.stats
-                .populate_last_errno
-                .store(errno as u64, Ordering::Relaxed);
-            return false;
-        }
-        std::thread::yield_now();
-        done += n;
+            .populate_last_errno
+            .store(errno as u64, Ordering::Relaxed);
     }
-    true
+    res.is_ok()
 }
