@@ -13,12 +13,18 @@
  *                  written every 256; a third freed and taken again by calloc; checks them all
  *                  (faster than the reserve's thread can fault chunks in: requests take the
  *                  chunk it is forming)
+ *   cpus MIB       pins its main thread to the first CPU it may use, allocates MIB MiB of 256 KiB
+ *                  blocks there (waking the reserve's thread), waits 200 ms, and prints
+ *                  `pinned=CPU` and `reserve_cpus=LIST` (the reserve thread's Cpus_allowed_list)
  *   contend T R    T threads, R rounds each, over 64 live blocks per thread of mixed sizes (1 KiB
  *                  to 600 KiB: the reserve's heap and pool) taken by malloc, calloc (checked
  *                  zero) and realloc (prefix checked) and freed in random order, while the
  *                  reserve's thread refills; every block's every byte is checked before it is
  *                  freed or reallocated */
+#define _GNU_SOURCE
+#include <dirent.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -263,6 +269,55 @@ static int run_large(long mib) {
     return 0;
 }
 
+/* `cpus MIB`: where the reserve's thread may run once requests from one CPU woke it. */
+static int run_cpus(long mib) {
+    cpu_set_t set;
+    CHECK(!sched_getaffinity(0, sizeof set, &set), "sched_getaffinity");
+    int pinned = -1;
+    for (int c = 0; c < CPU_SETSIZE && pinned < 0; c++)
+        if (CPU_ISSET(c, &set)) pinned = c;
+    CPU_ZERO(&set);
+    CPU_SET(pinned, &set);
+    CHECK(!sched_setaffinity(0, sizeof set, &set), "pinning to CPU %d", pinned);
+    size_t n = (size_t)mib * 4;
+    unsigned char **b = malloc(n * sizeof(*b));
+    CHECK(b, "malloc");
+    for (size_t i = 0; i < n; i++) b[i] = large_block(i, 0);
+    usleep(200 * 1000);
+    char list[256] = "";
+    DIR *d = opendir("/proc/self/task");
+    CHECK(d, "opendir /proc/self/task");
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        char path[320], comm[64] = "";
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        if (!fgets(comm, sizeof comm, f)) comm[0] = 0;
+        fclose(f);
+        if (strncmp(comm, "gleaner-reserve", 15)) continue;
+        snprintf(path, sizeof path, "/proc/self/task/%s/status", e->d_name);
+        f = fopen(path, "r");
+        CHECK(f, "open %s", path);
+        char line[512];
+        while (fgets(line, sizeof line, f))
+            if (!strncmp(line, "Cpus_allowed_list:", 18)) {
+                snprintf(list, sizeof list, "%s", line + 18 + strspn(line + 18, " \t"));
+                list[strcspn(list, "\n")] = 0;
+            }
+        fclose(f);
+    }
+    closedir(d);
+    for (size_t i = 0; i < n; i++) {
+        for (size_t j = 0; j < LARGE_BLOCK; j += 256)
+            CHECK(b[i][j] == (unsigned char)(i * 31 + j / 256 * 7), "block %zu byte %zu", i, j);
+        free(b[i]);
+    }
+    free(b);
+    printf("pinned=%d reserve_cpus=%s done\n", pinned, list[0] ? list : "none");
+    return 0;
+}
+
 /* A block of the contention check: its bytes are a function of (seed, index). */
 struct live {
     unsigned char *p;
@@ -372,6 +427,7 @@ int main(int argc, char **argv) {
     if (argc > 2 && !strcmp(argv[1], "burst")) return run_burst(atol(argv[2]));
     if (argc > 2 && !strcmp(argv[1], "startup")) return run_startup(atol(argv[2]));
     if (argc > 2 && !strcmp(argv[1], "large")) return run_large(atol(argv[2]));
+    if (argc > 2 && !strcmp(argv[1], "cpus")) return run_cpus(atol(argv[2]));
     if (argc > 2 && !strcmp(argv[1], "offsets"))
         return run_offsets(atol(argv[2]), (argc > 3 ? (size_t)atol(argv[3]) : 200) << 10);
     if (argc > 3 && !strcmp(argv[1], "contend")) return run_contend(atol(argv[2]), atol(argv[3]));

@@ -93,6 +93,9 @@ pub(crate) struct Reserve {
     pool_low: AtomicUsize,
     /// A request found nothing ready since the thread last refilled.
     missed: AtomicBool,
+    /// The CPU the last request that woke the thread (or missed) ran on, `u32::MAX` before
+    /// one did: the thread refills elsewhere when it can (`thread::step_off`).
+    requester_cpu: std::sync::atomic::AtomicU32,
     /// Where the thread is in its loop ([`Phase`] as u8; `Asleep` covers its whole sleep, and a
     /// miss tells `Woken` from it by whether its wake-up found the thread asleep).
     phase: AtomicU8,
@@ -184,6 +187,7 @@ pub(crate) fn start(far: bool) -> Result<bool, String> {
         heap_low: AtomicUsize::new(usize::MAX),
         pool_low: AtomicUsize::new(0),
         missed: AtomicBool::new(false),
+        requester_cpu: std::sync::atomic::AtomicU32::new(u32::MAX),
         phase: AtomicU8::new(Phase::Starting as u8),
         started: std::time::Instant::now(),
     };
@@ -352,6 +356,7 @@ impl Reserve {
     /// thread slept (this call woke it).
     fn miss(&self) -> bool {
         self.stats.misses.fetch_add(1, Ordering::Relaxed);
+        self.note_requester_cpu();
         if !self.missed.load(Ordering::Relaxed) {
             self.missed.store(true, Ordering::Relaxed);
         }
@@ -366,8 +371,20 @@ impl Reserve {
         let woke = self.waker.wake(|| self.now_ns());
         if woke {
             self.stats.need_wakeups.fetch_add(1, Ordering::Relaxed);
+            self.note_requester_cpu();
         }
         woke
+    }
+
+    /// Records the CPU the calling request runs on (a vDSO call), for the thread to avoid.
+    fn note_requester_cpu(&self) {
+        // SAFETY: sched_getcpu takes no arguments and only returns a number (or -1).
+        let cpu = unsafe { libc::sched_getcpu() };
+        if let Ok(cpu) = u32::try_from(cpu) {
+            if self.requester_cpu.load(Ordering::Relaxed) != cpu {
+                self.requester_cpu.store(cpu, Ordering::Relaxed);
+            }
+        }
     }
 
     /// The thread: notes where it is in its loop.

@@ -85,6 +85,55 @@ fn set_priority() {
     }
 }
 
+/// Where the thread runs: off the CPU of the request that last woke it (or missed), where it
+/// can. A `SCHED_BATCH` thread does not preempt on wake-up, but once the scheduler gives it the
+/// program's CPU (at a timer tick that ended the program's time slice) it keeps it for a slice
+/// of its own, ended only at a later tick (4 ms apart at `HZ=250`): the program's request
+/// waits that long. On another CPU the thread competes with whatever runs there (a batch job)
+/// instead of with the service. `GLEANER_RESERVE_AFFINITY=any` leaves the affinity alone.
+struct Placement {
+    /// The thread's affinity at its start (the process's), `None` when it is left alone.
+    allowed: Option<Vec<usize>>,
+    /// The CPU now left out, if any.
+    avoided: Option<u32>,
+}
+
+impl Placement {
+    fn new() -> Placement {
+        let allowed = match std::env::var("GLEANER_RESERVE_AFFINITY").as_deref() {
+            Ok("any") => None,
+            _ => gleaner_sys::affinity::current()
+                .ok()
+                .map(|s| s.cpus())
+                .filter(|c| c.len() > 1),
+        };
+        Placement {
+            allowed,
+            avoided: None,
+        }
+    }
+
+    /// Leaves CPU `cpu` out of the thread's affinity (`u32::MAX`: none known yet), if the
+    /// thread may run elsewhere; on a refusal (the process's CPUs changed) it keeps what it has.
+    fn step_off(&mut self, cpu: u32) {
+        let Some(allowed) = &self.allowed else { return };
+        if cpu == u32::MAX || self.avoided == Some(cpu) {
+            return;
+        }
+        let rest: Vec<usize> = allowed
+            .iter()
+            .copied()
+            .filter(|&c| c != cpu as usize)
+            .collect();
+        if rest.is_empty() {
+            return;
+        }
+        if gleaner_sys::affinity::set(&gleaner_sys::affinity::CpuSet::of(rest)).is_ok() {
+            self.avoided = Some(cpu);
+        }
+    }
+}
+
 /// The longest the thread sleeps while nothing is asked (it wakes then only to publish the
 /// stats, which `gleaner status` reads once a second).
 const MAX_IDLE: Duration = Duration::from_secs(1);
@@ -121,6 +170,7 @@ fn run(r: &'static Reserve) {
         reaction_at: Instant::now(),
     };
     let mut small_misses = 0;
+    let mut placement = Placement::new();
     loop {
         // Until its first refill the thread is `Starting` (misses then are the program's
         // start-up, before the thread could have stocked anything).
@@ -137,6 +187,7 @@ fn run(r: &'static Reserve) {
             .waker
             .take_woken_at()
             .map(|at| r.now_ns().saturating_sub(at) / 1000);
+        placement.step_off(r.requester_cpu.load(Ordering::Relaxed));
         let wall = Instant::now();
         let cpu = thread_cpu_ns();
         r.stats.wakeups.fetch_add(1, Ordering::Relaxed);
