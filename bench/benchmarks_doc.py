@@ -625,7 +625,7 @@ def elastic():
 
 
 def hermes():
-    rel = f"{RESULTS}/hermes/hermes-quick-forming.json"
+    rel = f"{RESULTS}/hermes/hermes-quick-affinity-2.json"
     res = load(rel)
     cells, summary = res["cells"], res["summary"]
 
@@ -662,11 +662,15 @@ def hermes():
             f"thread's, median over the services' runs, {pct('reserve_thread_cpu_share_services_median', 1)} "
             f"all told, {pct('reserve_thread_overhead_share_services_median', 1)} without its "
             "pre-faulting, the page faults it takes off the service's requests (target 1%). "
-            "Negative: worse than glibc. The 256 KiB p99 is the reserve's misses (56-69 of the 1,024 "
-            "requests under pressure, in runs of consecutive requests while the thread waited "
-            "2.8-3.9 ms for a CPU): on this VM the thread faults a page in no faster than the program would, "
-            "so it cannot get ahead of a program that only allocates, and a stall of its CPU "
-            "empties the pool; redis's 1 KiB SET p99 beside the batch job is CPU contention, "
+            "Negative: worse than glibc. The reserve's thread refills off the CPU of the request "
+            "that woke it: on the program's CPU it took whole scheduler slices (4 ms ticks) in the "
+            "middle of requests, and the 256 KiB p99 under pressure was 6-14x glibc's "
+            "(`hermes-quick-offsets*.json`). Beside the antagonist it now has at most half a CPU, "
+            "and on this VM it needs about a whole one to keep ahead of a program that only "
+            "allocates: most 256 KiB requests under pressure miss (fault in their own pages, as "
+            "glibc's do), so their p99 is about glibc's and the mean gain small (the run before "
+            "this one, `hermes-quick-affinity.json`: 256 KiB p99 -4% / -13% under anonymous / "
+            "file-cache pressure). redis's 1 KiB SET p99 beside the batch job is CPU contention, "
             "the same beside a process that only spins (`bench/results/hermes/redis-probe.json`).")
     return Area(
         "Latency-critical allocation beside batch jobs (Hermes)",
@@ -677,7 +681,7 @@ def hermes():
         ["blocks", "glibc", "jemalloc", "tcmalloc", "gleaner reserve",
          "reduction vs glibc (mean / p99)"],
         rows, [rel], res.get("command", "python3 bench/hermes.py --quick --out bench/results/hermes/hermes-quick-forming.json"),
-        when(res), "`bench/results/hermes/README.md`", note)
+        when(res, commit_key="code_commit"), "`bench/results/hermes/README.md`", note)
 
 
 AREAS = [paging_micro, programs_vs_swap, harness, programs_slowdown, defaults, wakeup, fork,
