@@ -217,6 +217,12 @@ def main():
         if "missing" in runs[label]["outcomes"].values() or timed_out:
             with PRINTING:
                 print(output[-4000:], flush=True)
+                # What stopped it may lie before the tail (a panic's message comes before its
+                # backtrace): every line naming one, with the line after it.
+                lines = output.splitlines()
+                for i, line in enumerate(lines):
+                    if any(k in line for k in ("panicked at", "gleaner: FATAL", "Fatal Python")):
+                        print("   >> " + "\n   >> ".join(lines[i:i + 2]), flush=True)
         # A memnode the run started is named after the launcher's pid in its private
         # directory; the launcher is gone by now, so look by the marker in the environment.
         left[label] = describe(leftovers(marker, grace=3.0))

@@ -203,14 +203,7 @@ fn the_reserves_thread_refills_off_the_requesting_cpu() {
     let dir = TempDir::new("hermes-cpus");
     let (out, _) = reserve_run(&dir, &["cpus", "8"]);
     let pinned = printed(&out, "pinned") as usize;
-    let list = out
-        .split("reserve_cpus=")
-        .nth(1)
-        .unwrap()
-        .split_whitespace()
-        .next()
-        .unwrap();
-    let allowed = parse_cpu_list(list);
+    let allowed = reserve_cpus(&out);
     assert!(!allowed.is_empty(), "no reserve thread found: {out}");
     assert!(!allowed.contains(&pinned), "{out}");
     assert!(
@@ -219,14 +212,13 @@ fn the_reserves_thread_refills_off_the_requesting_cpu() {
     );
 
     let (out, _) = reserve_run_with(&dir, &["GLEANER_RESERVE_AFFINITY=any"], &["cpus", "8"]);
-    let list = out
-        .split("reserve_cpus=")
-        .nth(1)
-        .unwrap()
-        .split_whitespace()
-        .next()
-        .unwrap();
-    assert_eq!(parse_cpu_list(list), cpus, "{out}");
+    assert_eq!(reserve_cpus(&out), cpus, "{out}");
+}
+
+/// The reserve thread's CPUs, as the program printed them after `reserve_cpus=`.
+fn reserve_cpus(out: &str) -> Vec<usize> {
+    let list = out.split("reserve_cpus=").nth(1).unwrap_or_default();
+    parse_cpu_list(list.split_whitespace().next().unwrap_or_default())
 }
 
 /// A kernel CPU list (`0-2,5`) as CPU numbers.

@@ -94,8 +94,11 @@ pub(crate) struct Reserve {
     /// A request found nothing ready since the thread last refilled.
     missed: AtomicBool,
     /// The CPU the last request that woke the thread (or missed) ran on, `u32::MAX` before
-    /// one did: the thread refills elsewhere when it can (`thread::step_off`).
+    /// one did: the thread refills elsewhere when it can (`thread::Placement`).
     requester_cpu: std::sync::atomic::AtomicU32,
+    /// Whether the thread avoids that CPU (`GLEANER_RESERVE_AFFINITY`: `avoid`, the default,
+    /// or `any`).
+    avoid_requester_cpu: bool,
     /// Where the thread is in its loop ([`Phase`] as u8; `Asleep` covers its whole sleep, and a
     /// miss tells `Woken` from it by whether its wake-up found the thread asleep).
     phase: AtomicU8,
@@ -149,6 +152,11 @@ pub(crate) fn start(far: bool) -> Result<bool, String> {
                 .map_err(|e| format!("GLEANER_RESERVE_PERIOD_US: {e}"))
         })?
         .max(100);
+    let avoid_requester_cpu = match var("GLEANER_RESERVE_AFFINITY").as_deref() {
+        None | Some("avoid") => true,
+        Some("any") => false,
+        Some(v) => return Err(format!("GLEANER_RESERVE_AFFINITY={v}: give avoid or any")),
+    };
     // Address space only: far memory on, a share of the arena; off, a NORESERVE mapping.
     let window_len = size(
         "GLEANER_RESERVE_WINDOW",
@@ -188,6 +196,7 @@ pub(crate) fn start(far: bool) -> Result<bool, String> {
         pool_low: AtomicUsize::new(0),
         missed: AtomicBool::new(false),
         requester_cpu: std::sync::atomic::AtomicU32::new(u32::MAX),
+        avoid_requester_cpu,
         phase: AtomicU8::new(Phase::Starting as u8),
         started: std::time::Instant::now(),
     };

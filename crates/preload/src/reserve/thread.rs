@@ -90,7 +90,8 @@ fn set_priority() {
 /// program's CPU (at a timer tick that ended the program's time slice) it keeps it for a slice
 /// of its own, ended only at a later tick (4 ms apart at `HZ=250`): the program's request
 /// waits that long. On another CPU the thread competes with whatever runs there (a batch job)
-/// instead of with the service. `GLEANER_RESERVE_AFFINITY=any` leaves the affinity alone.
+/// instead of with the service. `GLEANER_RESERVE_AFFINITY=any` leaves the affinity alone (read
+/// at start-up, with the reserve's other settings).
 struct Placement {
     /// The thread's affinity at its start (the process's), `None` when it is left alone.
     allowed: Option<Vec<usize>>,
@@ -99,14 +100,14 @@ struct Placement {
 }
 
 impl Placement {
-    fn new() -> Placement {
-        let allowed = match std::env::var("GLEANER_RESERVE_AFFINITY").as_deref() {
-            Ok("any") => None,
-            _ => gleaner_sys::affinity::current()
-                .ok()
-                .map(|s| s.cpus())
-                .filter(|c| c.len() > 1),
-        };
+    /// For the calling thread: its affinity now is what it may choose from (`avoid` false:
+    /// nothing is ever changed).
+    fn new(avoid: bool) -> Placement {
+        let allowed = avoid
+            .then(gleaner_sys::affinity::current)
+            .and_then(Result::ok)
+            .map(|s| s.cpus())
+            .filter(|c| c.len() > 1);
         Placement {
             allowed,
             avoided: None,
@@ -170,7 +171,7 @@ fn run(r: &'static Reserve) {
         reaction_at: Instant::now(),
     };
     let mut small_misses = 0;
-    let mut placement = Placement::new();
+    let mut placement = Placement::new(r.avoid_requester_cpu);
     loop {
         // Until its first refill the thread is `Starting` (misses then are the program's
         // start-up, before the thread could have stocked anything).
