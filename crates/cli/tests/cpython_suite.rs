@@ -4,10 +4,10 @@
 //! interpreter's pages go far, with `-j 2` and (the process, thread and signal modules of
 //! `tests/cpython/sequential.txt`) sequentially, in one long-lived interpreter, the two runs
 //! side by side; a module that does not pass under gleaner is run all-local too, to compare. A
-//! test suite nobody here wrote: it found the fork child that deadlocked starting its pager, the hangs in `setgroups` and in
-//! the C library's fork, the pager taking the program's last descriptors, and the status files
-//! left in the program's `$TMPDIR`. `tests/cpython/suite.py` does the work and says what
-//! differed; this test holds it to its verdict.
+//! test suite nobody here wrote: it found the fork child that deadlocked starting its pager, the
+//! hangs in `setgroups` and in the C library's fork, the pager taking the program's last
+//! descriptors, and the status files left in the program's `$TMPDIR`. `tests/cpython/suite.py`
+//! does the work and says what differed; this test holds it to its verdict.
 
 mod common;
 

@@ -112,9 +112,10 @@ pub fn chunk_len(size: usize, header: usize, page: usize) -> Option<usize> {
 /// offset (16), the kernel's socket copies into and out of them ran 1.7x slower (a 200 KiB
 /// value received into a fresh block and a reply sent from another, over TCP loopback: p50
 /// 223-293 µs against 147-180 with glibc's or jemalloc's blocks; at any other offset tried, 32
-/// to 2,048 bytes, 144-167 µs; `bench/hermes/sockcopy.c`). The socket buffers' data sit at fixed page offsets too, so the
-/// copies' loads and stores kept the same small distance modulo the page, the pattern that
-/// stalls a copy on false store-to-load dependencies ("4K aliasing"). jemalloc offsets its
+/// to 2,048 bytes, 144-167 µs; `bench/hermes/sockcopy.c`). The socket buffers' data sit at
+/// fixed page offsets too, so the copies' loads and stores kept the same small distance modulo
+/// the page, the pattern that stalls a copy on false store-to-load dependencies ("4K
+/// aliasing"). jemalloc offsets its
 /// large blocks by a random cache line for the same reason (its `cache_oblivious` option).
 pub fn large_block_offset(seq: u64, align: usize, page: usize) -> usize {
     const LINE: usize = 64;

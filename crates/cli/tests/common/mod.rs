@@ -128,11 +128,15 @@ pub fn token_file(tag: &str) -> (TempDir, PathBuf) {
 }
 
 /// `n` memnodes of `capacity` on TCP loopback sharing one token (`<dir>/token`), for a pool.
+/// The memnode lease (seconds) the tests' memnodes get unless they ask otherwise (the memnode's
+/// own default).
+pub const DEFAULT_LEASE_SECS: &str = "10";
+
 /// The memnode lease (seconds) of [`MemnodeProc::start_short_lease`].
 pub const SHORT_LEASE_SECS: &str = "2";
 
 pub fn memnodes_sharing_a_token(n: usize, capacity: &str) -> (Vec<MemnodeProc>, TempDir) {
-    memnodes_sharing_a_token_with_lease(n, capacity, "10")
+    memnodes_sharing_a_token_with_lease(n, capacity, DEFAULT_LEASE_SECS)
 }
 
 /// As [`memnodes_sharing_a_token`], with the memnodes' `--lease` in seconds.
@@ -179,7 +183,7 @@ impl MemnodeProc {
         dir: TempDir,
         token_file: PathBuf,
     ) -> MemnodeProc {
-        Self::start_with_lease(listen, capacity, dir, token_file, "10")
+        Self::start_with_lease(listen, capacity, dir, token_file, DEFAULT_LEASE_SECS)
     }
 
     /// As [`MemnodeProc::start_with_token`], with the memnode's `--lease` in seconds.

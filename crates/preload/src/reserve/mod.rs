@@ -48,7 +48,7 @@ mod wake;
 mod window;
 
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 use gleaner_pager::PAGE_SIZE;
@@ -95,7 +95,7 @@ pub(crate) struct Reserve {
     missed: AtomicBool,
     /// The CPU the last request that woke the thread (or missed) ran on, `u32::MAX` before
     /// one did: the thread refills elsewhere when it can (`thread::Placement`).
-    requester_cpu: std::sync::atomic::AtomicU32,
+    requester_cpu: AtomicU32,
     /// Whether the thread avoids that CPU (`GLEANER_RESERVE_AFFINITY`: `avoid`, the default,
     /// or `any`).
     avoid_requester_cpu: bool,
@@ -195,7 +195,7 @@ pub(crate) fn start(far: bool) -> Result<bool, String> {
         heap_low: AtomicUsize::new(usize::MAX),
         pool_low: AtomicUsize::new(0),
         missed: AtomicBool::new(false),
-        requester_cpu: std::sync::atomic::AtomicU32::new(u32::MAX),
+        requester_cpu: AtomicU32::new(u32::MAX),
         avoid_requester_cpu,
         phase: AtomicU8::new(Phase::Starting as u8),
         started: std::time::Instant::now(),
@@ -365,11 +365,15 @@ impl Reserve {
     /// thread slept (this call woke it).
     fn miss(&self) -> bool {
         self.stats.misses.fetch_add(1, Ordering::Relaxed);
-        self.note_requester_cpu();
         if !self.missed.load(Ordering::Relaxed) {
             self.missed.store(true, Ordering::Relaxed);
         }
-        self.wake()
+        let woke = self.wake();
+        if !woke {
+            // A wake-up notes the CPU itself; a miss while the thread is awake notes it here.
+            self.note_requester_cpu();
+        }
+        woke
     }
 
     /// Wakes the management thread if it sleeps. A wake-up per request (the first version woke
