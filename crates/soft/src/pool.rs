@@ -225,6 +225,9 @@ pub(crate) struct Inner {
     /// Objects hotter than this survive the reuse of their segment (the last scan's cut: the
     /// hottest objects filling [`PROTECT_NUM`]/[`PROTECT_DEN`] of the grant).
     protect_above: u16,
+    /// Where the reuse of a segment holds the objects it keeps while it empties the segment
+    /// ([`KEEP_MAX`] bytes once a segment has been reused; empty between reuses).
+    scratch: Vec<u8>,
 }
 
 pub(crate) struct PoolInner {
@@ -287,6 +290,7 @@ impl Pool {
                 pinned: None,
                 last_scan: None,
                 protect_above: 0,
+                scratch: Vec::new(),
             }),
             hits: HitCounts::default(),
             wake: Condvar::new(),
@@ -517,6 +521,12 @@ impl PoolInner {
     /// Copies the object out into `out` if it is present and intact. Returns false (after
     /// dropping whatever was found broken) otherwise.
     fn try_copy(&self, g: &mut Inner, slot: u32, out: &mut Vec<u8>) -> bool {
+        out.clear();
+        self.try_append(g, slot, out)
+    }
+
+    /// [`PoolInner::try_copy`], appending to `out` (left as it was on false).
+    fn try_append(&self, g: &mut Inner, slot: u32, out: &mut Vec<u8>) -> bool {
         let obj = &g.objs[slot as usize];
         if matches!(obj.place, Place::None) {
             return false;
@@ -540,7 +550,7 @@ impl PoolInner {
                 return false;
             }
         }
-        out.clear();
+        let start = out.len();
         out.reserve(len as usize);
         let mut hdr = [0u8; HEADER as usize];
         let mut ok = true;
@@ -564,6 +574,7 @@ impl PoolInner {
             }
         }
         if !ok {
+            out.truncate(start);
             if !matches!(g.objs[slot as usize].place, Place::None) {
                 g.stats.torn_caught += 1;
                 self.evict(g, slot);
@@ -804,21 +815,28 @@ impl PoolInner {
     /// withdrawn before the segment is written again.
     fn reuse_segment(&self, g: &mut Inner, seg: u32, threshold: u16, need: u64) -> u32 {
         let budget = KEEP_MAX.min(SEG.saturating_sub(need));
-        let mut kept: Vec<(u32, u16, Vec<u8>)> = Vec::new();
+        // The kept objects' bytes, end to end in the pool's one scratch buffer: allocated once
+        // (the objects' sizes with their headers add up to at most `budget`), where a buffer
+        // per object made the C library grow and trim its heap at every reuse, page faults
+        // that cost more than the copies (`bench/results/midas/README.md`).
+        let mut scratch = std::mem::take(&mut g.scratch);
+        scratch.clear();
+        scratch.reserve_exact(KEEP_MAX as usize);
+        let mut kept: Vec<(u32, u16, std::ops::Range<usize>)> = Vec::new();
         let mut bytes = 0;
         for (slot, hot, size) in self.hot_objects(g, seg, threshold) {
             if bytes + size > budget {
                 continue;
             }
-            let mut buf = Vec::new();
-            if !self.try_copy(g, slot, &mut buf) {
+            let start = scratch.len();
+            if !self.try_append(g, slot, &mut scratch) {
                 if !g.segs[seg as usize].used {
                     break; // the segment itself was punched: nothing of it is kept
                 }
                 continue;
             }
             bytes += size;
-            kept.push((slot, hot, buf));
+            kept.push((slot, hot, start..scratch.len()));
         }
         if g.segs[seg as usize].used {
             for (slot, _, _) in &kept {
@@ -838,17 +856,18 @@ impl PoolInner {
             ..Default::default()
         };
         g.open = Some(seg);
-        for (slot, hot, buf) in kept {
+        for (slot, hot, bytes) in kept {
             // Room was reserved above; a punch of the segment (it is no longer open) ends the
             // moves, and what was not moved is a miss later.
             if g.open != Some(seg) {
                 break;
             }
-            if self.write_locked(g, slot, &buf) {
+            if self.write_locked(g, slot, &scratch[bytes]) {
                 g.stats.kept_hot_objects += 1;
             }
             g.objs[slot as usize].hot = hot;
         }
+        g.scratch = scratch;
         seg
     }
 
