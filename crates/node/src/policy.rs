@@ -795,6 +795,16 @@ impl Policy for Midas {
                         // From a pool not using its grant, only what it does not use.
                         mv = mv.min(base[lo].saturating_sub(pools[lo].resident).max(prm.step));
                     }
+                    if self.estimator == Estimator::Rebuild {
+                        // A slope is measured within a probe of where the pool is; a small
+                        // pool's is its curve's steepest part. The taker grows by at most half
+                        // its grant (the released code's cap on an expansion), and by a probe
+                        // at least: a whole `move_max` took the bench's storage pool from 0 to
+                        // 10 MiB on a slope measured between 0 and 2, where it found a slope a
+                        // tenth as steep and gave it all back, every 12-16 s for a whole run
+                        // (`bench/results/midas/midas.json`).
+                        mv = mv.min((base[hi] / 2).max(prm.probe));
+                    }
                     if self.estimator == Estimator::VictimPenalty && active(lo) {
                         let f = (score[hi].log2() / score[lo].max(2.0).log2()).clamp(0.0, 1.0);
                         mv = (mv as f64 * (1.0 - f).max(0.25)) as u64;
@@ -1416,6 +1426,43 @@ mod tests {
         assert!(!decide(8 * MB).starts_with("took"), "{}", decide(8 * MB));
         // Measured where it is: it takes from the other.
         assert!(decide(24 * MB).starts_with("took"), "{}", decide(24 * MB));
+    }
+
+    /// A slope measured at a small pool is its curve's steepest part: the pool grows by at
+    /// most half its grant (a probe at least) per move, where a whole `move_max` once took the
+    /// bench's storage pool from 0 to 10 MiB and back, again and again. A large pool still
+    /// takes a whole move.
+    #[test]
+    fn a_small_pool_grows_by_half_its_grant_a_move() {
+        let taken = |small: u64| {
+            let mut m = Midas::new(Estimator::Rebuild, bench_params());
+            let budget = 48 * MB;
+            let views = [
+                pool(1, small, small, 1_000_000, 100),
+                pool(2, budget - small, budget - small, 1_000_000, 100),
+            ];
+            m.round(&views, budget);
+            for (id, utility, at) in [(1, 100.0, small), (2, 10.0, budget - small)] {
+                let st = m.state.get_mut(&id).unwrap();
+                st.utility = utility;
+                st.slopes = vec![(utility, at); SLOPES_TO_MOVE];
+                st.measured = true;
+                st.measured_at = at;
+                st.base = at;
+                st.phase = 0;
+                st.decided = at;
+            }
+            let d = m.round(&views, budget);
+            let why = d.iter().find(|x| x.id == 1).unwrap().why.clone();
+            assert!(why.starts_with("took"), "{why}");
+            m.state[&1].base - small
+        };
+        // At 4 MiB: half its grant, 2 MiB (not the 8 of a whole move).
+        assert_eq!(taken(4 * MB), 2 * MB);
+        // At 2 MiB (and below): a probe, 2 MiB.
+        assert_eq!(taken(2 * MB), 2 * MB);
+        // At 24 MiB: a whole move.
+        assert_eq!(taken(24 * MB), 8 * MB);
     }
 
     #[test]
