@@ -177,12 +177,16 @@ def phase_policy(policy, specs, secs, budget, ideal, quick):
                             "--tick-ms", "50", "--grace-ms", "300"])
     apps = [App(n, a, secs, node=sock) for n, a in specs]
     samples = []
+    decisions = {}
     t_start = time.time()
     while any(a.proc.poll() is None for a in apps):
         st = node_status(sock)
         if st:
             samples.append((time.time() - t_start, sum(p["resident"] for p in st["pools"]),
                             {p["name"]: (p["limit"], p["resident"], p.get("utility")) for p in st["pools"]}))
+            # The daemon keeps its last 32 rounds' changes and why: all of them, by time.
+            for rec in st.get("decisions") or []:
+                decisions.setdefault(rec.get("at_ms"), rec)
         time.sleep(0.5)
     rcs = [a.wait(30) for a in apps]
     final_status = samples[-1][2] if samples else {}
@@ -224,7 +228,12 @@ def phase_policy(policy, specs, secs, budget, ideal, quick):
             "settle_s": settle, "apps": per, "efficiency_series": effs,
             "resident_series": [(round(t, 1), r) for t, r, _ in samples],
             # Per pool, every 0.5 s: [grant, what it holds] in MiB (the daemon's status).
-            "pool_series": pool_series(samples)}
+            "pool_series": pool_series(samples),
+            # Every change of a grant the daemon made, with its reason, seconds from the start.
+            "decisions": [[round(at / 1000 - t_start, 1),
+                           [(c.get("name"), round(c["from"] / MB, 1), round(c["to"] / MB, 1), c.get("why"))
+                            for c in rec.get("changes", [])]]
+                          for at, rec in sorted(decisions.items()) if at is not None]}
 
 
 def pool_series(samples):
@@ -394,6 +403,8 @@ def main():
     ap.add_argument("--quick", action="store_true", help="short phases (under 10 minutes)")
     ap.add_argument("--out", help="results file (default bench/results/midas/midas[-quick].json)")
     ap.add_argument("--no-pressure", action="store_true", help="skip the antagonist phase")
+    ap.add_argument("--policies", help="comma-separated policies to run (default: midas, static and "
+                    "cliffhanger, and midas-victim in the full run); the summary then names only those")
     ap.add_argument("--recovery-s", type=float, default=30,
                     help="measure the apps' throughput this many seconds after the antagonist "
                          "leaves, against before it came (default 30, the issue's target)")
@@ -406,6 +417,11 @@ def main():
     budget = 3 * ws // 2
     secs_ideal, secs_policy = (20, 45) if args.quick else (40, 120)
     policies = ["midas", "static", "cliffhanger"] + ([] if args.quick else ["midas-victim"])
+    if args.policies:
+        policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+        unknown = set(policies) - {"midas", "static", "cliffhanger", "midas-victim"}
+        if unknown:
+            raise SystemExit(f"--policies: unknown {sorted(unknown)}: give midas, static, cliffhanger or midas-victim")
     tmp = tempfile.mkdtemp(prefix="gleaner-midas-")
     blocks = os.path.join(tmp, "blocks")
     make_file(blocks, ws)
@@ -432,6 +448,7 @@ def main():
     git = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     res = {
         "script": "bench/midas.py" + (" --quick" if args.quick else ""),
+        "command": " ".join(["python3", "bench/midas.py"] + sys.argv[1:]),
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         "git_commit": git.stdout.strip(),
         "machine": {"cpus": os.cpu_count(), "kernel": platform.release()},
@@ -447,15 +464,19 @@ def main():
     with open(out, "w") as f:
         json.dump(res, f, indent=1)
     eff = {p: runs[p]["efficiency"] for p in runs}
+
+    def ratio(a, b):
+        return eff[a] / eff[b] if a in eff and b in eff else None
+
     summary = {
-        "efficiency_midas": eff["midas"],
-        "efficiency_static": eff["static"],
-        "efficiency_cliffhanger": eff["cliffhanger"],
+        "efficiency_midas": eff.get("midas"),
+        "efficiency_static": eff.get("static"),
+        "efficiency_cliffhanger": eff.get("cliffhanger"),
         "efficiency_wall": {p: runs[p]["efficiency_wall"] for p in runs},
-        "midas_vs_static": eff["midas"] / eff["static"],
-        "midas_vs_cliffhanger": eff["midas"] / eff["cliffhanger"],
-        "harvested_fraction": runs["midas"]["harvested_fraction"],
-        "settle_s_midas": runs["midas"]["settle_s"],
+        "midas_vs_static": ratio("midas", "static"),
+        "midas_vs_cliffhanger": ratio("midas", "cliffhanger"),
+        "harvested_fraction": (runs.get("midas") or {}).get("harvested_fraction"),
+        "settle_s_midas": (runs.get("midas") or {}).get("settle_s"),
         "oom_kills": (pressure or {}).get("oom_kills"),
         "stopped_programs": (pressure or {}).get("stopped_programs"),
         "direct_reclaim_gib_per_s": (pressure or {}).get("direct_gib_per_s"),
