@@ -802,8 +802,9 @@ impl Policy for Midas {
                         // at least: a whole `move_max` took the bench's storage pool from 0 to
                         // 10 MiB on a slope measured between 0 and 2, where it found a slope a
                         // tenth as steep and gave it all back, every 12-16 s for a whole run
-                        // (`bench/results/midas/midas.json`).
-                        mv = mv.min((base[hi] / 2).max(prm.probe));
+                        // (`bench/results/midas/midas-before-cap.json`). In whole segments: a
+                        // grant of 4.8 MiB holds 4 (`usable`), and the rest sat idle.
+                        mv = mv.min(usable(base[hi] / 2).max(prm.probe));
                     }
                     if self.estimator == Estimator::VictimPenalty && active(lo) {
                         let f = (score[hi].log2() / score[lo].max(2.0).log2()).clamp(0.0, 1.0);
@@ -1459,6 +1460,10 @@ mod tests {
         };
         // At 4 MiB: half its grant, 2 MiB (not the 8 of a whole move).
         assert_eq!(taken(4 * MB), 2 * MB);
+        // At 6 MiB: half is 3 MiB, in whole segments 2 (a grant of 9 MiB would hold 8).
+        assert_eq!(taken(6 * MB), 2 * MB);
+        // At 12 MiB: 6.
+        assert_eq!(taken(12 * MB), 6 * MB);
         // At 2 MiB (and below): a probe, 2 MiB.
         assert_eq!(taken(2 * MB), 2 * MB);
         // At 24 MiB: a whole move.
