@@ -226,7 +226,7 @@ pub(crate) struct Inner {
     /// hottest objects filling [`PROTECT_NUM`]/[`PROTECT_DEN`] of the grant).
     protect_above: u16,
     /// Where the reuse of a segment holds the objects it keeps while it empties the segment
-    /// ([`KEEP_MAX`] bytes once a segment has been reused; empty between reuses).
+    /// ([`KEEP_MAX`] bytes of capacity once a segment has been reused; cleared after each).
     scratch: Vec<u8>,
 }
 
@@ -867,6 +867,7 @@ impl PoolInner {
             }
             g.objs[slot as usize].hot = hot;
         }
+        scratch.clear();
         g.scratch = scratch;
         seg
     }
