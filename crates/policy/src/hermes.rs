@@ -115,8 +115,8 @@ pub fn chunk_len(size: usize, header: usize, page: usize) -> Option<usize> {
 /// to 2,048 bytes, 144-167 µs; `bench/hermes/sockcopy.c`). The socket buffers' data sit at
 /// fixed page offsets too, so the copies' loads and stores kept the same small distance modulo
 /// the page, the pattern that stalls a copy on false store-to-load dependencies ("4K
-/// aliasing"). jemalloc offsets its
-/// large blocks by a random cache line for the same reason (its `cache_oblivious` option).
+/// aliasing"). jemalloc offsets its large blocks by a random cache line for the same reason
+/// (its `cache_oblivious` option).
 pub fn large_block_offset(seq: u64, align: usize, page: usize) -> usize {
     const LINE: usize = 64;
     let lines = (page / LINE).saturating_sub(1).max(1) as u64;

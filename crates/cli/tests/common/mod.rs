@@ -127,7 +127,6 @@ pub fn token_file(tag: &str) -> (TempDir, PathBuf) {
     (dir, token_file)
 }
 
-/// `n` memnodes of `capacity` on TCP loopback sharing one token (`<dir>/token`), for a pool.
 /// The memnode lease (seconds) the tests' memnodes get unless they ask otherwise (the memnode's
 /// own default).
 pub const DEFAULT_LEASE_SECS: &str = "10";
@@ -135,6 +134,7 @@ pub const DEFAULT_LEASE_SECS: &str = "10";
 /// The memnode lease (seconds) of [`MemnodeProc::start_short_lease`].
 pub const SHORT_LEASE_SECS: &str = "2";
 
+/// `n` memnodes of `capacity` on TCP loopback sharing one token (`<dir>/token`), for a pool.
 pub fn memnodes_sharing_a_token(n: usize, capacity: &str) -> (Vec<MemnodeProc>, TempDir) {
     memnodes_sharing_a_token_with_lease(n, capacity, DEFAULT_LEASE_SECS)
 }
