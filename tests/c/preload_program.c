@@ -29,6 +29,14 @@
  *                                   (a shell's `exec 3>file`) must be free; the data must be
  *                                   intact, then rewritten and intact again. Prints how many
  *                                   descriptors it could not close (`kept N`)
+ *   preload_program swap-fds MB     fill MB, then for 6 s do what CPython's subprocess tests do
+ *                                   to a standard stream: close a descriptor of its own (the
+ *                                   lowest free number then), read some of the data, close the
+ *                                   number again (EBADF: nothing may be there), and dup2 a saved
+ *                                   copy back onto it, which must then be that file; the pager
+ *                                   makes descriptors meanwhile (its watchdog reads /proc, the
+ *                                   status file is rewritten, faults fetch). The data must be
+ *                                   intact. Prints how many swaps it made (`swaps N`)
  *   preload_program fd-limit MB     open descriptors until the limit refuses one (EMFILE), as a
  *                                   busy server may, then fill MB, verify, rewrite and verify
  *                                   again. Prints how many it opened (`opened N`)
@@ -120,6 +128,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -539,6 +548,63 @@ static int run_close_all(size_t mb) {
     if (!check(a, len, 22)) fail("memory rewritten after closing every descriptor");
     free(a);
     printf("close-all ok, kept %d\n", kept);
+    return 0;
+}
+
+/* ---- swap-fds ------------------------------------------------------------------------- */
+
+static ino_t inode_of(int fd) {
+    struct stat st;
+    return fstat(fd, &st) ? 0 : st.st_ino;
+}
+
+static double seconds_since(const struct timespec *t0) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+static int run_swap_fds(size_t mb) {
+    size_t len = mb << 20;
+    char *a = filled(mb, 31);
+    char path[] = "/tmp/gleaner-swap-fds-XXXXXX";
+    int k = mkstemp(path); /* the lowest free number */
+    if (k < 0) fail("mkstemp");
+    unlink(path);
+    int saved = fcntl(k, F_DUPFD_CLOEXEC, 100); /* a copy out of the low numbers */
+    if (saved < 0) fail("F_DUPFD");
+    ino_t want = inode_of(k);
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    long swaps = 0;
+    size_t at = 0;
+    volatile char sink = 0;
+    for (;;) {
+        if (close(k)) fail("close of the program's own descriptor (someone closed it)");
+        /* Number k is free: whatever the process makes now lands there. */
+        for (int i = 0; i < 8; i++) {
+            sink += a[at];
+            at = (at + 7 * 4096 + 64) % len;
+        }
+        if (close(k) == 0) {
+            fprintf(stderr, "swap %ld: closing the free number %d succeeded: a descriptor the "
+                            "program never made was there, and is now closed\n", swaps, k);
+            _exit(3);
+        }
+        if (errno != EBADF) fail("close of a free number");
+        if (dup2(saved, k) != k) fail("dup2 of the saved copy");
+        if (inode_of(k) != want) {
+            fprintf(stderr, "swap %ld: descriptor %d is not the file dup2 just put there\n",
+                    swaps, k);
+            _exit(3);
+        }
+        swaps++;
+        if (swaps % 64 == 0 && seconds_since(&t0) > 6.0) break;
+    }
+    if (pwrite(k, "x", 1, 0) != 1) fail("a write through the restored descriptor");
+    if (!check(a, len, 31)) fail("memory after the swaps");
+    free(a);
+    printf("swap-fds ok, swaps %ld\n", swaps);
     return 0;
 }
 
@@ -1282,6 +1348,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "big")) return run_big(mb);
     if (!strcmp(argv[1], "close-all")) return run_close_all(mb);
     if (!strcmp(argv[1], "fd-limit")) return run_fd_limit(mb);
+    if (!strcmp(argv[1], "swap-fds")) return run_swap_fds(mb);
     if (!strcmp(argv[1], "fd-churn")) return run_fd_churn(mb);
     if (!strcmp(argv[1], "mlock")) return run_mlock(mb);
     if (!strcmp(argv[1], "wipe-on-fork")) return run_wipe_on_fork(mb);

@@ -580,20 +580,25 @@ fn run(args: RunArgs) -> Result<ExitCode, SetupError> {
     }
     remove_status_files(&reports, &running);
     let pagers = PagerCounts::from_reports(&reports);
-    for warning in [pagers.warning(), pagers.stops_warning()]
-        .into_iter()
-        .flatten()
+    for warning in [
+        pagers.warning(),
+        pagers.stops_warning(),
+        pagers.panics_warning(),
+    ]
+    .into_iter()
+    .flatten()
     {
         eprintln!("gleaner run: {warning}");
     }
-    // A process stopped because its far memory could not start, or failed later, is a failed
-    // run, even where the program's top process carried on and exited 0 (a script that ignores
-    // a helper's status, Python's subprocess.run).
-    if exit == 0 && pagers.stopped + pagers.stopped_mid_run > 0 {
+    // A process stopped because its far memory could not start, or failed later, or aborted by
+    // a panic of gleaner's, is a failed run, even where the program's top process carried on
+    // and exited 0 (a script that ignores a helper's status, Python's subprocess.run).
+    if exit == 0 && pagers.stopped + pagers.stopped_mid_run + pagers.panicked > 0 {
         exit = gleaner_pager::FATAL_EXIT_CODE as u8;
         eprintln!(
             "gleaner run: {name} exited 0, but the run fails (exit 86): a process of it was \
-             stopped because its far memory failed (see the messages above)"
+             stopped because its far memory failed, or aborted by a gleaner panic (see the \
+             messages above)"
         );
     } else if i32::from(exit) == gleaner_pager::FATAL_EXIT_CODE {
         eprintln!(

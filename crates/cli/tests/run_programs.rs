@@ -1724,3 +1724,63 @@ fn the_status_thread_sleeps_through_eviction_batches() {
         "the status thread woke {wakeups} times in a 2 s run of {batches} eviction batches"
     );
 }
+
+/// A program that closes one of its own descriptors, then puts a saved copy back on the number
+/// with `dup2`, over and over (what CPython's `subprocess` tests do to a standard stream), while
+/// the pager makes descriptors of its own (its watchdog reads `/proc` every second, the status
+/// file is rewritten, faults fetch): the number is always the program's. A descriptor the pager
+/// had just made sat at the free number, unrecorded, and the program's `dup2` replaced it or its
+/// second `close` closed it: the pager then closed the program's restored file (CPython exited
+/// with status 1, silently) or aborted ("unexpected error during closedir"); the C program
+/// failed within seconds, 3 runs of 3, before the pager's windows (`gleaner_fds::making`).
+#[test]
+fn a_program_swapping_its_descriptors_never_meets_the_pagers() {
+    let (code, out, err, stats) = run_program("16M", "swap-fds", "64", &[]);
+    assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
+    assert!(number_after(&out, "swaps ") > 1000, "{out}");
+    let t = &stats["total"];
+    assert!(t["faults"]["remote"].as_u64().unwrap() > 0, "{stats}");
+    assert!(
+        t["evictions"]["dirty"].as_u64().unwrap() > pages(48 << 20),
+        "{stats}"
+    );
+}
+
+/// A panic in gleaner's code names itself through `gleaner run`, whatever the program did to its
+/// descriptor 2 (here: /dev/null before the program starts), and fails the run. Before, such a
+/// panic printed only to the program's stderr: a CPython test that had swapped it for a
+/// temporary file aborted without a word.
+#[test]
+fn a_panic_in_gleaner_names_itself_though_the_program_hid_its_stderr() {
+    use std::os::unix::process::CommandExt;
+    preload_library_is_built();
+    let script = format!("exec 2>/dev/null; exec {} mixed 64", program());
+    let name = std::path::Path::new(program())
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    let mut child = Command::new(common::gleaner_bin())
+        .process_group(0)
+        .args(["run", "--local-mem", "16M", "--", "sh", "-c", &script])
+        .env("GLEANER_TEST_PANIC", &name)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (code, out, err) = wait_output(&mut child, LIMIT);
+    assert_ne!(code, Some(0), "stdout: {out}\nstderr: {err}");
+    assert!(
+        err.contains(&format!(
+            "1 process was aborted (SIGABRT) by a panic in gleaner's code, a gleaner bug \
+             (please report it with this message); first: {name} (pid "
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains("thread 'gleaner-test-panic' panicked at")
+            && err.contains("a test panic (GLEANER_TEST_PANIC)"),
+        "{err}"
+    );
+}

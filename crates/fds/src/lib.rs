@@ -17,6 +17,11 @@
 //! The record is a bitmap of atomics over the first [`TRACKED`] descriptor numbers: reading it
 //! takes no lock, so an interposed call costs one load per descriptor it asks about.
 //!
+//! Until it is adopted, a descriptor gleaner has just made sits at the lowest free number, which
+//! may be one the program closed and is about to fill by number (`dup2`): gleaner makes and
+//! adopts (or closes) each inside a [`Making`] window, and the interposed calls take turns
+//! with it ([`program_call`]; the `making` module says why and how).
+//!
 //! A server at its descriptor limit (`EMFILE`) handles that itself, but the pager would fail a
 //! write-back or a fetch for want of one descriptor (a shared-memory grant's memfd, an
 //! eviction pipe) and stop the program. So a pager keeps spare descriptors, as many as it may
@@ -29,9 +34,45 @@
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
 
+mod connect;
 mod limit;
+mod making;
 
-pub use limit::{after_fork_in_child, confined, headroom, Headroom};
+pub use connect::connect_unix;
+pub use limit::{confined, headroom, Headroom};
+pub use making::{making, program_call, Making, ProgramCall, GLEANER_PATIENCE, PROGRAM_PATIENCE};
+
+/// For a fork child's first moments (the preload library's fork handler): a descriptor limit
+/// its parent had raised at the fork goes back to the program's, and the windows in which the
+/// parent's other threads were making descriptors ([`Making`]) are not the child's.
+pub fn after_fork_in_child() {
+    making::after_fork_in_child();
+    limit::after_fork_in_child();
+}
+
+/// Makes a descriptor with `make` and adopts it ([`adopt`]), in one [`Making`] window: `make`
+/// must not block (no connection's handshake, no wait for a peer).
+pub fn make_held<T, E>(make: impl FnOnce() -> Result<T, E>) -> Result<T, E>
+where
+    T: Into<OwnedFd> + From<OwnedFd>,
+{
+    let _making = making();
+    Ok(T::from(adopt(make()?.into())))
+}
+
+/// `std::fs::write`, in a [`Making`] window (the file's descriptor is open for the write): for
+/// the reports gleaner writes while the program runs.
+pub fn write(path: impl AsRef<std::path::Path>, contents: impl AsRef<[u8]>) -> std::io::Result<()> {
+    let _making = making();
+    std::fs::write(path, contents)
+}
+
+/// `std::fs::read_to_string`, in a [`Making`] window (the file's descriptor is open for the
+/// read): for the small files of `/proc` and `/sys` gleaner reads while the program runs.
+pub fn read_to_string(path: impl AsRef<std::path::Path>) -> std::io::Result<String> {
+    let _making = making();
+    std::fs::read_to_string(path)
+}
 
 /// Descriptor numbers below this are recorded; one above it cannot be (it is left where it is,
 /// unprotected, which only a program with this many descriptors open would meet).
@@ -76,13 +117,20 @@ pub fn refill() {
         if spare.load(Ordering::Acquire) >= 0 {
             continue;
         }
-        // SAFETY: eventfd(2) returns a new descriptor or -1 (an eventfd: no file system needed).
-        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
-        if fd < 0 {
+        let made = make_held(|| {
+            // SAFETY: eventfd(2) returns a new descriptor or -1 (an eventfd: no file system
+            // needed).
+            let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+            if fd < 0 {
+                return Err(());
+            }
+            // SAFETY: the kernel just made `fd`; nothing else owns it.
+            Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+        });
+        let Ok(fd) = made else {
             return; // At the limit: later.
-        }
-        // SAFETY: the kernel just made `fd`; nothing else owns it.
-        let fd = adopt(unsafe { OwnedFd::from_raw_fd(fd) }).into_raw_fd();
+        };
+        let fd = fd.into_raw_fd();
         if spare
             .compare_exchange(-1, fd, Ordering::AcqRel, Ordering::Acquire)
             .is_err()
@@ -245,7 +293,11 @@ pub fn floor() -> RawFd {
 /// descriptors all are) and records it as gleaner's. Where no number there is free (the limit
 /// reached), or the number would be beyond what is recorded, it is recorded where it is, if it
 /// can be.
+///
+/// Called inside the [`Making`] window in which `fd` was made ([`make_held`]); it opens one of
+/// its own as well, for the moment the old number is closed.
 pub fn adopt(fd: OwnedFd) -> OwnedFd {
+    let _making = making();
     let _room = headroom();
     // SAFETY: F_DUPFD_CLOEXEC makes a new descriptor for the same file or returns -1; `fd` is
     // live for the call.

@@ -375,7 +375,7 @@ impl Stop {
     pub(crate) fn new() -> std::io::Result<Stop> {
         Ok(Stop {
             flag: AtomicBool::new(false),
-            fd: gleaner_fds::adopt(gleaner_sys::eventfd::eventfd(true)?),
+            fd: gleaner_fds::make_held(|| gleaner_sys::eventfd::eventfd(true))?,
         })
     }
 

@@ -739,7 +739,7 @@ impl Drop for Region {
         self.flush_trace();
         // After the join, so every fault the program saw is counted.
         if let Some(path) = &self.stats_path {
-            if let Err(err) = std::fs::write(path, self.stats_json()) {
+            if let Err(err) = gleaner_fds::write(path, self.stats_json()) {
                 log::warn!("writing region stats to {}: {err}", path.display());
             }
         }

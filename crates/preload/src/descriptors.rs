@@ -10,6 +10,10 @@
 //! * gleaner's own code (the pager's threads, and its code on the program's threads) closes
 //!   them as usual, forgetting each first.
 //!
+//! * The program's calls take turns with gleaner's code making a descriptor
+//!   (`gleaner_fds::program_call`): until gleaner has moved a new descriptor out of the way, it
+//!   may sit at a number the program just closed, and a `dup2` onto that number would replace it.
+//!
 //! The calls go to the kernel directly, as the mapping calls do (`real.rs`); so `close` here is
 //! not a thread-cancellation point, where the C library's is. Raw `close_range` system calls
 //! (not through the C library) are not seen.
@@ -63,12 +67,15 @@ fn note_refused_close(fd: i32) {
 /// `close(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn close(fd: i32) -> i32 {
-    if gleaner_fds::is_held(fd) {
-        if !crate::in_runtime() {
-            note_refused_close(fd);
-            return fail(libc::EBADF);
-        }
+    if crate::in_runtime() {
         gleaner_fds::forget(fd);
+        return raw_close(fd);
+    }
+    let turn = gleaner_fds::program_call();
+    if gleaner_fds::is_held(fd) {
+        drop(turn); // Nothing of gleaner's is made while the program's turn is held.
+        note_refused_close(fd);
+        return fail(libc::EBADF);
     }
     raw_close(fd)
 }
@@ -87,6 +94,7 @@ pub unsafe extern "C" fn close_range(first: u32, last: u32, flags: i32) -> i32 {
         gleaner_fds::held_in(first, last, gleaner_fds::forget);
         return raw_close_range(first, last, flags);
     }
+    let turn = gleaner_fds::program_call();
     if flags & CLOSE_RANGE_UNSHARE != 0 {
         // SAFETY: unshare(2) with CLONE_FILES gives this thread a copy of the descriptor table,
         // as the flag asks, before anything in it is closed.
@@ -96,9 +104,10 @@ pub unsafe extern "C" fn close_range(first: u32, last: u32, flags: i32) -> i32 {
     }
     let mut from = first;
     let mut result = 0;
+    let mut refused = None;
     gleaner_fds::held_in(first, last, |held| {
         let held = held as u32;
-        note_refused_close(held as i32);
+        refused.get_or_insert(held as i32);
         if held > from && raw_close_range(from, held - 1, 0) != 0 {
             result = -1;
         }
@@ -107,6 +116,10 @@ pub unsafe extern "C" fn close_range(first: u32, last: u32, flags: i32) -> i32 {
     // What is left above the last held one.
     if from <= last && raw_close_range(from, last, 0) != 0 {
         result = -1;
+    }
+    drop(turn);
+    if let Some(fd) = refused {
+        note_refused_close(fd);
     }
     result
 }
@@ -150,7 +163,9 @@ fn refuse_dup(call: &str, newfd: i32) -> i32 {
 /// `dup2(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn dup2(oldfd: i32, newfd: i32) -> i32 {
-    if oldfd != newfd && gleaner_fds::is_held(newfd) && !crate::in_runtime() {
+    let turn = (!crate::in_runtime()).then(gleaner_fds::program_call);
+    if oldfd != newfd && gleaner_fds::is_held(newfd) && turn.is_some() {
+        drop(turn);
         return refuse_dup("dup2", newfd);
     }
     if oldfd == newfd {
@@ -166,7 +181,9 @@ pub unsafe extern "C" fn dup2(oldfd: i32, newfd: i32) -> i32 {
 /// `dup3(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn dup3(oldfd: i32, newfd: i32, flags: i32) -> i32 {
-    if oldfd != newfd && gleaner_fds::is_held(newfd) && !crate::in_runtime() {
+    let turn = (!crate::in_runtime()).then(gleaner_fds::program_call);
+    if oldfd != newfd && gleaner_fds::is_held(newfd) && turn.is_some() {
+        drop(turn);
         return refuse_dup("dup3", newfd);
     }
     // SAFETY: dup3(2) takes integers by value; the kernel checks them.

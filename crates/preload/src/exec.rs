@@ -42,6 +42,9 @@ extern "C" {
 /// Why a program will run without a pager, or `None` when it will have one (or cannot be
 /// read: the `exec` then reports its own error).
 fn without_pager(path: &CStr, envp: *const *const c_char) -> Option<&'static str> {
+    // Open for a moment at the lowest free number, so inside a window the program's `dup2`
+    // waits for (`gleaner_fds::making`).
+    let making = gleaner_fds::making();
     // SAFETY: a NUL-terminated path; the descriptor is closed below.
     let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
     if fd < 0 {
@@ -50,6 +53,7 @@ fn without_pager(path: &CStr, envp: *const *const c_char) -> Option<&'static str
     let kind = classify(fd);
     // SAFETY: our own descriptor.
     unsafe { libc::close(fd) };
+    drop(making);
     match kind? {
         Binary::Static => Some(
             "statically linked: no dynamic loader runs, so LD_PRELOAD cannot reach it and all \
@@ -256,6 +260,8 @@ fn report(pid: libc::pid_t, program: &CStr, reason: &str) -> Option<StackText<42
     if path.overflow || text.overflow {
         return None;
     }
+    // As in `without_pager`: inside a window, dropped before the exec.
+    let _making = gleaner_fds::making();
     // SAFETY: a NUL-terminated path; the descriptor is closed below.
     let fd = unsafe {
         libc::open(

@@ -495,6 +495,24 @@ fn test_hang() -> Result<Option<gleaner_pager::stuck::TestHang>, String> {
     }
 }
 
+/// `GLEANER_TEST_PANIC=PROGRAM`: a test hook that makes a thread of gleaner's panic 200 ms after
+/// the pager of a process running PROGRAM started (its executable's file name), for the test
+/// that a panic names itself through `gleaner run` whatever the program did to its stderr.
+/// Unset, empty or another program: off.
+fn start_test_panic() {
+    let wanted = std::env::var("GLEANER_TEST_PANIC").unwrap_or_default();
+    if wanted.is_empty() || wanted != program_name() {
+        return;
+    }
+    let _ = std::thread::Builder::new()
+        .name("gleaner-test-panic".into())
+        .spawn(|| {
+            mark_runtime_thread();
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            panic!("a test panic (GLEANER_TEST_PANIC)");
+        });
+}
+
 /// This process's descriptor limits, for messages: `soft, hard HARD`.
 fn descriptor_limits() -> String {
     let mut lim = libc::rlimit {
@@ -515,6 +533,10 @@ extern "C" fn init() {
     // A panic on any thread of the program's gleaner ends the program (`SIGABRT`), as the
     // build's `panic = "unwind"` alone would not.
     gleaner_sys::panic::abort_on_panic();
+    // And says so to `gleaner run`, whatever the program did to its descriptor 2.
+    gleaner_sys::panic::report_panics_to(|message| {
+        let _ = report_pager("panicked", Some(message));
+    });
     // Read now, while the environment is where the kernel put it: a pager thread that reports a
     // stop later must not read it (`report_dir`).
     let _ = report_dir();
@@ -556,6 +578,9 @@ extern "C" fn init() {
         }
     }
     start_reserve(pager_started);
+    if pager_started {
+        start_test_panic();
+    }
     drop(room);
     IN_RUNTIME.with(|c| c.set(false));
 }
@@ -637,8 +662,9 @@ fn report_stopped(message: &str) {
 
 /// Tells `gleaner run` (through `GLEANER_REPORT_DIR`) whether this process's pager started:
 /// `started`, `failed` (the process was stopped), `fail_open` (it runs all-local) or, later,
-/// `stopped` (its far memory failed mid-run and it was stopped). The launcher counts them, so no
-/// process of a run falls back to local memory, or ends for far memory's sake, unnoticed.
+/// `stopped` (its far memory failed mid-run and it was stopped) or `panicked` (gleaner's code
+/// panicked: the process aborts). The launcher counts them, so no process of a run falls back
+/// to local memory, or ends for far memory's sake, unnoticed.
 fn report_pager(outcome: &str, error: Option<&str>) -> Report {
     let Some(dir) = report_dir() else {
         return Report::FirstFailure;
@@ -670,13 +696,14 @@ fn report_pager(outcome: &str, error: Option<&str>) -> Report {
     }
     // The first process that fails to start creates the marker; creation is atomic, so exactly
     // one prints (a stop mid-run is always printed in full by the pager itself).
-    let first = error.is_some()
-        && outcome != "stopped"
-        && std::fs::OpenOptions::new()
+    let first = error.is_some() && !matches!(outcome, "stopped" | "panicked") && {
+        let _making = gleaner_fds::making();
+        std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .open(dir.join("first-failure"))
-            .is_ok();
+            .is_ok()
+    };
     if first {
         Report::FirstFailure
     } else {

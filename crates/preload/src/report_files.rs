@@ -49,16 +49,18 @@ pub(crate) fn keep(kind: Kind, path: &Path) {
             close(fd.swap(-1, Ordering::AcqRel));
         }
     }
-    let opened = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .custom_flags(libc::O_CLOEXEC)
-        .open(path);
+    let opened = gleaner_fds::make_held(|| {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(path)
+    });
     match opened {
         Ok(file) => {
-            let fd = gleaner_fds::adopt_file(file).into_raw_fd();
+            let fd = file.into_raw_fd();
             close(slot(kind).swap(fd, Ordering::AcqRel));
         }
         // Written by path at the end instead, which works unless the program drops privileges.
@@ -71,7 +73,7 @@ pub(crate) fn keep(kind: Kind, path: &Path) {
 pub(crate) fn write(kind: Kind, path: &Path, contents: &[u8]) -> io::Result<()> {
     let fd = slot(kind).load(Ordering::Acquire);
     if fd < 0 || OPENED_BY.load(Ordering::Acquire) != pid() {
-        return std::fs::write(path, contents);
+        return gleaner_fds::write(path, contents);
     }
     // SAFETY: `fd` is a descriptor this process opened and keeps for this file (held: the
     // program cannot close it); ManuallyDrop leaves it open.

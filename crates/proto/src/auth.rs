@@ -136,7 +136,8 @@ pub fn read_secret_file(path: &Path, what: &str) -> io::Result<[u8; TOKEN_LEN]> 
             ),
         ));
     }
-    let text = fs::read_to_string(path)?;
+    // In a window (`gleaner_fds::making`): a pager reads it again when it reconnects.
+    let text = gleaner_fds::read_to_string(path)?;
     parse_hex_token(text.trim()).ok_or_else(|| {
         io::Error::new(
             io::ErrorKind::InvalidData,

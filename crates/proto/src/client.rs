@@ -60,10 +60,67 @@ impl fmt::Display for Endpoint {
     }
 }
 
-/// `socket` moved out of the program's way when a pager holds it (`gleaner_fds::adopt`): a
-/// program that closes every descriptor it did not open must not close a memnode connection.
-fn held<S: From<std::os::fd::OwnedFd> + Into<std::os::fd::OwnedFd>>(socket: S) -> S {
-    S::from(gleaner_fds::adopt(socket.into()))
+/// A TCP connection to `addr`, established within `timeout`, its socket moved out of the
+/// program's way (`gleaner_fds::adopt`) before it connects: a program that closes every
+/// descriptor it did not open must not close a memnode connection, and a socket left at a low
+/// number during the handshake could be replaced by the program's `dup2`
+/// (`gleaner_fds::making`).
+fn connect_tcp(addr: &std::net::SocketAddr, timeout: Duration) -> io::Result<TcpStream> {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    use rustix::net::{socket_with, sockopt, AddressFamily, SocketFlags, SocketType};
+    let family = if addr.is_ipv4() {
+        AddressFamily::INET
+    } else {
+        AddressFamily::INET6
+    };
+    let socket = gleaner_fds::make_held(|| {
+        socket_with(
+            family,
+            SocketType::STREAM,
+            SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
+            None,
+        )
+    })?;
+    // Closed by this function on failure, whoever calls it: a program thread's close of a
+    // held descriptor would be refused.
+    let fail = |socket: std::os::fd::OwnedFd, e: io::Error| {
+        gleaner_fds::forget(std::os::fd::AsRawFd::as_raw_fd(&socket));
+        drop(socket);
+        Err(e)
+    };
+    match rustix::net::connect(&socket, addr) {
+        Ok(()) => {}
+        Err(rustix::io::Errno::INPROGRESS) => {
+            let deadline = std::time::Instant::now() + timeout;
+            loop {
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                if left.is_zero() {
+                    let why = format!("connecting to {addr}: no answer within {timeout:?}");
+                    return fail(socket, io::Error::new(io::ErrorKind::TimedOut, why));
+                }
+                let mut fds = [PollFd::new(&socket, PollFlags::OUT)];
+                let limit = Timespec::try_from(left).unwrap_or(Timespec {
+                    tv_sec: i64::MAX,
+                    tv_nsec: 0,
+                });
+                match poll(&mut fds, Some(&limit)) {
+                    Ok(0) | Err(rustix::io::Errno::INTR) => continue,
+                    Ok(_) => break,
+                    Err(e) => return fail(socket, e.into()),
+                }
+            }
+            match sockopt::socket_error(&socket) {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return fail(socket, e.into()),
+                Err(e) => return fail(socket, e.into()),
+            }
+        }
+        Err(e) => return fail(socket, e.into()),
+    }
+    if let Err(e) = rustix::io::ioctl_fionbio(&socket, false) {
+        return fail(socket, e.into());
+    }
+    Ok(TcpStream::from(socket))
 }
 
 /// A connected byte stream of either family.
@@ -91,17 +148,17 @@ impl Stream {
                 let mut last =
                     io::Error::new(io::ErrorKind::NotFound, "address resolved to nothing");
                 for sa in addr.to_socket_addrs()? {
-                    match TcpStream::connect_timeout(&sa, timeout) {
+                    match connect_tcp(&sa, timeout) {
                         Ok(s) => {
                             s.set_nodelay(true)?;
-                            return Ok(Stream::Tcp(held(s)));
+                            return Ok(Stream::Tcp(s));
                         }
                         Err(e) => last = e,
                     }
                 }
                 Err(last)
             }
-            Endpoint::Unix(path) => Ok(Stream::Unix(held(UnixStream::connect(path)?))),
+            Endpoint::Unix(path) => Ok(Stream::Unix(gleaner_fds::connect_unix(path)?)),
         }
     }
 
@@ -802,9 +859,12 @@ impl Connection {
         // A clone of the socket, and below a copy of the slab's memfd: each made in a window
         // of its own with room for it, where the program may hold every other descriptor
         // (`gleaner_fds::with_room_retrying`).
-        let sock =
-            gleaner_fds::with_room_retrying(1, || sock.try_clone(), gleaner_fds::is_out_of_numbers)
-                .map_err(|e| self.transport_error(e.into()))?;
+        let sock = gleaner_fds::with_room_retrying(
+            1,
+            || gleaner_fds::make_held(|| sock.try_clone()),
+            gleaner_fds::is_out_of_numbers,
+        )
+        .map_err(|e| self.transport_error(e.into()))?;
         if !self.stream.buffer().is_empty() {
             // The grant's descriptor comes with its first byte, read below with `recvmsg`:
             // bytes already read ahead would be a frame no request asked for.
@@ -831,11 +891,17 @@ impl Connection {
             .saturating_sub(waited.elapsed())
             .max(Duration::from_millis(1));
         let _ = sock.set_read_timeout(Some(left));
+        // The copy is made and moved out of the program's way in one window
+        // (`gleaner_fds::making`): the reply is there, so the peek does not wait.
         let peeked = gleaner_fds::with_room_retrying(
             1,
-            || match crate::fdpass::peek_fd(&sock) {
-                Ok(Peeked::NoNumber) => Err(ProtoError::Io(rustix::io::Errno::MFILE.into())),
-                other => other,
+            || {
+                let _making = gleaner_fds::making();
+                match crate::fdpass::peek_fd(&sock) {
+                    Ok(Peeked::NoNumber) => Err(ProtoError::Io(rustix::io::Errno::MFILE.into())),
+                    Ok(Peeked::Fd(fd)) => Ok(Peeked::Fd(gleaner_fds::adopt(fd))),
+                    other => other,
+                }
             },
             |e| matches!(e, ProtoError::Io(e) if gleaner_fds::is_out_of_numbers(e)),
         );
@@ -902,22 +968,31 @@ impl Connection {
     /// A handle that can shut this connection down from another thread.
     pub fn shutdown_handle(&self) -> io::Result<Stream> {
         Ok(match &self.stream.get_ref().stream {
-            Stream::Tcp(s) => Stream::Tcp(s.try_clone()?),
-            Stream::Unix(s) => Stream::Unix(s.try_clone()?),
+            Stream::Tcp(s) => Stream::Tcp(gleaner_fds::make_held(|| s.try_clone())?),
+            Stream::Unix(s) => Stream::Unix(gleaner_fds::make_held(|| s.try_clone())?),
         })
     }
 }
 
 /// Waits until `sock` has bytes to read (or its peer closed it), at most `timeout`; a timeout
-/// or an interruption just returns, and the read that follows says what happened.
+/// just returns, and the read that follows says what happened. An interruption waits on for
+/// what is left (the read that follows may be inside a `gleaner_fds::making` window, which
+/// must not wait for a peer).
 fn wait_readable(sock: &UnixStream, timeout: Duration) {
     use rustix::event::{poll, PollFd, PollFlags, Timespec};
-    let mut fds = [PollFd::new(sock, PollFlags::IN)];
-    let limit = Timespec {
-        tv_sec: timeout.as_secs().try_into().unwrap_or(i64::MAX),
-        tv_nsec: timeout.subsec_nanos().into(),
-    };
-    let _ = poll(&mut fds, Some(&limit));
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let mut fds = [PollFd::new(sock, PollFlags::IN)];
+        let limit = Timespec {
+            tv_sec: left.as_secs().try_into().unwrap_or(i64::MAX),
+            tv_nsec: left.subsec_nanos().into(),
+        };
+        match poll(&mut fds, Some(&limit)) {
+            Err(rustix::io::Errno::INTR) if !left.is_zero() => continue,
+            _ => return,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -62,7 +62,7 @@ pub fn default_token_path() -> PathBuf {
 }
 
 fn current_uid() -> u32 {
-    std::fs::read_to_string("/proc/self/status")
+    gleaner_fds::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
             s.lines()

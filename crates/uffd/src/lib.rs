@@ -241,8 +241,7 @@ fn keep_device_for_later() {
     if KEPT_DEVICE.load(Ordering::Acquire) >= 0 || unsafe { libc::geteuid() } != 0 {
         return;
     }
-    if let Ok(dev) = open_device() {
-        let fd = gleaner_fds::adopt(OwnedFd::from(dev));
+    if let Ok(fd) = gleaner_fds::make_held(|| open_device().map(OwnedFd::from)) {
         let raw = fd.as_raw_fd();
         if KEPT_DEVICE
             .compare_exchange(-1, raw, Ordering::AcqRel, Ordering::Acquire)
@@ -390,6 +389,8 @@ fn api(fd: BorrowedFd<'_>, features: u64) -> Result<u64, UffdError> {
 impl Uffd {
     /// Features this kernel offers (probed on a throwaway descriptor).
     pub fn available_features(allow_user_mode_only: bool) -> Result<u64, UffdError> {
+        // Open only for the probe, and closed inside the window (dropped before it).
+        let _making = gleaner_fds::making();
         let (fd, _, _) = create_raw(allow_user_mode_only)?;
         api(fd.as_fd(), 0)
     }
@@ -400,9 +401,12 @@ impl Uffd {
         if let Some(name) = first_missing(opts.features & !available) {
             return Err(UffdError::MissingFeature(name));
         }
-        let (fd, source, mode) = create_raw(opts.allow_user_mode_only)?;
         // Out of the program's way: closing it would unregister the region (`gleaner_fds`).
-        let fd = gleaner_fds::adopt(fd);
+        let (fd, source, mode) = {
+            let _making = gleaner_fds::making();
+            let (fd, source, mode) = create_raw(opts.allow_user_mode_only)?;
+            (gleaner_fds::adopt(fd), source, mode)
+        };
         api(fd.as_fd(), opts.features)?;
         let mut uffd = Uffd {
             fd,

@@ -99,13 +99,11 @@ impl Pagemap {
     /// put back at once: for those microseconds another process of the same user could attach
     /// to it, where it otherwise could not.
     pub fn open() -> io::Result<Pagemap> {
-        let file = match File::open("/proc/self/pagemap") {
-            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => open_while_dumpable()?,
-            other => other?,
-        };
-        Ok(Pagemap {
-            file: gleaner_fds::adopt_file(file),
-        })
+        let file = gleaner_fds::make_held(|| match File::open("/proc/self/pagemap") {
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => open_while_dumpable(),
+            other => other,
+        })?;
+        Ok(Pagemap { file })
     }
 
     /// Appends to `out` the runs of pages in `[start, end)` written since they were last

@@ -166,10 +166,14 @@ pub(super) struct PagerCounts {
     pub(super) all_local: usize,
     /// Processes whose pager started, stopped (exit 86) later because far memory failed.
     pub(super) stopped_mid_run: usize,
+    /// Processes aborted (`SIGABRT`) by a panic in gleaner's code.
+    pub(super) panicked: usize,
     /// The first few that did not start: (pid, program, error).
     failures: Vec<(u64, String, String)>,
     /// The first few stopped mid-run: (pid, program, error).
     stops: Vec<(u64, String, String)>,
+    /// The first few panics: (pid, program, message).
+    panics: Vec<(u64, String, String)>,
 }
 
 impl PagerCounts {
@@ -196,6 +200,12 @@ impl PagerCounts {
                     c.stopped_mid_run += 1;
                     if c.stops.len() < Self::NAMED {
                         c.stops.push(named(r));
+                    }
+                }
+                Some("panicked") => {
+                    c.panicked += 1;
+                    if c.panics.len() < Self::NAMED {
+                        c.panics.push(named(r));
                     }
                 }
                 Some(kind @ ("failed" | "fail_open")) => {
@@ -227,7 +237,25 @@ impl PagerCounts {
             "stops": self.stops.iter().map(|(pid, program, error)| {
                 json!({"pid": pid, "program": program, "error": error})
             }).collect::<Vec<_>>(),
+            "panicked": self.panicked,
+            "panics": self.panics.iter().map(|(pid, program, message)| {
+                json!({"pid": pid, "program": program, "message": message})
+            }).collect::<Vec<_>>(),
         })
+    }
+
+    /// A loud line when gleaner's code panicked in any process (the process aborted): the
+    /// message in full, since the program may have hidden its own stderr from it.
+    pub(super) fn panics_warning(&self) -> Option<String> {
+        let (pid, program, message) = self.panics.first()?;
+        let what = match self.panicked {
+            1 => "1 process was".to_string(),
+            n => format!("{n} processes were"),
+        };
+        Some(format!(
+            "{what} aborted (SIGABRT) by a panic in gleaner's code, a gleaner bug (please \
+             report it with this message); first: {program} (pid {pid}): {message}"
+        ))
     }
 
     /// A loud line when any process was stopped after its far memory had started.
@@ -547,6 +575,26 @@ mod tests {
         assert!(w.starts_with("2 processes were stopped (exit 86) because far memory failed while it ran; first: p4 (pid 4): the memnode is full"), "{w}");
         assert_eq!(stops.to_json()["stopped_mid_run"], 2);
         assert_eq!(stops.to_json()["stops"][1]["error"], "lost");
+        assert_eq!(stops.panics_warning(), None);
+        let panics = PagerCounts::from_reports(&[
+            r(
+                8,
+                "panicked",
+                Some("thread 'gleaner-watchdog' panicked at x.rs:1:2:\nboom"),
+            ),
+            r(2, "started", None),
+        ]);
+        assert_eq!((panics.started, panics.panicked), (1, 1));
+        let w = panics.panics_warning().unwrap();
+        assert!(
+            w.starts_with("1 process was aborted (SIGABRT) by a panic in gleaner's code"),
+            "{w}"
+        );
+        assert!(
+            w.ends_with("first: p8 (pid 8): thread 'gleaner-watchdog' panicked at x.rs:1:2:\nboom"),
+            "{w}"
+        );
+        assert_eq!(panics.to_json()["panicked"], 1);
     }
 
     #[test]

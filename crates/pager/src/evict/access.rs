@@ -261,7 +261,7 @@ fn probe_other_signals() -> BTreeMap<String, String> {
     let why = if !damon.exists() {
         "no DAMON in this kernel (or its sysfs interface is not mounted)".to_string()
     } else {
-        match std::fs::read_to_string(
+        match gleaner_fds::read_to_string(
             "/sys/kernel/mm/damon/admin/kdamonds/0/contexts/0/avail_operations",
         ) {
             Ok(ops) if !ops.split_whitespace().any(|o| o == "vaddr") => format!(

@@ -704,8 +704,11 @@ impl Pipe {
     /// reclaim thread and handler); that evictor's batches are then smaller (said once), where
     /// the program used to be stopped.
     fn new(pages: usize) -> std::io::Result<Pipe> {
-        let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
-        let (read, write) = (gleaner_fds::adopt(read), gleaner_fds::adopt(write));
+        let (read, write) = {
+            let _making = gleaner_fds::making();
+            let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+            (gleaner_fds::adopt(read), gleaner_fds::adopt(write))
+        };
         let wanted = pages.max(1);
         let mut ask = wanted;
         loop {

@@ -178,7 +178,10 @@ enum Failure {
 
 /// Registers as a far program holding `pages` pages; returns the connection and the grant.
 fn register(cfg: &ElasticBudget, range: Range, pages: usize) -> Result<(UnixStream, u64), Failure> {
-    let s = UnixStream::connect(&cfg.socket).map_err(|e| Failure::Unreachable(e.to_string()))?;
+    // Held from the start (`gleaner_fds::connect_unix`): the program must not close or replace
+    // the daemon's connection.
+    let s =
+        gleaner_fds::connect_unix(&cfg.socket).map_err(|e| Failure::Unreachable(e.to_string()))?;
     let unreachable = |e: &dyn std::fmt::Display| Failure::Unreachable(e.to_string());
     s.set_read_timeout(Some(Duration::from_secs(2)))
         .map_err(|e| unreachable(&e))?;

@@ -89,10 +89,9 @@ impl Evictors {
                     capture: Mutex::new(Capture::default()),
                     wanted: AtomicBool::new(false),
                     committing: AtomicBool::new(false),
-                    bell: gleaner_fds::adopt(eventfd(
-                        0,
-                        EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK,
-                    )?),
+                    bell: gleaner_fds::make_held(|| {
+                        eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
+                    })?,
                 })
             })
             .collect::<std::io::Result<_>>()?;

@@ -16,6 +16,8 @@
 
 use std::time::Duration;
 
+use crate::observe::procfs;
+
 /// How often the watchdog looks for registered buffers.
 pub(crate) const CHECK_PERIOD: Duration = Duration::from_secs(1);
 
@@ -26,20 +28,19 @@ pub(crate) type Registered = (usize, usize);
 /// when `/proc` cannot be read (the program may hold every descriptor its limit allows: the
 /// next look tries again).
 pub(crate) fn registered_buffers() -> Vec<Registered> {
-    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+    let Ok(names) = procfs::entry_names("/proc/self/fd") else {
         return Vec::new();
     };
     let mut found = Vec::new();
-    for entry in dir.flatten() {
-        let is_ring = std::fs::read_link(entry.path())
+    for name in names {
+        let name = name.to_string_lossy();
+        // A link's target is read without opening anything.
+        let is_ring = std::fs::read_link(format!("/proc/self/fd/{name}"))
             .is_ok_and(|target| target.as_os_str() == "anon_inode:[io_uring]");
         if !is_ring {
             continue;
         }
-        let info = entry.file_name();
-        if let Ok(text) =
-            std::fs::read_to_string(format!("/proc/self/fdinfo/{}", info.to_string_lossy()))
-        {
+        if let Ok(text) = procfs::read(format!("/proc/self/fdinfo/{name}")) {
             found.extend(parse_user_bufs(&text));
         }
     }

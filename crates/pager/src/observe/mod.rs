@@ -3,6 +3,7 @@
 //! ([`sampler`]), the fault [`trace`], and [`stuck`], which finds a pager waiting for itself.
 
 pub(crate) mod counters;
+pub(crate) mod procfs;
 pub(crate) mod sampler;
 pub(crate) mod stats;
 pub(crate) mod status;

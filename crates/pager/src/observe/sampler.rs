@@ -42,7 +42,7 @@ struct Sample {
 
 /// Opens the trace file (truncating it); an error names the path.
 pub(crate) fn open(path: &Path) -> std::io::Result<BufWriter<File>> {
-    File::create(path).map(|f| BufWriter::new(gleaner_fds::adopt_file(f)))
+    gleaner_fds::make_held(|| File::create(path)).map(BufWriter::new)
 }
 
 /// The sampler's loop: one line per interval until the region stops, then a last one.

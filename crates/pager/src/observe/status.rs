@@ -253,9 +253,10 @@ pub(crate) fn run(engine: Arc<Engine>, publication: Arc<Publication>) {
 /// Writes `text` to `path` through a temporary file beside it and a rename. The file is open
 /// for a moment, under the program's descriptor limit as it is: raising it
 /// (`gleaner_fds::headroom`) every second would let another thread of the program see a limit
-/// it did not set; at its limit, a document is skipped.
+/// it did not set; at its limit, a document is skipped. Written in a `gleaner_fds::making`
+/// window: the file may take a number the program just closed and is about to fill.
 fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
     let tmp = path.with_extension("json.tmp");
-    std::fs::write(&tmp, text)?;
+    gleaner_fds::write(&tmp, text)?;
     std::fs::rename(&tmp, path)
 }

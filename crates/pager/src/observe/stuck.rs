@@ -24,6 +24,7 @@
 //! A thread of the pager is known by its name (`thread.rs` names them; the fault handlers
 //! `gleaner-fault*`) and its wait by `/proc/PID/task/TID/wchan`.
 
+use crate::observe::procfs;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
@@ -137,14 +138,14 @@ impl StuckWatch {
             Some(pid) => format!("/proc/{pid}/task"),
             None => "/proc/self/task".to_string(),
         };
-        let tasks = std::fs::read_dir(&root).ok()?;
+        let tasks = procfs::entry_names(&root).ok()?;
         let mut handlers = 0;
         let mut now = Vec::new();
-        for t in tasks.flatten() {
-            let Some(tid) = t.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+        for t in tasks {
+            let Some(tid) = t.to_str().and_then(|n| n.parse::<u32>().ok()) else {
                 continue;
             };
-            let Ok(name) = std::fs::read_to_string(t.path().join("comm")) else {
+            let Ok(name) = procfs::read(format!("{root}/{tid}/comm")) else {
                 continue;
             };
             let name = name.trim();
@@ -152,8 +153,8 @@ impl StuckWatch {
                 continue;
             }
             handlers += usize::from(name.starts_with(HANDLER_PREFIX));
-            let waits = std::fs::read_to_string(t.path().join("wchan"))
-                .is_ok_and(|w| w.trim() == WAIT_SYMBOL);
+            let waits =
+                procfs::read(format!("{root}/{tid}/wchan")).is_ok_and(|w| w.trim() == WAIT_SYMBOL);
             if waits {
                 now.push((tid, name.to_string()));
             }

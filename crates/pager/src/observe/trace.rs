@@ -21,10 +21,8 @@ impl FaultTrace {
             page_size: PAGE_SIZE as u32,
             region_base: region_base as u64,
         };
-        let w = File::create(path).and_then(|f| {
-            let f = gleaner_fds::adopt_file(f);
-            TraceWriter::new(BufWriter::with_capacity(1 << 20, f), header)
-        })?;
+        let w = gleaner_fds::make_held(|| File::create(path))
+            .and_then(|f| TraceWriter::new(BufWriter::with_capacity(1 << 20, f), header))?;
         Ok(FaultTrace(Mutex::new(w)))
     }
 

@@ -39,13 +39,19 @@ impl Region {
                 e.gate.close();
                 // Both ends close-on-exec: the read end stays with the parent's store, the
                 // write end goes to the child.
-                let held = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+                // Held in both processes: the child must not close its end (the parent would
+                // free the blobs the child reads).
+                let pipe = {
+                    let _making = gleaner_fds::making();
+                    rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map(
+                        |(alive, child_end)| {
+                            (gleaner_fds::adopt(alive), gleaner_fds::adopt(child_end))
+                        },
+                    )
+                };
+                let held = pipe
                     .map_err(|err| format!("no pipe for the child ({err})"))
                     .and_then(|(alive, child_end)| {
-                        // Held in both processes: the child must not close its end (the
-                        // parent would free the blobs the child reads).
-                        let (alive, child_end) =
-                            (gleaner_fds::adopt(alive), gleaner_fds::adopt(child_end));
                         e.store
                             .hold_for_child(alive)
                             .map_err(|err| err.to_string())?;

@@ -35,7 +35,7 @@ pub(crate) fn publish() {
         let _ = std::fs::create_dir_all(dir);
     }
     let tmp = path.with_extension("tmp");
-    if std::fs::write(&tmp, doc.to_string()).is_ok() {
+    if gleaner_fds::write(&tmp, doc.to_string()).is_ok() {
         let _ = std::fs::rename(&tmp, path);
     }
 }
@@ -59,7 +59,7 @@ pub(crate) fn finish() {
         ));
     }
     for t in targets {
-        if let Err(e) = std::fs::write(&t, doc.to_string()) {
+        if let Err(e) = gleaner_fds::write(&t, doc.to_string()) {
             eprintln!(
                 "gleaner: writing the reserve's stats to {}: {e}",
                 t.display()
