@@ -224,23 +224,38 @@ impl Piece<'_> {
     }
 
     /// Appends the payload to `out` (its spare room written directly, as
-    /// [`Mapping::append_to`]).
+    /// [`Mapping::append_to`]). A payload of 8 to 32 bytes is copied inline, as two pairs of
+    /// overlapping unaligned words, rather than through a call to the C library's `memcpy`:
+    /// for the small objects soft memory holds most, the call was a third of a hit's cost.
     #[inline]
     pub fn append_payload_to(&self, out: &mut Vec<u8>) {
         out.reserve(self.len);
         let at = out.len();
+        let len = self.len;
         // SAFETY: the payload, `len` bytes after the header, is inside the mapping
         // (checked when the piece was made); the destination is the vector's spare room, at least
-        // `len` bytes after `reserve`, which cannot overlap the mapping. The copy initialises
-        // those bytes. Concurrent changes to the source can only make the bytes stale or mixed,
-        // never invalid (`u8`), and callers validate before use.
+        // `len` bytes after `reserve`, which cannot overlap the mapping. Each copy below reads
+        // and writes only within those `len` bytes (the small cases' words start at 0 and end at
+        // `len`), and together they initialise all of them. Concurrent changes to the source can
+        // only make the bytes stale or mixed, never invalid (`u8`), and callers validate before
+        // use.
         unsafe {
-            std::ptr::copy_nonoverlapping(
-                self.at.as_ptr().add(16),
-                out.as_mut_ptr().add(at),
-                self.len,
-            );
-            out.set_len(at + self.len);
+            let src = self.at.as_ptr().add(16);
+            let dst = out.as_mut_ptr().add(at);
+            if (16..=32).contains(&len) {
+                let head = std::ptr::read_unaligned(src.cast::<u128>());
+                let tail = std::ptr::read_unaligned(src.add(len - 16).cast::<u128>());
+                std::ptr::write_unaligned(dst.cast::<u128>(), head);
+                std::ptr::write_unaligned(dst.add(len - 16).cast::<u128>(), tail);
+            } else if (8..16).contains(&len) {
+                let head = std::ptr::read_unaligned(src.cast::<u64>());
+                let tail = std::ptr::read_unaligned(src.add(len - 8).cast::<u64>());
+                std::ptr::write_unaligned(dst.cast::<u64>(), head);
+                std::ptr::write_unaligned(dst.add(len - 8).cast::<u64>(), tail);
+            } else {
+                std::ptr::copy_nonoverlapping(src, dst, len);
+            }
+            out.set_len(at + len);
         }
     }
 }
@@ -288,6 +303,18 @@ mod tests {
         let mut out = b"x".to_vec();
         p.append_payload_to(&mut out);
         assert_eq!(out, b"xpayload");
+        // Every length through the inline copies' cases and past them, each against its
+        // neighbours' bytes: exactly the payload arrives, after what the buffer held.
+        let payload: Vec<u8> = (0..80u8).map(|i| i.wrapping_mul(37) ^ 0x5a).collect();
+        map.copy_in(2048 + 16, &payload);
+        map.copy_in(2048 + 16 + 80, &[0xee; 32]);
+        for len in 0..=80 {
+            let p = map.piece(2048, len).unwrap();
+            let mut out = b"ab".to_vec();
+            p.append_payload_to(&mut out);
+            assert_eq!(&out[..2], b"ab", "len {len}");
+            assert_eq!(&out[2..], &payload[..len], "len {len}");
+        }
         assert!(map.piece(4100, 7).is_none(), "not 16-aligned");
         assert!(map.piece(8192 - 16, 1).is_none(), "past the end");
         assert!(map.piece(8192 - 16, 0).is_some());
