@@ -457,19 +457,74 @@ fn sigterm_is_forwarded_and_the_exit_status_too() {
 /// mapping whole: a crash wrote a 64 GiB core (sparse on disk, but a crash handler reading a
 /// pipe is sent every zero). Read from `/proc/PID/smaps` (`dd`: left out of core dumps) while the
 /// program waits, so that it does not depend on the machine's core pattern.
-#[test]
-fn core_dumps_leave_out_unused_far_memory_and_the_slabs() {
-    let mut child = start_waiting_program();
-    let launcher = child.id();
-    // The program, not the embedded memnode (`gleaner`), among the launcher's children.
-    let pid: u32 = std::fs::read_to_string(format!("/proc/{launcher}/task/{launcher}/children"))
+/// The program's pid: not the embedded memnode (`gleaner`), among the launcher's children.
+fn program_pid(launcher: u32) -> u32 {
+    std::fs::read_to_string(format!("/proc/{launcher}/task/{launcher}/children"))
         .unwrap()
         .split_whitespace()
         .filter_map(|p| p.parse().ok())
         .find(|p: &u32| {
             std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() != "gleaner")
         })
-        .expect("the program runs");
+        .expect("the program runs")
+}
+
+/// No pager thread runs at the idle scheduling class (`SCHED_IDLE`): a process ends only once
+/// each of its threads has run to its end, and on a busy machine an idle-class thread waits
+/// long for the CPU to do it. The eviction watchdog was one: a process killed with `SIGKILL`
+/// beside two busy loops was reaped 0.3-1.3 s later (plain: 2-7 ms), and CPython's
+/// `test_leak_fast_process_del_killed`, which gives it 0.2 s, failed under load. It now runs at
+/// `SCHED_BATCH` (it still never preempts a thread on waking).
+#[test]
+fn no_pager_thread_runs_at_the_idle_scheduling_class() {
+    let mut child = start_waiting_program();
+    let pid = program_pid(child.id());
+    let mut seen = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+    {
+        let path = task.path();
+        let Ok(name) = std::fs::read_to_string(path.join("comm")) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(path.join("stat")) else {
+            continue;
+        };
+        // Field 41 of stat is the policy; the fields after the command's `)` start at field 3.
+        let policy: i32 = stat
+            .rsplit_once(") ")
+            .and_then(|(_, rest)| rest.split_whitespace().nth(41 - 3))
+            .and_then(|f| f.parse().ok())
+            .expect("a policy field");
+        seen.push((name.trim().to_string(), policy));
+    }
+    // SAFETY: kill(2) on the launcher we spawned.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert_eq!(child.wait().unwrap().code(), Some(42));
+    assert!(
+        seen.iter()
+            .any(|(n, p)| n == "gleaner-watch" && *p == libc::SCHED_BATCH),
+        "the watchdog at SCHED_BATCH: {seen:?}"
+    );
+    assert!(
+        seen.iter()
+            .filter(|(n, _)| n.starts_with("gleaner-"))
+            .count()
+            >= 3,
+        "{seen:?}"
+    );
+    assert!(
+        !seen.iter().any(|(_, p)| *p == libc::SCHED_IDLE),
+        "a thread at SCHED_IDLE: {seen:?}"
+    );
+}
+
+#[test]
+fn core_dumps_leave_out_unused_far_memory_and_the_slabs() {
+    let mut child = start_waiting_program();
+    let launcher = child.id();
+    let pid = program_pid(launcher);
     let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap();
     // SAFETY: kill(2) on the launcher we spawned.
     unsafe { libc::kill(launcher as i32, libc::SIGTERM) };
