@@ -229,6 +229,40 @@ mod tests {
     }
 
     #[test]
+    fn a_fork_child_does_not_wait_for_its_parents_windows() {
+        let _one = TURNS.lock().unwrap_or_else(|e| e.into_inner());
+        // Another thread of the parent is inside a window at the fork.
+        let (opened, close) = (std::sync::mpsc::channel(), std::sync::mpsc::channel::<()>());
+        let holder = std::thread::spawn(move || {
+            let _window = making();
+            opened.0.send(()).unwrap();
+            let _ = close.1.recv();
+        });
+        opened.1.recv().unwrap();
+        // SAFETY: the child only calls async-signal-safe functions (atomics, clock_gettime,
+        // sched_yield, nanosleep) and `_exit`s.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            crate::after_fork_in_child();
+            let started = Instant::now();
+            drop(program_call());
+            let quick = started.elapsed() < GLEANER_PATIENCE;
+            // SAFETY: ends the child at once, running nothing of the parent's.
+            unsafe { libc::_exit(if quick { 0 } else { 1 }) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child just forked, into a live local.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        close.0.send(()).unwrap();
+        holder.join().unwrap();
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "the child's call waited for a window of a thread it does not have ({status:#x})"
+        );
+    }
+
+    #[test]
     fn windows_and_calls_never_overlap_under_contention() {
         let _one = TURNS.lock().unwrap_or_else(|e| e.into_inner());
         // Each side marks itself inside; the other must never find it there.

@@ -873,9 +873,12 @@ extern "C" fn fork_parent() {
 extern "C" fn fork_child() {
     // SAFETY: taken in fork_prepare (in the child, by its only thread's parent).
     unsafe { reserve::unlock_after_fork(true) };
-    let Some(a) = arena::get() else { return };
-    // A descriptor limit raised for a parent's thread at the fork goes back to the program's.
+    // A descriptor limit raised for a parent's thread at the fork goes back to the program's,
+    // and the windows in which the parent's other threads were making descriptors are not the
+    // child's (its first `close` would wait for them): with far memory on or off, since the
+    // reserve's thread makes descriptors too (its status file).
     gleaner_fds::after_fork_in_child();
+    let Some(a) = arena::get() else { return };
     // SAFETY: taken in fork_prepare, whenever the arena exists (in the child, by its only
     // thread's parent).
     unsafe { a.unlock_fork_advice() };
