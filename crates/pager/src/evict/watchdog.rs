@@ -46,6 +46,7 @@ pub(crate) fn run(engine: Arc<Engine>) {
         );
     }
     let mut looked = Instant::now();
+    let mut pinned_due = looked + pinned::CHECK_PERIOD;
     let mut waits = StuckWatch::default();
     let mut rescued_before = engine.evictors.rescued();
     loop {
@@ -68,7 +69,13 @@ pub(crate) fn run(engine: Arc<Engine>) {
             // program's descriptor limit (`gleaner_fds::headroom`, which another thread of
             // the program would see): at its limit, a check is skipped.
             stuck::test_hang_here(stuck::HangSite::Watchdog);
-            stop_if_pinned(&engine);
+            if looked >= pinned_due {
+                // As often as its cost allows (`pinned::next_look_in`).
+                let cpu = crate::cpus::thread_cpu_ns();
+                stop_if_pinned(&engine);
+                let cost = Duration::from_nanos(crate::cpus::thread_cpu_ns().saturating_sub(cpu));
+                pinned_due = looked + pinned::next_look_in(cost);
+            }
             take_if_orphaned(&engine);
             // Pager threads this watchdog's rescue freed since the last look were slow, not
             // hung: each capture that met pages the program dropped waited for a rescue (a

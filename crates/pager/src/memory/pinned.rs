@@ -18,8 +18,24 @@ use std::time::Duration;
 
 use crate::observe::procfs;
 
-/// How often the watchdog looks for registered buffers.
+/// How often the watchdog looks for registered buffers, at most.
 pub(crate) const CHECK_PERIOD: Duration = Duration::from_secs(1);
+
+/// A look costs the watchdog at most one part in this many of a CPU ([`next_look_in`]).
+pub(crate) const COST_SHARE: u32 = 200;
+
+/// The longest between two looks, whatever one costs.
+pub(crate) const LONGEST_PERIOD: Duration = Duration::from_secs(60);
+
+/// When to look again after a look that took `cost` of the watchdog's CPU: every
+/// [`CHECK_PERIOD`], or less often where a look is dear, so that looking takes at most
+/// 1/[`COST_SHARE`] of a CPU (at most [`LONGEST_PERIOD`] apart). A look lists `/proc/self/fd`
+/// and reads each entry's link: with 10,000 descriptors (a busy server's connections) it took
+/// about 75 ms, and looking every second took 7.8% of a CPU, at the normal class since the
+/// watchdog left the idle one; such a process is now looked at about every 15 s.
+pub(crate) fn next_look_in(cost: Duration) -> Duration {
+    (cost * COST_SHARE).clamp(CHECK_PERIOD, LONGEST_PERIOD)
+}
 
 /// A buffer registered with an io_uring instance of this process: `(address, length)`.
 pub(crate) type Registered = (usize, usize);
@@ -81,6 +97,17 @@ pub(crate) fn first_overlapping(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_dear_look_waits_longer_for_the_next_within_bounds() {
+        assert_eq!(next_look_in(Duration::ZERO), CHECK_PERIOD);
+        assert_eq!(next_look_in(Duration::from_millis(2)), CHECK_PERIOD);
+        assert_eq!(
+            next_look_in(Duration::from_millis(75)),
+            Duration::from_secs(15)
+        );
+        assert_eq!(next_look_in(Duration::from_secs(2)), LONGEST_PERIOD);
+    }
 
     #[test]
     fn the_registered_buffers_are_read_from_fdinfo() {
