@@ -15,33 +15,26 @@ use crate::fatal::fatal;
 use crate::memory::pinned;
 use crate::observe::stuck::{self, StuckWatch};
 
-/// The watchdog thread's loop, until the region stops. It runs at `SCHED_BATCH`, nice 19:
-/// woken every 10 ms at the normal class, it preempted the thread it woke beside
+/// The watchdog thread's loop, until the region stops. It runs at `SCHED_BATCH`, at the
+/// program's nice value (at nice 19 its share of a busy CPU was still too small for a killed
+/// process to end promptly: 2-287 ms beside two busy loops, against 2-8 ms at 0;
+/// `bench/results/watchdog-class/README.md`): woken every 10 ms at the normal class, it preempted the thread it woke beside
 /// (memcached pinned to one CPU: its reclaim thread in a batch, whose pages memcached's threads
 /// then waited for), and memcached at 50% local lost throughput to a watchdog that never had
 /// anything to do (`bench/results/evictors-ab/README.md`). A batch-class thread never preempts
-/// another on waking, and at nice 19 it has a small share of a busy CPU. It was at the idle
-/// class (`SCHED_IDLE`), whose share is a fifth of that: but a process ends only once each of
-/// its threads has run to its end, and on a busy machine a process killed with `SIGKILL` (or
-/// one that exited) waited up to half a second for its idle-class watchdog to be given the CPU
-/// to die on (CPython's `test_leak_fast_process_del_killed` expects a killed child reaped
-/// within 0.2 s).
-/// The watchdog's nice value.
-const NICE: i32 = 0;
-
+/// another on waking. It was at the idle class (`SCHED_IDLE`), which never does either, but
+/// whose share of a busy CPU is a sliver: a process ends only once each of its threads has run
+/// to its end, and on a busy machine a process killed with `SIGKILL` (or one that exited)
+/// waited up to a second for its idle-class watchdog to be given the CPU to die on (CPython's
+/// `test_leak_fast_process_del_killed` expects a killed child reaped within 0.2 s). Its own
+/// work is now paid at the normal weight, so its dear looks are spaced by their cost
+/// (`pinned::next_look_in`) or done once (`observe/stuck.rs`: a thread's name).
 pub(crate) fn run(engine: Arc<Engine>) {
     let param = libc::sched_param { sched_priority: 0 };
     // SAFETY: sets the calling thread's policy from a live parameter block.
     if unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) } != 0 {
         log::debug!(
             "the eviction watchdog stays at the normal scheduling class: {}",
-            std::io::Error::last_os_error()
-        );
-    }
-    // SAFETY: changes the calling thread's own nice value (PRIO_PROCESS of tid 0 on Linux).
-    if unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, NICE) } != 0 {
-        log::debug!(
-            "the eviction watchdog stays at its nice value: {}",
             std::io::Error::last_os_error()
         );
     }
