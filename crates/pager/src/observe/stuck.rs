@@ -291,13 +291,17 @@ mod tests {
     #[test]
     fn a_look_reads_the_program_threads_names_twice_then_no_more() {
         let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let (started_tx, started) = std::sync::mpsc::channel::<()>();
         let handler = std::thread::Builder::new()
             // Not a handler's name: another test of this binary counts none.
             .name("gleaner-test9".into())
             .spawn(move || {
+                // Named by now (a thread names itself as it starts, before this runs).
+                started_tx.send(()).unwrap();
                 let _ = rx.recv();
             })
             .unwrap();
+        started.recv().unwrap();
         let mut watch = StuckWatch::default();
         // SAFETY: gettid has no preconditions.
         let me = unsafe { libc::gettid() } as u32;
