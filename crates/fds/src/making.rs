@@ -2,8 +2,7 @@
 //!
 //! The kernel gives a new descriptor the lowest free number, which may be one the program has
 //! just closed and is about to fill by number: CPython's `subprocess` tests close descriptor 1
-//! or 2, start a child, then `dup2` a saved copy back onto it; a shell closes 0 and opens
-//! `/dev/null` in its place. Between the moment gleaner makes a descriptor (a memnode
+//! or 2, start a child, then `dup2` a saved copy back onto it. Between the moment gleaner makes a descriptor (a memnode
 //! connection, a granted memfd, an eviction pipe, the watchdog's look at `/proc/self/fd`) and
 //! the moment it moves it out of the way ([`crate::adopt`]) or closes it, that descriptor is not
 //! recorded, and the program's `dup2` onto its number replaced gleaner's file with the
@@ -31,6 +30,10 @@
 //!
 //! A fork child inherits the counts of its parent's threads, which it does not have:
 //! [`after_fork_in_child`] starts them over.
+//!
+//! Not covered: the program's own `open` is not interposed, so a program that closes a number
+//! and at once opens a file expecting it (a shell's `close(0)` then `open("/dev/null")`) may
+//! find it taken for the microseconds of a window, and get the next number.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
