@@ -319,11 +319,6 @@ pub fn adopt(fd: OwnedFd) -> OwnedFd {
     fd
 }
 
-/// Adopts a `File` ([`adopt`]).
-pub fn adopt_file(file: std::fs::File) -> std::fs::File {
-    std::fs::File::from(adopt(OwnedFd::from(file)))
-}
-
 /// Whether `fd` is one gleaner holds.
 pub fn is_held(fd: RawFd) -> bool {
     slot(fd).is_some_and(|(w, bit)| HELD[w].load(Ordering::Acquire) & bit != 0)

@@ -56,7 +56,7 @@ pub(crate) fn registered_buffers() -> Vec<Registered> {
         if !is_ring {
             continue;
         }
-        if let Ok(text) = procfs::read(format!("/proc/self/fdinfo/{name}")) {
+        if let Ok(text) = gleaner_fds::read_to_string(format!("/proc/self/fdinfo/{name}")) {
             found.extend(parse_user_bufs(&text));
         }
     }

@@ -2,9 +2,10 @@
 //!
 //! Each file or directory the pager opens there sits for a moment at the lowest free descriptor
 //! number, which may be one the program just closed and is about to fill with `dup2`: so each
-//! is opened inside a `gleaner_fds::making` window, and a directory is opened held (moved out
-//! of the program's way) and listed through that descriptor, so that the window lasts one
-//! `open`, not the whole listing (`std::fs::read_dir` would keep a low number for all of it).
+//! is opened inside a `gleaner_fds::making` window (a file: `gleaner_fds::read_to_string`), and
+//! a directory is opened held (moved out of the program's way) and listed through that
+//! descriptor, so that the window lasts one `open`, not the whole listing (`std::fs::read_dir`
+//! would keep a low number for all of it).
 
 use std::ffi::OsString;
 use std::fs::File;
@@ -28,11 +29,6 @@ pub(crate) fn entry_names(path: impl AsRef<Path>) -> std::io::Result<Vec<OsStrin
     Ok(names)
 }
 
-/// A small file's text (`gleaner_fds::read_to_string`).
-pub(crate) fn read(path: impl AsRef<Path>) -> std::io::Result<String> {
-    gleaner_fds::read_to_string(path)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -47,7 +43,7 @@ mod tests {
             "{names:?}"
         );
         assert!(!names.iter().any(|n| n == "." || n == ".."));
-        let comm = read(format!("/proc/self/task/{me}/comm")).unwrap();
+        let comm = gleaner_fds::read_to_string(format!("/proc/self/task/{me}/comm")).unwrap();
         assert!(!comm.trim().is_empty());
         assert!(entry_names("/proc/self/no-such-directory").is_err());
     }

@@ -169,7 +169,7 @@ impl StuckWatch {
             let kind = match known {
                 Some(k @ (Kind::Pager(_) | Kind::Other)) => k,
                 again => {
-                    let Ok(name) = procfs::read(format!("{root}/{tid}/comm")) else {
+                    let Ok(name) = gleaner_fds::read_to_string(format!("{root}/{tid}/comm")) else {
                         continue;
                     };
                     let name = name.trim();
@@ -189,8 +189,8 @@ impl StuckWatch {
             };
             let name = name.as_str();
             handlers += usize::from(name.starts_with(HANDLER_PREFIX));
-            let waits =
-                procfs::read(format!("{root}/{tid}/wchan")).is_ok_and(|w| w.trim() == WAIT_SYMBOL);
+            let waits = gleaner_fds::read_to_string(format!("{root}/{tid}/wchan"))
+                .is_ok_and(|w| w.trim() == WAIT_SYMBOL);
             if waits {
                 now.push((tid, name.to_string()));
             }
