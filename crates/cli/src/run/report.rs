@@ -153,6 +153,14 @@ fn holds_a_file_in(pid: u64, dir: &Path) -> bool {
         .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|target| target.starts_with(dir)))
 }
 
+/// `1 process was` or `N processes were`, for the warnings.
+fn processes_were(n: usize) -> String {
+    match n {
+        1 => "1 process was".to_string(),
+        n => format!("{n} processes were"),
+    }
+}
+
 /// How many processes of the run started their pager, were stopped because it could not start,
 /// ran all-local under `--fail-open`, or were stopped later because their far memory failed
 /// (from the preload library's `pager-PID.json` reports).
@@ -248,10 +256,7 @@ impl PagerCounts {
     /// message in full, since the program may have hidden its own stderr from it.
     pub(super) fn panics_warning(&self) -> Option<String> {
         let (pid, program, message) = self.panics.first()?;
-        let what = match self.panicked {
-            1 => "1 process was".to_string(),
-            n => format!("{n} processes were"),
-        };
+        let what = processes_were(self.panicked);
         Some(format!(
             "{what} aborted (SIGABRT) by a panic in gleaner's code, a gleaner bug (please \
              report it with this message); first: {program} (pid {pid}): {message}"
@@ -261,10 +266,7 @@ impl PagerCounts {
     /// A loud line when any process was stopped after its far memory had started.
     pub(super) fn stops_warning(&self) -> Option<String> {
         let (pid, program, error) = self.stops.first()?;
-        let what = match self.stopped_mid_run {
-            1 => "1 process was".to_string(),
-            n => format!("{n} processes were"),
-        };
+        let what = processes_were(self.stopped_mid_run);
         Some(format!(
             "{what} stopped (exit 86) because far memory failed while it ran; first: {program} \
              (pid {pid}): {error}"
